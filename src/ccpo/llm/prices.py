@@ -1,0 +1,129 @@
+"""Price tables: cost is never stored, it is ``usage × price`` at read time.
+
+Price-file format (a contract, DESIGN.md)::
+
+    {"as_of": "2026-11-01", "source": "...",
+     "models": {"gpt-4o": {"input_usd_per_mtok": 2.5, "output_usd_per_mtok": 10.0}}}
+
+Entries may carry their own ``as_of`` and ``source``. Every command takes ``--prices FILE``,
+merged over the bundled table (:func:`load_prices`). An unknown model is an error
+(:class:`~ccpo.errors.UnknownModelPriceError`), never a silent zero.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ccpo.errors import CCPOError, UnknownModelPriceError
+
+
+class ModelPrice(BaseModel):
+    """List price of one model in USD per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+    input_usd_per_mtok: float = Field(ge=0)
+    output_usd_per_mtok: float = Field(ge=0)
+    as_of: str | None = None
+    source: str | None = None
+
+
+class PriceFile(BaseModel):
+    """A price file as written on disk."""
+
+    model_config = ConfigDict(extra="allow")
+    as_of: str
+    source: str
+    models: dict[str, ModelPrice]
+
+
+@dataclass
+class PriceTable:
+    """Model name → price. Look-ups are exact, then case-insensitive."""
+
+    models: dict[str, ModelPrice] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+
+    def price(self, model: str) -> ModelPrice:
+        if model in self.models:
+            return self.models[model]
+        low = model.lower()
+        for name, p in self.models.items():
+            if name.lower() == low:
+                return p
+        raise UnknownModelPriceError(model)
+
+    def cost(self, model: str, input_tokens: int, output_tokens: int) -> float:
+        """Dollars for one call: tokens × USD per million tokens."""
+        p = self.price(model)
+        return (input_tokens * p.input_usd_per_mtok + output_tokens * p.output_usd_per_mtok) / 1e6
+
+    def check(self, models: Iterable[str]) -> None:
+        """Raise for the first model without a price (so errors come before any work)."""
+        for m in sorted(set(models)):
+            self.price(m)
+
+    def merged(self, other: PriceTable) -> PriceTable:
+        """``other`` wins where both name a model."""
+        return PriceTable({**self.models, **other.models}, [*self.sources, *other.sources])
+
+    def to_price_file(self) -> dict[str, Any]:
+        """The table in the price-file format (saved beside trained artifacts)."""
+        return {
+            "as_of": max((p.as_of or "" for p in self.models.values()), default=""),
+            "source": "; ".join(self.sources) or "ccpo",
+            "models": {k: v.model_dump(exclude_none=True) for k, v in sorted(self.models.items())},
+        }
+
+
+def _parse(obj: Any, origin: str) -> PriceTable:
+    try:
+        pf = PriceFile.model_validate(obj)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise CCPOError(f"{origin}: field '{loc}': {first['msg']} (see the price-file format in "
+                        "the README)") from None
+    models = {
+        k: v.model_copy(update={"as_of": v.as_of or pf.as_of, "source": v.source or pf.source})
+        for k, v in pf.models.items()
+    }
+    return PriceTable(models, [origin])
+
+
+def bundled_prices() -> PriceTable:
+    """The price table shipped with the package (``ccpo/data/prices.json``)."""
+    text = resources.files("ccpo.data").joinpath("prices.json").read_text(encoding="utf-8")
+    return _parse(json.loads(text), "bundled prices")
+
+
+def read_price_file(path: str | Path) -> PriceTable:
+    """Read one price file, with a clear error for a missing or malformed file."""
+    p = Path(path)
+    if not p.is_file():
+        raise CCPOError(f"{p}: price file not found")
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CCPOError(f"{p}:{e.lineno}: malformed JSON in price file ({e.msg})") from None
+    return _parse(obj, str(p))
+
+
+def prices_from_mapping(obj: Mapping[str, Any], origin: str = "inline prices") -> PriceTable:
+    """A price table from an in-memory price-file dict (e.g. a trace set's metadata)."""
+    return _parse(dict(obj), origin)
+
+
+def load_prices(*files: str | Path | None) -> PriceTable:
+    """The bundled table with each given price file merged over it, in order."""
+    table = bundled_prices()
+    for f in files:
+        if f is not None:
+            table = table.merged(read_price_file(f))
+    return table

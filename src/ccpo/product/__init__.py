@@ -1,0 +1,1 @@
+"""The product side: evaluation harness, reports and plots, the ``ccpo`` CLI and runtime."""

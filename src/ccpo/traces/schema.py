@@ -1,0 +1,118 @@
+"""Typed models of the trace schema ``ccpo.trace/v1`` (a contract: see DESIGN.md).
+
+One JSON object per line. ``rounds`` holds every round that was run (the collector runs all T;
+a policy decides later how many it would have paid for). ``logprob_*``, ``uncertainty`` and
+``policy_llm`` may be null or absent; consumers must cope.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_VERSION = "ccpo.trace/v1"
+
+Action = Literal["base", "guide", "next"]
+ACTIONS: tuple[str, str, str] = ("base", "guide", "next")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=False)
+
+
+class Usage(_Model):
+    """Token usage of one call, as reported by the endpoint (or counted, for converted logs)."""
+
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+
+
+class BaseStep(_Model):
+    """The base agent's attempt in one round."""
+
+    model: str
+    answer: str
+    reasoning: str = ""
+    correct: bool
+    usage: Usage
+    logprob_mean: float | None = None
+    logprob_min: float | None = None
+
+
+class GuideStep(_Model):
+    """The guide's reply in one round: a verdict on the base answer and its own answer."""
+
+    model: str
+    verdict: Literal["yes", "no"] | None = None
+    answer: str
+    correct: bool
+    uncertainty: float | None = None
+    usage: Usage
+
+    @field_validator("verdict", mode="before")
+    @classmethod
+    def _lower_verdict(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v
+
+
+class PolicyLLMDecision(_Model):
+    """An LLM-as-policy decision for one round (LLM baselines), with the usage it cost."""
+
+    action: Action
+    usage: Usage
+
+
+class Round(_Model):
+    """One round of the base/guide protocol."""
+
+    round: int = Field(ge=1)
+    base: BaseStep
+    guide: GuideStep
+    policy_llm: dict[str, PolicyLLMDecision] | None = None
+
+
+class Trace(_Model):
+    """One question with all rounds that were run. ``schema`` must equal ``ccpo.trace/v1``."""
+
+    schema_: Literal["ccpo.trace/v1"] = Field(alias="schema")
+    id: str = Field(min_length=1)
+    task: str
+    question: str
+    gold: list[str] = Field(min_length=1)
+    rounds: list[Round] = Field(min_length=1)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _rounds_in_order(self) -> Trace:
+        for i, r in enumerate(self.rounds, start=1):
+            if r.round != i:
+                raise ValueError(
+                    f"rounds must be numbered 1..T in order without gaps; "
+                    f"position {i} holds round {r.round}"
+                )
+        return self
+
+    @property
+    def n_rounds(self) -> int:
+        return len(self.rounds)
+
+    @property
+    def solvable(self) -> bool:
+        """True iff some base or guide answer in some round is correct (Y* ∈ Y(q))."""
+        return any(r.base.correct or r.guide.correct for r in self.rounds)
+
+    def models(self) -> set[str]:
+        """Every model name whose usage this trace records."""
+        out: set[str] = set()
+        for r in self.rounds:
+            out.add(r.base.model)
+            out.add(r.guide.model)
+            out.update((r.policy_llm or {}).keys())
+        return out
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The wire form: ``schema`` first, nulls kept, as DESIGN.md shows it."""
+        return self.model_dump(by_alias=True, mode="json")
