@@ -1,0 +1,211 @@
+"""The ``ccpo`` command line. Every command has ``--help``; errors are one line (``--debug``
+shows the traceback)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ccpo import __version__
+from ccpo.errors import CCPOError
+
+console = Console()
+err_console = Console(stderr=True)
+
+app = typer.Typer(
+    name="ccpo",
+    help="Cost-effective, reliable LLM agents: collect traces, train and calibrate a conformal "
+    "policy, compare it with the paper's baselines, deploy it.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+traces_app = typer.Typer(help="Validate and summarise ccpo.trace/v1 files.", no_args_is_help=True)
+prices_app = typer.Typer(help="Show the price table in force.", no_args_is_help=True)
+app.add_typer(traces_app, name="traces")
+app.add_typer(prices_app, name="prices")
+
+_state = {"debug": False}
+
+PricesOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--prices", help="Price file(s) merged over the bundled table (repeatable)."),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"ccpo {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
+    ] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+@traces_app.command("validate")
+def traces_validate(
+    file: Annotated[Path, typer.Argument(help="A .jsonl or .jsonl.gz trace file.")],
+) -> None:
+    """Check every line against the ccpo.trace/v1 schema (streams; stops at the first error)."""
+    from ccpo.traces.io import iter_traces
+
+    n = rounds = 0
+    ids: set[str] = set()
+    for tr in iter_traces(file):
+        if tr.id in ids:
+            raise CCPOError(f"{file}: trace id '{tr.id}' appears twice")
+        ids.add(tr.id)
+        n += 1
+        rounds += tr.n_rounds
+    console.print(f"[green]ok[/green] {file}: {n} traces, {rounds} rounds, schema ccpo.trace/v1")
+
+
+@traces_app.command("stats")
+def traces_stats(
+    file: Annotated[Path, typer.Argument(help="A .jsonl or .jsonl.gz trace file.")],
+    prices: PricesOpt = None,
+) -> None:
+    """Questions, rounds, per-round accuracy, solvable rate, mean tokens and cost per round."""
+    from ccpo.product.evaluate import prices_for
+    from ccpo.traces.io import iter_traces
+    from ccpo.traces.stats import trace_stats
+
+    table = prices_for(file, prices or [])
+    st = trace_stats(iter_traces(file), table)
+    hist = ", ".join(f"{k} rounds: {v}" for k, v in sorted(st.rounds_hist.items()))
+    console.print(
+        f"[bold]{file}[/bold]: {st.questions} questions ({hist}); task {', '.join(sorted(st.tasks))}; "
+        f"solvable {st.solvable_rate:.3f}; models {', '.join(sorted(st.models))}"
+    )
+    t = Table()
+    for c in ("round", "base acc", "guide acc", "guide yes", "base tok", "guide tok", "cost ¢"):
+        t.add_column(c, justify="right")
+    for r in st.table():
+        t.add_row(str(r["round"]), f"{r['base_acc']:.3f}", f"{r['guide_acc']:.3f}",
+                  f"{r['verdict_yes']:.3f}", f"{r['base_tokens']:.0f}", f"{r['guide_tokens']:.0f}",
+                  f"{r['cost_cents']:.4f}")
+    console.print(t)
+
+
+@prices_app.command("show")
+def prices_show(prices: PricesOpt = None) -> None:
+    """List every model's price (USD per million tokens) with its date and source."""
+    from ccpo.llm.prices import load_prices
+
+    table = load_prices(*(prices or []))
+    t = Table()
+    for c in ("model", "input $/Mtok", "output $/Mtok", "as of", "source"):
+        t.add_column(c)
+    for name, p in sorted(table.models.items()):
+        t.add_row(name, f"{p.input_usd_per_mtok:g}", f"{p.output_usd_per_mtok:g}", p.as_of or "",
+                  p.source or "")
+    console.print(t)
+
+
+@app.command("sim")
+def sim(
+    out: Annotated[Path, typer.Option("--out", help="Output .jsonl or .jsonl.gz file.")],
+    n: Annotated[int, typer.Option(help="Number of questions.", min=1)] = 1400,
+    rounds: Annotated[int, typer.Option(help="Rounds per question (T).", min=1, max=32)] = 4,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:
+    """Write SYNTHETIC traces (for tests and demos; not LLM results)."""
+    from ccpo.sim import SimConfig, generate
+    from ccpo.traces.io import write_traces
+
+    k = write_traces(out, generate(SimConfig(n=n, rounds=rounds, seed=seed)))
+    console.print(f"wrote {k} [yellow]synthetic[/yellow] traces to {out}")
+
+
+@app.command("evaluate")
+def evaluate(
+    traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")],
+    policy: Annotated[
+        list[str],
+        typer.Option(
+            "--policy",
+            help="Policy name (random, base, guide, uala, oracle, llm-policy:<model>, all) or a "
+            "trained policy folder; repeatable.",
+        ),
+    ] = ["all"],  # noqa: B006
+    alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
+    splits: Annotated[int, typer.Option(help="Random evaluation splits.", min=1)] = 100,
+    seed: Annotated[int, typer.Option(help="Seed of the splits.")] = 0,
+    n_train: Annotated[int | None, typer.Option(help="Training split size.")] = None,
+    n_cal: Annotated[int | None, typer.Option(help="Calibration split size.")] = None,
+    n_test: Annotated[int | None, typer.Option(help="Test split size.")] = None,
+    prices: PricesOpt = None,
+) -> None:
+    """Score policies on R random calibration/test splits; write results.json/.md/.csv and
+    box plots of coverage and cost."""
+    from ccpo.product.evaluate import (
+        check_alpha,
+        evaluate_policies,
+        load_episodes,
+        make_splits,
+        split_sizes,
+    )
+    from ccpo.product.policies import resolve_policies
+    from ccpo.product.report import rich_table, write_results
+
+    check_alpha(alpha)
+    ep, _ = load_episodes(traces, prices or [])
+    sizes = split_sizes(ep.n, n_train, n_cal, n_test)
+    sp = make_splits(ep.n, sizes, splits, seed)
+    pols = resolve_policies(policy, ep)
+    with console.status("scoring policies...") as status:
+        rows = evaluate_policies(
+            ep, pols, sp, alpha, seed, progress=lambda name: status.update(f"scored {name}")
+        )
+    files = write_results(out, rows, alpha, title=traces.name, traces=str(traces),
+                          splits=splits, seed=seed, sizes=dict(zip(("train", "cal", "test"), sizes,
+                                                                   strict=True)))
+    console.print(rich_table(rows, f"{traces.name}: α = {alpha:g}, {splits} splits, "
+                             f"train/cal/test = {'/'.join(map(str, sizes))}", alpha))
+    console.print(f"wrote {', '.join(str(p) for p in files.values())}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ccpo`` console script: one clear line per user error."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except CCPOError as e:
+        if _state["debug"]:
+            raise
+        err_console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        return 2
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Abort:
+        err_console.print("aborted")
+        return 130
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def run() -> None:
+    """Console-script wrapper: exit with :func:`main`'s code."""
+    sys.exit(main())

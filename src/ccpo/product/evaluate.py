@@ -1,0 +1,163 @@
+"""The evaluation harness: splits, scoring every policy on the same splits, result rows.
+
+Protocol (paper §5, "box plots over 100 random evaluation splits"): one seeded permutation
+fixes the training split; the remaining questions form the held-out pool, which is re-split R
+times at random into a calibration and a test split. Policies are trained once on the training
+split and calibrated per evaluation split; every row is scored on exactly the same test splits.
+Headline numbers are means over the R splits; ``cost_cents`` is the total over one test split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ccpo.errors import CCPOError
+from ccpo.learning.baselines import Policy, Splits
+from ccpo.llm.prices import PriceTable, load_prices, read_price_file
+from ccpo.traces.episodes import Episodes, Metrics, build_episodes
+from ccpo.traces.io import read_traces
+
+PAPER_SIZES = (1000, 200, 200)
+
+
+def split_sizes(
+    n: int, n_train: int | None = None, n_cal: int | None = None, n_test: int | None = None
+) -> tuple[int, int, int]:
+    """Train/calibration/test sizes: the paper's 1000/200/200 where data allows, else 5:1:1.
+
+    Explicit sizes win; they must fit in ``n``.
+    """
+    if n_train is None and n_cal is None and n_test is None:
+        if n >= sum(PAPER_SIZES):
+            return PAPER_SIZES
+        n_cal = n_test = max(1, n // 7)
+        return n - 2 * n_cal, n_cal, n_test
+    a, b, c = PAPER_SIZES
+    scale = min(1.0, n / (a + b + c))
+    sizes = (
+        n_train if n_train is not None else int(a * scale),
+        n_cal if n_cal is not None else int(b * scale),
+        n_test if n_test is not None else int(c * scale),
+    )
+    if min(sizes) < 1 or sum(sizes) > n:
+        raise CCPOError(
+            f"split sizes train/cal/test = {sizes} do not fit {n} questions; pass smaller "
+            "--n-train/--n-cal/--n-test"
+        )
+    return sizes
+
+
+def make_splits(n: int, sizes: tuple[int, int, int], n_splits: int, seed: int) -> Splits:
+    """A fixed training split and ``n_splits`` random calibration/test splits of the rest."""
+    n_train, n_cal, n_test = sizes
+    if n_splits < 1:
+        raise CCPOError("--splits must be at least 1")
+    rng = np.random.default_rng([seed, 0x5EED])
+    perm = rng.permutation(n)
+    train, pool = perm[:n_train], perm[n_train:]
+    draws = np.stack([rng.permutation(pool)[: n_cal + n_test] for _ in range(n_splits)])
+    return Splits(train=np.sort(train), cal=draws[:, :n_cal], test=draws[:, n_cal:])
+
+
+@dataclass
+class ResultRow:
+    """One row of ``results.json`` (DESIGN.md "Results file"), plus per-split detail."""
+
+    policy: str
+    cost_cents: float
+    coverage: float
+    avg_len: float
+    set_size: float
+    cost_cents_per_split: list[float] = field(default_factory=list)
+    coverage_per_split: list[float] = field(default_factory=list)
+    avg_len_per_split: list[float] = field(default_factory=list)
+    set_size_per_split: list[float] = field(default_factory=list)
+    kind: str = "point"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        if not d["extra"]:
+            d.pop("extra")
+        return d
+
+
+def row_from_metrics(name: str, m: Metrics, kind: str = "point", **extra: Any) -> ResultRow:
+    """Aggregate [R, n_test] per-question metrics into a result row."""
+    cost = m.cost.sum(-1) * 100.0
+    cov = m.covered.mean(-1)
+    length = m.length.mean(-1)
+    size = m.set_size.mean(-1)
+    return ResultRow(
+        policy=name,
+        cost_cents=float(cost.mean()),
+        coverage=float(cov.mean()),
+        avg_len=float(length.mean()),
+        set_size=float(size.mean()),
+        cost_cents_per_split=[round(float(x), 6) for x in cost],
+        coverage_per_split=[round(float(x), 6) for x in cov],
+        avg_len_per_split=[round(float(x), 6) for x in length],
+        set_size_per_split=[round(float(x), 6) for x in size],
+        kind=kind,
+        extra=extra,
+    )
+
+
+def sidecar_prices(traces_path: str | Path) -> Path | None:
+    """A trace set's own price file ``<stem>.prices.json`` beside it, if any."""
+    p = Path(traces_path)
+    stem = p.name
+    for suffix in (".gz", ".jsonl"):
+        stem = stem.removesuffix(suffix)
+    side = p.with_name(f"{stem}.prices.json")
+    return side if side.is_file() else None
+
+
+def prices_for(traces_path: str | Path, price_files: Sequence[str | Path] = ()) -> PriceTable:
+    """Bundled prices, then the trace set's sidecar price file, then each ``--prices`` file."""
+    table = load_prices()
+    side = sidecar_prices(traces_path)
+    if side is not None:
+        table = table.merged(read_price_file(side))
+    for f in price_files:
+        table = table.merged(read_price_file(f))
+    return table
+
+
+def load_episodes(
+    traces_path: str | Path, price_files: Sequence[str | Path] = ()
+) -> tuple[Episodes, PriceTable]:
+    """Read, validate, price and featurize a trace file."""
+    prices = prices_for(traces_path, price_files)
+    return build_episodes(read_traces(traces_path), prices), prices
+
+
+def check_alpha(alpha: float) -> None:
+    if not 0.0 < alpha < 1.0:
+        raise CCPOError(f"alpha must be strictly between 0 and 1, got {alpha}")
+
+
+def evaluate_policies(
+    ep: Episodes,
+    policies: Sequence[Policy],
+    splits: Splits,
+    alpha: float,
+    seed: int = 0,
+    progress: Any = None,
+) -> list[ResultRow]:
+    """Fit each policy on the training split, then score it on every evaluation split."""
+    check_alpha(alpha)
+    rows = []
+    for pol in policies:
+        pol.fit(ep, splits.train, alpha, seed)
+        m = pol.evaluate(ep, splits, alpha, seed)
+        extra = getattr(pol, "result_extra", lambda: {})()
+        rows.append(row_from_metrics(pol.name, m, kind=pol.kind, **extra))
+        if progress is not None:
+            progress(pol.name)
+    return rows

@@ -1,0 +1,279 @@
+"""The episode engine: vectorised (numpy) scoring of point and conformal policies over traces.
+
+Everything that scores a policy uses exactly these semantics (DESIGN.md, "Episode semantics"):
+
+- Actions ``base`` (0), ``guide`` (1), ``next`` (2). At round T ``next`` is masked.
+- Point policy: one action per round; the episode ends at the first answer action.
+- Conformal policy C(o) = {a : π(a|o) ≥ κ} (paper Eq. for C_{π,κ}). The set-valued rollout walks
+  the rounds: answers in C(o_t) join the answer set; it goes on to round t+1 iff ``next`` ∈ C(o_t).
+  An empty C(o_t) falls back to {argmax π}. At most 2T answers.
+- Per question: cost = Σ over rounds run of (base + guide [+ policy-LLM]) cost; length = rounds
+  run (the deepest branch); set size = distinct answers returned (task normaliser);
+  covered = some returned answer is correct, or the question is not solvable.
+
+Shapes: N questions, T rounds, F features, K evaluation splits, n questions per split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ccpo.errors import CCPOError
+from ccpo.llm.prices import PriceTable
+from ccpo.traces.answers import normalizer_for
+from ccpo.traces.featurize import FEATURE_SPEC, featurize_trace
+from ccpo.traces.schema import ACTIONS, Trace
+
+BASE, GUIDE, NEXT = 0, 1, 2
+ACTION_INDEX = {a: i for i, a in enumerate(ACTIONS)}
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """Traces turned into arrays, ready for fast replay. Build with :func:`build_episodes`."""
+
+    ids: list[str]
+    task: str
+    obs: np.ndarray  # [N, T, F] float32, o_t from rounds 1..t only
+    correct: np.ndarray  # [N, T, 2] bool (base, guide)
+    answer_id: np.ndarray  # [N, T, 2] int64, ids of distinct normalised answers per question
+    round_cost: np.ndarray  # [N, T] float64 USD, base + guide cost of round t
+    verdict_yes: np.ndarray  # [N, T] float64: 1 yes, 0 no, nan missing
+    uncertainty: np.ndarray  # [N, T] float64, nan missing
+    llm_actions: dict[str, np.ndarray] = field(default_factory=dict)  # model -> [N, T] int8, -1
+    llm_cost: dict[str, np.ndarray] = field(default_factory=dict)  # model -> [N, T] USD
+    feature_spec: dict[str, Any] = field(default_factory=lambda: dict(FEATURE_SPEC))
+
+    @property
+    def n(self) -> int:
+        return self.obs.shape[0]
+
+    @property
+    def horizon(self) -> int:
+        return self.obs.shape[1]
+
+    @property
+    def solvable(self) -> np.ndarray:
+        """[N] bool: some base or guide answer in some round is correct."""
+        return self.correct.any(axis=(1, 2))
+
+    @property
+    def allowed(self) -> np.ndarray:
+        """[T, 3] bool action mask: ``next`` is unavailable at round T."""
+        return allowed_actions(self.horizon)
+
+    def subset(self, idx: np.ndarray) -> Episodes:
+        """The episodes at ``idx`` (a new object; arrays are copied by fancy indexing)."""
+        idx = np.asarray(idx)
+        return Episodes(
+            ids=[self.ids[i] for i in idx],
+            task=self.task,
+            obs=self.obs[idx],
+            correct=self.correct[idx],
+            answer_id=self.answer_id[idx],
+            round_cost=self.round_cost[idx],
+            verdict_yes=self.verdict_yes[idx],
+            uncertainty=self.uncertainty[idx],
+            llm_actions={k: v[idx] for k, v in self.llm_actions.items()},
+            llm_cost={k: v[idx] for k, v in self.llm_cost.items()},
+            feature_spec=self.feature_spec,
+        )
+
+
+def allowed_actions(horizon: int) -> np.ndarray:
+    """[T, 3] bool: every action allowed except ``next`` at the last round."""
+    m = np.ones((horizon, 3), dtype=bool)
+    m[-1, NEXT] = False
+    return m
+
+
+def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
+    """Featurize and price a list of traces (all with the same number of rounds T).
+
+    Raises :class:`CCPOError` for mixed T or a model without a price (naming both).
+    """
+    if not traces:
+        raise CCPOError("no traces to build episodes from")
+    T = traces[0].n_rounds
+    for tr in traces:
+        if tr.n_rounds != T:
+            raise CCPOError(
+                f"trace '{tr.id}' has {tr.n_rounds} rounds but '{traces[0].id}' has {T}; "
+                "one trace set must use one number of rounds"
+            )
+    models = set().union(*(tr.models() for tr in traces))
+    prices.check(models)
+    N = len(traces)
+    task = traces[0].task
+    obs = np.stack([featurize_trace(tr) for tr in traces])
+    correct = np.zeros((N, T, 2), dtype=bool)
+    answer_id = np.zeros((N, T, 2), dtype=np.int64)
+    round_cost = np.zeros((N, T))
+    verdict = np.full((N, T), np.nan)
+    unc = np.full((N, T), np.nan)
+    policy_models = sorted({m for tr in traces for r in tr.rounds for m in (r.policy_llm or {})})
+    llm_actions = {m: np.full((N, T), -1, dtype=np.int8) for m in policy_models}
+    llm_cost = {m: np.zeros((N, T)) for m in policy_models}
+    for i, tr in enumerate(traces):
+        norm = normalizer_for(tr.task)
+        ids: dict[str, int] = {}
+        for t, r in enumerate(tr.rounds):
+            correct[i, t] = (r.base.correct, r.guide.correct)
+            answer_id[i, t, 0] = ids.setdefault(norm(r.base.answer), len(ids))
+            answer_id[i, t, 1] = ids.setdefault(norm(r.guide.answer), len(ids))
+            round_cost[i, t] = prices.cost(
+                r.base.model, r.base.usage.input_tokens, r.base.usage.output_tokens
+            ) + prices.cost(r.guide.model, r.guide.usage.input_tokens, r.guide.usage.output_tokens)
+            if r.guide.verdict is not None:
+                verdict[i, t] = float(r.guide.verdict == "yes")
+            if r.guide.uncertainty is not None:
+                unc[i, t] = r.guide.uncertainty
+            for m, d in (r.policy_llm or {}).items():
+                llm_actions[m][i, t] = ACTION_INDEX[d.action]
+                llm_cost[m][i, t] = prices.cost(m, d.usage.input_tokens, d.usage.output_tokens)
+    return Episodes(
+        ids=[tr.id for tr in traces],
+        task=task,
+        obs=obs,
+        correct=correct,
+        answer_id=answer_id,
+        round_cost=round_cost,
+        verdict_yes=verdict,
+        uncertainty=unc,
+        llm_actions=llm_actions,
+        llm_cost=llm_cost,
+    )
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Per-question outcomes; every array has the same shape (e.g. [N] or [K, n])."""
+
+    cost: np.ndarray  # USD
+    covered: np.ndarray  # bool
+    length: np.ndarray  # rounds run
+    set_size: np.ndarray  # distinct answers returned
+
+
+def _gather(arr: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
+    return arr if idx is None else arr[idx]
+
+
+def point_rollout(
+    ep: Episodes,
+    actions: np.ndarray,
+    idx: np.ndarray | None = None,
+    extra_cost: np.ndarray | None = None,
+) -> Metrics:
+    """Score a point policy: ``actions`` [..., T] of ints in {0, 1, 2}, aligned with ``idx``.
+
+    ``idx`` selects questions (shape of ``actions`` without its last axis); ``None`` means all N.
+    The episode ends at the first answer action; ``next`` at round T is an error.
+    ``extra_cost`` [N, T] is added per round run (e.g. the policy LLM's own calls).
+    """
+    actions = np.asarray(actions)
+    T = ep.horizon
+    if actions.shape[-1] != T:
+        raise ValueError(f"actions must end in T={T}, got shape {actions.shape}")
+    if np.any(actions[..., -1] == NEXT):
+        raise ValueError("'next' is not allowed at the last round")
+    is_answer = actions != NEXT
+    stop = np.argmax(is_answer, axis=-1)  # first answer round (0-based)
+    chosen = np.take_along_axis(actions, stop[..., None], axis=-1)[..., 0]
+    correct = _gather(ep.correct, idx)  # [..., T, 2]
+    hit = np.take_along_axis(
+        np.take_along_axis(correct, stop[..., None, None], axis=-2)[..., 0, :],
+        chosen[..., None],
+        axis=-1,
+    )[..., 0]
+    cost_rt = _gather(ep.round_cost, idx)
+    if extra_cost is not None:
+        cost_rt = cost_rt + _gather(extra_cost, idx)
+    ran = np.arange(T) <= stop[..., None]
+    return Metrics(
+        cost=(cost_rt * ran).sum(-1),
+        covered=hit | ~_gather(ep.solvable, idx),
+        length=stop + 1,
+        set_size=np.ones_like(stop),
+    )
+
+
+def effective_scores(probs: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Membership scores e(a|o_t) such that C_κ(o_t) = {a : e(a|o_t) ≥ κ} *with* the fallback.
+
+    e = π for allowed actions, +inf for the argmax allowed action (it is in C(o_t) for every κ:
+    either π(a*) ≥ κ, or C is empty and falls back to {a*}), and -inf for masked actions.
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    masked = np.where(allowed, probs, -np.inf)
+    e = masked.copy()
+    top = np.argmax(masked, axis=-1)
+    np.put_along_axis(e, top[..., None], np.inf, axis=-1)
+    return e
+
+
+def covering_scores(ep: Episodes, probs: np.ndarray) -> np.ndarray:
+    """Per question, the largest κ at which the set-valued rollout still covers ([N] floats).
+
+    s(q) = max over rounds t and correct answers a of min(e(a|o_t), min_{t'<t} e(next|o_t'));
+    +inf for unsolvable questions (always covered). Coverage at κ is exactly ``s(q) ≥ κ``,
+    because C_κ only grows as κ falls. This is the conformal score of batch calibration.
+    """
+    e = effective_scores(probs, ep.allowed)  # [N, T, 3]
+    prefix = _reach_scores(e)  # [N, T]
+    ans = np.minimum(e[..., :2], prefix[..., None])  # [N, T, 2]
+    s = np.where(ep.correct, ans, -np.inf).max(axis=(1, 2))
+    return np.where(ep.solvable, s, np.inf)
+
+
+def _reach_scores(e: np.ndarray) -> np.ndarray:
+    """min_{t'<t} e(next|o_t'): round t is reached iff this is ≥ κ (+inf for round 1)."""
+    nxt = e[..., NEXT]
+    shifted = np.concatenate([np.full(nxt.shape[:-1] + (1,), np.inf), nxt[..., :-1]], axis=-1)
+    return np.minimum.accumulate(shifted, axis=-1)
+
+
+def conformal_rollout(
+    ep: Episodes,
+    probs: np.ndarray,
+    kappa: float | np.ndarray,
+    idx: np.ndarray | None = None,
+) -> Metrics:
+    """Score the conformal policy C(o) = {a : π(a|o) ≥ κ} with the set-valued rollout.
+
+    ``probs`` [N, T, 3]; ``kappa`` a scalar or [K]; ``idx`` None (all N) or [K, n] question
+    indices (one row per evaluation split, paired with ``kappa[k]``). Returns metrics of shape
+    [N] or [K, n].
+    """
+    e = effective_scores(probs, ep.allowed)
+    reach_s = _reach_scores(e)
+    kappa = np.asarray(kappa, dtype=np.float64)
+    if idx is None:
+        if kappa.ndim:
+            raise ValueError("a vector of kappas needs idx of shape [K, n]")
+        sel = slice(None)
+        k = kappa
+    else:
+        idx = np.asarray(idx)
+        if kappa.ndim == 0:
+            kappa = np.full(idx.shape[0], float(kappa))
+        if kappa.shape != idx.shape[:1]:
+            raise ValueError(f"kappa {kappa.shape} must match idx rows {idx.shape[:1]}")
+        sel = idx
+        k = kappa[:, None, None]
+    reach = reach_s[sel] >= k  # [..., T]
+    in_set = e[sel][..., :2] >= k[..., None]  # [..., T, 2]
+    included = in_set & reach[..., None]
+    covered = (included & ep.correct[sel]).any(axis=(-1, -2)) | ~ep.solvable[sel]
+    bits = np.where(included, np.left_shift(np.uint64(1), ep.answer_id[sel].astype(np.uint64)), 0)
+    mask = np.bitwise_or.reduce(bits.reshape(*bits.shape[:-2], -1).astype(np.uint64), axis=-1)
+    return Metrics(
+        cost=(ep.round_cost[sel] * reach).sum(-1),
+        covered=covered,
+        length=reach.sum(-1),
+        set_size=np.bitwise_count(mask).astype(np.int64),
+    )

@@ -1,0 +1,82 @@
+"""Streaming statistics of a trace file (``ccpo traces stats``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+from ccpo.llm.prices import PriceTable
+from ccpo.traces.schema import Trace
+
+
+@dataclass
+class RoundStats:
+    n: int = 0
+    base_correct: int = 0
+    guide_correct: int = 0
+    verdict_yes: int = 0
+    base_tokens: int = 0
+    guide_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass
+class TraceStats:
+    """Accumulated over a stream of traces; one pass, constant memory per round."""
+
+    questions: int = 0
+    solvable: int = 0
+    tasks: set[str] = field(default_factory=set)
+    models: set[str] = field(default_factory=set)
+    rounds_hist: dict[int, int] = field(default_factory=dict)
+    per_round: list[RoundStats] = field(default_factory=list)
+
+    def add(self, tr: Trace, prices: PriceTable) -> None:
+        self.questions += 1
+        self.solvable += tr.solvable
+        self.tasks.add(tr.task)
+        self.models |= tr.models()
+        self.rounds_hist[tr.n_rounds] = self.rounds_hist.get(tr.n_rounds, 0) + 1
+        while len(self.per_round) < tr.n_rounds:
+            self.per_round.append(RoundStats())
+        for r, s in zip(tr.rounds, self.per_round, strict=False):
+            b, g = r.base, r.guide
+            s.n += 1
+            s.base_correct += b.correct
+            s.guide_correct += g.correct
+            s.verdict_yes += g.verdict == "yes"
+            s.base_tokens += b.usage.input_tokens + b.usage.output_tokens
+            s.guide_tokens += g.usage.input_tokens + g.usage.output_tokens
+            s.cost_usd += prices.cost(b.model, b.usage.input_tokens, b.usage.output_tokens)
+            s.cost_usd += prices.cost(g.model, g.usage.input_tokens, g.usage.output_tokens)
+
+    def table(self) -> list[dict[str, float]]:
+        """Per round: accuracies, yes-rate, mean tokens, mean cost in cents."""
+        return [
+            {
+                "round": t,
+                "n": s.n,
+                "base_acc": s.base_correct / s.n,
+                "guide_acc": s.guide_correct / s.n,
+                "verdict_yes": s.verdict_yes / s.n,
+                "base_tokens": s.base_tokens / s.n,
+                "guide_tokens": s.guide_tokens / s.n,
+                "cost_cents": 100 * s.cost_usd / s.n,
+            }
+            for t, s in enumerate(self.per_round, start=1)
+        ]
+
+    @property
+    def solvable_rate(self) -> float:
+        return self.solvable / self.questions if self.questions else float("nan")
+
+
+def trace_stats(traces: Iterable[Trace], prices: PriceTable) -> TraceStats:
+    st = TraceStats()
+    for tr in traces:
+        st.add(tr, prices)
+    return st
+
+
+__all__ = ["RoundStats", "TraceStats", "trace_stats"]

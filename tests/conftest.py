@@ -1,0 +1,41 @@
+"""Shared fixtures: small synthetic trace sets (SYNTHETIC data from ccpo.sim, never LLM output)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ccpo.llm.prices import load_prices
+from ccpo.sim import SimConfig, generate
+from ccpo.traces.episodes import build_episodes
+from ccpo.traces.io import write_traces
+
+
+@pytest.fixture(scope="session")
+def prices():
+    return load_prices()
+
+
+@pytest.fixture(scope="session")
+def sim_traces():
+    return generate(SimConfig(n=300, seed=7))
+
+
+@pytest.fixture(scope="session")
+def sim_episodes(sim_traces, prices):
+    return build_episodes(sim_traces, prices)
+
+
+@pytest.fixture(scope="session")
+def sim_file(tmp_path_factory, sim_traces):
+    path = tmp_path_factory.mktemp("traces") / "sim.jsonl"
+    write_traces(path, sim_traces)
+    return path
+
+
+def random_probs(rng: np.random.Generator, n: int, T: int) -> np.ndarray:
+    """Random π(a|o_t) over (base, guide, next) with 'next' masked at round T."""
+    p = rng.dirichlet([0.7, 0.7, 0.7], size=(n, T))
+    p[:, -1, 2] = 0.0
+    p[:, -1] /= p[:, -1].sum(-1, keepdims=True)
+    return p
