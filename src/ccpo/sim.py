@@ -38,12 +38,58 @@ from ccpo.traces.schema import (
     Usage,
 )
 
-_ENTITIES = (
-    "Paris Berlin Lisbon Oslo Vienna Prague Dublin Madrid Rome Athens Warsaw Budapest Helsinki "
-    "Ottawa Lima Quito Cairo Nairobi Tokyo Seoul Hanoi Manila Jakarta Delhi Dhaka Kabul Tehran "
-    "Baghdad Riyadh Doha Muscat Amman Beirut Sofia Riga Vilnius Tallinn Minsk Kyiv Bern Brussels "
-    "Amsterdam Copenhagen Stockholm Reykjavik Canberra Wellington Santiago Bogota Caracas"
-).split()
+_ENTITIES = [
+    "Paris",
+    "Berlin",
+    "Lisbon",
+    "Oslo",
+    "Vienna",
+    "Prague",
+    "Dublin",
+    "Madrid",
+    "Rome",
+    "Athens",
+    "Warsaw",
+    "Budapest",
+    "Helsinki",
+    "Ottawa",
+    "Lima",
+    "Quito",
+    "Cairo",
+    "Nairobi",
+    "Tokyo",
+    "Seoul",
+    "Hanoi",
+    "Manila",
+    "Jakarta",
+    "Delhi",
+    "Dhaka",
+    "Kabul",
+    "Tehran",
+    "Baghdad",
+    "Riyadh",
+    "Doha",
+    "Muscat",
+    "Amman",
+    "Beirut",
+    "Sofia",
+    "Riga",
+    "Vilnius",
+    "Tallinn",
+    "Minsk",
+    "Kyiv",
+    "Bern",
+    "Brussels",
+    "Amsterdam",
+    "Copenhagen",
+    "Stockholm",
+    "Reykjavik",
+    "Canberra",
+    "Wellington",
+    "Santiago",
+    "Bogota",
+    "Caracas",
+]
 
 
 @dataclass
@@ -166,8 +212,11 @@ def generate(cfg: SimConfig | None = None) -> list[Trace]:
                 question=question,
                 gold=[gold],
                 rounds=rounds,
-                meta={"source": "ccpo.sim (SYNTHETIC, not LLM output)", "synthetic": True,
-                      "seed": cfg.seed},
+                meta={
+                    "source": "ccpo.sim (SYNTHETIC, not LLM output)",
+                    "synthetic": True,
+                    "seed": cfg.seed,
+                },
             )
         )
     return out

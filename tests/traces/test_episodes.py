@@ -125,7 +125,7 @@ def test_point_rollout_matches_literal(sim_episodes):
     actions[:, -1] = rng.integers(0, 2, size=ep.n)
     m = point_rollout(ep, actions)
     for i in range(ep.n):
-        cost, cov, length, size = literal_point(ep, actions, i)
+        cost, cov, length, _size = literal_point(ep, actions, i)
         assert m.cost[i] == pytest.approx(cost)
         assert m.covered[i] == cov
         assert m.length[i] == length

@@ -54,9 +54,7 @@ def decaying_step_size(k: int | np.ndarray, eta0: float, xi: float = 0.1) -> np.
     return eta0 * k ** (-0.5 - xi)
 
 
-def online_threshold_update(
-    kappa: float, covered: float, alpha: float, eta: float
-) -> float:
+def online_threshold_update(kappa: float, covered: float, alpha: float, eta: float) -> float:
     """One corrected online step: κ ← clip(κ + η (covered − (1 − α)), 0, 1).
 
     ``covered`` is 1/0 for one episode, or the mean coverage of a batch of episodes. After a

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ccpo import __version__
 from ccpo.errors import CCPOError
+from ccpo.product.cli_options import PricesOpt
 
 console = Console()
 err_console = Console(stderr=True)
@@ -32,11 +33,6 @@ app.add_typer(traces_app, name="traces")
 app.add_typer(prices_app, name="prices")
 
 _state = {"debug": False}
-
-PricesOpt = Annotated[
-    list[Path] | None,
-    typer.Option("--prices", help="Price file(s) merged over the bundled table (repeatable)."),
-]
 
 
 def _version(value: bool) -> None:
@@ -87,16 +83,22 @@ def traces_stats(
     st = trace_stats(iter_traces(file), table)
     hist = ", ".join(f"{k} rounds: {v}" for k, v in sorted(st.rounds_hist.items()))
     console.print(
-        f"[bold]{file}[/bold]: {st.questions} questions ({hist}); task {', '.join(sorted(st.tasks))}; "
-        f"solvable {st.solvable_rate:.3f}; models {', '.join(sorted(st.models))}"
+        f"[bold]{file}[/bold]: {st.questions} questions ({hist}); "
+        f"task {', '.join(sorted(st.tasks))}; solvable {st.solvable_rate:.3f}; models {', '.join(sorted(st.models))}"
     )
     t = Table()
     for c in ("round", "base acc", "guide acc", "guide yes", "base tok", "guide tok", "cost ¢"):
         t.add_column(c, justify="right")
     for r in st.table():
-        t.add_row(str(r["round"]), f"{r['base_acc']:.3f}", f"{r['guide_acc']:.3f}",
-                  f"{r['verdict_yes']:.3f}", f"{r['base_tokens']:.0f}", f"{r['guide_tokens']:.0f}",
-                  f"{r['cost_cents']:.4f}")
+        t.add_row(
+            str(r["round"]),
+            f"{r['base_acc']:.3f}",
+            f"{r['guide_acc']:.3f}",
+            f"{r['verdict_yes']:.3f}",
+            f"{r['base_tokens']:.0f}",
+            f"{r['guide_tokens']:.0f}",
+            f"{r['cost_cents']:.4f}",
+        )
     console.print(t)
 
 
@@ -110,8 +112,13 @@ def prices_show(prices: PricesOpt = None) -> None:
     for c in ("model", "input $/Mtok", "output $/Mtok", "as of", "source"):
         t.add_column(c)
     for name, p in sorted(table.models.items()):
-        t.add_row(name, f"{p.input_usd_per_mtok:g}", f"{p.output_usd_per_mtok:g}", p.as_of or "",
-                  p.source or "")
+        t.add_row(
+            name,
+            f"{p.input_usd_per_mtok:g}",
+            f"{p.output_usd_per_mtok:g}",
+            p.as_of or "",
+            p.source or "",
+        )
     console.print(t)
 
 
@@ -159,24 +166,46 @@ def evaluate(
         make_splits,
         split_sizes,
     )
-    from ccpo.product.policies import resolve_policies
+    from ccpo.product.policies import TrainingCache, resolve_policies
     from ccpo.product.report import rich_table, write_results
 
     check_alpha(alpha)
     ep, _ = load_episodes(traces, prices or [])
     sizes = split_sizes(ep.n, n_train, n_cal, n_test)
     sp = make_splits(ep.n, sizes, splits, seed)
-    pols = resolve_policies(policy, ep)
+    pols = resolve_policies(policy, ep, TrainingCache())
     with console.status("scoring policies...") as status:
         rows = evaluate_policies(
             ep, pols, sp, alpha, seed, progress=lambda name: status.update(f"scored {name}")
         )
-    files = write_results(out, rows, alpha, title=traces.name, traces=str(traces),
-                          splits=splits, seed=seed, sizes=dict(zip(("train", "cal", "test"), sizes,
-                                                                   strict=True)))
-    console.print(rich_table(rows, f"{traces.name}: α = {alpha:g}, {splits} splits, "
-                             f"train/cal/test = {'/'.join(map(str, sizes))}", alpha))
+    files = write_results(
+        out,
+        rows,
+        alpha,
+        title=traces.name,
+        traces=str(traces),
+        splits=splits,
+        seed=seed,
+        sizes=dict(zip(("train", "cal", "test"), sizes, strict=True)),
+    )
+    console.print(
+        rich_table(
+            rows,
+            f"{traces.name}: α = {alpha:g}, {splits} splits, "
+            f"train/cal/test = {'/'.join(map(str, sizes))}",
+            alpha,
+        )
+    )
     console.print(f"wrote {', '.join(str(p) for p in files.values())}")
+
+
+def _register_commands() -> None:
+    from ccpo.product import cli_learn
+
+    cli_learn.register(app)
+
+
+_register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,32 +1,167 @@
-"""Resolve policy names (and trained policy folders) into :class:`~ccpo.learning.baselines.Policy`."""
+"""Resolve policy names (and trained policy folders) into harness :class:`Policy` objects.
+
+Names (DESIGN.md "Results file"): ``random``, ``base``, ``guide``, ``uala``, ``oracle``,
+``llm-policy:<model>``, ``cpo``, ``cpo-batch``, ``cpo-online``, ``ccpo``, ``ccpo-lam<λ>``, or the
+path of a folder written by ``ccpo train``. Trained rows share one training run per
+(method, λ): ``cpo``, ``cpo-batch`` and ``cpo-online`` are the same CPO π scored three ways.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from ccpo.errors import CCPOError
-from ccpo.learning.baselines import BASELINES, Policy, make_baseline
-from ccpo.traces.episodes import Episodes
+from ccpo.learning.baselines import BASELINES, Policy, Splits, make_baseline
+from ccpo.learning.conformal import split_conformal_threshold
+from ccpo.learning.policy import TrainedPolicy
+from ccpo.learning.trainers import TrainConfig, train
+from ccpo.traces.episodes import (
+    Episodes,
+    Metrics,
+    conformal_rollout,
+    covering_scores,
+    point_rollout,
+)
+
+TRAINED = ("cpo", "cpo-batch", "cpo-online", "ccpo")
+_LAM = re.compile(r"^ccpo-lam(?P<lam>[0-9.eE+-]+)$")
 
 
-def available_baselines(ep: Episodes) -> list[str]:
-    """Every baseline these traces allow (LLM-as-policy rows only where decisions are stored)."""
-    return [*BASELINES, *(f"llm-policy:{m}" for m in sorted(ep.llm_actions))]
+@dataclass
+class TrainingCache:
+    """Trains each (method, λ) once per harness run and hands the result to every row."""
+
+    base_config: TrainConfig = field(default_factory=TrainConfig)
+    progress: Callable[[str, int, dict[str, float]], None] | None = None
+    trained: dict[tuple[str, float], TrainedPolicy] = field(default_factory=dict)
+
+    def get(
+        self, method: str, lam: float, ep: Episodes, train_idx: np.ndarray, alpha: float
+    ) -> TrainedPolicy:
+        key = (method, lam)
+        if key not in self.trained:
+            cfg = replace(self.base_config, method=method, lam=lam, alpha=alpha)
+            label = method if lam == 0 else f"{method}-lam{lam:g}"
+            cb = (
+                None
+                if self.progress is None
+                else (lambda step, entry: self.progress(label, step, entry))
+            )  # type: ignore[misc]
+            self.trained[key] = TrainedPolicy.from_result(train(ep, train_idx, cfg, cb), label)
+        return self.trained[key]
 
 
-def resolve_policies(names: Sequence[str], ep: Episodes) -> list[Policy]:
-    """``all`` expands to :func:`available_baselines`; duplicates are dropped, order kept."""
+def conformal_metrics(
+    ep: Episodes, probs: np.ndarray, splits: Splits, alpha: float, kappa: float | None
+) -> tuple[Metrics, np.ndarray]:
+    """Score {π ≥ κ} on every test split: κ given (online), or split-conformal on each cal split."""
+    if kappa is None:
+        kappas = split_conformal_threshold(covering_scores(ep, probs)[splits.cal], alpha)
+    else:
+        kappas = np.full(splits.n_splits, float(kappa))
+    return conformal_rollout(ep, probs, kappas, splits.test), kappas
+
+
+def score_trained(
+    policy: TrainedPolicy, scoring: str, ep: Episodes, splits: Splits, alpha: float
+) -> tuple[Metrics, np.ndarray | None]:
+    """Score a trained π on every test split: greedy point policy, online κ, or batch κ̂."""
+    probs = policy.probs(ep.obs)
+    if scoring == "point":
+        greedy = np.where(ep.allowed, probs, -1.0).argmax(-1)
+        return point_rollout(ep, greedy[splits.test], splits.test), None
+    kappa = policy.kappa_online if scoring == "online" else None
+    return conformal_metrics(ep, probs, splits, alpha, kappa)
+
+
+class TrainedRow(Policy):
+    """A row backed by a π trained in this run (shared through :class:`TrainingCache`)."""
+
+    def __init__(
+        self, name: str, method: str, lam: float, scoring: str, cache: TrainingCache
+    ) -> None:
+        self.name, self.method, self.lam, self.scoring = name, method, lam, scoring
+        self.cache = cache
+        self.kind = "point" if scoring == "point" else "conformal"
+        self.policy: TrainedPolicy | None = None
+        self._kappas: np.ndarray | None = None
+
+    def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
+        self.policy = self.cache.get(self.method, self.lam, ep, train_idx, alpha)
+
+    def evaluate(self, ep: Episodes, splits: Splits, alpha: float, seed: int) -> Metrics:
+        if self.policy is None:
+            raise CCPOError(f"policy '{self.name}' was evaluated before it was fitted")
+        m, self._kappas = score_trained(self.policy, self.scoring, ep, splits, alpha)
+        return m
+
+    def result_extra(self) -> dict[str, Any]:
+        return {} if self._kappas is None else {"kappa_mean": float(self._kappas.mean())}
+
+
+class ArtifactRow(TrainedRow):
+    """A policy folder from ``ccpo train``; batch variants are re-calibrated on each split."""
+
+    def __init__(self, folder: Path, cache: TrainingCache) -> None:
+        policy = TrainedPolicy.load(folder)
+        super().__init__(
+            folder.name, policy.config.method, policy.config.lam, policy.scoring, cache
+        )
+        self.policy = policy
+
+    def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
+        assert self.policy is not None
+        if abs(self.policy.alpha - alpha) > 1e-12 and self.scoring != "batch":
+            raise CCPOError(
+                f"{self.name} was trained for α = {self.policy.alpha:g}; its "
+                f"{self.scoring} scoring cannot be re-targeted to α = {alpha:g}"
+            )
+
+
+def available_policies(ep: Episodes, trained: bool = True) -> list[str]:
+    """Every row these traces allow (LLM-as-policy rows only where decisions are stored)."""
+    names = [*BASELINES[:4], *(f"llm-policy:{m}" for m in sorted(ep.llm_actions))]
+    if trained:
+        names += list(TRAINED)
+    return [*names, "oracle"]
+
+
+def make_policy(name: str, cache: TrainingCache) -> Policy:
+    if name in ("cpo", "cpo-batch", "cpo-online"):
+        scoring = {"cpo": "point", "cpo-batch": "batch", "cpo-online": "online"}[name]
+        return TrainedRow(name, "cpo", 0.0, scoring, cache)
+    if name == "ccpo":
+        return TrainedRow(name, "ccpo", 0.0, "batch", cache)
+    m = _LAM.match(name)
+    if m:
+        try:
+            lam = float(m.group("lam"))
+        except ValueError:
+            raise CCPOError(f"cannot read λ in '{name}' (try ccpo-lam2e-4)") from None
+        return TrainedRow(name, "ccpo", lam, "batch", cache)
+    p = Path(name)
+    if p.is_dir():
+        return ArtifactRow(p, cache)
+    return make_baseline(name)
+
+
+def resolve_policies(
+    names: Sequence[str], ep: Episodes, cache: TrainingCache | None = None, trained: bool = False
+) -> list[Policy]:
+    """``all`` expands to :func:`available_policies` (trained rows when ``trained``)."""
+    cache = cache or TrainingCache()
     out: list[str] = []
     for n in names:
         for part in n.split(","):
             part = part.strip()
-            if not part:
-                continue
-            out.extend(available_baselines(ep) if part == "all" else [part])
+            if part:
+                out.extend(available_policies(ep, trained) if part == "all" else [part])
     if not out:
         raise CCPOError("no policy given; pass --policy NAME")
-    seen: dict[str, Policy] = {}
-    for n in out:
-        if n not in seen:
-            seen[n] = make_baseline(n)
-    return list(seen.values())
+    return [make_policy(n, cache) for n in dict.fromkeys(out)]

@@ -15,25 +15,34 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from rich.table import Table  # noqa: E402
+import matplotlib.pyplot as plt
+from rich.table import Table
 
-from ccpo import __version__  # noqa: E402
-from ccpo.product.evaluate import ResultRow  # noqa: E402
+from ccpo import __version__
+from ccpo.product.evaluate import ResultRow
 
 RESULTS_SCHEMA = "ccpo.results/v1"
 COLUMNS = ("Policy", "Cost (cents)", "Coverage", "Avg. Len.", "Set Size")
 
 
 def _cells(r: ResultRow) -> tuple[str, ...]:
-    return (r.policy, f"{r.cost_cents:.3f}", f"{r.coverage:.3f}", f"{r.avg_len:.2f}",
-            f"{r.set_size:.2f}")
+    return (
+        r.policy,
+        f"{r.cost_cents:.3f}",
+        f"{r.coverage:.3f}",
+        f"{r.avg_len:.2f}",
+        f"{r.set_size:.2f}",
+    )
 
 
 def results_document(rows: Sequence[ResultRow], **meta: Any) -> dict[str, Any]:
     """The ``results.json`` object."""
-    return {"schema": RESULTS_SCHEMA, **meta, "ccpo_version": __version__,
-            "rows": [r.to_json() for r in rows]}
+    return {
+        "schema": RESULTS_SCHEMA,
+        **meta,
+        "ccpo_version": __version__,
+        "rows": [r.to_json() for r in rows],
+    }
 
 
 def markdown_table(rows: Sequence[ResultRow], title: str | None = None) -> str:
@@ -73,8 +82,7 @@ def box_plots(rows: Sequence[ResultRow], alpha: float, out: Path, title: str = "
             ax.axhline(1 - alpha, color="tab:red", ls="--", lw=1, label=f"1−α = {1 - alpha:g}")
             ax.legend(loc="lower right", fontsize=8)
         n = len(rows[0].coverage_per_split) if rows else 0
-        ax.set_title(f"{title} {label.lower()} over {n} splits, α = {alpha:g}".strip(),
-                     fontsize=10)
+        ax.set_title(f"{title} {label.lower()} over {n} splits, α = {alpha:g}".strip(), fontsize=10)
         fig.tight_layout()
         p = out / fname
         fig.savefig(p, dpi=110)
@@ -83,8 +91,9 @@ def box_plots(rows: Sequence[ResultRow], alpha: float, out: Path, title: str = "
     return paths
 
 
-def write_results(out: Path, rows: Sequence[ResultRow], alpha: float, title: str = "",
-                  **meta: Any) -> dict[str, Path]:
+def write_results(
+    out: Path, rows: Sequence[ResultRow], alpha: float, title: str = "", **meta: Any
+) -> dict[str, Path]:
     """Write results.json, results.md, results.csv and the two box plots into ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -102,3 +111,50 @@ def write_results(out: Path, rows: Sequence[ResultRow], alpha: float, title: str
         cov_png, cost_png = box_plots(rows, alpha, out, title)
         files["box_coverage"], files["box_cost"] = cov_png, cost_png
     return files
+
+
+CURVES = (
+    ("train/cost", "cost per question (¢), conformal set"),
+    ("train/coverage", "batch coverage of C"),
+    ("conformal/kappa", "κ (online)"),
+    ("constraint/surrogate_violation", "(1−α) − J̄_C (surrogate violation)"),
+    ("val/coverage", "validation coverage"),
+    ("val/length", "validation avg. length"),
+)
+
+
+def _smooth(y: list[float], k: int) -> list[float]:
+    out, acc = [], 0.0
+    for i, v in enumerate(y):
+        acc += v
+        if i >= k:
+            acc -= y[i - k]
+        out.append(acc / min(i + 1, k))
+    return out
+
+
+def training_curves(logs: dict[str, list[dict[str, float]]], alpha: float, out: Path) -> Path:
+    """Training curves like the paper's appendix figures, one line per trained method."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6))
+    for ax, (key, label) in zip(axes.ravel(), CURVES, strict=True):
+        for name, log in logs.items():
+            pts = [(e["step"], e[key]) for e in log if key in e]
+            if not pts:
+                continue
+            xs, ys = zip(*pts, strict=True)
+            k = 1 if key.startswith("val/") else max(1, len(ys) // 50)
+            ax.plot(xs, _smooth(list(ys), k), label=name, lw=1.2)
+        if key in ("train/coverage", "val/coverage"):
+            ax.axhline(1 - alpha, color="tab:red", ls="--", lw=1)
+        if key == "constraint/surrogate_violation":
+            ax.axhline(0, color="gray", ls=":", lw=1)
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=8)
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(f"training curves, α = {alpha:g}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

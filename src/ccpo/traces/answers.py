@@ -13,7 +13,9 @@ import string
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
 _CHOICE = re.compile(r"^\(?([A-Za-z])\)?(?:[.:)\s]|$)")
-_ANSWER_PREFIX = re.compile(r"^(?:the\s+)?(?:correct\s+)?(?:answer|option)\s*(?:is)?\s*[:\-]?\s*", re.I)
+_ANSWER_PREFIX = re.compile(
+    r"^(?:the\s+)?(?:correct\s+)?(?:answer|option)\s*(?:is)?\s*[:\-]?\s*", re.I
+)
 
 
 def normalize_answer(text: str) -> str:

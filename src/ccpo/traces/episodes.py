@@ -233,7 +233,7 @@ def covering_scores(ep: Episodes, probs: np.ndarray) -> np.ndarray:
 def _reach_scores(e: np.ndarray) -> np.ndarray:
     """min_{t'<t} e(next|o_t'): round t is reached iff this is ≥ κ (+inf for round 1)."""
     nxt = e[..., NEXT]
-    shifted = np.concatenate([np.full(nxt.shape[:-1] + (1,), np.inf), nxt[..., :-1]], axis=-1)
+    shifted = np.concatenate([np.full((*nxt.shape[:-1], 1), np.inf), nxt[..., :-1]], axis=-1)
     return np.minimum.accumulate(shifted, axis=-1)
 
 

@@ -104,9 +104,7 @@ def check_spec(spec: dict[str, Any]) -> None:
     """Raise if a saved feature spec is not the one this version computes."""
     from ccpo.errors import CCPOError
 
-    if spec.get("version") != FEATURE_VERSION or list(spec.get("names", [])) != list(
-        FEATURE_NAMES
-    ):
+    if spec.get("version") != FEATURE_VERSION or list(spec.get("names", [])) != list(FEATURE_NAMES):
         raise CCPOError(
             f"feature spec mismatch: the artifact was trained on {spec.get('version')!r} "
             f"with {len(spec.get('names', []))} features, this ccpo computes {FEATURE_VERSION!r} "

@@ -66,7 +66,9 @@ def iter_traces(path: str | Path) -> Iterator[Trace]:
     if not p.exists():
         raise TraceFormatError(str(p), None, None, "no such file")
     if p.is_dir():
-        raise TraceFormatError(str(p), None, None, "is a folder, expected a .jsonl or .jsonl.gz file")
+        raise TraceFormatError(
+            str(p), None, None, "is a folder, expected a .jsonl or .jsonl.gz file"
+        )
     n = 0
     try:
         with _open_text(p, "rt") as fh:

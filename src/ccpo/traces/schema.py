@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SCHEMA_VERSION = "ccpo.trace/v1"
 
@@ -85,15 +85,16 @@ class Trace(_Model):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    @model_validator(mode="after")
-    def _rounds_in_order(self) -> Trace:
-        for i, r in enumerate(self.rounds, start=1):
+    @field_validator("rounds")
+    @classmethod
+    def _rounds_in_order(cls, rounds: list[Round]) -> list[Round]:
+        for i, r in enumerate(rounds, start=1):
             if r.round != i:
                 raise ValueError(
                     f"rounds must be numbered 1..T in order without gaps; "
                     f"position {i} holds round {r.round}"
                 )
-        return self
+        return rounds
 
     @property
     def n_rounds(self) -> int:

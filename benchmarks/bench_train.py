@@ -1,0 +1,45 @@
+"""Benchmark: 2,000 CCPO steps (batch 10, 1,000 training traces, T = 4) on this machine.
+
+Target (issue 3): ≤ 60 s. Prints the median of ``--repeats`` runs. Data: SYNTHETIC (ccpo.sim).
+
+    python benchmarks/bench_train.py [--repeats 3] [--steps 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from ccpo.learning.trainers import TrainConfig, train
+from ccpo.llm.prices import load_prices
+from ccpo.sim import SimConfig, generate
+from ccpo.traces.episodes import build_episodes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--method", default="ccpo")
+    args = ap.parse_args()
+    ep = build_episodes(generate(SimConfig(n=1000, seed=2)), load_prices())
+    times = []
+    for r in range(args.repeats):
+        t0 = time.perf_counter()
+        train(
+            ep,
+            np.arange(ep.n),
+            TrainConfig(method=args.method, steps=args.steps, seed=r, val_every=0),
+        )
+        times.append(time.perf_counter() - t0)
+    print(
+        f"{args.method}: {args.steps} steps, batch 10, 1000 traces, T=4: median "
+        f"{statistics.median(times):.1f} s (runs: {', '.join(f'{t:.1f}' for t in times)})"
+    )
+
+
+if __name__ == "__main__":
+    main()

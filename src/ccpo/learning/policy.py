@@ -1,0 +1,156 @@
+"""A trained policy as a folder (the artifact): weights, κ, featurizer spec, config, prices,
+training log and library version — and the phases that use it.
+
+Layout of an artifact folder::
+
+    policy.json        format "ccpo.policy/v1", ccpo version, method, α, κ (online, batch),
+                       observation normalisation, network shape, config
+    weights.pt         state_dict of the score network π
+    features.json      the featurizer spec it was trained on (checked on load)
+    prices.json        the price table used for training (price-file format)
+    train_log.jsonl    one line of diagnostics per training step
+
+Loading a folder made by an incompatible format or featurizer fails with a clear message.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ccpo import __version__
+from ccpo.errors import CCPOError
+from ccpo.learning.nets import PolicyNet
+from ccpo.learning.trainers import TrainConfig, TrainResult, policy_probs
+from ccpo.traces.featurize import FEATURE_SPEC, check_spec
+
+ARTIFACT_FORMAT = "ccpo.policy/v1"
+
+
+@dataclass
+class TrainedPolicy:
+    """π (a score network with its observation normalisation) plus the thresholds κ."""
+
+    net: PolicyNet
+    variant: str  # ccpo, ccpo-lam<λ>, cpo, cpo-batch or cpo-online: how π and κ are used
+    obs_mean: np.ndarray
+    obs_std: np.ndarray
+    config: TrainConfig
+    kappa_online: float
+    kappa_batch: float | None = None
+    feature_spec: dict[str, Any] = field(default_factory=lambda: dict(FEATURE_SPEC))
+    prices: dict[str, Any] | None = None
+    log: list[dict[str, float]] = field(default_factory=list)
+
+    @classmethod
+    def from_result(
+        cls, res: TrainResult, variant: str | None = None, prices: dict[str, Any] | None = None
+    ) -> TrainedPolicy:
+        return cls(
+            res.policy,
+            variant or res.config.method,
+            res.obs_mean,
+            res.obs_std,
+            res.config,
+            res.kappa_online,
+            prices=prices,
+            log=res.log,
+        )
+
+    @property
+    def scoring(self) -> str:
+        """How the policy answers: "point" (greedy π), "online" (κ from training) or "batch"."""
+        return {"cpo": "point", "cpo-online": "online"}.get(self.variant, "batch")
+
+    @property
+    def alpha(self) -> float:
+        return self.config.alpha
+
+    @property
+    def kappa(self) -> float:
+        """κ in force: the batch-calibrated one when there is one, else the online one."""
+        return self.kappa_online if self.kappa_batch is None else self.kappa_batch
+
+    def probs(self, obs: np.ndarray) -> np.ndarray:
+        """π(a|o) for observations [..., T, F] (``next`` masked at the last round)."""
+        return policy_probs(self.net, obs, self.obs_mean, self.obs_std)
+
+    def save(self, folder: str | Path) -> Path:
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "format": ARTIFACT_FORMAT,
+            "ccpo_version": __version__,
+            "method": self.config.method,
+            "variant": self.variant,
+            "alpha": self.alpha,
+            "kappa_online": self.kappa_online,
+            "kappa_batch": self.kappa_batch,
+            "obs_mean": self.obs_mean.tolist(),
+            "obs_std": self.obs_std.tolist(),
+            "obs_dim": int(self.net.obs_dim),
+            "config": asdict(self.config),
+        }
+        (out / "policy.json").write_text(json.dumps(meta, indent=1) + "\n")
+        (out / "features.json").write_text(json.dumps(self.feature_spec, indent=1) + "\n")
+        if self.prices is not None:
+            (out / "prices.json").write_text(json.dumps(self.prices, indent=1) + "\n")
+        torch.save(self.net.state_dict(), out / "weights.pt")
+        with open(out / "train_log.jsonl", "w") as fh:
+            for e in self.log:
+                fh.write(json.dumps(e) + "\n")
+        return out
+
+    @classmethod
+    def load(cls, folder: str | Path) -> TrainedPolicy:
+        d = Path(folder)
+        meta_path = d / "policy.json"
+        if not meta_path.is_file():
+            raise CCPOError(
+                f"{d}: not a trained policy folder (no policy.json); make one with "
+                "`ccpo train ... --out DIR`"
+            )
+        try:
+            meta = json.loads(meta_path.read_text())
+        except json.JSONDecodeError as e:
+            raise CCPOError(f"{meta_path}: malformed JSON ({e.msg})") from None
+        if meta.get("format") != ARTIFACT_FORMAT:
+            raise CCPOError(
+                f"{d}: policy format {meta.get('format')!r} (made by ccpo "
+                f"{meta.get('ccpo_version', '?')}) is not {ARTIFACT_FORMAT!r}, which this ccpo "
+                f"{__version__} reads; retrain it with this version"
+            )
+        spec = json.loads((d / "features.json").read_text())
+        check_spec(spec)
+        cfg = TrainConfig(**meta["config"])
+        net = PolicyNet(meta["obs_dim"], hidden=cfg.hidden, layers=cfg.layers)
+        try:
+            net.load_state_dict(torch.load(d / "weights.pt", weights_only=True))
+        except (RuntimeError, FileNotFoundError) as e:
+            raise CCPOError(f"{d}/weights.pt: cannot load the network ({e})") from None
+        net.eval()
+        prices = (
+            json.loads((d / "prices.json").read_text()) if (d / "prices.json").exists() else None
+        )
+        log = (
+            [json.loads(line) for line in (d / "train_log.jsonl").read_text().splitlines()]
+            if (d / "train_log.jsonl").exists()
+            else []
+        )
+        return cls(
+            net,
+            meta.get("variant", cfg.method),
+            np.asarray(meta["obs_mean"]),
+            np.asarray(meta["obs_std"]),
+            cfg,
+            float(meta["kappa_online"]),
+            meta.get("kappa_batch"),
+            spec,
+            prices,
+            log,
+        )

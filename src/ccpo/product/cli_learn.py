@@ -1,0 +1,146 @@
+"""``ccpo train`` and ``ccpo compare``: train CCPO / the CPO family and compare every method."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ccpo.errors import CCPOError
+from ccpo.product.cli_options import PricesOpt
+
+console = Console()
+
+VARIANTS = ("ccpo", "cpo", "cpo-batch", "cpo-online")
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
+        transient=False, disable=not console.is_terminal,
+    )  # fmt: skip
+
+
+def _step_info(entry: dict[str, float]) -> str:
+    return (
+        f"cost {entry['train/cost']:.3f}¢ cov {entry['train/coverage']:.2f} "
+        f"κ {entry['conformal/kappa']:.3f}"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("train")
+    def train_cmd(
+        traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
+        out: Annotated[Path, typer.Option("--out", help="Output policy folder.")],
+        method: Annotated[str, typer.Option(help="ccpo, cpo, cpo-batch or cpo-online.")] = "ccpo",
+        alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
+        lam: Annotated[float, typer.Option(help="λ: set-size penalty (USD per answer).")] = 0.0,
+        steps: Annotated[int, typer.Option(help="Training steps.", min=1)] = 2000,
+        seed: Annotated[int, typer.Option(help="Seed of the split and of training.")] = 0,
+        eps: Annotated[float, typer.Option(help="Softmask temperature ε.")] = 0.05,
+        prices: PricesOpt = None,
+    ) -> None:
+        """Train a policy on the training split and calibrate κ on the calibration split.
+
+        Writes a policy folder (weights, κ, featurizer spec, config, prices, training log,
+        training curves) that `ccpo evaluate --policy DIR` and the Python API load.
+        """
+        from ccpo.learning.conformal import split_conformal_threshold
+        from ccpo.learning.policy import TrainedPolicy
+        from ccpo.learning.trainers import TrainConfig, train
+        from ccpo.product.evaluate import check_alpha, load_episodes, make_splits, split_sizes
+        from ccpo.product.report import training_curves
+        from ccpo.traces.episodes import conformal_rollout, covering_scores
+
+        check_alpha(alpha)
+        if method not in VARIANTS:
+            raise CCPOError(f"--method must be one of {', '.join(VARIANTS)}, got '{method}'")
+        ep, price_table = load_episodes(traces, prices or [])
+        sizes = split_sizes(ep.n)
+        sp = make_splits(ep.n, sizes, 1, seed)
+        cfg = TrainConfig(
+            method="ccpo" if method == "ccpo" else "cpo",
+            alpha=alpha,
+            lam=lam,
+            steps=steps,
+            seed=seed,
+            eps=eps,
+        )
+        variant = method if lam == 0 or method != "ccpo" else f"ccpo-lam{lam:g}"
+        t0 = time.perf_counter()
+        with _progress() as prog:
+            task = prog.add_task(f"train {variant}", total=steps, info="")
+            res = train(
+                ep,
+                sp.train,
+                cfg,
+                lambda step, e: prog.update(task, completed=step, info=_step_info(e)),
+            )
+        seconds = time.perf_counter() - t0
+        pol = TrainedPolicy.from_result(res, variant, price_table.to_price_file())
+        cal = sp.cal[0]
+        probs = pol.probs(ep.obs)
+        if pol.scoring == "batch":
+            pol.kappa_batch = float(
+                split_conformal_threshold(covering_scores(ep, probs)[cal], alpha)
+            )
+        pol.save(out)
+        training_curves({variant: res.log}, alpha, out / "training_curves.png")
+        cal_m = conformal_rollout(ep.subset(cal), probs[cal], pol.kappa)
+        summary = {
+            "variant": variant,
+            "seconds": round(seconds, 2),
+            "kappa": pol.kappa,
+            "kappa_online": pol.kappa_online,
+            "calibration_coverage": float(cal_m.covered.mean()),
+            "calibration_cost_cents": float(cal_m.cost.sum() * 100),
+            "sizes": sizes,
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        console.print(
+            f"trained [bold]{variant}[/bold] in {seconds:.1f} s on {sizes[0]} "
+            f"questions; κ = {pol.kappa:.4f} (online {pol.kappa_online:.4f}); "
+            f"calibration coverage {summary['calibration_coverage']:.3f}"
+        )
+        console.print(f"wrote policy folder {out}")
+
+    @app.command("compare")
+    def compare_cmd(
+        traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
+        out: Annotated[Path, typer.Option("--out", help="Output folder.")],
+        alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
+        splits: Annotated[int, typer.Option(help="Random evaluation splits.", min=1)] = 100,
+        steps: Annotated[int, typer.Option(help="Training steps per method.", min=1)] = 2000,
+        seed: Annotated[int, typer.Option(help="Seed of the splits and of training.")] = 0,
+        lam: Annotated[
+            list[float] | None, typer.Option(help="Extra CCPO rows with λ > 0 (repeatable).")
+        ] = None,
+        eps: Annotated[float, typer.Option(help="Softmask temperature ε.")] = 0.05,
+        prices: PricesOpt = None,
+    ) -> None:
+        """Train and evaluate every method and baseline the traces allow, on the same splits.
+
+        Writes results.json (all rows), results.md/.csv, box plots of coverage and cost, and
+        training curves.
+        """
+        from ccpo.product.comparison import run_compare
+
+        run_compare(
+            traces,
+            out,
+            alpha=alpha,
+            splits=splits,
+            steps=steps,
+            seed=seed,
+            lams=[2e-4] if lam is None else lam,
+            eps=eps,
+            prices=prices or [],
+            console=console,
+        )

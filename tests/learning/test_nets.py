@@ -1,0 +1,122 @@
+"""Tests for ccpo.learning.nets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ccpo.learning.nets import (
+    ACTIONS,
+    BASE,
+    GUIDE,
+    N_ACTIONS,
+    NEXT,
+    PolicyNet,
+    ValueNet,
+    masked_log_probs,
+    masked_probs,
+)
+
+OBS_DIM = 9
+
+
+def _obs(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, OBS_DIM, generator=torch.Generator().manual_seed(seed))
+
+
+def test_action_indices_match_the_schema() -> None:
+    assert ACTIONS == ("base", "guide", "next") and N_ACTIONS == 3
+    assert (ACTIONS[BASE], ACTIONS[GUIDE], ACTIONS[NEXT]) == ("base", "guide", "next")
+
+
+def test_shapes_and_architecture() -> None:
+    torch.manual_seed(0)
+    pi, v = PolicyNet(OBS_DIM), ValueNet(OBS_DIM)
+    assert pi(_obs(5)).shape == (5, 3)
+    assert pi(_obs(2, 4)).shape == (2, 4, 3)
+    assert pi(_obs(1)[0]).shape == (3,)
+    assert v(_obs(5)).shape == (5,)
+    assert v(_obs(2, 4)).shape == (2, 4)
+    # 3 hidden layers of 64, then the head.
+    for net, out in ((pi, 3), (v, 1)):
+        linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+        assert [(m.in_features, m.out_features) for m in linears] == [
+            (OBS_DIM, 64), (64, 64), (64, 64), (64, out),
+        ]  # fmt: skip
+    small = PolicyNet(OBS_DIM, hidden=8, layers=1)
+    assert len([m for m in small.modules() if isinstance(m, nn.Linear)]) == 2
+    with pytest.raises(ValueError, match="obs must have shape"):
+        pi(torch.zeros(5, OBS_DIM + 1))
+    with pytest.raises(ValueError, match="layers"):
+        ValueNet(OBS_DIM, layers=0)
+
+
+def test_initial_policy_is_near_uniform() -> None:
+    torch.manual_seed(0)
+    p = PolicyNet(OBS_DIM).probs(_obs(16))
+    assert torch.allclose(p, torch.full_like(p, 1 / 3), atol=0.05)
+
+
+def test_deterministic_given_seed() -> None:
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(123)
+        pi, v = PolicyNet(OBS_DIM), ValueNet(OBS_DIM)
+        outs.append((pi(_obs(4)), v(_obs(4))))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    torch.manual_seed(124)
+    assert not torch.equal(PolicyNet(OBS_DIM)(_obs(4)), outs[0][0])
+
+
+def test_masked_probs_exact_zeros_and_normalised() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(6, 3) * 5
+    mask = torch.ones(6, 3, dtype=torch.bool)
+    mask[::2, NEXT] = False  # round T: 'next' unavailable
+    mask[1, BASE] = False
+    p = masked_probs(logits, mask)
+    assert torch.all(p[~mask] == 0.0)
+    assert torch.all(p[mask] > 0)
+    torch.testing.assert_close(p.sum(-1), torch.ones(6))
+    # Allowed actions keep their relative odds.
+    row = p[0, :2] / p[0, :2].sum()
+    torch.testing.assert_close(row, torch.softmax(logits[0, :2], -1))
+    # A mask broadcast over the batch.
+    q = masked_probs(logits, torch.tensor([True, True, False]))
+    assert torch.all(q[:, NEXT] == 0.0)
+    torch.testing.assert_close(q.sum(-1), torch.ones(6))
+    # Extreme logits: still exact zeros and no NaN.
+    big = torch.tensor([[1e4, -1e4, 1e4]])
+    assert torch.equal(
+        masked_probs(big, torch.tensor([[False, True, True]]))[0, 0], torch.tensor(0.0)
+    )
+
+
+def test_masked_log_probs_and_gradients() -> None:
+    logits = torch.randn(4, 3, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    mask = torch.tensor([True, True, False])
+    logp = masked_log_probs(logits, mask)
+    assert torch.all(torch.isneginf(logp[:, NEXT]))
+    torch.testing.assert_close(logp[:, :2].exp(), masked_probs(logits, mask)[:, :2])
+    masked_probs(logits, mask)[:, BASE].sum().backward()
+    assert torch.all(torch.isfinite(logits.grad))
+    assert torch.all(logits.grad[:, NEXT] == 0.0)
+
+
+def test_policy_probs_with_mask() -> None:
+    torch.manual_seed(0)
+    pi = PolicyNet(OBS_DIM)
+    p = pi.probs(_obs(3), torch.tensor([True, True, False]))
+    assert torch.all(p[:, NEXT] == 0.0)
+    torch.testing.assert_close(p.sum(-1), torch.ones(3))
+
+
+def test_bad_masks_raise() -> None:
+    logits = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="at least one"):
+        masked_probs(logits, torch.tensor([[True, False, False], [False, False, False]]))
+    with pytest.raises(ValueError, match="boolean"):
+        masked_probs(logits, torch.ones(2, 3))
+    with pytest.raises(ValueError, match="broadcast"):
+        masked_probs(logits, torch.ones(2, 4, dtype=torch.bool))
