@@ -152,17 +152,19 @@ def _masked_probs(logits: torch.Tensor, T: int) -> torch.Tensor:
     return masked_probs(logits, _allowed(T))
 
 
-def target_log_probs(probs: torch.Tensor, kappa: float, eps: float, method: Method) -> torch.Tensor:
-    """log S(a|o) over all actions, [..., T, 3] (−inf for masked actions).
+def target_log_probs(
+    logits: torch.Tensor, kappa: float, eps: float, method: Method
+) -> torch.Tensor:
+    """log S(a|o) over all actions from the score network's logits [..., T, 3] (−inf if masked).
 
     CCPO: S_{π,κ}(a|o) ∝ σ((π(a|o) − κ)/ε) over the allowed actions (paper Eqs. ``sconf`` and
     ``app``). When every action is below κ this tends to {argmax π}, matching the empty-set
     fallback of C. CPO: S = π.
     """
-    allowed = _allowed(probs.shape[-2])
+    mask = _allowed(logits.shape[-2])
     if method == "cpo":
-        return torch.log(probs).masked_fill(~allowed, -torch.inf)
-    log_sm = F.logsigmoid((probs - kappa) / eps).masked_fill(~allowed, -torch.inf)
+        return masked_log_probs(logits, mask)
+    log_sm = F.logsigmoid((masked_probs(logits, mask) - kappa) / eps).masked_fill(~mask, -torch.inf)
     return log_sm - torch.logsumexp(log_sm, dim=-1, keepdim=True)
 
 
@@ -204,8 +206,8 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
     n_val = int(len(perm) * cfg.val_frac) if cfg.val_every and len(perm) >= 50 else 0
     val_idx, fit_idx = perm[:n_val], perm[n_val:]
 
-    obs_mean = ep.obs[fit_idx].reshape(-1, ep.obs.shape[-1]).mean(0)
-    obs_std = ep.obs[fit_idx].reshape(-1, ep.obs.shape[-1]).std(0) + 1e-6
+    flat_obs = ep.obs[fit_idx].reshape(-1, ep.obs.shape[-1]).astype(np.float64)
+    obs_mean, obs_std = flat_obs.mean(0), flat_obs.std(0) + 1e-6
     obs_all = torch.as_tensor((ep.obs - obs_mean) / obs_std, dtype=torch.float32)
     cost_all = torch.as_tensor(ep.round_cost * cfg.cost_scale, dtype=torch.float32)
     correct_all = torch.as_tensor(ep.correct)
@@ -237,7 +239,7 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
             logp_b = torch.log(probs_old.gather(-1, actions[..., None])[..., 0])
 
             # 2. target policy S and importance weights ρ = S/π (clipped at 1 inside V-trace)
-            logS_old_all = target_log_probs(probs_old, kappa, cfg.eps, cfg.method)
+            logS_old_all = target_log_probs(logits_old, kappa, cfg.eps, cfg.method)
             logS_old = logS_old_all.gather(-1, actions[..., None])[..., 0]
             ratio = torch.exp(logS_old - logp_b)
             rho = torch.clamp(ratio, max=1.0)
@@ -290,8 +292,7 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         # 5. CPO step on π: surrogates are sums over an episode's steps, averaged over episodes
         def surrogates() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             logits = pi(x)
-            p_new = _masked_probs(logits, T)
-            logS_all = target_log_probs(p_new, kappa, cfg.eps, cfg.method)
+            logS_all = target_log_probs(logits, kappa, cfg.eps, cfg.method)
             logS = logS_all.gather(-1, actions[..., None])[..., 0]
             w = torch.where(valid, torch.exp(logS - logS_old), 0)
             n = len(batch)
@@ -304,8 +305,10 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         obj, con, _ = surrogates()
         g = flat_grad(obj, params, retain_graph=True)
         b = -flat_grad(con, params)
-        batch_coverage = float(set_metrics.covered.mean())
-        c = (1 - cfg.alpha) - (jbar_c if cfg.constraint_value == "surrogate" else batch_coverage)
+        # c in cost form, per episode. CPO: the point policy's coverage (J̄_C with ρ = 1).
+        # CCPO: the batch coverage of C_{π_k,κ_k} (default) or the paper's surrogate J̄_C.
+        use_surrogate = cfg.method == "cpo" or cfg.constraint_value == "surrogate"
+        c = (1 - cfg.alpha) - (jbar_c if use_surrogate else float(set_metrics.covered.mean()))
 
         def fvp(v: torch.Tensor) -> torch.Tensor:
             return fisher_vector_product(lambda: surrogates()[2], params, v, cfg.damping)

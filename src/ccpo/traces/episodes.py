@@ -237,6 +237,22 @@ def _reach_scores(e: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(shifted, axis=-1)
 
 
+def _membership(e: np.ndarray, reach_s: np.ndarray, k) -> tuple[np.ndarray, np.ndarray]:
+    """Rounds reached [..., T] and answers returned [..., T, 2] at threshold(s) ``k``."""
+    reach = reach_s >= k
+    included = (e[..., :2] >= k[..., None]) & reach[..., None]
+    return reach, included
+
+
+def conformal_sets(
+    ep: Episodes, probs: np.ndarray, kappa: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The set-valued rollout itself at one κ: rounds run [N, T] and answers returned
+    [N, T, 2] (base, guide), for callers that need the answers, not just the metrics."""
+    e = effective_scores(probs, ep.allowed)
+    return _membership(e, _reach_scores(e), np.float64(kappa))
+
+
 def conformal_rollout(
     ep: Episodes,
     probs: np.ndarray,
@@ -265,9 +281,7 @@ def conformal_rollout(
             raise ValueError(f"kappa {kappa.shape} must match idx rows {idx.shape[:1]}")
         sel = idx
         k = kappa[:, None, None]
-    reach = reach_s[sel] >= k  # [..., T]
-    in_set = e[sel][..., :2] >= k[..., None]  # [..., T, 2]
-    included = in_set & reach[..., None]
+    reach, included = _membership(e[sel], reach_s[sel], k)
     covered = (included & ep.correct[sel]).any(axis=(-1, -2)) | ~ep.solvable[sel]
     bits = np.where(included, np.left_shift(np.uint64(1), ep.answer_id[sel].astype(np.uint64)), 0)
     mask = np.bitwise_or.reduce(bits.reshape(*bits.shape[:-2], -1).astype(np.uint64), axis=-1)

@@ -1,0 +1,152 @@
+"""The Python API, in MAPIE's spirit: explicit phases ``fit`` → ``calibrate`` → ``predict_set``,
+each refusing to run out of order with a message that says what to call first.
+
+>>> from ccpo.product.api import ConformalPolicy          # doctest: +SKIP
+>>> pol = ConformalPolicy(alpha=0.1).fit("train.jsonl")   # doctest: +SKIP
+>>> pol.calibrate("calibration.jsonl")                    # doctest: +SKIP
+>>> sets = pol.predict_set("new_traces.jsonl")            # doctest: +SKIP
+>>> sets[0].answers, sets[0].rounds, sets[0].cost_usd     # doctest: +SKIP
+
+``predict_set`` replays traces (no LLM calls); answering live questions is the runtime's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ccpo.errors import CCPOError, PhaseError
+from ccpo.learning.conformal import split_conformal_threshold
+from ccpo.learning.policy import TrainedPolicy
+from ccpo.learning.trainers import TrainConfig, train
+from ccpo.llm.prices import PriceTable, load_prices, prices_from_mapping
+from ccpo.product.evaluate import check_alpha
+from ccpo.traces.answers import normalizer_for
+from ccpo.traces.episodes import Episodes, build_episodes, conformal_sets, covering_scores
+from ccpo.traces.io import read_traces
+from ccpo.traces.schema import Trace
+
+TracesLike = str | Path | Sequence[Trace]
+
+
+@dataclass(frozen=True)
+class PredictedSet:
+    """The answer set the conformal policy returns for one question (by replay)."""
+
+    id: str
+    answers: list[str]  # de-duplicated under the task normaliser, in the order returned
+    rounds: int  # rounds run (the deepest branch)
+    cost_usd: float
+    covered: bool | None  # whether a returned answer is correct (None if unknown)
+
+
+class ConformalPolicy:
+    """A conformal policy C(o) = {a : π(a|o) ≥ κ}: train π, calibrate κ̂, predict answer sets.
+
+    Args:
+        method: ``"ccpo"`` (paper Algorithm 1) or ``"cpo"`` (CPO π, then split-conformal κ̂:
+            the paper's CPO-batch).
+        alpha: target miscoverage α; coverage ≥ 1 − α holds in expectation over calibration
+            sets exchangeable with the test questions.
+        config: all training hyperparameters (:class:`TrainConfig`); ``method``/``alpha`` win.
+        prices: a price table (default: the bundled one).
+    """
+
+    def __init__(
+        self,
+        method: str = "ccpo",
+        alpha: float = 0.1,
+        config: TrainConfig | None = None,
+        prices: PriceTable | None = None,
+    ) -> None:
+        check_alpha(alpha)
+        self.config = replace(config or TrainConfig(), method=method, alpha=alpha)
+        self.prices = prices or load_prices()
+        self.policy: TrainedPolicy | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def _episodes(self, data: TracesLike | Episodes) -> tuple[Episodes, list[Trace] | None]:
+        if isinstance(data, Episodes):
+            return data, None
+        traces = read_traces(data) if isinstance(data, str | Path) else list(data)
+        return build_episodes(traces, self.prices), traces
+
+    @property
+    def is_fitted(self) -> bool:
+        return self.policy is not None
+
+    @property
+    def is_calibrated(self) -> bool:
+        return self.policy is not None and self.policy.kappa_batch is not None
+
+    # ------------------------------------------------------------------ phases
+    def fit(self, data: TracesLike | Episodes) -> ConformalPolicy:
+        """Train π (and the online κ) on every question of ``data``."""
+        ep, _ = self._episodes(data)
+        res = train(ep, np.arange(ep.n), self.config)
+        variant = self.config.method if self.config.method == "ccpo" else "cpo-batch"
+        self.policy = TrainedPolicy.from_result(res, variant, self.prices.to_price_file())
+        return self
+
+    def calibrate(self, data: TracesLike | Episodes) -> ConformalPolicy:
+        """Split-conformal κ̂ on held-out calibration questions (not the training ones)."""
+        if self.policy is None:
+            raise PhaseError("calibrate() needs a trained policy: call fit(traces) first")
+        ep, _ = self._episodes(data)
+        s = covering_scores(ep, self.policy.probs(ep.obs))
+        self.policy.kappa_batch = float(split_conformal_threshold(s, self.config.alpha))
+        return self
+
+    def predict_set(self, data: TracesLike) -> list[PredictedSet]:
+        """The answer set, rounds run and cost of each question, by replaying its trace."""
+        if self.policy is None:
+            raise PhaseError("predict_set() needs a trained policy: call fit(traces) first")
+        if self.policy.kappa_batch is None:
+            raise PhaseError(
+                "predict_set() needs a calibrated threshold: call calibrate(held_out_traces) "
+                "after fit()"
+            )
+        ep, traces = self._episodes(data)
+        assert traces is not None
+        reach, included = conformal_sets(ep, self.policy.probs(ep.obs), self.policy.kappa)
+        out = []
+        for i, tr in enumerate(traces):
+            norm = normalizer_for(tr.task)
+            answers: dict[str, str] = {}
+            for t in np.flatnonzero(reach[i]):
+                r = tr.rounds[t]
+                for j, step in enumerate((r.base, r.guide)):
+                    if included[i, t, j]:
+                        answers.setdefault(norm(step.answer), step.answer)
+            hit = (included[i] & ep.correct[i]).any() or not ep.solvable[i]
+            out.append(
+                PredictedSet(
+                    id=tr.id,
+                    answers=list(answers.values()),
+                    rounds=int(reach[i].sum()),
+                    cost_usd=float((ep.round_cost[i] * reach[i]).sum()),
+                    covered=bool(hit),
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder: str | Path) -> Path:
+        if self.policy is None:
+            raise PhaseError("nothing to save: call fit(traces) first")
+        return self.policy.save(folder)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> ConformalPolicy:
+        pol = TrainedPolicy.load(folder)
+        if pol.scoring == "point":
+            raise CCPOError(f"{folder} holds a pointwise CPO policy, not a conformal one")
+        prices = load_prices()
+        if pol.prices is not None:
+            prices = prices.merged(prices_from_mapping(pol.prices, f"{folder}/prices.json"))
+        obj = cls(pol.config.method, pol.alpha, pol.config, prices)
+        obj.policy = pol
+        return obj

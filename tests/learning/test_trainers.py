@@ -1,0 +1,182 @@
+"""The CCPO / CPO training loop, artifacts and the phase-checked API (SYNTHETIC data, ccpo.sim).
+
+Training runs here are short (a few hundred steps) to keep the suite fast; the full-length
+comparison lives in the benchmarks and in `ccpo compare`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from ccpo.errors import CCPOError, PhaseError
+from ccpo.learning.conformal import split_conformal_threshold
+from ccpo.learning.policy import TrainedPolicy
+from ccpo.learning.trainers import TrainConfig, target_log_probs, train
+from ccpo.llm.prices import load_prices
+from ccpo.product.api import ConformalPolicy
+from ccpo.product.evaluate import make_splits
+from ccpo.sim import SimConfig, generate
+from ccpo.traces.episodes import build_episodes, conformal_rollout, covering_scores
+from tests.conftest import random_probs
+
+
+@pytest.fixture(scope="module")
+def big_sim():
+    traces = generate(SimConfig(n=700, seed=21))
+    return traces, build_episodes(traces, load_prices())
+
+
+@pytest.fixture(scope="module")
+def splits(big_sim):
+    return make_splits(big_sim[1].n, (400, 150, 150), 100, seed=1)
+
+
+@pytest.fixture(scope="module")
+def ccpo_run(big_sim, splits):
+    return train(big_sim[1], splits.train, TrainConfig(alpha=0.2, steps=400, seed=3, val_every=100))
+
+
+def test_training_is_deterministic(big_sim, splits):
+    cfg = TrainConfig(steps=25, seed=5, val_every=0)
+    a = train(big_sim[1], splits.train, cfg)
+    b = train(big_sim[1], splits.train, cfg)
+    assert a.log == b.log
+    for pa, pb in zip(a.policy.parameters(), b.policy.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+    c = train(big_sim[1], splits.train, TrainConfig(steps=25, seed=6, val_every=0))
+    assert c.log != a.log
+
+
+def test_log_has_the_diagnostics(ccpo_run):
+    keys = set(ccpo_run.log[-1])
+    for k in (
+        "train/cost",
+        "train/coverage",
+        "constraint/surrogate_violation",
+        "conformal/kappa",
+        "cpo/case",
+        "cpo/lambda",
+        "cpo/nu",
+        "cpo/kl",
+        "cpo/backtracks",
+        "val/coverage",
+        "val/length",
+    ):
+        assert k in keys, k
+    kls = [e["cpo/kl"] for e in ccpo_run.log]
+    assert max(kls) <= TrainConfig().delta + 1e-9  # the line search keeps KL ≤ δ
+
+
+def test_online_kappa_tracks_target_coverage(ccpo_run):
+    """Batch coverage of C under the online κ averages near 1 − α over the second half."""
+    cov = [e["train/coverage"] for e in ccpo_run.log[200:]]
+    assert abs(np.mean(cov) - 0.8) < 0.05
+
+
+def test_ccpo_beats_random_scores_at_equal_coverage(big_sim, splits, ccpo_run):
+    """Trained π is a better conformal score than random π: cheaper at calibrated coverage."""
+    ep, alpha = big_sim[1], 0.2
+    costs = {}
+    for name, probs in (
+        ("ccpo", ccpo_run.probs(ep.obs)),
+        ("random", random_probs(np.random.default_rng(0), ep.n, ep.horizon)),
+    ):
+        kappa = split_conformal_threshold(covering_scores(ep, probs)[splits.cal], alpha)
+        m = conformal_rollout(ep, probs, kappa, splits.test)
+        costs[name] = m.cost.sum(1).mean()
+    assert costs["ccpo"] < 0.85 * costs["random"]
+
+
+def test_ccpo_coverage_over_100_splits(big_sim, splits, ccpo_run):
+    """Mean test coverage over 100 evaluation splits ≥ 1 − α − 0.01 (batch calibration)."""
+    ep, alpha = big_sim[1], 0.2
+    probs = ccpo_run.probs(ep.obs)
+    kappa = split_conformal_threshold(covering_scores(ep, probs)[splits.cal], alpha)
+    m = conformal_rollout(ep, probs, kappa, splits.test)
+    assert m.covered.mean() >= 1 - alpha - 0.01
+
+
+def expected_point_coverage(ep, probs):
+    """Exact coverage of the stochastic point policy π (no sampling noise)."""
+    reach = np.cumprod(np.concatenate([np.ones((ep.n, 1)), probs[:, :-1, 2]], 1), axis=1)
+    hit = (probs[..., :2] * ep.correct).sum(-1)
+    return float(np.where(ep.solvable, (reach * hit).sum(1), 1.0).mean())
+
+
+def test_cpo_raises_coverage_toward_its_constraint(big_sim, splits):
+    """At α = 0.1 the point constraint is violated at the start, so CPO's steps raise coverage."""
+    ep = big_sim[1]
+    sub = ep.subset(splits.train)
+    short = train(
+        ep, splits.train, TrainConfig(method="cpo", alpha=0.1, steps=1, seed=2, val_every=0)
+    )
+    longer = train(
+        ep, splits.train, TrainConfig(method="cpo", alpha=0.1, steps=300, seed=2, val_every=0)
+    )
+    before = expected_point_coverage(sub, short.probs(sub.obs))
+    after = expected_point_coverage(sub, longer.probs(sub.obs))
+    assert after > before + 0.03
+
+
+def test_target_policy_softmask():
+    probs = torch.tensor([[[0.7, 0.2, 0.1], [0.6, 0.4, 0.0]]])
+    logits = torch.log(probs)  # the last round's 'next' is masked anyway
+    logS = target_log_probs(logits, kappa=0.3, eps=0.01, method="ccpo")
+    S = logS.exp()
+    torch.testing.assert_close(S.sum(-1), torch.ones(1, 2))
+    assert S[0, 0, 0] > 0.99  # only 'base' is above κ in round 1
+    assert abs(S[0, 1, 0] - 0.5) < 0.01 and S[0, 1, 2] == 0  # uniform over {base, guide}
+    # every action below κ: S concentrates on argmax π (the empty-set fallback)
+    S_low = target_log_probs(logits, kappa=0.95, eps=0.01, method="ccpo").exp()
+    assert S_low[0, 0, 0] > 0.99
+    torch.testing.assert_close(target_log_probs(logits, 0.3, 0.01, "cpo").exp(), probs)
+
+
+def test_artifact_round_trip_and_incompatible_versions(tmp_path, big_sim, ccpo_run):
+    ep = big_sim[1]
+    pol = TrainedPolicy.from_result(ccpo_run, "ccpo", load_prices().to_price_file())
+    pol.kappa_batch = 0.123
+    folder = pol.save(tmp_path / "pol")
+    back = TrainedPolicy.load(folder)
+    np.testing.assert_allclose(back.probs(ep.obs[:20]), pol.probs(ep.obs[:20]))
+    assert back.kappa == 0.123 and back.variant == "ccpo" and len(back.log) == len(pol.log)
+    meta = json.loads((folder / "policy.json").read_text())
+    meta["format"] = "ccpo.policy/v0"
+    (folder / "policy.json").write_text(json.dumps(meta))
+    with pytest.raises(CCPOError, match="retrain"):
+        TrainedPolicy.load(folder)
+    meta["format"] = "ccpo.policy/v1"
+    (folder / "policy.json").write_text(json.dumps(meta))
+    (folder / "features.json").write_text(
+        json.dumps({"version": "ccpo.features/v0", "names": ["x"]})
+    )
+    with pytest.raises(CCPOError, match="feature spec"):
+        TrainedPolicy.load(folder)
+    with pytest.raises(CCPOError, match="not a trained policy"):
+        TrainedPolicy.load(tmp_path)
+
+
+def test_api_phases_and_predictions(big_sim, tmp_path):
+    traces, _ = big_sim
+    pol = ConformalPolicy(alpha=0.2, config=TrainConfig(steps=40, val_every=0))
+    with pytest.raises(PhaseError, match="fit"):
+        pol.calibrate(traces[400:550])
+    with pytest.raises(PhaseError, match="fit"):
+        pol.predict_set(traces[550:])
+    pol.fit(traces[:400])
+    with pytest.raises(PhaseError, match="calibrate"):
+        pol.predict_set(traces[550:])
+    pol.calibrate(traces[400:550])
+    sets = pol.predict_set(traces[550:])
+    ep = build_episodes(traces[550:], load_prices())
+    m = conformal_rollout(ep, pol.policy.probs(ep.obs), pol.policy.kappa)
+    assert [s.rounds for s in sets] == m.length.tolist()
+    assert [len(s.answers) for s in sets] == m.set_size.tolist()
+    np.testing.assert_allclose([s.cost_usd for s in sets], m.cost)
+    assert [s.covered for s in sets] == m.covered.tolist()
+    back = ConformalPolicy.load(pol.save(tmp_path / "api"))
+    assert [s.answers for s in back.predict_set(traces[550:])] == [s.answers for s in sets]
