@@ -200,9 +200,10 @@ def evaluate(
 
 
 def _register_commands() -> None:
-    from ccpo.product import cli_learn
+    from ccpo.product import cli_learn, cli_reproduce
 
     cli_learn.register(app)
+    cli_reproduce.register(app)
 
 
 _register_commands()

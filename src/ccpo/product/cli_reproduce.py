@@ -1,0 +1,44 @@
+"""``ccpo reproduce``: the one-command tour on the bundled real trace sets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+console = Console()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("reproduce")
+    def reproduce_cmd(
+        out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
+            "runs/reproduce"
+        ),
+        data: Annotated[
+            list[str] | None,
+            typer.Option("--data", help="Bundled set name or trace file (repeatable); "
+                         "default: every bundled set."),
+        ] = None,
+        alpha: Annotated[
+            list[float] | None, typer.Option("--alpha", help="α values (repeatable).")
+        ] = None,
+        splits: Annotated[int | None, typer.Option(help="Evaluation splits (default 100).")] = None,
+        steps: Annotated[int | None, typer.Option(help="Training steps (default 2000).")] = None,
+        quick: Annotated[
+            bool, typer.Option("--quick", help="20 splits, 200 steps: about a minute.")
+        ] = False,
+        seed: Annotated[int, typer.Option(help="Seed of splits and training.")] = 0,
+    ) -> None:
+        """Run `compare` on every bundled real trace set at α = 0.1 and 0.2 and write one
+        report (report.md, report.html with plots inline) with tables, box plots, training
+        curves and a cost-vs-coverage frontier. No API key needed."""
+        from ccpo.product.evaluate import check_alpha
+        from ccpo.product.reproduce import run_reproduce
+
+        alphas = alpha or [0.1, 0.2]
+        for a in alphas:
+            check_alpha(a)
+        run_reproduce(out, data, alphas, splits, steps, quick, seed, console)
