@@ -28,8 +28,14 @@ def test_report_files_exist(quick_run):
         assert (quick_run / name).is_file(), name
     for a in ("0.1", "0.2"):
         folder = quick_run / "hotpotqa-public" / f"alpha-{a}"
-        for f in ("results.json", "results.md", "results.csv", "box_coverage.png",
-                  "box_cost.png", "training_curves.png"):
+        for f in (
+            "results.json",
+            "results.md",
+            "results.csv",
+            "box_coverage.png",
+            "box_cost.png",
+            "training_curves.png",
+        ):
             assert (folder / f).is_file(), f
     page = (quick_run / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 2 * 3 + 1
@@ -40,12 +46,16 @@ def test_report_numbers_match_results_json(quick_run):
     sections = md.split("**hotpotqa-public, α = ")[1:]
     assert len(sections) == 2
     for sec, a in zip(sections, ("0.1", "0.2"), strict=True):
-        res = json.loads((quick_run / "hotpotqa-public" / f"alpha-{a}" / "results.json")
-                         .read_text())
+        res = json.loads(
+            (quick_run / "hotpotqa-public" / f"alpha-{a}" / "results.json").read_text()
+        )
         assert res["alpha"] == float(a) and res["splits"] == 20
-        table = {m.group(1): m.groups()[1:] for m in
-                 re.finditer(r"^\| (\S+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$",
-                             sec, re.M)}
+        table = {
+            m.group(1): m.groups()[1:]
+            for m in re.finditer(
+                r"^\| (\S+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", sec, re.M
+            )
+        }
         assert set(table) == {r["policy"] for r in res["rows"]}
         names = [r["policy"] for r in res["rows"]]
         for p in ("ccpo", "cpo-batch", "cpo-online", "uala", "oracle", "ccpo-lam0.0002"):
@@ -59,15 +69,15 @@ def test_report_numbers_match_results_json(quick_run):
             ours, rest = line.split(" / ")
             base, ratio = rest.split(": ")[0], float(rest.split(": ")[1].split()[0])
             by = {r["policy"]: r for r in res["rows"]}
-            assert ratio == pytest.approx(by[ours]["cost_cents"] / by[base]["cost_cents"],
-                                          abs=6e-4)
+            assert ratio == pytest.approx(by[ours]["cost_cents"] / by[base]["cost_cents"], abs=6e-4)
 
 
 def test_conformal_rows_cover_on_real_data(quick_run):
     """Batch-calibrated rows keep mean coverage ≥ 1 − α − 0.02 over the 20 quick splits."""
     for a in (0.1, 0.2):
-        res = json.loads((quick_run / "hotpotqa-public" / f"alpha-{a:g}" / "results.json")
-                         .read_text())
+        res = json.loads(
+            (quick_run / "hotpotqa-public" / f"alpha-{a:g}" / "results.json").read_text()
+        )
         for r in res["rows"]:
             if r["policy"] in ("ccpo", "cpo-batch") or r["policy"].startswith("ccpo-lam"):
                 assert r["coverage"] >= 1 - a - 0.02, r["policy"]

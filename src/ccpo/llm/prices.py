@@ -88,8 +88,9 @@ def _parse(obj: Any, origin: str) -> PriceTable:
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
-        raise CCPOError(f"{origin}: field '{loc}': {first['msg']} (see the price-file format in "
-                        "the README)") from None
+        raise CCPOError(
+            f"{origin}: field '{loc}': {first['msg']} (see the price-file format in the README)"
+        ) from None
     models = {
         k: v.model_copy(update={"as_of": v.as_of or pf.as_of, "source": v.source or pf.source})
         for k, v in pf.models.items()

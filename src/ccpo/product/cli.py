@@ -84,7 +84,8 @@ def traces_stats(
     hist = ", ".join(f"{k} rounds: {v}" for k, v in sorted(st.rounds_hist.items()))
     console.print(
         f"[bold]{file}[/bold]: {st.questions} questions ({hist}); "
-        f"task {', '.join(sorted(st.tasks))}; solvable {st.solvable_rate:.3f}; models {', '.join(sorted(st.models))}"
+        f"task {', '.join(sorted(st.tasks))}; solvable {st.solvable_rate:.3f}; "
+        f"models {', '.join(sorted(st.models))}"
     )
     t = Table()
     for c in ("round", "base acc", "guide acc", "guide yes", "base tok", "guide tok", "cost ¢"):
@@ -200,8 +201,9 @@ def evaluate(
 
 
 def _register_commands() -> None:
-    from ccpo.product import cli_learn, cli_reproduce
+    from ccpo.product import cli_collect, cli_learn, cli_reproduce
 
+    cli_collect.register(app)
     cli_learn.register(app)
     cli_reproduce.register(app)
 

@@ -14,13 +14,13 @@ console = Console()
 def register(app: typer.Typer) -> None:
     @app.command("reproduce")
     def reproduce_cmd(
-        out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
-            "runs/reproduce"
-        ),
+        out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("runs/reproduce"),
         data: Annotated[
             list[str] | None,
-            typer.Option("--data", help="Bundled set name or trace file (repeatable); "
-                         "default: every bundled set."),
+            typer.Option(
+                "--data",
+                help="Bundled set name or trace file (repeatable); default: every bundled set.",
+            ),
         ] = None,
         alpha: Annotated[
             list[float] | None, typer.Option("--alpha", help="α values (repeatable).")

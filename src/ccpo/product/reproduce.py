@@ -16,12 +16,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from rich.console import Console  # noqa: E402
+import matplotlib.pyplot as plt
+from rich.console import Console
 
-from ccpo.errors import CCPOError  # noqa: E402
-from ccpo.product.comparison import run_compare  # noqa: E402
-from ccpo.product.report import markdown_table  # noqa: E402
+from ccpo.errors import CCPOError
+from ccpo.product.comparison import run_compare
+from ccpo.product.report import markdown_table
 
 QUICK = {"splits": 20, "steps": 200}
 FULL = {"splits": 100, "steps": 2000}
@@ -117,8 +117,9 @@ def _img(path: Path) -> str:
 
 
 def _html_table(rows: list[dict]) -> str:
-    head = "".join(f"<th>{c}</th>" for c in
-                   ("Policy", "Cost (cents)", "Coverage", "Avg. Len.", "Set Size"))
+    head = "".join(
+        f"<th>{c}</th>" for c in ("Policy", "Cost (cents)", "Coverage", "Avg. Len.", "Set Size")
+    )
     body = "".join(
         f"<tr><td>{html.escape(r['policy'])}</td><td>{r['cost_cents']:.3f}</td>"
         f"<td>{r['coverage']:.3f}</td><td>{r['avg_len']:.2f}</td><td>{r['set_size']:.2f}</td></tr>"
@@ -127,40 +128,61 @@ def _html_table(rows: list[dict]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def write_report(out: Path, sections: list[Section], frontiers: dict[str, Path],
-                 meta: dict) -> tuple[Path, Path]:
+def write_report(
+    out: Path, sections: list[Section], frontiers: dict[str, Path], meta: dict
+) -> tuple[Path, Path]:
     from ccpo.product.evaluate import ResultRow
 
-    md = ["# ccpo reproduce", "",
-          f"Settings: α ∈ {{{', '.join(f'{a:g}' for a in meta['alphas'])}}}, "
-          f"{meta['splits']} evaluation splits, {meta['steps']} training steps per method, "
-          f"seed {meta['seed']}{' (--quick)' if meta['quick'] else ''}. Wall time "
-          f"{meta['seconds']:.0f} s.", "",
-          "Data are real answers of real LLMs from public run logs (see each set's data card); "
-          "they are not the paper's traces. `oracle` is a cost floor, not a policy.", ""]
-    h = ["<html><head><meta charset='utf-8'><title>ccpo reproduce</title><style>"
-         "body{font-family:sans-serif;max-width:1100px;margin:auto}"
-         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
-         "text-align:right}td:first-child{text-align:left}</style></head><body>",
-         "<h1>ccpo reproduce</h1>", f"<p>{html.escape(md[2])}</p>", f"<p>{html.escape(md[4])}</p>"]
+    md = [
+        "# ccpo reproduce",
+        "",
+        f"Settings: α ∈ {{{', '.join(f'{a:g}' for a in meta['alphas'])}}}, "
+        f"{meta['splits']} evaluation splits, {meta['steps']} training steps per method, "
+        f"seed {meta['seed']}{' (--quick)' if meta['quick'] else ''}. Wall time "
+        f"{meta['seconds']:.0f} s.",
+        "",
+        "Data are real answers of real LLMs from public run logs (see each set's data card); "
+        "they are not the paper's traces. `oracle` is a cost floor, not a policy.",
+        "",
+    ]
+    h = [
+        "<html><head><meta charset='utf-8'><title>ccpo reproduce</title><style>"
+        "body{font-family:sans-serif;max-width:1100px;margin:auto}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
+        "text-align:right}td:first-child{text-align:left}</style></head><body>",
+        "<h1>ccpo reproduce</h1>",
+        f"<p>{html.escape(md[2])}</p>",
+        f"<p>{html.escape(md[4])}</p>",
+    ]
     for name in dict.fromkeys(s.name for s in sections):
         md += [f"## {name}", ""]
         h += [f"<h2>{html.escape(name)}</h2>"]
         for s in [s for s in sections if s.name == name]:
             rows = s.results["rows"]
-            objs = [ResultRow(**{k: v for k, v in r.items() if k in ResultRow.__dataclass_fields__})
-                    for r in rows]
+            objs = [
+                ResultRow(**{k: v for k, v in r.items() if k in ResultRow.__dataclass_fields__})
+                for r in rows
+            ]
             title = f"{name}, α = {s.alpha:g}"
             rel = s.folder.relative_to(out)
             ratios = ratio_lines(rows, s.alpha)
-            md += [markdown_table(objs, title), "CCPO cost ratios (lower is cheaper): "
-                   + ("; ".join(ratios) or "n/a"), "",
-                   f"![coverage]({rel}/box_coverage.png) ![cost]({rel}/box_cost.png)", "",
-                   f"![training curves]({rel}/training_curves.png)", ""]
-            h += [f"<h3>{html.escape(title)}</h3>", _html_table(rows),
-                  f"<p>CCPO cost ratios: {html.escape('; '.join(ratios) or 'n/a')}</p>",
-                  _img(s.folder / "box_coverage.png"), _img(s.folder / "box_cost.png"),
-                  _img(s.folder / "training_curves.png")]
+            md += [
+                markdown_table(objs, title),
+                "CCPO cost ratios (lower is cheaper): " + ("; ".join(ratios) or "n/a"),
+                "",
+                f"![coverage]({rel}/box_coverage.png) ![cost]({rel}/box_cost.png)",
+                "",
+                f"![training curves]({rel}/training_curves.png)",
+                "",
+            ]
+            h += [
+                f"<h3>{html.escape(title)}</h3>",
+                _html_table(rows),
+                f"<p>CCPO cost ratios: {html.escape('; '.join(ratios) or 'n/a')}</p>",
+                _img(s.folder / "box_coverage.png"),
+                _img(s.folder / "box_cost.png"),
+                _img(s.folder / "training_curves.png"),
+            ]
         fr = frontiers[name].relative_to(out)
         md += [f"![frontier]({fr})", ""]
         h += ["<h3>cost vs coverage across α</h3>", _img(frontiers[name])]
@@ -192,15 +214,31 @@ def run_reproduce(
         for alpha in alphas:
             folder = out / name / f"alpha-{alpha:g}"
             console.rule(f"{name}, α = {alpha:g}")
-            run_compare(path, folder, alpha=alpha, splits=splits, steps=steps, seed=seed,
-                        console=console, title=name)
+            run_compare(
+                path,
+                folder,
+                alpha=alpha,
+                splits=splits,
+                steps=steps,
+                seed=seed,
+                console=console,
+                title=name,
+            )
             results = json.loads((folder / "results.json").read_text())
             sections.append(Section(name, alpha, folder, results))
-    frontiers = {n: frontier_plot(n, [s for s in sections if s.name == n],
-                                  out / n / "frontier.png") for n in sets}
-    meta = {"alphas": list(alphas), "splits": splits, "steps": steps, "seed": seed,
-            "quick": quick, "seconds": time.perf_counter() - t0, "data": {k: str(v) for k, v
-                                                                          in sets.items()}}
+    frontiers = {
+        n: frontier_plot(n, [s for s in sections if s.name == n], out / n / "frontier.png")
+        for n in sets
+    }
+    meta = {
+        "alphas": list(alphas),
+        "splits": splits,
+        "steps": steps,
+        "seed": seed,
+        "quick": quick,
+        "seconds": time.perf_counter() - t0,
+        "data": {k: str(v) for k, v in sets.items()},
+    }
     md, page = write_report(out, sections, frontiers, meta)
     (out / "reproduce.json").write_text(json.dumps(meta, indent=1) + "\n")
     console.print(f"reproduce took {meta['seconds']:.0f} s; report: {md} and {page}")

@@ -244,9 +244,7 @@ def _membership(e: np.ndarray, reach_s: np.ndarray, k) -> tuple[np.ndarray, np.n
     return reach, included
 
 
-def conformal_sets(
-    ep: Episodes, probs: np.ndarray, kappa: float
-) -> tuple[np.ndarray, np.ndarray]:
+def conformal_sets(ep: Episodes, probs: np.ndarray, kappa: float) -> tuple[np.ndarray, np.ndarray]:
     """The set-valued rollout itself at one κ: rounds run [N, T] and answers returned
     [N, T, 2] (base, guide), for callers that need the answers, not just the metrics."""
     e = effective_scores(probs, ep.allowed)

@@ -58,14 +58,26 @@ def featurize_trace(trace: Trace) -> np.ndarray:
 
     Row ``t-1`` depends on rounds ``1..t`` only (no peeking at later rounds or at ``correct``).
     """
-    norm = normalizer_for(trace.task)
-    T = trace.n_rounds
-    out = np.zeros((T, N_FEATURES), dtype=np.float32)
+    return featurize_rounds(trace.task, trace.n_rounds, trace.rounds)
+
+
+def featurize_rounds(task: str, horizon: int, rounds: Sequence[Any]) -> np.ndarray:
+    """Observations of the rounds run so far, shape ``[len(rounds), N_FEATURES]``.
+
+    ``rounds`` are :class:`~ccpo.traces.schema.Round` objects or anything with the same
+    attributes (``base.answer``, ``base.usage``, ``base.logprob_mean``, ``base.logprob_min``,
+    ``guide.answer``, ``guide.verdict``, ``guide.uncertainty``, ``guide.usage``); ``correct``
+    is never read, so a live agent can featurize round t as soon as it has run.
+    ``horizon`` is T, the round budget (it sets ``round_frac`` and ``is_last_round``).
+    """
+    norm = normalizer_for(task)
+    T = horizon
+    out = np.zeros((len(rounds), N_FEATURES), dtype=np.float32)
     base_norm: list[str] = []
     guide_norm: list[str] = []
     verdicts: list[bool] = []
     cum_guide = cum_base = 0
-    for i, r in enumerate(trace.rounds):
+    for i, r in enumerate(rounds):
         t = i + 1
         b, g = r.base, r.guide
         nb, ng = norm(b.answer), norm(g.answer)

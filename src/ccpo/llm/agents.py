@@ -1,0 +1,371 @@
+"""The agents of one round: base (chain-of-thought or ReAct), guide, LLM-as-policy, LLM-EXIT.
+
+Definitions written into every trace (``meta.definitions``):
+
+- **Guide uncertainty** = ``1 − p(verdict token)``, where the verdict token is the first
+  generated token that is not white space or markup (``*``, quotes, brackets) — the token that
+  says ``Yes`` or ``No`` — and ``p = exp(logprob)``. 0 means the guide is sure of its verdict.
+  When the endpoint returns no log-probs (rejected or ignored), the uncertainty is ``null``.
+- **Base log-prob stats**: ``logprob_mean`` / ``logprob_min`` over every generated token of
+  the round (all ReAct steps together); ``null`` without log-probs.
+- **Verdict parsing** (:func:`parse_verdict`): ``Yes`` → verdict ``yes`` and the guide's answer
+  is the base answer; ``No [X]`` → verdict ``no`` and answer ``X`` (also ``No, X`` / ``no: X``
+  and odd casing, punctuation, markdown); anything else → verdict ``null`` and the cleaned
+  reply as the guide's answer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ccpo.llm.client import ChatRequest, ChatResult, Endpoint, LLMClient, TokenLogprob
+from ccpo.llm.prompts import (
+    PastRound,
+    cot_messages,
+    exit_messages,
+    guide_messages,
+    policy_messages,
+    react_messages,
+)
+from ccpo.llm.tasks.search import ReActEnv, SearchBackend
+
+UNCERTAINTY_DEF = "1 - p(first verdict token); null without log-probs"
+LOGPROB_DEF = "mean/min token log-prob over the round's generated tokens; null without log-probs"
+
+
+@dataclass
+class Calls:
+    """Accumulated usage and token log-probs over one or more calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    logprobs: list[float] | None = field(default_factory=list)
+    n: int = 0
+
+    def add(self, r: ChatResult) -> None:
+        self.input_tokens += r.input_tokens
+        self.output_tokens += r.output_tokens
+        self.n += 1
+        if self.logprobs is not None:
+            if r.logprobs is None:
+                if r.output_tokens > 0:
+                    self.logprobs = None
+            else:
+                self.logprobs.extend(t.logprob for t in r.logprobs)
+
+    def stats(self) -> tuple[float | None, float | None]:
+        return logprob_stats(self.logprobs)
+
+    def usage(self) -> dict[str, int]:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+
+
+def logprob_stats(values: list[float] | None) -> tuple[float | None, float | None]:
+    """(mean, min) of token log-probs, or (None, None) when unavailable or empty."""
+    if not values:
+        return None, None
+    return sum(values) / len(values), min(values)
+
+
+# ----------------------------------------------------------------------------- answers
+_ANSWER_LINE = re.compile(r"(?:final\s+)?answer\s*(?:is)?\s*[:：]\s*(.+)", re.I)
+
+
+def extract_answer(text: str) -> str:
+    """The final answer of a CoT reply: the last ``Answer: X`` line, else the last line."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        m = _ANSWER_LINE.search(ln)
+        if m:
+            return _clean(m.group(1))
+    return _clean(lines[-1]) if lines else ""
+
+
+def _clean(s: str) -> str:
+    s = s.strip().strip("*`_ ").rstrip(". *`_").strip()
+    if len(s) > 1 and s[0] == s[-1] and s[0] in "\"'":
+        s = s[1:-1].strip()
+    return s.rstrip(".").strip()
+
+
+_VERDICT = re.compile(r"^(yes|no)\b[\s.,:;!\-\u2013\u2014*]*(.*)$", re.I | re.S)
+_PREFIX = re.compile(r"^(?:your\s+)?(?:response|answer|verdict)\s*[:：]\s*", re.I)
+
+
+def parse_verdict(text: str) -> tuple[str | None, str | None]:
+    """Parse a guide reply into (verdict, corrected answer).
+
+    >>> parse_verdict("Yes")
+    ('yes', None)
+    >>> parse_verdict("No [Paris]")
+    ('no', 'Paris')
+    """
+    s = text.strip().lstrip("*#>\"'` ").strip()
+    s = _PREFIX.sub("", s).lstrip("*\"'` ").strip()
+    m = _VERDICT.match(s)
+    if not m:
+        ans = _clean(s.splitlines()[0]) if s else ""
+        return None, (ans or None)
+    verdict = m.group(1).lower()
+    if verdict == "yes":
+        return "yes", None
+    rest = m.group(2).strip()
+    b = re.search(r"\[([^\]]*)\]", rest)
+    if b:
+        ans = _clean(b.group(1))
+    else:
+        first = rest.splitlines()[0] if rest else ""
+        ans = _clean(first.strip("[]()"))
+    return "no", (ans or None)
+
+
+def verdict_uncertainty(logprobs: list[TokenLogprob] | None) -> float | None:
+    """``1 − p(verdict token)``; None without log-probs (see the module docstring)."""
+    if not logprobs:
+        return None
+    for t in logprobs:
+        if t.token.strip().strip("*\"'`[]#>").strip():
+            return float(min(1.0, max(0.0, 1.0 - math.exp(t.logprob))))
+    return None
+
+
+# ----------------------------------------------------------------------------- base agents
+@dataclass
+class BaseOutput:
+    answer: str
+    reasoning: str
+    calls: Calls
+
+
+@dataclass
+class CoTAgent:
+    """Chain-of-thought base agent (MMLU, generic JSONL)."""
+
+    task: str
+    max_tokens: int = 512
+
+    async def run(
+        self,
+        client: LLMClient,
+        ep: Endpoint,
+        question: str,
+        history: list[PastRound],
+        temperature: float,
+        sample: int,
+        context_backend: SearchBackend | None = None,
+    ) -> BaseOutput:
+        req = ChatRequest(
+            cot_messages(self.task, question, history),
+            temperature=temperature,
+            max_tokens=self.max_tokens,
+        )
+        r = await client.chat(ep, req, sample=sample)
+        calls = Calls()
+        calls.add(r)
+        return BaseOutput(answer=extract_answer(r.text), reasoning=r.text.strip(), calls=calls)
+
+
+_ACTION_IN_REPLY = re.compile(r"Action\s*\d*\s*:\s*(search|lookup|finish)\s*\[([^\]\n]*)\]?", re.I)
+_BARE_ACTION = re.compile(r"\b(search|lookup|finish)\s*\[([^\]\n]*)\]", re.I)
+_THOUGHT_PREFIX = re.compile(r"^\s*Thought\s*\d*\s*:\s*", re.I)
+
+
+@dataclass
+class ReActAgent:
+    """ReAct base agent (HotpotQA) with ``search`` / ``lookup`` / ``finish``, bounded steps.
+
+    Each step sends the scratchpad so far (ending in ``Thought i:``) and stops the model at
+    ``\\nObservation``; the action is parsed from its reply, run against the search backend,
+    and the observation appended. If ``max_steps`` pass without ``finish``, one last call
+    asks for ``Action i: finish[`` and takes the reply up to ``]`` as the answer.
+    """
+
+    max_steps: int = 6
+    max_tokens: int = 200
+    max_obs_chars: int = 800
+
+    async def run(
+        self,
+        client: LLMClient,
+        ep: Endpoint,
+        question: str,
+        history: list[PastRound],
+        temperature: float,
+        sample: int,
+        context_backend: SearchBackend | None = None,
+    ) -> BaseOutput:
+        if context_backend is None:
+            raise ValueError("the ReAct agent needs a search backend")
+        env = ReActEnv(context_backend)
+        calls = Calls()
+        pad = ""
+        for i in range(1, self.max_steps + 1):
+            pad += f"Thought {i}:"
+            req = ChatRequest(
+                react_messages(question, history, pad),
+                temperature=temperature,
+                max_tokens=self.max_tokens,
+                stop=[f"\nObservation {i}:", "\nObservation"],
+            )
+            r = await client.chat(ep, req, sample=sample)
+            calls.add(r)
+            reply = _THOUGHT_PREFIX.sub("", r.text.strip())
+            m = _ACTION_IN_REPLY.search(reply) or _BARE_ACTION.search(reply)
+            if m is None:
+                thought = reply.strip().splitlines()[0] if reply.strip() else ""
+                pad += f" {thought}\nAction {i}: (none)\n"
+                pad += (
+                    f"Observation {i}: Invalid action. Use search[entity], lookup[keyword]"
+                    " or finish[answer].\n"
+                )
+                continue
+            thought = reply[: m.start()].strip()
+            thought = re.sub(r"\s*\n\s*", " ", thought)
+            act, arg = m.group(1).lower(), m.group(2).strip()
+            pad += f" {thought}\nAction {i}: {act}[{arg}]\n"
+            if act == "finish":
+                return BaseOutput(answer=_clean(arg), reasoning=pad.strip(), calls=calls)
+            obs = await env.step(act, arg)
+            obs = re.sub(r"\s+", " ", obs)[: self.max_obs_chars]
+            pad += f"Observation {i}: {obs}\n"
+        # out of steps: force a finish
+        n = self.max_steps + 1
+        pad += f"Thought {n}: I must answer now.\nAction {n}: finish["
+        req = ChatRequest(
+            react_messages(question, history, pad),
+            temperature=temperature,
+            max_tokens=32,
+            stop=["]", "\n"],
+        )
+        r = await client.chat(ep, req, sample=sample)
+        calls.add(r)
+        ans = _clean(r.text.split("]")[0])
+        pad += f"{ans}]"
+        return BaseOutput(answer=ans, reasoning=pad.strip(), calls=calls)
+
+
+# ----------------------------------------------------------------------------- guide
+@dataclass
+class GuideOutput:
+    verdict: str | None
+    answer: str
+    raw: str
+    uncertainty: float | None
+    calls: Calls
+
+
+@dataclass
+class Guide:
+    """The guide: judges the base's reasoning + answer with the paper's template."""
+
+    max_tokens: int = 48
+
+    async def judge(
+        self,
+        client: LLMClient,
+        ep: Endpoint,
+        question: str,
+        reasoning: str,
+        answer: str,
+        sample: int = 0,
+    ) -> GuideOutput:
+        req = ChatRequest(
+            guide_messages(question, reasoning, answer), temperature=0.0, max_tokens=self.max_tokens
+        )
+        r = await client.chat(ep, req, sample=sample)
+        calls = Calls()
+        calls.add(r)
+        verdict, corrected = parse_verdict(r.text)
+        g_answer = answer if verdict == "yes" else (corrected or "")
+        return GuideOutput(
+            verdict=verdict,
+            answer=g_answer,
+            raw=r.text.strip(),
+            uncertainty=verdict_uncertainty(r.logprobs),
+            calls=calls,
+        )
+
+
+# ----------------------------------------------------------------------------- LLM decisions
+_POLICY_DIGIT = re.compile(r"[123]")
+POLICY_ACTIONS = {"1": "base", "2": "guide", "3": "next"}
+
+
+def parse_policy_action(text: str) -> str | None:
+    """'1'/'2'/'3' (first digit 1-3 in the reply) → base/guide/next; None if absent."""
+    m = _POLICY_DIGIT.search(text)
+    return POLICY_ACTIONS[m.group(0)] if m else None
+
+
+def parse_exit(text: str) -> bool | None:
+    """True for ``[EXIT]``, False for ``[CONTINUE]``, None when neither is recognisable."""
+    t = text.upper()
+    has_exit, has_cont = "EXIT" in t, "CONTINUE" in t
+    if has_exit and not has_cont:
+        return True
+    if has_cont and not has_exit:
+        return False
+    if has_exit and has_cont:
+        return t.index("EXIT") < t.index("CONTINUE")
+    return None
+
+
+@dataclass
+class Decision:
+    action: str
+    raw: str
+    parsed: bool
+    calls: Calls
+
+
+async def policy_decision(
+    client: LLMClient,
+    ep: Endpoint,
+    question: str,
+    base_answer: str,
+    verdict: str | None,
+    guide_answer: str,
+    uncertainty: float | None,
+    guide_name: str,
+    coverage: float,
+) -> Decision:
+    """LLM-as-policy (paper appendix template). Unparseable replies count as ``next``."""
+    req = ChatRequest(
+        policy_messages(
+            question, base_answer, verdict, guide_answer, uncertainty, guide_name, coverage
+        ),
+        temperature=0.0,
+        max_tokens=8,
+        logprobs=False,
+    )
+    r = await client.chat(ep, req)
+    calls = Calls()
+    calls.add(r)
+    act = parse_policy_action(r.text)
+    return Decision(action=act or "next", raw=r.text.strip(), parsed=act is not None, calls=calls)
+
+
+async def exit_decision(
+    client: LLMClient, ep: Endpoint, question: str, answers: list[str]
+) -> Decision:
+    """LLM-EXIT decision: ``base`` (= exit with this round's answer) or ``next``.
+
+    Unparseable replies count as ``next`` (continue).
+    """
+    req = ChatRequest(
+        exit_messages(question, answers), temperature=0.0, max_tokens=8, logprobs=False
+    )
+    r = await client.chat(ep, req)
+    calls = Calls()
+    calls.add(r)
+    ex = parse_exit(r.text)
+    return Decision(
+        action="base" if ex else "next", raw=r.text.strip(), parsed=ex is not None, calls=calls
+    )
+
+
+BaseAgent = CoTAgent | ReActAgent
+SearchFactory = Callable[[object], SearchBackend]

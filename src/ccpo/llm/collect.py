@@ -1,0 +1,280 @@
+"""Collection runs: questions → ``ccpo.trace/v1`` lines, resumable, observable, budgeted.
+
+- **Append-only output**: one flushed line per finished question (``TraceWriter``), written in
+  completion order. A run killed at any point loses at most the questions in flight, whose paid
+  calls are already in the response cache.
+- **Resume**: ids already in the output file are skipped; a half-written last line (no final
+  newline) is cut off and its question redone (from the cache). A complete but malformed line
+  is an error: the file was edited by something else.
+- **Budget** (``max_cost``): once the new spending of this run reaches it, no new paid call is
+  made; questions that still need one are left for the next run (their paid calls stay in the
+  cache), the run stops cleanly and reports ``stopped_by_budget``.
+- **Progress**: a ``rich`` bar with questions done/total, dollars spent and cache hits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ccpo.errors import CCPOError
+from ccpo.llm.agents import CoTAgent, ReActAgent
+from ccpo.llm.cache import ResponseCache
+from ccpo.llm.client import BudgetExceeded, LLMCallError, LLMClient
+from ccpo.llm.config import CollectConfig
+from ccpo.llm.prices import load_prices
+from ccpo.llm.protocol import Runner, run_base_guide, run_exit
+from ccpo.llm.tasks.loaders import Question, default_data_path, load_questions
+from ccpo.llm.tasks.search import BM25Search, WikipediaSearch, load_corpus
+from ccpo.traces.io import TraceWriter
+
+log = logging.getLogger("ccpo.collect")
+
+
+@dataclass
+class CollectSummary:
+    """What a run did (also printed by the CLI)."""
+
+    out: str
+    total: int = 0  # questions selected
+    already: int = 0  # found in the output file at start
+    done: int = 0  # written by this run
+    failed: list[str] = field(default_factory=list)  # ids whose calls failed for good
+    stopped_by_budget: bool = False
+    spent_usd: float = 0.0
+    calls: int = 0  # paid (network) calls
+    cached: int = 0  # calls served by the cache
+    retries: int = 0
+    truncated_partial_line: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return self.already + self.done == self.total
+
+    def to_dict(self) -> dict[str, object]:
+        return {**self.__dict__, "complete": self.complete}
+
+
+def scan_output(path: Path, task: str, kind: str) -> tuple[set[str], bool]:
+    """Ids already in ``path``; cuts a half-written last line. Returns (ids, truncated)."""
+    if not path.exists():
+        return set(), False
+    if path.suffix == ".gz":
+        raise CCPOError(f"{path}: collect writes plain .jsonl (append-safe); gzip it afterwards")
+    data = path.read_bytes()
+    truncated = False
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        with open(path, "r+b") as fh:
+            fh.truncate(cut)
+        data = data[:cut]
+        truncated = True
+        log.warning("%s: removed a half-written last line; that question will be redone", path)
+    ids: set[str] = set()
+    for ln, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            qid = str(obj["id"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise CCPOError(
+                f"{path}:{ln}: not a trace line; the output file must only be written by "
+                "ccpo collect (use another --out)"
+            ) from None
+        if obj.get("task") != task:
+            raise CCPOError(
+                f"{path}:{ln}: holds task '{obj.get('task')}' traces, not '{task}'; use another "
+                "--out"
+            )
+        okind = (obj.get("meta") or {}).get("kind")
+        if okind is not None and okind != kind:
+            raise CCPOError(f"{path}:{ln}: holds '{okind}' traces, not '{kind}'; use another --out")
+        ids.add(qid)
+    return ids, truncated
+
+
+def select_questions(cfg: CollectConfig) -> tuple[list[Question], str]:
+    qs = load_questions(cfg.task, cfg.data)
+    source = cfg.data or f"bundled:{default_data_path(cfg.task).name}"
+    if cfg.shuffle_seed is not None:
+        qs = list(qs)
+        random.Random(cfg.shuffle_seed).shuffle(qs)
+    if cfg.n is not None:
+        qs = qs[: cfg.n]
+    return qs, source
+
+
+def _make_runner(cfg: CollectConfig, client: LLMClient, kind: str, source: str) -> Runner:
+    base = cfg.base_endpoint()
+    guide = cfg.guide_endpoint() if kind == "base-guide" else None
+    policies = [p.endpoint() for p in cfg.policy_llm] if kind == "base-guide" else []
+    react = cfg.task == "hotpotqa"
+    agent: CoTAgent | ReActAgent = (
+        ReActAgent(max_steps=cfg.max_steps)
+        if react
+        else CoTAgent(cfg.task, max_tokens=cfg.max_tokens)
+    )
+    shared = None
+    if react:
+        mode = cfg.search
+        if mode == "bm25" or (mode == "auto" and cfg.corpus):
+            if not cfg.corpus:
+                raise CCPOError("--search bm25 needs --corpus FILE (JSONL of {title, text})")
+            shared = BM25Search(load_corpus(cfg.corpus))
+        elif mode == "wikipedia":
+            shared = WikipediaSearch()
+    return Runner(cfg, client, base, guide, policies, agent, shared, source)
+
+
+async def collect_async(
+    cfg: CollectConfig, kind: str = "base-guide", progress: bool = True
+) -> CollectSummary:
+    """Run a collection (``kind``: ``base-guide`` or ``llm-exit``) and return its summary."""
+    if not cfg.out:
+        raise CCPOError("no output file: pass --out FILE.jsonl")
+    out = Path(cfg.out)
+    questions, source = select_questions(cfg)
+    ids = [q.id for q in questions]
+    if len(set(ids)) != len(ids):
+        raise CCPOError("the question file holds duplicate ids")
+    prices = load_prices(*cfg.prices)
+    # every model must be priced before any call (never a silent zero)
+    models = [cfg.base_endpoint().model]
+    if kind == "base-guide":
+        models += [cfg.guide_endpoint().model] + [p.model for p in cfg.policy_llm]
+    prices.check(models)
+
+    present, truncated = scan_output(out, cfg.task, kind)
+    todo = [q for q in questions if q.id not in present]
+    summary = CollectSummary(
+        out=str(out),
+        total=len(questions),
+        already=len(questions) - len(todo),
+        truncated_partial_line=truncated,
+    )
+    if not todo:
+        return summary
+    cache = ResponseCache(cfg.cache_path())
+    client = LLMClient(cache, prices, cfg.concurrency, cfg.retry_policy(), cfg.max_cost)
+    runner = _make_runner(cfg, client, kind, source)
+    run_one = run_base_guide if kind == "base-guide" else run_exit
+    queue: asyncio.Queue[Question] = asyncio.Queue()
+    for q in todo:
+        queue.put_nowait(q)
+    stop = asyncio.Event()
+    fatal: list[BaseException] = []
+
+    bar = _Progress(progress, len(questions), summary.already, kind)
+    try:
+        with TraceWriter(out, append=True) as writer, bar:
+
+            async def worker() -> None:
+                while not stop.is_set():
+                    try:
+                        q = queue.get_nowait()
+                    except asyncio.QueueEmpty:
+                        return
+                    try:
+                        trace = await run_one(runner, q)
+                    except BudgetExceeded:
+                        summary.stopped_by_budget = True
+                        stop.set()
+                        return
+                    except LLMCallError as e:
+                        log.warning("question %s failed: %s", q.id, e)
+                        summary.failed.append(q.id)
+                        bar.update(client, summary)
+                        continue
+                    except CCPOError as e:  # user-fixable: stop everything now
+                        fatal.append(e)
+                        stop.set()
+                        me = asyncio.current_task()
+                        for t in tasks:
+                            if t is not me:
+                                t.cancel()
+                        return
+                    writer.write(trace)
+                    summary.done += 1
+                    bar.update(client, summary)
+                    if not client.budget_left():
+                        summary.stopped_by_budget = True
+                        stop.set()
+
+            n_workers = min(cfg.concurrency, len(todo))
+            tasks = [asyncio.create_task(worker()) for _ in range(n_workers)]
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            for res in results:
+                if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
+                    raise res
+    finally:
+        summary.spent_usd = client.spent_usd
+        summary.calls, summary.cached, summary.retries = (
+            client.n_calls,
+            client.n_cached,
+            client.n_retries,
+        )
+        await client.aclose()
+        cache.close()
+    if fatal:
+        raise fatal[0]
+    return summary
+
+
+def collect(cfg: CollectConfig, kind: str = "base-guide", progress: bool = True) -> CollectSummary:
+    """Synchronous wrapper around :func:`collect_async`."""
+    return asyncio.run(collect_async(cfg, kind, progress))
+
+
+class _Progress:
+    """A rich progress bar (questions done / total, dollars spent, cache hits)."""
+
+    def __init__(self, enabled: bool, total: int, already: int, kind: str) -> None:
+        self.enabled = enabled
+        self._p = None
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._p = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("${task.fields[cost]:.4f}"),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        )
+        self._task = self._p.add_task(
+            f"collect {kind}", total=total, completed=already, cost=0.0, info=""
+        )
+
+    def __enter__(self) -> _Progress:
+        if self._p is not None:
+            self._p.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._p is not None:
+            self._p.__exit__(*exc)
+
+    def update(self, client: LLMClient, s: CollectSummary) -> None:
+        if self._p is None:
+            return
+        info = f"calls {client.n_calls} cached {client.n_cached}"
+        if s.failed:
+            info += f" failed {len(s.failed)}"
+        self._p.update(self._task, completed=s.already + s.done, cost=client.spent_usd, info=info)

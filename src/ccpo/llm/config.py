@@ -1,0 +1,178 @@
+"""Collection settings: one pydantic model, loadable from YAML, overridable by CLI flags.
+
+A YAML config uses the field names below (``-`` or ``_``), e.g.::
+
+    task: hotpotqa
+    rounds: 4
+    base_model: llama-3.2-3b
+    base_url: http://localhost:8000/v1
+    guide_model: gpt-4o
+    guide_key_env: OPENAI_API_KEY
+    policy_llm:
+      - {model: gpt-4o, key_env: OPENAI_API_KEY}
+    concurrency: 16
+    max_cost: 5.0
+    prices: [my-prices.json]
+    out: traces/hotpotqa.jsonl
+
+API keys: prefer ``*_key_env`` (the name of an environment variable). ``*_api_key`` may hold a
+literal key in a config file; it is never printed, logged, cached or written to traces.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from ccpo.errors import CCPOError
+from ccpo.llm.client import Endpoint, RetryPolicy
+
+
+def default_cache_path() -> Path:
+    """``$CCPO_CACHE_DIR/responses.sqlite``, else under ``$XDG_CACHE_HOME/ccpo`` or ``~/.cache``."""
+    d = os.environ.get("CCPO_CACHE_DIR")
+    if d:
+        return Path(d) / "responses.sqlite"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ccpo" / "responses.sqlite"
+
+
+class PolicyLLMSpec(BaseModel):
+    """One LLM-as-policy model."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    url: str | None = None
+    key_env: str | None = None
+    api_key: SecretStr | None = None
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(
+            self.model,
+            self.url,
+            self.key_env,
+            self.api_key.get_secret_value() if self.api_key else None,
+        )
+
+
+class CollectConfig(BaseModel):
+    """Everything ``ccpo collect`` / ``collect-exit`` needs (one line of doc per field)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = Field(description="mmlu | hotpotqa | jsonl")
+    data: str | None = Field(None, description="question file/folder; default: bundled subset")
+    n: int | None = Field(None, ge=1, description="use only the first N questions")
+    shuffle_seed: int | None = Field(None, description="shuffle questions with this seed first")
+    rounds: int = Field(4, ge=1, le=20, description="T: rounds run per question")
+    base_model: str | None = Field(None, description="base model name (or the EXIT model)")
+    base_url: str | None = Field(None, description="base OpenAI-compatible URL (…/v1)")
+    base_key_env: str | None = Field(None, description="env var with the base API key")
+    base_api_key: SecretStr | None = Field(None, description="base API key (config file only)")
+    guide_model: str | None = Field(None, description="guide model name")
+    guide_url: str | None = Field(None, description="guide OpenAI-compatible URL")
+    guide_key_env: str | None = Field(None, description="env var with the guide API key")
+    guide_api_key: SecretStr | None = Field(None, description="guide API key (config only)")
+    policy_llm: list[PolicyLLMSpec] = Field(
+        default_factory=list, description="LLM-as-policy models"
+    )
+    coverage: float = Field(0.9, gt=0, lt=1, description="1-alpha shown to the policy LLM")
+    concurrency: int = Field(8, ge=1, description="parallel questions / requests per endpoint")
+    max_cost: float | None = Field(None, ge=0, description="stop new paid calls at this USD")
+    cache: str | None = Field(None, description="SQLite cache path; default user cache dir")
+    no_cache: bool = Field(False, description="disable the response cache")
+    prices: list[str] = Field(default_factory=list, description="price files over bundled")
+    out: str | None = Field(None, description="output .jsonl (append-only, resumable)")
+    temperature_first: float = Field(0.0, ge=0, description="base temperature in round 1")
+    temperature_later: float = Field(1.0, ge=0, description="base temperature in rounds >= 2")
+    max_steps: int = Field(6, ge=1, description="ReAct steps per round (HotpotQA)")
+    max_tokens: int = Field(512, ge=16, description="base max output tokens per CoT call")
+    search: str = Field("auto", description="auto | context | bm25 | wikipedia")
+    corpus: str | None = Field(None, description="JSONL {title,text} corpus for search=bm25")
+    sample_offset: int = Field(0, ge=0, description="change to draw fresh samples")
+    timeout: float = Field(120.0, gt=0, description="seconds per request")
+    max_retries: int = Field(8, ge=0, description="retries per request")
+    backoff_base: float = Field(0.5, ge=0, description="first backoff (s), doubled per retry")
+    stop_at_exit: bool = Field(False, description="LLM-EXIT: stop a question at [EXIT]")
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str) -> str:
+        v = v.lower()
+        if v not in ("mmlu", "hotpotqa", "jsonl"):
+            raise ValueError("must be mmlu, hotpotqa or jsonl")
+        return v
+
+    @field_validator("search")
+    @classmethod
+    def _search(cls, v: str) -> str:
+        if v not in ("auto", "context", "bm25", "wikipedia"):
+            raise ValueError("must be auto, context, bm25 or wikipedia")
+        return v
+
+    # -------------------------------------------------------------- derived
+    def base_endpoint(self) -> Endpoint:
+        if not self.base_model:
+            raise CCPOError("no base model: pass --base-model (or base_model in the config)")
+        key = self.base_api_key.get_secret_value() if self.base_api_key else None
+        return Endpoint(self.base_model, self.base_url, self.base_key_env, key)
+
+    def guide_endpoint(self) -> Endpoint:
+        if not self.guide_model:
+            raise CCPOError("no guide model: pass --guide-model (or guide_model in the config)")
+        key = self.guide_api_key.get_secret_value() if self.guide_api_key else None
+        return Endpoint(self.guide_model, self.guide_url, self.guide_key_env, key)
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            max_retries=self.max_retries, backoff_base=self.backoff_base, timeout=self.timeout
+        )
+
+    def cache_path(self) -> Path | None:
+        if self.no_cache:
+            return None
+        return Path(self.cache) if self.cache else default_cache_path()
+
+    def temperature(self, round_: int) -> float:
+        return self.temperature_first if round_ == 1 else self.temperature_later
+
+
+def _norm_keys(d: dict[str, Any]) -> dict[str, Any]:
+    return {str(k).replace("-", "_"): v for k, v in d.items()}
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise CCPOError(f"{p}: config file not found")
+    try:
+        obj = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise CCPOError(f"{p}: malformed YAML ({e})") from None
+    if not isinstance(obj, dict):
+        raise CCPOError(f"{p}: expected a mapping of settings")
+    return _norm_keys(obj)
+
+
+def build_config(file: str | Path | None, overrides: dict[str, Any]) -> CollectConfig:
+    """Config file values, then every CLI override that is not None."""
+    values: dict[str, Any] = read_config_file(file) if file else {}
+    if isinstance(values.get("prices"), str):
+        values["prices"] = [values["prices"]]
+    for k, v in _norm_keys(overrides).items():
+        if v is None or (isinstance(v, list | tuple) and not v and k in values):
+            continue
+        values[k] = list(v) if isinstance(v, tuple) else v
+    if "task" not in values:
+        raise CCPOError("no task: pass --task mmlu|hotpotqa|jsonl (or task in the config)")
+    try:
+        return CollectConfig.model_validate(values)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        origin = f"{file}: " if file else ""
+        raise CCPOError(f"{origin}setting '{loc}': {first['msg']}") from None

@@ -1,0 +1,217 @@
+"""The per-question protocols that produce ``ccpo.trace/v1`` records.
+
+**Base/guide protocol** (paper §3), every round ``t = 1..T`` is run and stored:
+
+1. the base agent answers (MMLU/JSONL: chain of thought; HotpotQA: ReAct with search tools);
+   its context holds every earlier round's reasoning, answer and guide reply;
+   temperature ``temperature_first`` (0) in round 1 and ``temperature_later`` (1.0) after;
+2. the guide sees the question and the base's reasoning + answer and replies ``Yes`` or
+   ``No [correct answer]`` (paper template); its uncertainty is ``1 − p(verdict token)``;
+3. optionally, each LLM-as-policy model picks an action (``base`` / ``guide`` / ``next``);
+   stored in ``policy_llm[model]`` with its usage and raw reply. It never changes the run.
+
+Sample indices (cache keys): a call at temperature 0 uses ``sample_offset``; a call at
+temperature > 0 in round ``t`` uses ``sample_offset + t``, so each round's draw is its own
+sample and a re-run asks for exactly the same ones.
+
+**LLM-EXIT protocol** (its own trace files, same schema). One model M answers each round with
+the same base agent (its context holds its own earlier attempts, no reviewer) and then decides
+``[EXIT]`` / ``[CONTINUE]`` with the paper's template. Mapping to the schema:
+
+- ``base``  = M's answer of the round (usage, log-prob stats);
+- ``guide`` = the same answer by M, ``verdict: null``, ``uncertainty: null``, zero usage (so
+  nothing is counted twice);
+- ``policy_llm[M]`` = the decision: ``action: "base"`` for ``[EXIT]`` (return this round's
+  answer), ``"next"`` for ``[CONTINUE]`` (or an unreadable reply), with the decision's usage.
+
+All T rounds are run unless ``stop_at_exit`` is set; ``meta.kind`` is ``"llm-exit"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ccpo import __version__
+from ccpo.errors import CCPOError
+from ccpo.llm.agents import (
+    LOGPROB_DEF,
+    UNCERTAINTY_DEF,
+    BaseOutput,
+    CoTAgent,
+    Guide,
+    ReActAgent,
+    exit_decision,
+    policy_decision,
+)
+from ccpo.llm.client import Endpoint, LLMClient
+from ccpo.llm.config import CollectConfig
+from ccpo.llm.prompts import PROMPT_VERSION, PastRound
+from ccpo.llm.tasks.loaders import Question
+from ccpo.llm.tasks.scoring import score
+from ccpo.llm.tasks.search import BM25Search, SearchBackend
+from ccpo.traces.schema import SCHEMA_VERSION, Trace
+
+
+@dataclass
+class Runner:
+    """Everything shared by the questions of one collection run."""
+
+    cfg: CollectConfig
+    client: LLMClient
+    base: Endpoint
+    guide: Endpoint | None
+    policies: list[Endpoint]
+    agent: CoTAgent | ReActAgent
+    shared_search: SearchBackend | None = None
+    source: str = ""
+
+    def backend_for(self, q: Question) -> SearchBackend | None:
+        if not isinstance(self.agent, ReActAgent):
+            return None
+        if self.shared_search is not None:
+            return self.shared_search
+        if q.context:
+            return BM25Search(q.context)
+        raise CCPOError(
+            f"question {q.id} has no 'context' paragraphs for the offline search tool; pass "
+            "--search bm25 --corpus FILE or --search wikipedia"
+        )
+
+    def sample(self, temperature: float, round_: int) -> int:
+        return self.cfg.sample_offset + (round_ if temperature > 0 else 0)
+
+    def meta(self, q: Question, kind: str) -> dict[str, Any]:
+        cfg = self.cfg
+        return {
+            "kind": kind,
+            "source": self.source,
+            "collected_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "collector": f"ccpo {__version__}",
+            "prompts": PROMPT_VERSION,
+            "base_model": self.base.model,
+            "guide_model": self.guide.model if self.guide else self.base.model,
+            "policy_llm": [p.model for p in self.policies],
+            "rounds_planned": cfg.rounds,
+            "temperatures": [cfg.temperature(t) for t in range(1, cfg.rounds + 1)],
+            "agent": "react" if isinstance(self.agent, ReActAgent) else "cot",
+            "definitions": {
+                "guide.uncertainty": UNCERTAINTY_DEF,
+                "base.logprob_mean/min": LOGPROB_DEF,
+            },
+            **({"question_meta": q.meta} if q.meta else {}),
+        }
+
+
+def _base_step(q: Question, model: str, out: BaseOutput) -> dict[str, Any]:
+    mean, mn = out.calls.stats()
+    return {
+        "model": model,
+        "answer": out.answer,
+        "reasoning": out.reasoning,
+        "correct": score(q.task, out.answer, q.gold),
+        "usage": out.calls.usage(),
+        "logprob_mean": mean,
+        "logprob_min": mn,
+    }
+
+
+async def run_base_guide(r: Runner, q: Question) -> Trace:
+    """All T rounds of base → guide (→ policy LLMs) for one question."""
+    assert r.guide is not None
+    backend = r.backend_for(q)
+    guide = Guide()
+    history: list[PastRound] = []
+    rounds: list[dict[str, Any]] = []
+    for t in range(1, r.cfg.rounds + 1):
+        temp = r.cfg.temperature(t)
+        out = await r.agent.run(
+            r.client, r.base, q.question, history, temp, r.sample(temp, t), backend
+        )
+        g = await guide.judge(r.client, r.guide, q.question, out.reasoning, out.answer)
+        rnd: dict[str, Any] = {
+            "round": t,
+            "base": _base_step(q, r.base.model, out),
+            "guide": {
+                "model": r.guide.model,
+                "verdict": g.verdict,
+                "answer": g.answer,
+                "correct": score(q.task, g.answer, q.gold),
+                "uncertainty": g.uncertainty,
+                "usage": g.calls.usage(),
+                "raw": g.raw,
+            },
+            "policy_llm": None,
+        }
+        if r.policies:
+            decisions = {}
+            for pe in r.policies:
+                d = await policy_decision(
+                    r.client,
+                    pe,
+                    q.question,
+                    out.answer,
+                    g.verdict,
+                    g.answer,
+                    g.uncertainty,
+                    r.guide.model,
+                    r.cfg.coverage,
+                )
+                decisions[pe.model] = {"action": d.action, "usage": d.calls.usage(), "raw": d.raw}
+            rnd["policy_llm"] = decisions
+        rounds.append(rnd)
+        history.append(PastRound(out.reasoning, out.answer, g.raw))
+    return Trace(
+        schema=SCHEMA_VERSION,
+        id=q.id,
+        task=q.task,
+        question=q.question,
+        gold=q.gold,
+        rounds=rounds,
+        meta=r.meta(q, "base-guide"),
+    )
+
+
+async def run_exit(r: Runner, q: Question) -> Trace:
+    """LLM-EXIT: one model answers and decides [EXIT]/[CONTINUE] each round."""
+    backend = r.backend_for(q)
+    m = r.base.model
+    history: list[PastRound] = []
+    answers: list[str] = []
+    rounds: list[dict[str, Any]] = []
+    for t in range(1, r.cfg.rounds + 1):
+        temp = r.cfg.temperature(t)
+        out = await r.agent.run(
+            r.client, r.base, q.question, history, temp, r.sample(temp, t), backend
+        )
+        answers.append(out.answer)
+        d = await exit_decision(r.client, r.base, q.question, answers)
+        base = _base_step(q, m, out)
+        rounds.append(
+            {
+                "round": t,
+                "base": base,
+                "guide": {
+                    "model": m,
+                    "verdict": None,
+                    "answer": out.answer,
+                    "correct": base["correct"],
+                    "uncertainty": None,
+                    "usage": {"input_tokens": 0, "output_tokens": 0},
+                },
+                "policy_llm": {m: {"action": d.action, "usage": d.calls.usage(), "raw": d.raw}},
+            }
+        )
+        history.append(PastRound(out.reasoning, out.answer, None))
+        if r.cfg.stop_at_exit and d.action == "base":
+            break
+    return Trace(
+        schema=SCHEMA_VERSION,
+        id=q.id,
+        task=q.task,
+        question=q.question,
+        gold=q.gold,
+        rounds=rounds,
+        meta=r.meta(q, "llm-exit"),
+    )
