@@ -48,6 +48,7 @@ it is given). Seeded and deterministic on CPU.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -57,7 +58,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ccpo.learning.conformal import OnlineThreshold
+from ccpo.learning.conformal import OnlineThreshold, split_conformal_threshold
 from ccpo.learning.nets import PolicyNet, ValueNet, masked_log_probs, masked_probs
 from ccpo.learning.trust_region import (
     OBJECTIVE_CASES,
@@ -68,7 +69,13 @@ from ccpo.learning.trust_region import (
     flat_grad,
 )
 from ccpo.learning.vtrace import vtrace_targets
-from ccpo.traces.episodes import NEXT, Episodes, conformal_rollout, point_rollout
+from ccpo.traces.episodes import (
+    NEXT,
+    Episodes,
+    conformal_rollout,
+    covering_scores,
+    point_rollout,
+)
 
 Method = Literal["ccpo", "cpo"]
 TrustRegion = Literal["score", "target"]
@@ -100,6 +107,7 @@ class TrainConfig:
     cost_scale: float = 1e4  # rewards in units of 1e-4 USD (numerics only; steps are invariant)
     val_every: int = 100  # validation every N steps (0: never)
     val_frac: float = 0.1  # share of the training split held out for validation
+    keep_best: bool = True  # end with the checkpoint of least validation calibrated cost
     seed: int = 0  # seeds torch and numpy
     trust_region: TrustRegion = "score"  # KL of the trust region: "score" π or "target" S (paper)
     constraint_value: ConstraintValue = "coverage"  # c from batch coverage of C, or "surrogate" J̄_C
@@ -220,6 +228,7 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
     params = list(pi.parameters())
     tracker = OnlineThreshold(alpha=cfg.alpha, kappa=cfg.kappa0, eta0=cfg.eta0, xi=cfg.xi)
     log: list[dict[str, float]] = []
+    best: tuple[float, int, dict] | None = None  # (validation calibrated cost, step, weights)
 
     for step in range(1, cfg.steps + 1):
         kappa = tracker.kappa
@@ -361,10 +370,15 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         }
         if cfg.val_every and n_val and (step % cfg.val_every == 0 or step == cfg.steps):
             entry.update(_validate(ep, val_idx, pi, obs_mean, obs_std, tracker.kappa, cfg))
+            if best is None or entry["val/calibrated_cost"] < best[0]:
+                best = (entry["val/calibrated_cost"], step, copy.deepcopy(pi.state_dict()))
         log.append(entry)
         if progress is not None:
             progress(step, entry)
 
+    if cfg.keep_best and best is not None:
+        pi.load_state_dict(best[2])
+        log[-1]["train/best_step"] = float(best[1])
     return TrainResult(pi, obs_mean, obs_std, tracker.kappa, cfg, log)
 
 
@@ -372,7 +386,12 @@ def _validate(ep, val_idx, pi, mean, std, kappa, cfg) -> dict[str, float]:
     probs = policy_probs(pi, ep.obs[val_idx], mean, std)
     sub = ep.subset(val_idx)
     m = conformal_rollout(sub, probs, kappa)
+    # score quality for the final batch calibration: cost at the κ̂ that reaches 1 − α here
+    kappa_hat = split_conformal_threshold(covering_scores(sub, probs), cfg.alpha)
+    mc = conformal_rollout(sub, probs, float(kappa_hat))
     out = {
+        "val/calibrated_cost": float(mc.cost.mean() * 100),
+        "val/calibrated_coverage": float(mc.covered.mean()),
         "val/coverage": float(m.covered.mean()),
         "val/length": float(m.length.mean()),
         "val/cost": float(m.cost.mean() * 100),
