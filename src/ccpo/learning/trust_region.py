@@ -71,6 +71,7 @@ __all__ = [
     "conjugate_gradient",
     "cpo_step",
     "fisher_vector_product",
+    "fisher_vector_product_fn",
     "flat_grad",
     "flat_params",
     "set_flat_params",
@@ -174,28 +175,41 @@ def conjugate_gradient(
     return x
 
 
+def fisher_vector_product_fn(
+    kl: torch.Tensor,
+    params: Sequence[torch.Tensor],
+    damping: float,
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """v ↦ (H + damping·I) v, with H the Hessian of the scalar mean KL ``kl`` at θ_old.
+
+    ``kl`` must be KL(π_old ‖ π_θ) (or the reverse direction) with π_old detached, evaluated at
+    the current parameters θ = θ_old; there its Hessian is the Fisher information matrix
+    (Schulman et al. 2015, Appendix C). Double backpropagation, H v = ∇_θ (∇_θ KL · v), without
+    ever forming H: ∇_θ KL is built once (with its graph) and every product is one more
+    backward pass through it, so the conjugate-gradient solves of a step share it.
+    """
+    params = list(params)
+    grad = flat_grad(kl, params, create_graph=True)
+
+    def fvp(v: torch.Tensor) -> torch.Tensor:
+        if v.ndim != 1:
+            raise ValueError(f"v must be a 1-D tensor, got shape {tuple(v.shape)}")
+        if grad.shape != v.shape:
+            raise ValueError(f"v has {v.numel()} elements but params have {grad.numel()}")
+        hv = flat_grad(torch.dot(grad, v.detach()), params, retain_graph=True)
+        return hv + damping * v.detach()
+
+    return fvp
+
+
 def fisher_vector_product(
     kl_fn: Callable[[], torch.Tensor],
     params: Sequence[torch.Tensor],
     v: torch.Tensor,
     damping: float,
 ) -> torch.Tensor:
-    """(H + damping·I) v, with H the Hessian of the mean KL with respect to ``params``.
-
-    ``kl_fn()`` must return the scalar mean KL(π_old ‖ π_θ) (or the reverse direction) with
-    π_old detached, evaluated at the current parameters θ = θ_old; there its Hessian is the
-    Fisher information matrix (Schulman et al. 2015, Appendix C). Computed by double
-    backpropagation: H v = ∇_θ (∇_θ KL · v), without ever forming H.
-    """
-    if v.ndim != 1:
-        raise ValueError(f"v must be a 1-D tensor, got shape {tuple(v.shape)}")
-    params = list(params)
-    kl = kl_fn()
-    grad = flat_grad(kl, params, create_graph=True)
-    if grad.shape != v.shape:
-        raise ValueError(f"v has {v.numel()} elements but params have {grad.numel()}")
-    hv = flat_grad(torch.dot(grad, v.detach()), params)
-    return hv + damping * v.detach()
+    """(H + damping·I) v for one ``v``: :func:`fisher_vector_product_fn` on ``kl_fn()``."""
+    return fisher_vector_product_fn(kl_fn(), params, damping)(v)
 
 
 # --------------------------------------------------------------------------- CPO step
