@@ -41,6 +41,7 @@ from ccpo.llm.agents import (
     BaseOutput,
     CoTAgent,
     Guide,
+    GuideOutput,
     ReActAgent,
     exit_decision,
     policy_decision,
@@ -117,19 +118,48 @@ def _base_step(q: Question, model: str, out: BaseOutput) -> dict[str, Any]:
     }
 
 
+@dataclass
+class RoundOutput:
+    """What one base → guide round produced (before any scoring against gold)."""
+
+    round: int
+    base: BaseOutput
+    guide: GuideOutput
+
+    def past(self) -> PastRound:
+        """What later rounds' base prompts see of this round."""
+        return PastRound(self.base.reasoning, self.base.answer, self.guide.raw)
+
+
+async def run_round(
+    r: Runner,
+    question: str,
+    t: int,
+    history: list[PastRound],
+    backend: SearchBackend | None,
+) -> RoundOutput:
+    """Round ``t`` (1-based) of the base/guide protocol: the base answers, the guide judges.
+
+    The one definition of a round, shared by collection (:func:`run_base_guide`, all T rounds)
+    and the deployed agent (:mod:`ccpo.runtime.agent`, which stops when its policy says so):
+    same prompts, temperatures and sample indices, hence the same cache keys.
+    """
+    assert r.guide is not None
+    temp = r.cfg.temperature(t)
+    out = await r.agent.run(r.client, r.base, question, history, temp, r.sample(temp, t), backend)
+    g = await Guide().judge(r.client, r.guide, question, out.reasoning, out.answer)
+    return RoundOutput(t, out, g)
+
+
 async def run_base_guide(r: Runner, q: Question) -> Trace:
     """All T rounds of base → guide (→ policy LLMs) for one question."""
     assert r.guide is not None
     backend = r.backend_for(q)
-    guide = Guide()
     history: list[PastRound] = []
     rounds: list[dict[str, Any]] = []
     for t in range(1, r.cfg.rounds + 1):
-        temp = r.cfg.temperature(t)
-        out = await r.agent.run(
-            r.client, r.base, q.question, history, temp, r.sample(temp, t), backend
-        )
-        g = await guide.judge(r.client, r.guide, q.question, out.reasoning, out.answer)
+        ro = await run_round(r, q.question, t, history, backend)
+        out, g = ro.base, ro.guide
         rnd: dict[str, Any] = {
             "round": t,
             "base": _base_step(q, r.base.model, out),
@@ -161,7 +191,7 @@ async def run_base_guide(r: Runner, q: Question) -> Trace:
                 decisions[pe.model] = {"action": d.action, "usage": d.calls.usage(), "raw": d.raw}
             rnd["policy_llm"] = decisions
         rounds.append(rnd)
-        history.append(PastRound(out.reasoning, out.answer, g.raw))
+        history.append(ro.past())
     return Trace(
         schema=SCHEMA_VERSION,
         id=q.id,

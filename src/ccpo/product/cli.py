@@ -201,9 +201,10 @@ def evaluate(
 
 
 def _register_commands() -> None:
-    from ccpo.product import cli_collect, cli_learn, cli_reproduce
+    from ccpo.product import cli_collect, cli_deploy, cli_learn, cli_reproduce
 
     cli_collect.register(app)
+    cli_deploy.register(app)
     cli_learn.register(app)
     cli_reproduce.register(app)
 

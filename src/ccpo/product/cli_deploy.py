@@ -1,0 +1,233 @@
+"""``ccpo ask`` and ``ccpo serve``: a trained policy answering new questions with live endpoints.
+
+Wire into the main CLI with ``cli_deploy.register(app)``. See docs/deploy.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ccpo.errors import CCPOError
+
+_out = Console()
+_err = Console(stderr=True)
+
+PolicyOpt = Annotated[Path, typer.Option("--policy", help="Trained policy folder (ccpo train).")]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", help="YAML deploy config (endpoints, prices, rails).")
+]
+TaskOpt = Annotated[
+    str | None, typer.Option(help="mmlu | hotpotqa | jsonl: the task the policy was trained on.")
+]
+Str = Annotated[str | None, typer.Option()]
+
+
+def _overrides(**kw: Any) -> dict[str, Any]:
+    prices = kw.pop("prices", None)
+    out = {k: v for k, v in kw.items() if v is not None}
+    if prices:
+        out["prices"] = [str(p) for p in prices]
+    return out
+
+
+def _quiet_logs() -> None:
+    for name in ("httpx", "openai"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def print_answer_set(s: Any, console: Console = _out) -> None:
+    """The answer set, its cost and a compact per-round table."""
+    answers = ", ".join(repr(a) for a in s.answers) or "(none)"
+    console.print(
+        f"[bold]answers[/bold] ({len(s.answers)}): {answers}", highlight=False, soft_wrap=True
+    )
+    by_model = ", ".join(f"{m} ${c:.6f}" for m, c in s.cost_by_model.items())
+    kappa = "greedy (point policy)" if s.kappa is None else f"κ = {s.kappa:.4f}"
+    console.print(
+        f"rounds {s.rounds}/{s.horizon}; cost ${s.cost_usd:.6f} ({by_model}); "
+        f"α = {s.alpha:g}, {kappa}; {s.latency_ms:.0f} ms",
+        highlight=False,
+        soft_wrap=True,
+    )
+    t = Table(show_edge=False, pad_edge=False)
+    for c in ("t", "base", "guide", "unc.", "π base/guide/next", "C(o_t)", "$"):
+        t.add_column(c, justify="right" if c in ("t", "unc.", "$") else "left")
+    for r in s.log:
+        verdict = r.guide_verdict or "?"
+        guide = "yes" if verdict == "yes" else f"{verdict}: {r.guide_answer}"
+        t.add_row(
+            str(r.round),
+            _short(r.base_answer),
+            _short(guide),
+            "–" if r.uncertainty is None else f"{r.uncertainty:.2f}",
+            "/".join(f"{r.pi[a]:.2f}" for a in ("base", "guide", "next")),
+            "{" + ", ".join(r.actions) + "}" + (" ⤶" if r.fallback else ""),
+            f"{r.cost_usd:.6f}",
+        )
+    console.print(t)
+
+
+def _short(s: str, n: int = 28) -> str:
+    s = " ".join(s.split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``ask`` and ``serve`` commands to ``app``."""
+
+    @app.command("ask")
+    def ask_cmd(
+        question: Annotated[str, typer.Argument(help="The question.")],
+        policy: PolicyOpt,
+        config: ConfigOpt = None,
+        task: TaskOpt = None,
+        base_model: Annotated[str | None, typer.Option(help="Base model name.")] = None,
+        base_url: Annotated[str | None, typer.Option(help="Base endpoint (…/v1).")] = None,
+        base_key_env: Annotated[str | None, typer.Option(help="Env var with its key.")] = None,
+        guide_model: Annotated[str | None, typer.Option(help="Guide model name.")] = None,
+        guide_url: Annotated[str | None, typer.Option(help="Guide endpoint (…/v1).")] = None,
+        guide_key_env: Annotated[str | None, typer.Option(help="Env var with its key.")] = None,
+        prices: Annotated[
+            list[Path] | None, typer.Option("--prices", help="Price file(s) (repeatable).")
+        ] = None,
+        kappa: Annotated[float | None, typer.Option(help="Override κ (0..1).")] = None,
+        max_cost: Annotated[
+            float | None, typer.Option(help="Per-question budget in USD.", min=0)
+        ] = None,
+        context: Annotated[
+            Path | None,
+            typer.Option(help="JSON file of paragraphs [{title, text}] (hotpotqa search)."),
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the AnswerSet JSON.")] = False,
+    ) -> None:
+        """Answer one question with a trained policy and live endpoints: the answer set, its
+        cost and the per-round log (base answer, guide verdict, π, the action set)."""
+        from ccpo.runtime.agent import ConformalAgent
+
+        ctx = None
+        if context is not None:
+            try:
+                ctx = json.loads(context.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as e:
+                raise CCPOError(f"{context}: cannot read the context JSON ({e})") from None
+        over = _overrides(
+            task=task,
+            base_model=base_model,
+            base_url=base_url,
+            base_key_env=base_key_env,
+            guide_model=guide_model,
+            guide_url=guide_url,
+            guide_key_env=guide_key_env,
+            prices=prices,
+            kappa=kappa,
+            max_cost_per_request=max_cost,
+        )
+        _quiet_logs()
+        with ConformalAgent.from_artifact(policy, config, **over) as agent:
+            if as_json:
+                s = agent.answer(question, context=ctx)
+                typer.echo(s.model_dump_json())
+                return
+            with _err.status("asking…"):
+                s = agent.answer(question, context=ctx)
+        print_answer_set(s)
+
+    @app.command("serve")
+    def serve_cmd(
+        policy: Annotated[
+            Path | None, typer.Option("--policy", help="Trained policy folder (ccpo train).")
+        ] = None,
+        config: ConfigOpt = None,
+        host: Annotated[str | None, typer.Option(help="Interface [127.0.0.1].")] = None,
+        port: Annotated[int | None, typer.Option(help="Port [8000].")] = None,
+        state: Annotated[
+            Path | None,
+            typer.Option(help="SQLite state file (κ, coverage, counters); kept across restarts."),
+        ] = None,
+        adapt_kappa: Annotated[
+            bool | None,
+            typer.Option("--adapt-kappa/--fixed-kappa", help="Update κ online from feedback."),
+        ] = None,
+        token_env: Annotated[
+            str | None, typer.Option(help="Env var with the bearer token [CCPO_SERVE_TOKEN].")
+        ] = None,
+        rate_limit: Annotated[
+            float | None, typer.Option(help="Requests per minute per client address.")
+        ] = None,
+        max_cost_per_request: Annotated[
+            float | None, typer.Option(help="USD budget per question.")
+        ] = None,
+        max_cost_total: Annotated[
+            float | None, typer.Option(help="USD budget over the state file's life.")
+        ] = None,
+        task: TaskOpt = None,
+        base_model: Annotated[str | None, typer.Option(help="Base model name.")] = None,
+        base_url: Annotated[str | None, typer.Option(help="Base endpoint (…/v1).")] = None,
+        guide_model: Annotated[str | None, typer.Option(help="Guide model name.")] = None,
+        guide_url: Annotated[str | None, typer.Option(help="Guide endpoint (…/v1).")] = None,
+        prices: Annotated[
+            list[Path] | None, typer.Option("--prices", help="Price file(s) (repeatable).")
+        ] = None,
+        log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+        write_openapi: Annotated[
+            Path | None, typer.Option(help="Write the OpenAPI spec to this file and exit.")
+        ] = None,
+    ) -> None:
+        """Serve the policy over HTTP: POST /v1/answer, POST /v1/feedback, GET /healthz,
+        GET /metrics (needs the extra: pip install 'ccpo[serve]')."""
+        try:
+            from ccpo.runtime import server  # a clear CCPOError without the extra
+        except CCPOError as e:  # the CLI prints errors as rich markup: keep "[serve]" visible
+            from rich.markup import escape
+
+            raise CCPOError(escape(str(e))) from None
+
+        if write_openapi is not None:
+            write_openapi.parent.mkdir(parents=True, exist_ok=True)
+            write_openapi.write_text(json.dumps(server.openapi_spec(), indent=2) + "\n")
+            _err.print(f"wrote {write_openapi}")
+            return
+        if policy is None:
+            raise CCPOError("--policy DIR is required (a folder written by `ccpo train`)")
+        from ccpo.runtime.config import load_deploy_config
+
+        over = _overrides(
+            task=task,
+            base_model=base_model,
+            base_url=base_url,
+            guide_model=guide_model,
+            guide_url=guide_url,
+            prices=prices,
+            max_cost_per_request=max_cost_per_request,
+            max_cost_total=max_cost_total,
+        )
+        srv = {
+            "host": host,
+            "port": port,
+            "state": None if state is None else str(state),
+            "adapt_kappa": adapt_kappa,
+            "auth_token_env": token_env,
+            "rate_limit_per_minute": rate_limit,
+        }
+        over.update({f"server.{k}": v for k, v in srv.items() if v is not None})
+        cfg = load_deploy_config(config, over)
+        _quiet_logs()
+        service = server.Service.from_artifact(policy, cfg)
+        a = service.agent
+        kappa = "greedy" if a.kappa is None else f"κ = {a.kappa:.4f}"
+        _err.print(
+            f"ccpo serve: {a.policy.variant} (T = {a.horizon}, α = {a.alpha:g}, {kappa}"
+            f"{', adaptive' if cfg.server.adapt_kappa else ''}); base {a.base_endpoint.model}, "
+            f"guide {a.guide_endpoint.model}; state {cfg.server.state or '(in memory)'}"
+            f"{'; restored' if service.store.restored else ''}; auth "
+            f"{'on' if service.token else 'off'}; http://{cfg.server.host}:{cfg.server.port}",
+            highlight=False,
+        )
+        server.run(service, cfg.server.host, cfg.server.port, log_level)

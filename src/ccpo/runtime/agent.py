@@ -1,0 +1,441 @@
+"""The deployed cost-effective agent: a trained policy artifact + live OpenAI-compatible endpoints.
+
+>>> agent = ConformalAgent.from_artifact("runs/ccpo", "deploy.yaml")   # doctest: +SKIP
+>>> s = agent.answer("Which city hosted the 1992 Summer Olympics?")    # doctest: +SKIP
+>>> s.answers, s.rounds, s.cost_usd                                     # doctest: +SKIP
+
+The live rollout follows DESIGN.md's episode semantics exactly, with the same code as replay:
+
+- round t is run by :func:`ccpo.llm.protocol.run_round` (the collector's own round: same
+  prompts, temperatures and sample indices);
+- o_t = the last row of :func:`ccpo.traces.featurize.featurize_rounds` over rounds 1..t;
+- π(·|o_t) comes from the artifact's network; the action set is
+  C(o_t) = {a : e(a|o_t) ≥ κ} with e from :func:`ccpo.traces.episodes.effective_scores`, which
+  builds in the empty-set fallback {argmax π} and masks ``next`` at round T;
+- answers in C(o_t) join the set (de-duplicated with the task normaliser); the agent goes on to
+  round t+1 iff ``next`` ∈ C(o_t), and no model is called once it is not.
+
+A **point** policy (variant ``cpo``) has no κ: it acts greedily (C(o_t) = {argmax π}), which is
+the point rollout of DESIGN.md; ``AnswerSet.kappa`` is then null.
+
+Money: ``cost_usd`` is Σ over rounds run of usage × price (the replay definition; answers served
+from the response cache are priced too). ``max_cost_per_request`` stops a question *before* a
+round that would take it over its budget (estimated by its most expensive round so far) with
+:class:`RequestBudgetExceeded`; ``max_cost_total`` caps the dollars actually paid
+(:class:`~ccpo.llm.client.BudgetExceeded`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ccpo.errors import CCPOError
+from ccpo.learning.policy import TrainedPolicy
+from ccpo.llm.cache import ResponseCache
+from ccpo.llm.client import BudgetExceeded, LLMCallError, LLMClient
+from ccpo.llm.prices import PriceTable, load_prices, prices_from_mapping
+from ccpo.llm.protocol import RoundOutput, Runner, run_round
+from ccpo.llm.tasks.loaders import Question, parse_context
+from ccpo.runtime.answer_set import AnswerSet, RoundLog
+from ccpo.runtime.config import DeployConfig, as_deploy_config
+from ccpo.traces.answers import normalizer_for
+from ccpo.traces.episodes import NEXT, allowed_actions, effective_scores
+from ccpo.traces.featurize import FEATURE_NAMES, featurize_rounds
+from ccpo.traces.schema import ACTIONS
+
+__all__ = [
+    "AnswerSet",
+    "BudgetExceeded",
+    "ConformalAgent",
+    "Decision",
+    "LLMCallError",
+    "RequestBudgetExceeded",
+    "decide",
+    "policy_horizon",
+]
+
+
+class RequestBudgetExceeded(CCPOError):
+    """A question would exceed its per-request dollar budget; no further round was paid for."""
+
+
+# ----------------------------------------------------------------------------- live rounds
+@dataclass(frozen=True)
+class LiveUsage:
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class LiveBase:
+    model: str
+    answer: str
+    usage: LiveUsage
+    logprob_mean: float | None
+    logprob_min: float | None
+
+
+@dataclass(frozen=True)
+class LiveGuide:
+    model: str
+    answer: str
+    verdict: str | None
+    uncertainty: float | None
+    usage: LiveUsage
+
+
+@dataclass(frozen=True)
+class LiveRound:
+    """A round as the featurizer reads it (no ``correct``: there is no gold answer live)."""
+
+    round: int
+    base: LiveBase
+    guide: LiveGuide
+
+
+def live_round(ro: RoundOutput, base_model: str, guide_model: str) -> LiveRound:
+    mean, mn = ro.base.calls.stats()
+    b, g = ro.base.calls, ro.guide.calls
+    return LiveRound(
+        ro.round,
+        LiveBase(base_model, ro.base.answer, LiveUsage(b.input_tokens, b.output_tokens), mean, mn),
+        LiveGuide(
+            guide_model,
+            ro.guide.answer,
+            ro.guide.verdict,
+            ro.guide.uncertainty,
+            LiveUsage(g.input_tokens, g.output_tokens),
+        ),
+    )
+
+
+# ----------------------------------------------------------------------------- decisions
+@dataclass(frozen=True)
+class Decision:
+    """The policy's decision after round t: π(·|o_t), C(o_t), and whether to go on."""
+
+    probs: np.ndarray  # [3]
+    actions: tuple[str, ...]
+    fallback: bool
+    go_on: bool
+
+
+def decide(
+    policy: TrainedPolicy,
+    task: str,
+    horizon: int,
+    rounds: Sequence[Any],
+    kappa: float | None,
+) -> Decision:
+    """C(o_t) for the last of ``rounds`` (t = len(rounds)); ``kappa=None``: greedy (point policy).
+
+    The observations are padded to ``[T, F]`` so that ``next`` is masked exactly at round T;
+    row t of π depends on row t of the observations only (the network is per-round).
+    """
+    t = len(rounds)
+    if not 1 <= t <= horizon:
+        raise ValueError(f"need 1..{horizon} rounds, got {t}")
+    obs = np.zeros((horizon, len(FEATURE_NAMES)), dtype=np.float32)
+    obs[:t] = featurize_rounds(task, horizon, rounds)
+    with _one_torch_thread():
+        p = policy.probs(obs)[t - 1]
+    allowed = allowed_actions(horizon)[t - 1]
+    e = effective_scores(p, allowed)
+    k = np.inf if kappa is None else float(kappa)
+    members = e >= k
+    raw = allowed & (p >= k)
+    acts = tuple(a for a, m in zip(ACTIONS, members, strict=True) if m)
+    return Decision(p, acts, fallback=not raw.any(), go_on=bool(members[NEXT]))
+
+
+@contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """A [T, F] forward pass is ~0.1 ms on one thread and 5-20 ms with a multi-threaded pool
+    (wake-up and spin costs); switch to one thread for the call and back (cheap)."""
+    n = torch.get_num_threads()
+    if n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def policy_horizon(policy: TrainedPolicy, rounds: int | None = None) -> int:
+    """T of the traces the policy was trained on, read back from its observation normalisation.
+
+    The mean of the ``is_last_round`` feature over the training rounds is exactly 1/T. A
+    ``rounds`` given by the user must agree with it.
+    """
+    i = FEATURE_NAMES.index("is_last_round")
+    m = float(np.asarray(policy.obs_mean)[i])
+    inferred = round(1.0 / m) if m > 0 else None
+    if inferred is not None and abs(1.0 / inferred - m) > 1e-3:
+        inferred = None
+    if rounds is not None:
+        if inferred is not None and rounds != inferred:
+            raise CCPOError(
+                f"rounds: {rounds} in the config, but the policy was trained on T = {inferred} "
+                "rounds; its observations (round index) only make sense with T = "
+                f"{inferred}"
+            )
+        return rounds
+    if inferred is None:
+        raise CCPOError("cannot tell T from the policy artifact; set rounds: T in the config")
+    return inferred
+
+
+# ----------------------------------------------------------------------------- the agent
+class ConformalAgent:
+    """A trained policy answering live questions with a base and a guide LLM."""
+
+    def __init__(
+        self,
+        policy: TrainedPolicy,
+        config: DeployConfig,
+        prices: PriceTable | None = None,
+        spent_offset: float = 0.0,
+    ) -> None:
+        self.policy = policy
+        self.config = config
+        self.horizon = policy_horizon(policy, config.rounds)
+        self.collect_config = config.collect_config(self.horizon)  # checks task and models
+        self.task: str = self.collect_config.task
+        self.base_endpoint = self.collect_config.base_endpoint()
+        self.guide_endpoint = self.collect_config.guide_endpoint()
+        self.prices = prices if prices is not None else self._prices(policy, config)
+        self.prices.check({self.base_endpoint.model, self.guide_endpoint.model})
+        self._norm = normalizer_for(self.task)
+        if config.kappa is not None and policy.scoring == "point":
+            raise CCPOError(
+                f"the policy is a point policy ({policy.variant}): it has no κ to override"
+            )
+        self._kappa: float | None = (
+            None
+            if policy.scoring == "point"
+            else float(config.kappa if config.kappa is not None else policy.kappa)
+        )
+        self.spent_offset = float(spent_offset)
+        self._runners: dict[int, tuple[asyncio.AbstractEventLoop, Runner, ResponseCache]] = {}
+        self._closed_spent = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_artifact(
+        cls,
+        path: str | Path,
+        config: DeployConfig | str | Path | dict[str, Any] | None = None,
+        **overrides: Any,
+    ) -> ConformalAgent:
+        """Load a policy folder; endpoints and prices from ``config`` (YAML path, dict or
+        :class:`DeployConfig`) and keyword overrides (``base_model=..., base_url=...``)."""
+        cfg = as_deploy_config(config, overrides)
+        return cls(TrainedPolicy.load(path), cfg)
+
+    @staticmethod
+    def _prices(policy: TrainedPolicy, config: DeployConfig) -> PriceTable:
+        table = load_prices()
+        if policy.prices:
+            table = table.merged(prices_from_mapping(policy.prices, "the policy's prices.json"))
+        return table.merged(load_prices(*config.prices)) if config.prices else table
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def alpha(self) -> float:
+        return self.policy.alpha
+
+    @property
+    def kappa(self) -> float | None:
+        """κ in force (None: point policy, greedy)."""
+        return self._kappa
+
+    @kappa.setter
+    def kappa(self, value: float) -> None:
+        if self._kappa is None:
+            raise CCPOError("a point policy has no κ")
+        self._kappa = float(np.clip(value, 0.0, 1.0))
+
+    @property
+    def spent_usd(self) -> float:
+        """Dollars actually paid (cache hits are free), including ``spent_offset``."""
+        live = sum(r.client.spent_usd for _, r, _ in self._runners.values())
+        return self.spent_offset + self._closed_spent + live
+
+    def budget_left(self) -> bool:
+        cap = self.config.max_cost_total
+        return cap is None or self.spent_usd < cap
+
+    def decide(self, rounds: Sequence[Any], kappa: float | None = None) -> Decision:
+        """The decision after ``rounds`` (see :func:`decide`) at κ in force or ``kappa``."""
+        return decide(
+            self.policy, self.task, self.horizon, rounds, self._kappa if kappa is None else kappa
+        )
+
+    # ------------------------------------------------------------------ clients (one per loop)
+    def _runner(self) -> Runner:
+        from ccpo.llm.collect import _make_runner
+
+        loop = asyncio.get_running_loop()
+        for key, (lp, r, cache) in list(self._runners.items()):
+            if lp.is_closed():  # a loop that is gone: keep its spending, drop its client
+                self._closed_spent += r.client.spent_usd
+                cache.close()
+                del self._runners[key]
+        hit = self._runners.get(id(loop))
+        if hit is not None and hit[0] is loop:
+            return hit[1]
+        cfg = self.collect_config
+        cap = self.config.max_cost_total
+        cache = ResponseCache(cfg.cache_path())
+        client = LLMClient(
+            cache,
+            self.prices,
+            cfg.concurrency,
+            cfg.retry_policy(),
+            None if cap is None else max(0.0, cap - self.spent_usd),
+        )
+        runner = _make_runner(cfg, client, "base-guide", "ccpo deploy")
+        self._runners[id(loop)] = (loop, runner, cache)
+        return runner
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients of the running event loop."""
+        loop = asyncio.get_running_loop()
+        hit = self._runners.pop(id(loop), None)
+        if hit is not None:
+            self._closed_spent += hit[1].client.spent_usd
+            await hit[1].client.aclose()
+            hit[2].close()
+
+    def close(self) -> None:
+        """Close the private event loop of :meth:`answer` and its clients."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.run_until_complete(self.aclose())
+            self._loop.close()
+        self._loop = None
+
+    def __enter__(self) -> ConformalAgent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ answering
+    def answer(self, question: str, **kwargs: Any) -> AnswerSet:
+        """Synchronous :meth:`aanswer` (on a private event loop kept between calls)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise CCPOError("answer() called inside an event loop; use `await agent.aanswer()`")
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(self.aanswer(question, **kwargs))
+
+    async def aanswer(
+        self,
+        question: str,
+        id: str | None = None,
+        context: Any = None,
+        kappa: float | None = None,
+        max_cost: float | None = None,
+    ) -> AnswerSet:
+        """Answer one question with the set-valued rollout (module docstring).
+
+        ``context``: optional paragraphs for the offline search tool (hotpotqa), in any layout
+        :func:`ccpo.llm.tasks.loaders.parse_context` reads. ``kappa`` overrides κ for this
+        call; ``max_cost`` (USD) tightens the per-request budget.
+        """
+        t0 = time.perf_counter()
+        if not question or not question.strip():
+            raise CCPOError("the question is empty")
+        k = self._kappa if kappa is None else float(kappa)
+        if kappa is not None and self._kappa is None:
+            raise CCPOError("a point policy has no κ")
+        budget = self.config.max_cost_per_request
+        if max_cost is not None:
+            budget = max_cost if budget is None else min(budget, max_cost)
+        qid = id or uuid.uuid4().hex
+        runner = self._runner()
+        if not runner.client.budget_left():
+            raise BudgetExceeded(
+                f"the total budget of ${self.config.max_cost_total:.4f} is spent; "
+                "no new LLM calls are made"
+            )
+        q = Question(qid, self.task, question, [], parse_context(context, "context"))
+        backend = runner.backend_for(q)
+        bm, gm = self.base_endpoint.model, self.guide_endpoint.model
+        history: list[Any] = []
+        rounds: list[LiveRound] = []
+        logs: list[RoundLog] = []
+        answers: dict[str, str] = {}
+        by_model: dict[str, float] = {bm: 0.0, gm: 0.0}
+        total = worst = 0.0
+        for t in range(1, self.horizon + 1):
+            if budget is not None and t > 1 and total + worst > budget:
+                raise RequestBudgetExceeded(
+                    f"question '{qid}': round {t} would take it over its budget of "
+                    f"${budget:.6f} (spent ${total:.6f} in {t - 1} rounds; the policy wants "
+                    "another round)"
+                )
+            ro = await run_round(runner, question, t, history, backend)
+            history.append(ro.past())
+            lr = live_round(ro, bm, gm)
+            rounds.append(lr)
+            cb = self.prices.cost(bm, lr.base.usage.input_tokens, lr.base.usage.output_tokens)
+            cg = self.prices.cost(gm, lr.guide.usage.input_tokens, lr.guide.usage.output_tokens)
+            by_model[bm] += cb
+            by_model[gm] += cg
+            total += cb + cg
+            worst = max(worst, cb + cg)
+            d = decide(self.policy, self.task, self.horizon, rounds, k)
+            for a, text in (("base", lr.base.answer), ("guide", lr.guide.answer)):
+                if a in d.actions:
+                    answers.setdefault(self._norm(text), text)
+            logs.append(
+                RoundLog(
+                    round=t,
+                    base_answer=lr.base.answer,
+                    guide_verdict=lr.guide.verdict,  # type: ignore[arg-type]
+                    guide_answer=lr.guide.answer,
+                    uncertainty=lr.guide.uncertainty,
+                    pi={a: float(v) for a, v in zip(ACTIONS, d.probs, strict=True)},
+                    actions=list(d.actions),  # type: ignore[arg-type]
+                    fallback=d.fallback,
+                    cost_usd=cb + cg,
+                )
+            )
+            if not d.go_on:
+                break
+        return AnswerSet(
+            id=qid,
+            question=question,
+            answers=list(answers.values()),
+            rounds=len(rounds),
+            horizon=self.horizon,
+            cost_usd=total,
+            cost_by_model=by_model,
+            log=logs,
+            alpha=self.alpha,
+            kappa=k,
+            policy=self.policy.variant,
+            latency_ms=(time.perf_counter() - t0) * 1000.0,
+        )
+
+    def normalize(self, answer: str) -> str:
+        """The task's answer normaliser (used for de-duplication and feedback matching)."""
+        return self._norm(answer)

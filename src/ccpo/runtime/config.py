@@ -1,0 +1,220 @@
+"""Deployment settings: one pydantic model, loadable from YAML, overridable by arguments/flags.
+
+A YAML config (``ccpo ask/serve --config FILE``) uses the field names below (``-`` or ``_``)::
+
+    task: mmlu                       # the task the policy was trained on: mmlu | hotpotqa | jsonl
+    base_model: llama-3.2-3b
+    base_url: http://localhost:8080/v1
+    guide_model: gpt-4o
+    guide_key_env: OPENAI_API_KEY    # name of the env var holding the key
+    prices: [my-prices.json]         # merged over the bundled table and the artifact's prices
+    max_cost_per_request: 0.01       # USD
+    max_cost_total: 20.0             # USD over the life of the state file (serve) / agent
+    server:
+      state: serve-state.sqlite
+      auth_token_env: CCPO_SERVE_TOKEN
+      adapt_kappa: true
+      rate_limit_per_minute: 600
+
+API keys: prefer ``*_key_env``; ``*_api_key`` may hold a literal key in a config file. Keys and
+the server's bearer token are never printed, logged or written to the state file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from ccpo.errors import CCPOError
+from ccpo.llm.config import CollectConfig, read_config_file
+
+DEFAULT_TOKEN_ENV = "CCPO_SERVE_TOKEN"
+
+
+class ServerConfig(BaseModel):
+    """Settings of ``ccpo serve`` only (the ``server:`` section of the YAML config)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field("127.0.0.1", description="interface to bind")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0: any free port)")
+    state: str | None = Field(None, description="SQLite state file (κ, coverage, counters)")
+    auth_token_env: str | None = Field(
+        None, description=f"env var with the bearer token [{DEFAULT_TOKEN_ENV} when set]"
+    )
+    auth_token: SecretStr | None = Field(None, description="bearer token (config file only)")
+    max_body_bytes: int = Field(65536, ge=256, description="largest request body accepted")
+    max_question_chars: int = Field(8000, ge=1, description="longest question accepted")
+    rate_limit_per_minute: float | None = Field(
+        None, gt=0, description="requests per minute per client address (None: no limit)"
+    )
+    rate_burst: int = Field(20, ge=1, description="requests a client may send at once")
+    adapt_kappa: bool = Field(False, description="update κ online from feedback")
+    kappa_eta0: float | None = Field(
+        None,
+        gt=0,
+        description="η_0 of the online κ tracker, per question [training η_0 / batch size]",
+    )
+    kappa_max_step: int | None = Field(
+        200,
+        ge=1,
+        description="η_k stops decaying after this many feedbacks (tracks drift); None: never",
+    )
+    max_records: int = Field(100_000, ge=1, description="answer sets kept for feedback")
+
+    def token(self) -> str | None:
+        """The bearer token in force (config, else the env var), or None for no auth."""
+        if self.auth_token is not None:
+            return self.auth_token.get_secret_value() or None
+        env = self.auth_token_env or DEFAULT_TOKEN_ENV
+        val = os.environ.get(env)
+        if self.auth_token_env and not val:
+            raise CCPOError(
+                f"server.auth_token_env names {env}, but that environment variable is not set"
+            )
+        return val or None
+
+
+class DeployConfig(BaseModel):
+    """Everything ``ConformalAgent`` / ``ccpo ask`` / ``ccpo serve`` need."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str | None = Field(None, description="mmlu | hotpotqa | jsonl (as trained)")
+    rounds: int | None = Field(None, ge=1, le=20, description="T (checked against the policy)")
+    base_model: str | None = Field(None, description="base model name")
+    base_url: str | None = Field(None, description="base OpenAI-compatible URL (…/v1)")
+    base_key_env: str | None = Field(None, description="env var with the base API key")
+    base_api_key: SecretStr | None = Field(None, description="base API key (config only)")
+    guide_model: str | None = Field(None, description="guide model name")
+    guide_url: str | None = Field(None, description="guide OpenAI-compatible URL")
+    guide_key_env: str | None = Field(None, description="env var with the guide API key")
+    guide_api_key: SecretStr | None = Field(None, description="guide API key (config only)")
+    prices: list[str] = Field(default_factory=list, description="price files (win last)")
+    kappa: float | None = Field(None, ge=0, le=1, description="override the artifact's κ")
+    temperature_first: float = Field(0.0, ge=0, description="base temperature in round 1")
+    temperature_later: float = Field(1.0, ge=0, description="base temperature in rounds >= 2")
+    max_steps: int = Field(6, ge=1, description="ReAct steps per round (hotpotqa)")
+    max_tokens: int = Field(512, ge=16, description="base max output tokens per CoT call")
+    search: str = Field("auto", description="hotpotqa: auto | context | bm25 | wikipedia")
+    corpus: str | None = Field(None, description="JSONL {title,text} corpus for search=bm25")
+    sample_offset: int = Field(0, ge=0, description="cache-key sample offset (as collect)")
+    concurrency: int = Field(16, ge=1, description="parallel requests per endpoint")
+    timeout: float = Field(60.0, gt=0, description="seconds per LLM request")
+    max_retries: int = Field(4, ge=0, description="retries per LLM request")
+    backoff_base: float = Field(0.5, ge=0, description="first backoff (s), doubled per retry")
+    cache: str | None = Field(None, description="SQLite response cache (None: no cache)")
+    max_cost_per_request: float | None = Field(None, gt=0, description="USD cap per question")
+    max_cost_total: float | None = Field(None, ge=0, description="USD cap over all questions")
+    server: ServerConfig = Field(default_factory=ServerConfig, description="ccpo serve")
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        v = v.lower()
+        if v not in ("mmlu", "hotpotqa", "jsonl"):
+            raise ValueError("must be mmlu, hotpotqa or jsonl")
+        return v
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _prices(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    def collect_config(self, rounds: int) -> CollectConfig:
+        """The collection settings of the same protocol (so rounds are run by the same code)."""
+        if not self.task:
+            raise CCPOError(
+                "no task: set task: mmlu | hotpotqa | jsonl in the config (or --task), the task "
+                "the policy was trained on (it picks the prompts and the answer normaliser)"
+            )
+        if not self.base_model:
+            raise CCPOError("no base model: set base_model in the config (or --base-model)")
+        if not self.guide_model:
+            raise CCPOError("no guide model: set guide_model in the config (or --guide-model)")
+        return CollectConfig(
+            task=self.task,
+            rounds=rounds,
+            base_model=self.base_model,
+            base_url=self.base_url,
+            base_key_env=self.base_key_env,
+            base_api_key=self.base_api_key,
+            guide_model=self.guide_model,
+            guide_url=self.guide_url,
+            guide_key_env=self.guide_key_env,
+            guide_api_key=self.guide_api_key,
+            prices=self.prices,
+            concurrency=self.concurrency,
+            max_cost=self.max_cost_total,
+            cache=self.cache,
+            no_cache=self.cache is None,
+            temperature_first=self.temperature_first,
+            temperature_later=self.temperature_later,
+            max_steps=self.max_steps,
+            max_tokens=self.max_tokens,
+            search=self.search,
+            corpus=self.corpus,
+            sample_offset=self.sample_offset,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            backoff_base=self.backoff_base,
+        )
+
+
+def _norm(d: dict[str, Any]) -> dict[str, Any]:
+    return {str(k).replace("-", "_"): v for k, v in d.items()}
+
+
+def load_deploy_config(
+    file: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> DeployConfig:
+    """Config file values, then every override that is not None (``server.*`` keys nest)."""
+    values: dict[str, Any] = read_config_file(file) if file else {}
+    server = _norm(dict(values.pop("server", None) or {}))
+    for k, v in _norm(overrides or {}).items():
+        if v is None or (isinstance(v, list | tuple) and not v):
+            continue
+        if k.startswith("server."):
+            server[k.removeprefix("server.")] = v
+        elif k == "server" and isinstance(v, dict):
+            server.update(_norm(v))
+        else:
+            values[k] = list(v) if isinstance(v, tuple) else v
+    values["server"] = server
+    try:
+        return DeployConfig.model_validate(values)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        origin = f"{file}: " if file else ""
+        raise CCPOError(f"{origin}setting '{loc}': {first['msg']}") from None
+
+
+def as_deploy_config(
+    config: DeployConfig | str | Path | dict[str, Any] | None, overrides: dict[str, Any]
+) -> DeployConfig:
+    """A DeployConfig from an object, a YAML path or a dict, with overrides applied."""
+    if isinstance(config, DeployConfig):
+        if not overrides:
+            return config
+        dumped = config.model_dump(exclude_unset=True)
+        dumped = _secret_values(config, dumped)
+        return load_deploy_config(None, {**dumped, **overrides})
+    if isinstance(config, dict):
+        return load_deploy_config(None, {**config, **overrides})
+    return load_deploy_config(config, overrides)
+
+
+def _secret_values(cfg: DeployConfig, dumped: dict[str, Any]) -> dict[str, Any]:
+    for k in ("base_api_key", "guide_api_key"):
+        v = getattr(cfg, k)
+        if v is not None:
+            dumped[k] = v.get_secret_value()
+    if cfg.server.auth_token is not None and "server" in dumped:
+        dumped["server"]["auth_token"] = cfg.server.auth_token.get_secret_value()
+    return dumped

@@ -1,0 +1,128 @@
+"""Shared fixtures: a small trained policy artifact and the scripted LLM world over HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ccpo.learning.policy import TrainedPolicy
+from ccpo.learning.trainers import TrainConfig, train
+from ccpo.llm.prices import load_prices
+from ccpo.sim import SimConfig, generate
+from ccpo.traces.episodes import build_episodes
+from tests.llm.conftest import make_world
+
+MODELS = ("base-m", "guide-m")
+
+
+def write_prices(path: Path, models=MODELS, inp: float = 1.0, out: float = 4.0) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "as_of": "2026-11-01",
+                "source": "test",
+                "models": {
+                    m: {"input_usd_per_mtok": inp, "output_usd_per_mtok": out} for m in models
+                },
+            }
+        )
+    )
+    return path
+
+
+def make_policy(folder: Path, method: str = "ccpo", steps: int = 30) -> Path:
+    """Train a tiny policy on synthetic traces (T = 4) and save it as an artifact."""
+    traces = generate(SimConfig(n=300, seed=0))
+    prices = load_prices()
+    ep = build_episodes(traces, prices)
+    cfg = TrainConfig(method=method, alpha=0.1, steps=steps, val_every=0, seed=0)
+    res = train(ep, np.arange(200), cfg)
+    variant = "ccpo" if method == "ccpo" else "cpo"
+    pol = TrainedPolicy.from_result(res, variant, prices.to_price_file())
+    if pol.scoring == "batch":
+        pol.kappa_batch = 0.3
+    pol.save(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def policy_dir(tmp_path_factory) -> Path:
+    return make_policy(tmp_path_factory.mktemp("policy") / "ccpo")
+
+
+@pytest.fixture(scope="session")
+def prices_path(tmp_path_factory) -> Path:
+    return write_prices(tmp_path_factory.mktemp("prices") / "prices.json")
+
+
+@pytest.fixture
+def world():
+    with make_world() as srv:
+        yield srv
+
+
+def deploy_values(srv, prices: Path, **kw) -> dict:
+    values = dict(
+        task="mmlu",
+        base_model="base-m",
+        base_url=srv.url,
+        guide_model="guide-m",
+        guide_url=srv.url,
+        prices=[str(prices)],
+        timeout=5.0,
+        backoff_base=0.005,
+    )
+    values.update(kw)
+    return values
+
+
+class LiveServer:
+    """``ccpo serve``'s app under uvicorn in a thread, on a free port of 127.0.0.1."""
+
+    def __init__(self, service) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        from ccpo.runtime.server import create_app
+
+        self.service = service
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        cfg = uvicorn.Config(create_app(service), log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(cfg)
+        self._thread = threading.Thread(
+            target=lambda: self.server.run(sockets=[self._sock]), daemon=True
+        )
+
+    def __enter__(self) -> LiveServer:
+        import time
+
+        self._thread.start()
+        t0 = time.monotonic()
+        while not self.server.started:
+            if time.monotonic() - t0 > 20 or not self._thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=20)
+        self._sock.close()
+
+
+def make_service(policy_dir: Path, srv, prices: Path, server: dict | None = None, **kw):
+    from ccpo.runtime.config import load_deploy_config
+    from ccpo.runtime.server import Service
+
+    values = deploy_values(srv, prices, **kw)
+    values["server"] = server or {}
+    return Service.from_artifact(policy_dir, load_deploy_config(None, values))

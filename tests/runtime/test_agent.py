@@ -1,0 +1,197 @@
+"""The Python API: live rollouts over real HTTP against the scripted LLM server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ccpo.errors import CCPOError, UnknownModelPriceError
+from ccpo.learning.policy import TrainedPolicy
+from ccpo.llm.client import BudgetExceeded
+from ccpo.llm.collect import collect
+from ccpo.llm.config import build_config
+from ccpo.runtime import AnswerSet, ConformalAgent, RequestBudgetExceeded
+from ccpo.runtime.agent import decide, policy_horizon
+from ccpo.traces.answers import normalizer_for
+from ccpo.traces.episodes import NEXT, build_episodes, conformal_rollout, conformal_sets
+from ccpo.traces.io import read_traces
+
+from .conftest import deploy_values, make_policy
+
+MMLU_Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
+
+
+def test_live_rollout_equals_replay_of_the_same_run(world, policy_dir, prices_path, tmp_path):
+    """Collect full traces, replay them with conformal_sets/conformal_rollout, then ask the
+    live agent the same questions: same rounds run, same answer set, same cost."""
+    cfg = build_config(
+        None,
+        dict(
+            task="mmlu",
+            n=10,
+            rounds=4,
+            base_model="base-m",
+            base_url=world.url,
+            guide_model="guide-m",
+            guide_url=world.url,
+            out=str(tmp_path / "t.jsonl"),
+            no_cache=True,
+            prices=[str(prices_path)],
+            concurrency=4,
+            timeout=5.0,
+            backoff_base=0.005,
+        ),
+    )
+    assert collect(cfg, progress=False).complete
+    traces = read_traces(tmp_path / "t.jsonl")
+    agent = ConformalAgent.from_artifact(policy_dir, deploy_values(world, prices_path))
+    ep = build_episodes(traces, agent.prices)
+    probs = agent.policy.probs(ep.obs)
+    norm = normalizer_for("mmlu")
+    nxt = probs[:, :-1, NEXT].ravel()
+    kappas = [0.0, *np.quantile(nxt, [0.2, 0.5, 0.8]).tolist(), agent.kappa, 1.0]
+    lengths = set()
+    with agent:
+        for kappa in kappas:
+            reach, included = conformal_sets(ep, probs, kappa)
+            m = conformal_rollout(ep, probs, kappa)
+            for i, tr in enumerate(traces):
+                world.reset_counters()
+                s = agent.answer(tr.question, kappa=kappa)
+                assert s.rounds == int(m.length[i]) == int(reach[i].sum())
+                assert world.n_requests == 2 * s.rounds  # no call after `next` left C(o_t)
+                assert s.cost_usd == pytest.approx(float(m.cost[i]), rel=1e-9, abs=1e-15)
+                expected: list[str] = []
+                for t, r in enumerate(tr.rounds):
+                    for a, step in ((0, r.base), (1, r.guide)):
+                        if included[i, t, a] and norm(step.answer) not in expected:
+                            expected.append(norm(step.answer))
+                assert [norm(a) for a in s.answers] == expected
+                assert len(s.answers) == int(m.set_size[i])
+                for t, log in enumerate(s.log):  # the log is the trace's rounds
+                    assert log.base_answer == tr.rounds[t].base.answer
+                    assert log.guide_verdict == tr.rounds[t].guide.verdict
+                    np.testing.assert_allclose(
+                        [log.pi[a] for a in ("base", "guide", "next")], probs[i, t], atol=1e-6
+                    )
+                lengths.add(s.rounds)
+    assert len(lengths) >= 2, "the κ grid should exercise early stops and longer runs"
+
+
+def test_answer_set_fields_and_async_twin(world, policy_dir, prices_path):
+    agent = ConformalAgent.from_artifact(policy_dir, deploy_values(world, prices_path))
+    s = agent.answer(MMLU_Q, id="q1")
+    assert isinstance(s, AnswerSet) and s.id == "q1" and s.format == "ccpo.answer/v1"
+    assert s.alpha == pytest.approx(0.1) and s.kappa == pytest.approx(0.3)
+    assert s.horizon == 4 and 1 <= s.rounds <= 4 and len(s.log) == s.rounds
+    assert set(s.cost_by_model) == {"base-m", "guide-m"}
+    assert sum(s.cost_by_model.values()) == pytest.approx(s.cost_usd)
+    assert s.cost_usd == pytest.approx(sum(r.cost_usd for r in s.log))
+    for r in s.log[:-1]:
+        assert "next" in r.actions
+    assert "next" not in s.log[-1].actions
+    assert s.log[-1].pi["next"] == 0.0 or s.rounds < 4
+    agent.close()
+
+    async def main():
+        ag = ConformalAgent.from_artifact(policy_dir, deploy_values(world, prices_path))
+        out = await asyncio.gather(*(ag.aanswer(MMLU_Q + f" ({k})") for k in range(4)))
+        await ag.aclose()
+        return out
+
+    outs = asyncio.run(main())
+    assert len({o.id for o in outs}) == 4
+
+
+def test_decide_fallback_and_mask(policy_dir):
+    pol = TrainedPolicy.load(policy_dir)
+
+    class U:
+        input_tokens, output_tokens = 10, 5
+
+    class B:
+        answer, usage, logprob_mean, logprob_min = "A", U(), -0.5, -1.0
+
+    class G:
+        answer, verdict, uncertainty, usage = "B", "no", 0.2, U()
+
+    class R:
+        base, guide = B(), G()
+
+    rounds = [R()] * 4
+    d = decide(pol, "mmlu", 4, rounds, kappa=1.0)  # nothing reaches κ = 1: fallback to argmax
+    assert d.fallback and len(d.actions) == 1 and d.actions[0] != "next" and not d.go_on
+    assert d.probs[NEXT] == 0.0  # `next` masked at round T
+    d0 = decide(pol, "mmlu", 4, rounds[:1], kappa=0.0)
+    assert d0.actions == ("base", "guide", "next") and d0.go_on
+    greedy = decide(pol, "mmlu", 4, rounds[:2], kappa=None)  # point policy: argmax only
+    assert greedy.actions == (("base", "guide", "next")[int(np.argmax(greedy.probs))],)
+
+
+def test_point_policy_acts_greedily(world, prices_path, tmp_path):
+    folder = make_policy(tmp_path / "cpo", method="cpo", steps=5)
+    agent = ConformalAgent.from_artifact(folder, deploy_values(world, prices_path))
+    assert agent.kappa is None
+    s = agent.answer(MMLU_Q)
+    assert s.kappa is None and len(s.answers) == 1
+    for r in s.log:
+        assert len(r.actions) == 1
+    agent.close()
+    with pytest.raises(CCPOError, match="point policy"):
+        ConformalAgent.from_artifact(folder, deploy_values(world, prices_path, kappa=0.2))
+
+
+def test_budgets(world, policy_dir, prices_path):
+    # per request: stop before a round that would go over; κ = 0 always wants another round
+    agent = ConformalAgent.from_artifact(
+        policy_dir, deploy_values(world, prices_path, kappa=0.0, max_cost_per_request=1e-4)
+    )
+    world.reset_counters()
+    with pytest.raises(RequestBudgetExceeded, match="budget"):
+        agent.answer(MMLU_Q)
+    assert world.n_requests < 8
+    agent.close()
+    # total: the first question spends it, the second is refused before any call
+    with ConformalAgent.from_artifact(policy_dir, deploy_values(world, prices_path)) as agent:
+        c = agent.answer(MMLU_Q).cost_usd
+    agent = ConformalAgent.from_artifact(
+        policy_dir, deploy_values(world, prices_path, max_cost_total=c * (1 - 1e-9))
+    )
+    assert agent.answer(MMLU_Q).cost_usd == pytest.approx(c)
+    assert agent.spent_usd == pytest.approx(c) and not agent.budget_left()
+    world.reset_counters()
+    with pytest.raises(BudgetExceeded, match="budget"):
+        agent.answer(MMLU_Q + "?")
+    assert world.n_requests == 0
+    agent.close()
+
+
+def test_config_errors(world, policy_dir, prices_path, tmp_path):
+    with pytest.raises(CCPOError, match="no task"):
+        ConformalAgent.from_artifact(policy_dir, deploy_values(world, prices_path, task=None))
+    with pytest.raises(CCPOError, match="trained on T = 4"):
+        ConformalAgent.from_artifact(policy_dir, deploy_values(world, prices_path, rounds=3))
+    with pytest.raises(UnknownModelPriceError):
+        ConformalAgent.from_artifact(
+            policy_dir, deploy_values(world, prices_path, guide_model="nobody-m")
+        )
+    cfg = tmp_path / "deploy.yaml"
+    cfg.write_text(f"task: mmlu\nbase_model: base-m\nbase_url: {world.url}\nbogus: 1\n")
+    with pytest.raises(CCPOError, match="bogus"):
+        ConformalAgent.from_artifact(policy_dir, cfg)
+    assert policy_horizon(TrainedPolicy.load(policy_dir)) == 4
+
+
+def test_yaml_config_and_overrides(world, policy_dir, prices_path, tmp_path):
+    cfg = tmp_path / "deploy.yaml"
+    cfg.write_text(
+        f"task: mmlu\nbase-model: base-m\nbase_url: {world.url}\nguide_model: guide-m\n"
+        f"guide_url: {world.url}\nprices: {prices_path}\ntimeout: 5\n"
+    )
+    with ConformalAgent.from_artifact(policy_dir, cfg, kappa=0.0) as agent:
+        s = agent.answer(MMLU_Q)
+    assert s.kappa == 0.0 and s.rounds == 4
+    assert Path(cfg).exists()

@@ -1,0 +1,107 @@
+"""``ccpo ask`` and ``ccpo serve`` as commands (subprocesses over real HTTP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from ccpo.product.cli import main
+
+from .conftest import deploy_values
+
+Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
+ENV = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+
+def _config(tmp_path: Path, world, prices: Path, **kw) -> Path:
+    import yaml
+
+    p = tmp_path / "deploy.yaml"
+    p.write_text(yaml.safe_dump(deploy_values(world, prices, **kw)))
+    return p
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ask_json_matches_serve(world, policy_dir, prices_path, tmp_path):
+    cfg = _config(tmp_path, world, prices_path)
+    port = _free_port()
+    state = tmp_path / "state.sqlite"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(policy_dir),
+         "--config", str(cfg), "--port", str(port), "--state", str(state), "--log-level",
+         "warning"],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        t0 = time.monotonic()
+        while True:
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() - t0 < 30, "ccpo serve did not come up"
+            time.sleep(0.1)
+        api = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=30).json()
+        out = subprocess.run(
+            [sys.executable, "-m", "ccpo.product.cli", "ask", Q, "--policy", str(policy_dir),
+             "--config", str(cfg), "--json"],
+            env=ENV, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        cli = json.loads(out)
+        for d in (api, cli):
+            d.pop("id")
+            d.pop("latency_ms")
+        assert cli == api
+        assert state.exists()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert "ccpo serve: ccpo (T = 4" in err
+
+
+def test_ask_human_output(world, policy_dir, prices_path, tmp_path, capsys):
+    cfg = _config(tmp_path, world, prices_path)
+    code = main(["ask", Q, "--policy", str(policy_dir), "--config", str(cfg), "--kappa", "0"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "answers" in out and "rounds 4/4" in out and "κ = 0.0000" in out
+    assert "π base/guide/next" in out and "{base, guide, next}" in out
+
+
+def test_ask_errors_are_one_line(world, policy_dir, prices_path, tmp_path, capsys):
+    cfg = _config(tmp_path, world, prices_path, task=None)
+    assert main(["ask", Q, "--policy", str(policy_dir), "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "no task" in err and "Traceback" not in err
+    assert main(["ask", Q, "--policy", str(tmp_path), "--config", str(cfg)]) == 2
+    assert "not a trained policy folder" in capsys.readouterr().err
+
+
+def test_serve_without_the_extra_names_it(tmp_path):
+    code = (
+        "import sys; sys.modules['fastapi'] = None; sys.modules['uvicorn'] = None\n"
+        "from ccpo.product.cli import main\n"
+        f"sys.exit(main(['serve', '--policy', {str(tmp_path)!r}]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "pip install 'ccpo[serve]'" in r.stderr and "Traceback" not in r.stderr
