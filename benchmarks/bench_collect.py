@@ -1,10 +1,11 @@
-"""Benchmark: collection throughput, concurrency 16 vs 1, against the scripted server.
+"""Benchmark: collection throughput, concurrency 16 vs 1, against the scripted server
+(in a process of its own, benchmarks/_world.py).
 
 200 MMLU questions (bundled subset) × 4 rounds (base + guide per round = 1,600 calls), every
 reply delayed by 50 ms, cache off. Prints the median wall time over ``--repeats`` runs per
 concurrency level and the speed-up (target ≥ 8×).
 
-    /work/venv/bin/python benchmarks/bench_collect.py [--questions 200] [--repeats 3]
+    python benchmarks/bench_collect.py [--questions 200] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -16,25 +17,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from _world import start_world
+
 from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
-from ccpo.testing.scripted_server import ScriptedServer, prompt_text
-
-
-def _guide(req: dict) -> str:
-    return "Yes" if len(prompt_text(req)) % 2 else "No [C]"
-
-
-def _base(req: dict) -> str:
-    text = prompt_text(req)
-    letter = "ABCD"[len(text) % 4]
-    return f"Step 1: read the options.\nStep 2: pick one.\nAnswer: {letter}"
-
 
 RETRIES = [0]
 
 
-def run_once(srv: ScriptedServer, n: int, rounds: int, concurrency: int, tmp: Path) -> float:
+def run_once(url: str, n: int, rounds: int, concurrency: int, tmp: Path) -> float:
     out = tmp / f"bench-{concurrency}-{time.monotonic_ns()}.jsonl"
     prices = tmp / "prices.json"
     prices.write_text(
@@ -56,9 +47,9 @@ def run_once(srv: ScriptedServer, n: int, rounds: int, concurrency: int, tmp: Pa
             n=n,
             rounds=rounds,
             base_model="base",
-            base_url=srv.url,
+            base_url=url,
             guide_model="guide",
-            guide_url=srv.url,
+            guide_url=url,
             out=str(out),
             no_cache=True,
             prices=[str(prices)],
@@ -88,28 +79,25 @@ def main() -> None:
         f"{args.latency * 1000:.0f} ms latency, {args.repeats} repeats"
     )
     medians: dict[int, float] = {}
-    with (
-        tempfile.TemporaryDirectory() as d,
-        ScriptedServer(
-            rules=[(r"^Evaluate the answer\.", _guide)], fallback=_base, latency=args.latency
-        ) as srv,
-    ):
-        for c in levels:
-            times = [
-                run_once(srv, args.questions, args.rounds, c, Path(d)) for _ in range(args.repeats)
-            ]
-            medians[c] = statistics.median(times)
-            print(
-                f"concurrency {c:>3}: median {medians[c]:7.2f} s  "
-                f"({calls / medians[c]:6.1f} calls/s, "
-                f"{args.questions / medians[c]:6.2f} questions/s)  "
-                f"runs: {', '.join(f'{t:.2f}' for t in times)}"
-            )
-        expected = calls * args.repeats * len(levels)
-        print(
-            f"server: {srv.n_requests} requests, {srv.n_completions} replies "
-            f"(at most {expected}: identical requests are coalesced); client retries: {RETRIES[0]}"
-        )
+    world, url = start_world(args.latency)  # its own process, like a real LLM server
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            for c in levels:
+                times = [
+                    run_once(url, args.questions, args.rounds, c, Path(d))
+                    for _ in range(args.repeats)
+                ]
+                medians[c] = statistics.median(times)
+                print(
+                    f"concurrency {c:>3}: median {medians[c]:7.2f} s  "
+                    f"({calls / medians[c]:6.1f} calls/s, "
+                    f"{args.questions / medians[c]:6.2f} questions/s)  "
+                    f"runs: {', '.join(f'{t:.2f}' for t in times)}"
+                )
+    finally:
+        world.terminate()
+        world.wait(timeout=20)
+    print(f"client retries: {RETRIES[0]}")
     if len(levels) >= 2:
         hi, lo = max(levels), min(levels)
         sp = medians[lo] / medians[hi]

@@ -24,29 +24,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-
-WORLD = r"""
-import hashlib, re, sys, time
-from ccpo.testing.scripted_server import ScriptedServer, prompt_text
-
-def h(s):
-    return int(hashlib.sha256(s.encode()).hexdigest()[:8], 16)
-
-def guide(req):
-    t = prompt_text(req)
-    return "Yes" if h(t) % 3 == 0 else "No [" + "ABCD"[h(t) % 4] + "]"
-
-def base(req):
-    t = prompt_text(req)
-    k = h(t) + int(req.get("temperature", 0) * 7)
-    return "Step 1: think.\nStep 2: check.\nAnswer: " + "ABCD"[k % 4]
-
-srv = ScriptedServer(rules=[(r"^Evaluate the answer\.", guide)], fallback=base,
-                     latency=float(sys.argv[1])).start()
-print(srv.url, flush=True)
-while True:
-    time.sleep(3600)
-"""
+from _world import start_world
 
 
 def free_port() -> int:
@@ -158,13 +136,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     policy = args.policy or make_policy(tmp / "policy")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    world = subprocess.Popen(
-        [sys.executable, "-c", WORLD, str(args.latency)], stdout=subprocess.PIPE, text=True, env=env
-    )
+    world, llm_url = start_world(args.latency)
     serve = None
     try:
-        assert world.stdout is not None
-        llm_url = world.stdout.readline().strip()
         prices = tmp / "prices.json"
         prices.write_text(
             json.dumps(

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from ccpo.errors import CCPOError
 from ccpo.llm.cache import ResponseCache, cache_key
@@ -341,7 +342,10 @@ class LLMClient:
             self.n_attempts += 1
             try:
                 async with self._sem_for(ep):
-                    resp = await sdk.chat.completions.create(**kwargs)
+                    # the SDK's documented raw POST: same request, retries-off client, error
+                    # types and response model as chat.completions.create, without the typed-
+                    # params transform that costs ~2 ms of CPU per call on long prompts
+                    resp = await sdk.post("/chat/completions", cast_to=ChatCompletion, body=kwargs)
                 return _parse_completion(resp, request)
             except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
                 env = ep.api_key_env or "OPENAI_API_KEY"
