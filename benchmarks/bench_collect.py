@@ -11,7 +11,6 @@ concurrency level and the speed-up (target ≥ 8×).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -21,25 +20,14 @@ from _world import start_world
 
 from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
+from ccpo.llm.prices import write_price_file
 
 RETRIES = [0]
 
 
 def run_once(url: str, n: int, rounds: int, concurrency: int, tmp: Path) -> float:
     out = tmp / f"bench-{concurrency}-{time.monotonic_ns()}.jsonl"
-    prices = tmp / "prices.json"
-    prices.write_text(
-        json.dumps(
-            {
-                "as_of": "bench",
-                "source": "bench",
-                "models": {
-                    m: {"input_usd_per_mtok": 0.0, "output_usd_per_mtok": 0.0}
-                    for m in ("base", "guide")
-                },
-            }
-        )
-    )
+    prices = write_price_file(tmp / "prices.json", {"base": (0, 0), "guide": (0, 0)}, "bench")
     cfg = build_config(
         None,
         dict(

@@ -26,6 +26,9 @@ import httpx
 import numpy as np
 from _world import start_world
 
+from ccpo.llm.prices import write_price_file
+from ccpo.testing import wait_for_http
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -139,18 +142,10 @@ def main() -> None:
     world, llm_url = start_world(args.latency)
     serve = None
     try:
-        prices = tmp / "prices.json"
-        prices.write_text(
-            json.dumps(
-                {
-                    "as_of": "2026-11-01",
-                    "source": "benchmark",
-                    "models": {
-                        "bench-base": {"input_usd_per_mtok": 0.1, "output_usd_per_mtok": 0.4},
-                        "bench-guide": {"input_usd_per_mtok": 2.5, "output_usd_per_mtok": 10.0},
-                    },
-                }
-            )
+        prices = write_price_file(
+            tmp / "prices.json",
+            {"bench-base": (0.1, 0.4), "bench-guide": (2.5, 10.0)},
+            "benchmark",
         )
         cfg = {
             "task": "mmlu",
@@ -186,16 +181,7 @@ def main() -> None:
             env=env,
         )
         url = f"http://127.0.0.1:{port}"
-        t0 = time.monotonic()
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if serve.poll() is not None or time.monotonic() - t0 > 60:
-                raise SystemExit("ccpo serve did not start")
-            time.sleep(0.1)
+        wait_for_http(url + "/healthz", serve, 60, "ccpo serve")
         asyncio.run(load(url, 20, 4))  # warm-up (connections, first torch call)
         res = asyncio.run(load(url, args.requests, args.concurrency))
         res["scripted_llm_latency_s"] = args.latency

@@ -11,7 +11,6 @@ calls, seconds per call and per-round base/guide accuracy. Needs ``pip install '
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
-from ccpo.llm.prices import load_prices
+from ccpo.llm.prices import load_prices, write_price_file
 from ccpo.testing.llama_server import (
     MODEL,
     LlamaServer,
@@ -47,16 +46,7 @@ def main() -> None:
     if why:
         sys.exit(f"cannot run: {why}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-smollm2-"))
-    prices = tmp / "prices.json"
-    prices.write_text(
-        json.dumps(
-            {
-                "as_of": "2026-11-22",
-                "source": "local model",
-                "models": {MODEL: {"input_usd_per_mtok": 0.0, "output_usd_per_mtok": 0.0}},
-            }
-        )
-    )
+    prices = write_price_file(tmp / "prices.json", {MODEL: (0, 0)}, "local model")
     table = load_prices(str(prices))
     with LlamaServer(find_smollm2_gguf()) as srv:
         print(f"llama_cpp.server up in {srv.startup_s:.1f} s at {srv.url}")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 
 import pytest
 
+from ccpo.llm.prices import write_price_file
 from ccpo.testing.scripted_server import ScriptedServer, prompt_text
 
 MODELS = ("base-m", "guide-m", "policy-m", "exit-m")
@@ -78,19 +78,7 @@ def make_world(**kw) -> ScriptedServer:
 
 @pytest.fixture
 def prices_file(tmp_path: Path) -> Path:
-    p = tmp_path / "prices.json"
-    p.write_text(
-        json.dumps(
-            {
-                "as_of": "2026-11-01",
-                "source": "test",
-                "models": {
-                    m: {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 4.0} for m in MODELS
-                },
-            }
-        )
-    )
-    return p
+    return write_price_file(tmp_path / "prices.json", dict.fromkeys(MODELS, (1.0, 4.0)), "test")
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import pytest
 
 from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
+from ccpo.llm.prices import write_price_file
 from ccpo.testing.llama_server import (
     MODEL,
     LlamaServer,
@@ -38,17 +39,7 @@ def llama():
 
 @pytest.fixture
 def zero_prices(tmp_path: Path) -> Path:
-    p = tmp_path / "prices.json"
-    p.write_text(
-        json.dumps(
-            {
-                "as_of": "2026-11-22",
-                "source": "local model",
-                "models": {MODEL: {"input_usd_per_mtok": 0.0, "output_usd_per_mtok": 0.0}},
-            }
-        )
-    )
-    return p
+    return write_price_file(tmp_path / "prices.json", {MODEL: (0, 0)}, "local model")
 
 
 @pytest.mark.parametrize("task, n", [("mmlu", 2), ("hotpotqa", 1)])

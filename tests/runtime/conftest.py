@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 
 from ccpo.learning.policy import TrainedPolicy
 from ccpo.learning.trainers import TrainConfig, train
-from ccpo.llm.prices import load_prices
+from ccpo.llm.prices import load_prices, write_price_file
 from ccpo.sim import SimConfig, generate
 from ccpo.traces.episodes import build_episodes
 from tests.llm.conftest import make_world
@@ -19,17 +18,7 @@ MODELS = ("base-m", "guide-m")
 
 
 def write_prices(path: Path, models=MODELS, inp: float = 1.0, out: float = 4.0) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "as_of": "2026-11-01",
-                "source": "test",
-                "models": {
-                    m: {"input_usd_per_mtok": inp, "output_usd_per_mtok": out} for m in models
-                },
-            }
-        )
-    )
+    write_price_file(path, dict.fromkeys(models, (inp, out)), "test")
     return path
 
 

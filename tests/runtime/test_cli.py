@@ -6,12 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from ccpo.product.cli import main
+from ccpo.testing import wait_for_http
 
 from .conftest import deploy_values
 
@@ -50,16 +50,7 @@ def test_ask_json_matches_serve(world, policy_dir, prices_path, tmp_path):
     )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        t0 = time.monotonic()
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() - t0 < 30, "ccpo serve did not come up"
-            time.sleep(0.1)
+        wait_for_http(url + "/healthz", proc, 90, "ccpo serve")
         api = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=30).json()
         out = subprocess.run(
             [sys.executable, "-m", "ccpo.product.cli", "ask", Q, "--policy", str(policy_dir),

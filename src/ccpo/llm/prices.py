@@ -128,3 +128,24 @@ def load_prices(*files: str | Path | None) -> PriceTable:
         if f is not None:
             table = table.merged(read_price_file(f))
     return table
+
+
+def write_price_file(
+    path: str | Path,
+    models: Mapping[str, tuple[float, float]],
+    source: str,
+    as_of: str = "2026-11-22",
+) -> Path:
+    """Write a price file: ``models`` maps a name to (input, output) USD per million tokens."""
+    obj = {
+        "as_of": as_of,
+        "source": source,
+        "models": {
+            m: {"input_usd_per_mtok": float(i), "output_usd_per_mtok": float(o)}
+            for m, (i, o) in models.items()
+        },
+    }
+    _parse(obj, str(path))  # never write a file that would not load
+    out = Path(path)
+    out.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
+    return out

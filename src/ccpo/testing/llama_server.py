@@ -14,10 +14,9 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from ccpo.testing import wait_for_http
 
 MODEL = "smollm2-135m"  # the name requests use (the server serves its one model for any name)
 
@@ -69,23 +68,14 @@ class LlamaServer:
         self.startup_s = 0.0
 
     def __enter__(self) -> LlamaServer:
-        t0 = time.monotonic()
         self.proc = subprocess.Popen(
             self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited: {self.proc.stderr.read()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/models", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() - t0 > 120:
-                self.__exit__()
-                raise RuntimeError("llama_cpp.server did not come up within 120 s")
-            time.sleep(0.2)
-        self.startup_s = time.monotonic() - t0
+        try:
+            self.startup_s = wait_for_http(self.url + "/models", self.proc, 120, "llama_cpp.server")
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
