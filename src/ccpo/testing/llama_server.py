@@ -14,7 +14,9 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from ccpo.testing import wait_for_http
 
@@ -62,20 +64,23 @@ class LlamaServer:
             sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
             "--model_alias", MODEL, "--host", "127.0.0.1", "--port", str(self.port),
             "--n_ctx", str(n_ctx), "--n_threads", str(threads or os.cpu_count() or 1),
-            "--logits_all", "true", "--seed", "0",
+            "--logits_all", "true", "--seed", "0", "--verbose", "false",
         ]  # fmt: skip
         self.proc: subprocess.Popen | None = None
+        self.log: Any = None
         self.startup_s = 0.0
 
     def __enter__(self) -> LlamaServer:
-        self.proc = subprocess.Popen(
-            self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
+        # its log goes to a file: a pipe nobody reads would fill up and stall the server
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log")
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
         try:
             self.startup_s = wait_for_http(self.url + "/models", self.proc, 120, "llama_cpp.server")
-        except BaseException:
+        except RuntimeError as e:
+            self.log.seek(0)
+            tail = self.log.read()[-2000:]
             self.__exit__()
-            raise
+            raise RuntimeError(f"{e}\n{tail}") from None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -85,3 +90,5 @@ class LlamaServer:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        if self.log is not None:
+            self.log.close()
