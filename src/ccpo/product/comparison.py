@@ -3,6 +3,7 @@ and λ > 0) and the oracle, on the same training split and evaluation splits."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +21,12 @@ from ccpo.product.evaluate import (
     make_splits,
     split_sizes,
 )
-from ccpo.product.policies import TrainingCache, available_policies, resolve_policies
+from ccpo.product.policies import (
+    TrainedRow,
+    TrainingCache,
+    available_policies,
+    resolve_policies,
+)
 from ccpo.product.report import rich_table, training_curves, write_results
 
 
@@ -44,8 +50,12 @@ def run_compare(
     prices: Sequence[Path] = (),
     console: Console | None = None,
     title: str | None = None,
+    workers: int | None = None,
 ) -> CompareOutput:
+    """``workers``: processes that train the (method, λ) policies at once [CPU cores + 1: a
+    run is single-threaded]; results do not depend on it (each run is seeded by its config)."""
     console = console or Console()
+    workers = (os.cpu_count() or 1) + 1 if workers is None else workers
     check_alpha(alpha)
     t0 = time.perf_counter()
     ep, _ = load_episodes(traces, prices)
@@ -65,7 +75,12 @@ def run_compare(
             prog.update(tasks[label], completed=step)
 
         cache = TrainingCache(TrainConfig(steps=steps, seed=seed, eps=eps), progress=on_step)
-        rows = evaluate_policies(ep, resolve_policies(names, ep, cache), sp, alpha, seed)
+        policies = resolve_policies(names, ep, cache)
+        keys = [(p.method, p.lam) for p in policies if isinstance(p, TrainedRow) and not p.policy]
+        if workers > 1 and len(set(keys)) > 1:
+            console.print(f"training {len(set(keys))} policies in {workers} processes …")
+        cache.prefetch(keys, ep, sp.train, alpha, workers)
+        rows = evaluate_policies(ep, policies, sp, alpha, seed)
     title = title or traces.name
     files = write_results(
         out,

@@ -8,8 +8,10 @@ path of a folder written by ``ccpo train``. Trained rows share one training run 
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -41,13 +43,45 @@ class TrainingCache:
     progress: Callable[[str, int, dict[str, float]], None] | None = None
     trained: dict[tuple[str, float], TrainedPolicy] = field(default_factory=dict)
 
+    def prefetch(
+        self,
+        keys: Sequence[tuple[str, float]],
+        ep: Episodes,
+        train_idx: np.ndarray,
+        alpha: float,
+        workers: int,
+    ) -> None:
+        """Train the missing (method, λ) policies in ``workers`` processes at once.
+
+        Each run is seeded by its config, so the results equal :meth:`get`'s one by one; the
+        progress callback then sees each run once, at its last step.
+        """
+        todo = list(dict.fromkeys(k for k in keys if k not in self.trained))
+        if workers < 2 or len(todo) < 2:
+            return
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
+        with ProcessPoolExecutor(min(workers, len(todo)), mp_context=ctx) as pool:
+            futs = {
+                pool.submit(_train_one, self._config(m, lam, alpha), ep, train_idx): (m, lam)
+                for m, lam in todo
+            }
+            for fut in as_completed(futs):
+                key = futs[fut]
+                self.trained[key] = fut.result()
+                if self.progress is not None:
+                    last = self.trained[key].log[-1] if self.trained[key].log else {}
+                    self.progress(_label(*key), self.base_config.steps, last)
+
+    def _config(self, method: str, lam: float, alpha: float) -> TrainConfig:
+        return replace(self.base_config, method=method, lam=lam, alpha=alpha)
+
     def get(
         self, method: str, lam: float, ep: Episodes, train_idx: np.ndarray, alpha: float
     ) -> TrainedPolicy:
         key = (method, lam)
         if key not in self.trained:
-            cfg = replace(self.base_config, method=method, lam=lam, alpha=alpha)
-            label = method if lam == 0 else f"{method}-lam{lam:g}"
+            cfg = self._config(method, lam, alpha)
+            label = _label(method, lam)
             cb = (
                 None
                 if self.progress is None
@@ -55,6 +89,15 @@ class TrainingCache:
             )  # type: ignore[misc]
             self.trained[key] = TrainedPolicy.from_result(train(ep, train_idx, cfg, cb), label)
         return self.trained[key]
+
+
+def _label(method: str, lam: float) -> str:
+    return method if lam == 0 else f"{method}-lam{lam:g}"
+
+
+def _train_one(cfg: TrainConfig, ep: Episodes, train_idx: np.ndarray) -> TrainedPolicy:
+    """One training run in a worker process (module level, so that it pickles)."""
+    return TrainedPolicy.from_result(train(ep, train_idx, cfg), _label(cfg.method, cfg.lam))
 
 
 def conformal_metrics(
