@@ -124,6 +124,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         eps: Annotated[float, typer.Option(help="Softmask temperature ε.")] = 0.05,
         prices: PricesOpt = None,
+        workers: Annotated[
+            int | None,
+            typer.Option(help="Processes training policies at once [CPU cores + 1].", min=1),
+        ] = None,
     ) -> None:
         """Train and evaluate every method and baseline the traces allow, on the same splits.
 
@@ -143,4 +147,5 @@ def register(app: typer.Typer) -> None:
             eps=eps,
             prices=prices or [],
             console=console,
+            workers=workers,
         )
