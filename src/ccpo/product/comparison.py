@@ -25,6 +25,7 @@ from ccpo.product.policies import (
     TrainedRow,
     TrainingCache,
     available_policies,
+    policy_label,
     resolve_policies,
 )
 from ccpo.product.report import rich_table, training_curves, write_results
@@ -93,7 +94,7 @@ def run_compare(
         steps=steps,
         sizes=dict(zip(("train", "cal", "test"), sizes, strict=True)),
     )
-    logs = {(m if lam == 0 else f"{m}-lam{lam:g}"): p.log for (m, lam), p in cache.trained.items()}
+    logs = {policy_label(m, lam): p.log for (m, lam), p in cache.trained.items()}
     if logs:
         files["curves"] = training_curves(logs, alpha, out / "training_curves.png")
     seconds = time.perf_counter() - t0

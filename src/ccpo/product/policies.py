@@ -70,7 +70,7 @@ class TrainingCache:
                 self.trained[key] = fut.result()
                 if self.progress is not None:
                     last = self.trained[key].log[-1] if self.trained[key].log else {}
-                    self.progress(_label(*key), self.base_config.steps, last)
+                    self.progress(policy_label(*key), self.base_config.steps, last)
 
     def _config(self, method: str, lam: float, alpha: float) -> TrainConfig:
         return replace(self.base_config, method=method, lam=lam, alpha=alpha)
@@ -81,7 +81,7 @@ class TrainingCache:
         key = (method, lam)
         if key not in self.trained:
             cfg = self._config(method, lam, alpha)
-            label = _label(method, lam)
+            label = policy_label(method, lam)
             cb = (
                 None
                 if self.progress is None
@@ -91,13 +91,14 @@ class TrainingCache:
         return self.trained[key]
 
 
-def _label(method: str, lam: float) -> str:
+def policy_label(method: str, lam: float) -> str:
+    """The row name of a trained (method, λ): ``ccpo``, ``ccpo-lam0.0002``, ``cpo``."""
     return method if lam == 0 else f"{method}-lam{lam:g}"
 
 
 def _train_one(cfg: TrainConfig, ep: Episodes, train_idx: np.ndarray) -> TrainedPolicy:
     """One training run in a worker process (module level, so that it pickles)."""
-    return TrainedPolicy.from_result(train(ep, train_idx, cfg), _label(cfg.method, cfg.lam))
+    return TrainedPolicy.from_result(train(ep, train_idx, cfg), policy_label(cfg.method, cfg.lam))
 
 
 def conformal_metrics(
