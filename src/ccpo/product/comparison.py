@@ -77,7 +77,9 @@ def run_compare(
 
         cache = TrainingCache(TrainConfig(steps=steps, seed=seed, eps=eps), progress=on_step)
         policies = resolve_policies(names, ep, cache)
-        keys = [(p.method, p.lam) for p in policies if isinstance(p, TrainedRow) and not p.policy]
+        keys = [
+            (p.method, p.lam) for p in policies if isinstance(p, TrainedRow) and p.policy is None
+        ]
         if workers > 1 and len(set(keys)) > 1:
             console.print(f"training {len(set(keys))} policies in {workers} processes …")
         cache.prefetch(keys, ep, sp.train, alpha, workers)
