@@ -16,6 +16,7 @@ from ccpo.learning.nets import (
     ValueNet,
     masked_log_probs,
     masked_probs,
+    mlp_jacobian,
 )
 
 OBS_DIM = 9
@@ -120,3 +121,21 @@ def test_bad_masks_raise() -> None:
         masked_probs(logits, torch.ones(2, 3))
     with pytest.raises(ValueError, match="broadcast"):
         masked_probs(logits, torch.ones(2, 4, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_mlp_jacobian_matches_jacrev(layers: int) -> None:
+    """The per-input parameter Jacobian used by the trainer's Fisher products, against
+    torch.func.jacrev, in the flat order of parameters()."""
+    torch.manual_seed(layers)
+    net = PolicyNet(5, hidden=7, layers=layers).double()
+    x = torch.randn(6, 5, dtype=torch.float64)
+    jac = torch.func.jacrev(lambda p: torch.func.functional_call(net.body, p, (x,)))(
+        dict(net.body.named_parameters())
+    )
+    want = torch.cat([jac[name].flatten(2) for name, _ in net.body.named_parameters()], dim=2)
+    got = mlp_jacobian(net.body, x)
+    assert got.shape == (6, 3, sum(p.numel() for p in net.parameters()))
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match=r"\[N, F\]"):
+        mlp_jacobian(net.body, x[0])

@@ -19,9 +19,11 @@ from ccpo.learning.trust_region import (
     CASE_IDS,
     OBJECTIVE_CASES,
     backtracking_line_search,
+    categorical_fisher_vector_product_fn,
     conjugate_gradient,
     cpo_step,
     fisher_vector_product,
+    fisher_vector_product_fn,
     flat_grad,
     flat_params,
     set_flat_params,
@@ -372,6 +374,56 @@ def test_fisher_vector_product_matches_explicit_hessian_and_fisher(seed: int) ->
     torch.testing.assert_close(
         x, torch.linalg.solve(fisher + damping * eye, v), rtol=1e-6, atol=1e-8
     )
+
+
+@pytest.mark.parametrize("trust", ["score", "target"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_jacobian_fisher_equals_double_backprop_on_masked_policies(trust: str, seed: int) -> None:
+    """The one-Jacobian FVP (from a generic jacrev G, and as the trainer builds it by the chain
+    rule through the logits) equals the Hessian-vector product of the mean KL by double
+    backpropagation, for the masked score policy π and for the softmask S."""
+    from ccpo.learning.nets import PolicyNet, masked_log_probs
+    from ccpo.learning.trainers import _trust_region_fvp, target_log_probs
+
+    torch.manual_seed(seed)
+    net = PolicyNet(4, hidden=8, layers=2).double()
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(5, 3, 4, dtype=torch.float64, generator=gen)  # [B, T, F]
+    valid = torch.rand(5, 3, generator=gen) < 0.7
+    valid[:, 0] = True
+    allowed = torch.ones(3, 3, dtype=torch.bool)
+    allowed[-1, 2] = False  # 'next' masked at the last round
+
+    def log_q(logits: torch.Tensor) -> torch.Tensor:
+        if trust == "score":
+            return masked_log_probs(logits, allowed)
+        return target_log_probs(logits, kappa=0.3, eps=0.05, method="ccpo")
+
+    with torch.no_grad():
+        logits_old = net(x)
+        old = log_q(logits_old)
+
+    def kl() -> torch.Tensor:
+        new = log_q(net(x))
+        terms = torch.where(old.exp() > 0, old.exp() * (old - new), 0.0)
+        return terms.sum(-1)[valid].mean()
+
+    want_fn = fisher_vector_product_fn(kl(), list(net.parameters()), damping=0.1)
+    jac = torch.func.jacrev(lambda p: log_q(functional_call(net, p, (x,)))[valid])(
+        dict(net.named_parameters())
+    )
+    G = torch.cat([jac[name].flatten(2) for name, _ in net.named_parameters()], dim=2)
+    generic_fn = categorical_fisher_vector_product_fn(G, old[valid].exp(), damping=0.1)
+    trainer_fn = _trust_region_fvp(net, x, valid, logits_old, log_q, damping=0.1)
+    for _ in range(3):
+        v = torch.randn(flat_params(net).numel(), dtype=torch.float64, generator=gen)
+        want = want_fn(v)
+        torch.testing.assert_close(generic_fn(v), want, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(trainer_fn(v), want, rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="elements"):
+        generic_fn(torch.ones(3, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"\[N, A, P\]"):
+        categorical_fisher_vector_product_fn(G[0], old[valid].exp(), damping=0.1)
 
 
 # --------------------------------------------------------------------------- line search

