@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -17,6 +18,7 @@ from ccpo.learning.nets import (
     masked_log_probs,
     masked_probs,
     mlp_jacobian,
+    mlp_numpy,
 )
 
 OBS_DIM = 9
@@ -139,3 +141,35 @@ def test_mlp_jacobian_matches_jacrev(layers: int) -> None:
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match=r"\[N, F\]"):
         mlp_jacobian(net.body, x[0])
+
+
+def test_mlp_numpy_matches_torch_forward() -> None:
+    """The float64 numpy forward used for every evaluation and live decision equals the torch
+    network on the same weights, for any leading shape."""
+    torch.manual_seed(3)
+    net = PolicyNet(5, hidden=16, layers=3)
+    x = np.random.default_rng(0).normal(size=(7, 4, 5))
+    with torch.no_grad():
+        want = net.double()(torch.as_tensor(x)).numpy()
+    np.testing.assert_allclose(mlp_numpy(net.body, x), want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(TypeError, match="supports"):
+        mlp_numpy(nn.Sequential(nn.Linear(5, 3), nn.Softmax(-1)), x)
+
+
+def test_policy_probs_numpy_equals_torch_masked_probs() -> None:
+    from ccpo.learning.trainers import policy_probs
+
+    torch.manual_seed(4)
+    net = PolicyNet(5)
+    obs = np.random.default_rng(1).normal(size=(9, 4, 5))
+    mean, std = obs.reshape(-1, 5).mean(0), obs.reshape(-1, 5).std(0)
+    p = policy_probs(net, obs, mean, std)
+    allowed = torch.ones(4, 3, dtype=torch.bool)
+    allowed[-1, NEXT] = False
+    with torch.no_grad():
+        want = masked_probs(net.double()(torch.as_tensor((obs - mean) / std)), allowed).numpy()
+    np.testing.assert_allclose(p, want, rtol=1e-10, atol=1e-12)
+    assert np.all(p[:, -1, NEXT] == 0.0)
+    np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-12)
+    with pytest.raises(ValueError, match="obs must have shape"):
+        policy_probs(net, obs[..., :4], mean[:4], std[:4])

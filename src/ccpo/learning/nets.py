@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -32,6 +33,7 @@ __all__ = [
     "masked_log_probs",
     "masked_probs",
     "mlp_jacobian",
+    "mlp_numpy",
 ]
 
 BASE, GUIDE, NEXT = 0, 1, 2
@@ -165,3 +167,26 @@ def mlp_jacobian(body: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
                 blocks += [(d[:, :, None] * h_in.detach()[:, None, :]).flatten(1), d]
             rows.append(torch.cat(blocks, dim=1))
     return torch.stack(rows, dim=1)
+
+
+def mlp_numpy(body: nn.Sequential, x: np.ndarray) -> np.ndarray:
+    """The MLP's forward pass in float64 numpy on inputs ``[..., F]`` (no autograd).
+
+    For inference on a few rows (a live request is one [T, F] observation) torch's per-operator
+    dispatch costs more than the arithmetic; this is ~10x cheaper there and no slower on large
+    arrays. Supports what this module builds: :class:`~torch.nn.Linear`, Tanh and ReLU.
+    """
+    h = np.asarray(x, dtype=np.float64)
+    for module in body:
+        if isinstance(module, nn.Linear):
+            w = module.weight.detach().double().numpy()
+            h = h @ w.T
+            if module.bias is not None:
+                h = h + module.bias.detach().double().numpy()
+        elif isinstance(module, nn.Tanh):
+            h = np.tanh(h)
+        elif isinstance(module, nn.ReLU):
+            h = np.maximum(h, 0.0)
+        else:
+            raise TypeError(f"mlp_numpy supports Linear, Tanh and ReLU, not {module}")
+    return h

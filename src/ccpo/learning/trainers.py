@@ -65,6 +65,7 @@ from ccpo.learning.nets import (
     masked_log_probs,
     masked_probs,
     mlp_jacobian,
+    mlp_numpy,
 )
 from ccpo.learning.trust_region import (
     OBJECTIVE_CASES,
@@ -151,11 +152,15 @@ class TrainResult:
 
 
 def policy_probs(net: PolicyNet, obs: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """Masked π(a|o) as float64 numpy for observations [..., T, F]."""
-    with torch.no_grad():
-        x = torch.as_tensor((obs - mean) / std, dtype=torch.float32)
-        p = _masked_probs(net(x), obs.shape[-2])
-    return p.double().numpy()
+    """Masked π(a|o) as float64 numpy for observations [..., T, F] (float64 numpy forward:
+    the one function every evaluation, calibration and live decision goes through)."""
+    obs = np.asarray(obs)
+    if obs.ndim < 2 or obs.shape[-1] != net.obs_dim:
+        raise ValueError(f"obs must have shape [..., T, {net.obs_dim}], got {obs.shape}")
+    logits = mlp_numpy(net.body, (obs - mean) / std)
+    logits[..., -1, NEXT] = -np.inf  # 'next' is not allowed at the last round
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
 
 
 def _allowed(T: int) -> torch.Tensor:

@@ -30,14 +30,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ccpo.errors import CCPOError
 from ccpo.learning.policy import TrainedPolicy
@@ -147,8 +145,7 @@ def decide(
         raise ValueError(f"need 1..{horizon} rounds, got {t}")
     obs = np.zeros((horizon, len(FEATURE_NAMES)), dtype=np.float32)
     obs[:t] = featurize_rounds(task, horizon, rounds)
-    with _one_torch_thread():
-        p = policy.probs(obs)[t - 1]
+    p = policy.probs(obs)[t - 1]
     allowed = allowed_actions(horizon)[t - 1]
     e = effective_scores(p, allowed)
     k = np.inf if kappa is None else float(kappa)
@@ -156,21 +153,6 @@ def decide(
     raw = allowed & (p >= k)
     acts = tuple(a for a, m in zip(ACTIONS, members, strict=True) if m)
     return Decision(p, acts, fallback=not raw.any(), go_on=bool(members[NEXT]))
-
-
-@contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """A [T, F] forward pass is ~0.1 ms on one thread and 5-20 ms with a multi-threaded pool
-    (wake-up and spin costs); switch to one thread for the call and back (cheap)."""
-    n = torch.get_num_threads()
-    if n == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def policy_horizon(policy: TrainedPolicy, rounds: int | None = None) -> int:
