@@ -136,9 +136,18 @@ def test_mlp_jacobian_matches_jacrev(layers: int) -> None:
         dict(net.body.named_parameters())
     )
     want = torch.cat([jac[name].flatten(2) for name, _ in net.body.named_parameters()], dim=2)
-    got = mlp_jacobian(net.body, x)
+    out, got = mlp_jacobian(net.body, x)
     assert got.shape == (6, 3, sum(p.numel() for p in net.parameters()))
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(out, net(x).detach())
+    # with a row-wise head (log-softmax): the chain rule through the head
+    jac = torch.func.jacrev(
+        lambda p: torch.log_softmax(torch.func.functional_call(net.body, p, (x,)), -1)
+    )(dict(net.body.named_parameters()))
+    want = torch.cat([jac[name].flatten(2) for name, _ in net.body.named_parameters()], dim=2)
+    out, got = mlp_jacobian(net.body, x, head=lambda z: torch.log_softmax(z, -1))
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(out, torch.log_softmax(net(x), -1).detach())
     with pytest.raises(ValueError, match=r"\[N, F\]"):
         mlp_jacobian(net.body, x[0])
 

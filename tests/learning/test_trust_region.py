@@ -394,14 +394,13 @@ def test_jacobian_fisher_equals_double_backprop_on_masked_policies(trust: str, s
     allowed = torch.ones(3, 3, dtype=torch.bool)
     allowed[-1, 2] = False  # 'next' masked at the last round
 
-    def log_q(logits: torch.Tensor) -> torch.Tensor:
+    def log_q(logits: torch.Tensor, mask: torch.Tensor = allowed) -> torch.Tensor:
         if trust == "score":
-            return masked_log_probs(logits, allowed)
-        return target_log_probs(logits, kappa=0.3, eps=0.05, method="ccpo")
+            return masked_log_probs(logits, mask)
+        return target_log_probs(logits, kappa=0.3, eps=0.05, method="ccpo", allowed=mask)
 
     with torch.no_grad():
-        logits_old = net(x)
-        old = log_q(logits_old)
+        old = log_q(net(x))
 
     def kl() -> torch.Tensor:
         new = log_q(net(x))
@@ -414,7 +413,7 @@ def test_jacobian_fisher_equals_double_backprop_on_masked_policies(trust: str, s
     )
     G = torch.cat([jac[name].flatten(2) for name, _ in net.named_parameters()], dim=2)
     generic_fn = categorical_fisher_vector_product_fn(G, old[valid].exp(), damping=0.1)
-    trainer_fn = _trust_region_fvp(net, x, valid, logits_old, log_q, damping=0.1)
+    trainer_fn = _trust_region_fvp(net, x, valid, log_q, damping=0.1)
     for _ in range(3):
         v = torch.randn(flat_params(net).numel(), dtype=torch.float64, generator=gen)
         want = want_fn(v)

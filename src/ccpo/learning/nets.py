@@ -15,6 +15,7 @@ implementations; it is deterministic given ``torch.manual_seed``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -134,15 +135,22 @@ def masked_log_probs(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(_masked_logits(logits, mask), dim=-1)
 
 
-def mlp_jacobian(body: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
-    """Per-input Jacobian of an MLP's outputs w.r.t. its parameters: ``[N, O, P]`` for inputs
-    ``x`` of shape ``[N, F]``, in the flat order of ``body.parameters()``.
+def mlp_jacobian(
+    body: nn.Sequential,
+    x: torch.Tensor,
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Outputs and per-input parameter Jacobian of ``head(body(x))``: ``([N, O], [N, O, P])``
+    for inputs ``x`` of shape ``[N, F]``, in the flat order of ``body.parameters()``.
 
-    For ``body`` made of :class:`~torch.nn.Linear` layers and element-wise activations (what
-    this module builds). A linear layer z = W h + b has ∂z_o/∂W = e_o hᵀ and ∂z_o/∂b = e_o, so
-    with δ_l = ∂ output / ∂ z_l (one backward pass per output, O = 3 here) the blocks are
+    ``head`` (default: identity) maps the network's ``[N, O']`` outputs to ``[N, O]`` row by
+    row (row n may depend on row n only), e.g. logits to log-probabilities. For ``body`` made of
+    :class:`~torch.nn.Linear` layers and element-wise activations (what this module builds):
+    a linear layer z = W h + b has ∂z_o/∂W = e_o hᵀ and ∂z_o/∂b = e_o, so with
+    δ_l = ∂ output / ∂ z_l (one backward pass per output column, O = 3 here) the blocks are
     δ_l ⊗ h_{l−1} and δ_l: O backward passes instead of N·O, and far cheaper than
-    :func:`torch.func.jacrev` for the tens of states of a CPO batch.
+    :func:`torch.func.jacrev` for the tens of states of a CPO batch. Output entries that are
+    ±inf (masked actions) get finite, meaningless rows: weight them by zero.
     """
     if x.ndim != 2:
         raise ValueError(f"x must be [N, F], got shape {tuple(x.shape)}")
@@ -152,21 +160,24 @@ def mlp_jacobian(body: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     with torch.enable_grad():
         for module in body:
             if isinstance(module, nn.Linear):
-                inputs.append(h)
+                inputs.append(h.detach())
                 h = module(h)
                 pre.append(h)
             elif isinstance(module, (nn.Tanh, nn.ReLU)):
                 h = module(h)
             else:
                 raise TypeError(f"mlp_jacobian supports Linear, Tanh and ReLU, not {module}")
+        out = h if head is None else head(h)
         rows = []
-        for o in range(h.shape[-1]):
-            deltas = torch.autograd.grad(h[:, o].sum(), pre, retain_graph=True)
+        for o in range(out.shape[-1]):
+            unit = torch.zeros_like(out)
+            unit[:, o] = 1.0
+            deltas = torch.autograd.grad(out, pre, grad_outputs=unit, retain_graph=True)
             blocks = []
             for h_in, d in zip(inputs, deltas, strict=True):
-                blocks += [(d[:, :, None] * h_in.detach()[:, None, :]).flatten(1), d]
+                blocks += [(d[:, :, None] * h_in[:, None, :]).flatten(1), d]
             rows.append(torch.cat(blocks, dim=1))
-    return torch.stack(rows, dim=1)
+    return out.detach(), torch.stack(rows, dim=1)
 
 
 def mlp_numpy(body: nn.Sequential, x: np.ndarray) -> np.ndarray:

@@ -175,15 +175,20 @@ def _masked_probs(logits: torch.Tensor, T: int) -> torch.Tensor:
 
 
 def target_log_probs(
-    logits: torch.Tensor, kappa: float, eps: float, method: Method
+    logits: torch.Tensor,
+    kappa: float,
+    eps: float,
+    method: Method,
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """log S(a|o) over all actions from the score network's logits [..., T, 3] (−inf if masked).
 
     CCPO: S_{π,κ}(a|o) ∝ σ((π(a|o) − κ)/ε) over the allowed actions (paper Eqs. ``sconf`` and
     ``app``). When every action is below κ this tends to {argmax π}, matching the empty-set
-    fallback of C. CPO: S = π.
+    fallback of C. CPO: S = π. ``allowed`` (boolean, broadcast to the logits) defaults to
+    ``next`` masked at the last of the T rounds; pass it for logits of other shapes.
     """
-    mask = _allowed(logits.shape[-2])
+    mask = _allowed(logits.shape[-2]) if allowed is None else allowed
     if method == "cpo":
         return masked_log_probs(logits, mask)
     log_sm = F.logsigmoid((masked_probs(logits, mask) - kappa) / eps).masked_fill(~mask, -torch.inf)
@@ -209,35 +214,16 @@ def _trust_region_fvp(
     pi: PolicyNet,
     x: torch.Tensor,
     valid: torch.Tensor,
-    logits_old: torch.Tensor,
-    log_q_fn: Callable[[torch.Tensor], torch.Tensor],
+    log_q_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     damping: float,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Fisher-vector product of the trust-region KL at θ_old (the mean over valid states of
-    KL(q_old ‖ q_θ), q = π or S given by ``log_q_fn`` of the logits), from the Jacobian
-    G = ∂log q/∂z · ∂z/∂θ (chain rule per state; z the logits): see
-    :func:`ccpo.learning.trust_region.categorical_fisher_vector_product_fn`."""
-    z = logits_old.detach().requires_grad_(True)
-    with torch.enable_grad():
-        log_q = log_q_fn(z)
-        dlogq_dz = torch.stack(
-            [
-                torch.autograd.grad(log_q, z, grad_outputs=_unit(log_q, a), retain_graph=True)[0][
-                    valid
-                ]
-                for a in range(log_q.shape[-1])
-            ],
-            dim=1,
-        )  # [N, A (log q), A (logits)]
-    G = torch.einsum("naj,njp->nap", dlogq_dz, mlp_jacobian(pi.body, x[valid]))
-    return categorical_fisher_vector_product_fn(G, log_q.detach()[valid].exp(), damping)
-
-
-def _unit(like: torch.Tensor, a: int) -> torch.Tensor:
-    """e_a along the last axis, broadcast to the shape of ``like``."""
-    out = torch.zeros_like(like)
-    out[..., a] = 1.0
-    return out
+    """Fisher-vector product of the trust-region KL at θ_old: the mean over valid states of
+    KL(q_old ‖ q_θ), q = π or S given per state by ``log_q_fn(logits, allowed)``, from the
+    Jacobian G = ∂ log q / ∂θ (:func:`ccpo.learning.nets.mlp_jacobian` with log q as the head):
+    see :func:`ccpo.learning.trust_region.categorical_fisher_vector_product_fn`."""
+    allowed = _allowed(x.shape[-2]).expand(*valid.shape, -1)[valid]  # [N, 3]
+    log_q, G = mlp_jacobian(pi.body, x[valid], head=lambda z: log_q_fn(z, allowed))
+    return categorical_fisher_vector_product_fn(G, log_q.exp(), damping)
 
 
 def train(
@@ -350,11 +336,11 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         adv_c = torch.where(valid, vt_c.pg_advantages - vt_c.pg_advantages[valid].mean(), 0)
 
         # 5. CPO step on π: surrogates are sums over an episode's steps, averaged over episodes
-        def trust_log_probs(logits: torch.Tensor) -> torch.Tensor:
+        def trust_log_probs(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
             """log of the policy whose KL bounds the step: π ("score") or S ("target")."""
             if cfg.trust_region == "score":
-                return masked_log_probs(logits, _allowed(T))
-            return target_log_probs(logits, kappa, cfg.eps, cfg.method)
+                return masked_log_probs(logits, allowed)
+            return target_log_probs(logits, kappa, cfg.eps, cfg.method, allowed)
 
         trust_old = logp_old_all if cfg.trust_region == "score" else logS_old_all
 
@@ -364,7 +350,7 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
             logS = logS_all.gather(-1, actions[..., None])[..., 0]
             w = torch.where(valid, torch.exp(logS - logS_old), 0)
             n = len(batch)
-            kl = _kl(trust_old, trust_log_probs(logits), valid)
+            kl = _kl(trust_old, trust_log_probs(logits, _allowed(T)), valid)
             return (w * adv_r).sum() / n, (w * adv_c).sum() / n, kl
 
         obj, con, _ = surrogates()
@@ -378,7 +364,7 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         if torch.count_nonzero(g) == 0 and torch.count_nonzero(b) == 0:
             info, ls = None, None  # the softmask is flat here: nothing to learn from this batch
         else:
-            fvp = _trust_region_fvp(pi, x, valid, logits_old, trust_log_probs, cfg.damping)
+            fvp = _trust_region_fvp(pi, x, valid, trust_log_probs, cfg.damping)
             x_g = conjugate_gradient(fvp, g, cfg.cg_iters)
             x_b = conjugate_gradient(fvp, b, cfg.cg_iters) if torch.any(b != 0) else b
             direction, info = cpo_step(g, b, c, cfg.delta, x_g, x_b)
