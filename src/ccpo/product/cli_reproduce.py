@@ -31,6 +31,10 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--quick", help="20 splits, 200 steps: 3-4 minutes on 2 cores.")
         ] = False,
         seed: Annotated[int, typer.Option(help="Seed of splits and training.")] = 0,
+        workers: Annotated[
+            int | None,
+            typer.Option(help="Processes training policies, shared by every α [CPU cores].", min=1),
+        ] = None,
     ) -> None:
         """Run `compare` on every bundled real trace set at α = 0.1 and 0.2 and write one
         report (report.md, report.html with plots inline) with tables, box plots, training
@@ -41,4 +45,4 @@ def register(app: typer.Typer) -> None:
         alphas = alpha or [0.1, 0.2]
         for a in alphas:
             check_alpha(a)
-        run_reproduce(out, data, alphas, splits, steps, quick, seed, console)
+        run_reproduce(out, data, alphas, splits, steps, quick, seed, console, workers)

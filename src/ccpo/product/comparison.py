@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ccpo.learning.baselines import Policy, Splits
 from ccpo.learning.trainers import TrainConfig
 from ccpo.product.evaluate import (
     ResultRow,
@@ -29,6 +31,7 @@ from ccpo.product.policies import (
     resolve_policies,
 )
 from ccpo.product.report import rich_table, training_curves, write_results
+from ccpo.traces.episodes import Episodes
 
 
 @dataclass
@@ -36,6 +39,44 @@ class CompareOutput:
     rows: list[ResultRow]
     files: dict[str, Path]
     seconds: float
+
+
+def _plan(
+    traces: Path, alpha: float, splits: int, seed: int, lams: Sequence[float], prices
+) -> tuple[Episodes, tuple[int, int, int], Splits, list[str]]:
+    """What a comparison runs on: episodes, split sizes, the evaluation splits, row names."""
+    check_alpha(alpha)
+    ep, _ = load_episodes(traces, prices)
+    sizes = split_sizes(ep.n)
+    sp = make_splits(ep.n, sizes, splits, seed)
+    names = available_policies(ep, trained=True)
+    names[-1:-1] = [f"ccpo-lam{lam:g}" for lam in lams if lam > 0]
+    return ep, sizes, sp, names
+
+
+def _trained_keys(policies: Sequence[Policy]) -> list[tuple[str, float]]:
+    return [(p.method, p.lam) for p in policies if isinstance(p, TrainedRow) and p.policy is None]
+
+
+def start_training(
+    traces: Path,
+    pool: Executor,
+    *,
+    alpha: float,
+    splits: int = 100,
+    steps: int = 2000,
+    seed: int = 0,
+    lams: Sequence[float] = (2e-4,),
+    eps: float = 0.05,
+    prices: Sequence[Path] = (),
+) -> TrainingCache:
+    """Submit to ``pool`` every policy that :func:`run_compare` with the same arguments trains,
+    and return at once; pass the returned cache to ``run_compare(cache=...)``. This lets
+    several comparisons (``ccpo reproduce``: every α) share one pool of processes."""
+    ep, _, sp, names = _plan(traces, alpha, splits, seed, lams, prices)
+    cache = TrainingCache(TrainConfig(steps=steps, seed=seed, eps=eps))
+    cache.submit(_trained_keys(resolve_policies(names, ep, cache)), ep, sp.train, alpha, pool)
+    return cache
 
 
 def run_compare(
@@ -52,18 +93,21 @@ def run_compare(
     console: Console | None = None,
     title: str | None = None,
     workers: int | None = None,
+    cache: TrainingCache | None = None,
 ) -> CompareOutput:
     """``workers``: processes that train the (method, λ) policies at once [CPU cores + 1: a
-    run is single-threaded]; results do not depend on it (each run is seeded by its config)."""
+    run is single-threaded]; results do not depend on it (each run is seeded by its config).
+    ``cache``: from :func:`start_training` with the same arguments (its runs are used as they
+    finish; ``workers`` is then ignored)."""
     console = console or Console()
     workers = (os.cpu_count() or 1) + 1 if workers is None else workers
-    check_alpha(alpha)
     t0 = time.perf_counter()
-    ep, _ = load_episodes(traces, prices)
-    sizes = split_sizes(ep.n)
-    sp = make_splits(ep.n, sizes, splits, seed)
-    names = available_policies(ep, trained=True)
-    names[-1:-1] = [f"ccpo-lam{lam:g}" for lam in lams if lam > 0]
+    ep, sizes, sp, names = _plan(traces, alpha, splits, seed, lams, prices)
+    config = TrainConfig(steps=steps, seed=seed, eps=eps)
+    if cache is None:
+        cache = TrainingCache(config)
+    elif cache.base_config != config:
+        raise ValueError("cache was started with other steps, seed or eps than this comparison")
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), console=console, disable=not console.is_terminal,
@@ -75,12 +119,12 @@ def run_compare(
                 tasks[label] = prog.add_task(f"train {label}", total=steps)
             prog.update(tasks[label], completed=step)
 
-        cache = TrainingCache(TrainConfig(steps=steps, seed=seed, eps=eps), progress=on_step)
+        cache.progress = on_step
         policies = resolve_policies(names, ep, cache)
-        keys = [
-            (p.method, p.lam) for p in policies if isinstance(p, TrainedRow) and p.policy is None
-        ]
-        if workers > 1 and len(set(keys)) > 1:
+        keys = _trained_keys(policies)
+        if cache.pending:
+            console.print(f"training {len(cache.pending)} policies in a shared pool …")
+        elif workers > 1 and len(set(keys)) > 1:
             console.print(f"training {len(set(keys))} policies in {workers} processes …")
         cache.prefetch(keys, ep, sp.train, alpha, workers)
         rows = evaluate_policies(ep, policies, sp, alpha, seed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,23 @@ class TrainingCache:
     base_config: TrainConfig = field(default_factory=TrainConfig)
     progress: Callable[[str, int, dict[str, float]], None] | None = None
     trained: dict[tuple[str, float], TrainedPolicy] = field(default_factory=dict)
+    pending: dict[tuple[str, float], Future[TrainedPolicy]] = field(default_factory=dict)
+
+    def submit(
+        self,
+        keys: Sequence[tuple[str, float]],
+        ep: Episodes,
+        train_idx: np.ndarray,
+        alpha: float,
+        pool: Executor,
+    ) -> None:
+        """Start training the missing (method, λ) policies in ``pool`` and return at once;
+        :meth:`get` waits for each. Each run is seeded by its config, so the results equal
+        :meth:`get`'s one by one; the progress callback sees each run once, at its last step."""
+        for m, lam in dict.fromkeys(keys):
+            if (m, lam) not in self.trained and (m, lam) not in self.pending:
+                cfg = self._config(m, lam, alpha)
+                self.pending[(m, lam)] = pool.submit(_train_one, cfg, ep, train_idx)
 
     def prefetch(
         self,
@@ -51,26 +68,23 @@ class TrainingCache:
         alpha: float,
         workers: int,
     ) -> None:
-        """Train the missing (method, λ) policies in ``workers`` processes at once.
-
-        Each run is seeded by its config, so the results equal :meth:`get`'s one by one; the
-        progress callback then sees each run once, at its last step.
-        """
-        todo = list(dict.fromkeys(k for k in keys if k not in self.trained))
+        """Train the missing (method, λ) policies in ``workers`` processes at once (a pool of
+        its own: see :func:`training_pool`) and wait for all of them."""
+        todo = [k for k in dict.fromkeys(keys) if k not in self.trained and k not in self.pending]
         if workers < 2 or len(todo) < 2:
             return
-        ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
-        with ProcessPoolExecutor(min(workers, len(todo)), mp_context=ctx) as pool:
-            futs = {
-                pool.submit(_train_one, self._config(m, lam, alpha), ep, train_idx): (m, lam)
-                for m, lam in todo
-            }
-            for fut in as_completed(futs):
-                key = futs[fut]
-                self.trained[key] = fut.result()
-                if self.progress is not None:
-                    last = self.trained[key].log[-1] if self.trained[key].log else {}
-                    self.progress(policy_label(*key), self.base_config.steps, last)
+        with training_pool(min(workers, len(todo))) as pool:
+            self.submit(todo, ep, train_idx, alpha, pool)
+            for fut in as_completed(list(self.pending.values())):
+                key = next(k for k, f in self.pending.items() if f is fut)
+                self._finish(key)
+
+    def _finish(self, key: tuple[str, float]) -> TrainedPolicy:
+        self.trained[key] = self.pending.pop(key).result()
+        if self.progress is not None:
+            last = self.trained[key].log[-1] if self.trained[key].log else {}
+            self.progress(policy_label(*key), self.base_config.steps, last)
+        return self.trained[key]
 
     def _config(self, method: str, lam: float, alpha: float) -> TrainConfig:
         return replace(self.base_config, method=method, lam=lam, alpha=alpha)
@@ -79,6 +93,8 @@ class TrainingCache:
         self, method: str, lam: float, ep: Episodes, train_idx: np.ndarray, alpha: float
     ) -> TrainedPolicy:
         key = (method, lam)
+        if key in self.pending:
+            return self._finish(key)
         if key not in self.trained:
             cfg = self._config(method, lam, alpha)
             label = policy_label(method, lam)
@@ -94,6 +110,11 @@ class TrainingCache:
 def policy_label(method: str, lam: float) -> str:
     """The row name of a trained (method, λ): ``ccpo``, ``ccpo-lam0.0002``, ``cpo``."""
     return method if lam == 0 else f"{method}-lam{lam:g}"
+
+
+def training_pool(workers: int) -> ProcessPoolExecutor:
+    """Processes for training runs (spawned: no fork of a process holding torch threads)."""
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
 def _train_one(cfg: TrainConfig, ep: Episodes, train_idx: np.ndarray) -> TrainedPolicy:

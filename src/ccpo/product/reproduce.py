@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 
 from ccpo.errors import CCPOError
-from ccpo.product.comparison import run_compare
+from ccpo.product.comparison import run_compare, start_training
+from ccpo.product.policies import training_pool
 from ccpo.product.report import markdown_table
 
 QUICK = {"splits": 20, "steps": 200}
@@ -202,7 +204,9 @@ def run_reproduce(
     quick: bool = False,
     seed: int = 0,
     console: Console | None = None,
+    workers: int | None = None,
 ) -> dict:
+    """``workers``: processes for the training runs of every comparison [CPU cores]."""
     console = console or Console()
     preset = QUICK if quick else FULL
     splits = splits or preset["splits"]
@@ -210,8 +214,15 @@ def run_reproduce(
     t0 = time.perf_counter()
     sets = resolve_data(data)
     sections: list[Section] = []
-    for name, path in sets.items():
-        for alpha in alphas:
+    runs = [(name, path, alpha) for name, path in sets.items() for alpha in alphas]
+    # one pool for every comparison's training runs, all submitted up front: processes start
+    # once, and the next α trains while this one is evaluated and plotted
+    with training_pool(workers or os.cpu_count() or 1) as pool:
+        caches = [
+            start_training(path, pool, alpha=alpha, splits=splits, steps=steps, seed=seed)
+            for _, path, alpha in runs
+        ]
+        for (name, path, alpha), cache in zip(runs, caches, strict=True):
             folder = out / name / f"alpha-{alpha:g}"
             console.rule(f"{name}, α = {alpha:g}")
             run_compare(
@@ -223,6 +234,7 @@ def run_reproduce(
                 seed=seed,
                 console=console,
                 title=name,
+                cache=cache,
             )
             results = json.loads((folder / "results.json").read_text())
             sections.append(Section(name, alpha, folder, results))
