@@ -25,7 +25,7 @@ import torch
 
 from ccpo import __version__
 from ccpo.errors import CCPOError
-from ccpo.learning.nets import PolicyNet
+from ccpo.learning.nets import NumpyMLP, PolicyNet
 from ccpo.learning.trainers import TrainConfig, TrainResult, policy_probs
 from ccpo.traces.featurize import FEATURE_SPEC, check_spec
 
@@ -46,6 +46,7 @@ class TrainedPolicy:
     feature_spec: dict[str, Any] = field(default_factory=lambda: dict(FEATURE_SPEC))
     prices: dict[str, Any] | None = None
     log: list[dict[str, float]] = field(default_factory=list)
+    _forward: NumpyMLP | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_result(
@@ -78,7 +79,9 @@ class TrainedPolicy:
 
     def probs(self, obs: np.ndarray) -> np.ndarray:
         """π(a|o) for observations [..., T, F] (``next`` masked at the last round)."""
-        return policy_probs(self.net, obs, self.obs_mean, self.obs_std)
+        if self._forward is None:  # a float64 numpy copy of the weights, made once
+            self._forward = NumpyMLP(self.net.body)
+        return policy_probs(self._forward, obs, self.obs_mean, self.obs_std)
 
     def save(self, folder: str | Path) -> Path:
         out = Path(folder)

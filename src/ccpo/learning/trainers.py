@@ -60,12 +60,12 @@ import torch.nn.functional as F
 
 from ccpo.learning.conformal import OnlineThreshold, split_conformal_threshold
 from ccpo.learning.nets import (
+    NumpyMLP,
     PolicyNet,
     ValueNet,
     masked_log_probs,
     masked_probs,
     mlp_jacobian,
-    mlp_numpy,
 )
 from ccpo.learning.trust_region import (
     OBJECTIVE_CASES,
@@ -151,13 +151,17 @@ class TrainResult:
         return policy_probs(self.policy, obs, self.obs_mean, self.obs_std)
 
 
-def policy_probs(net: PolicyNet, obs: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """Masked π(a|o) as float64 numpy for observations [..., T, F] (float64 numpy forward:
-    the one function every evaluation, calibration and live decision goes through)."""
+def policy_probs(
+    net: PolicyNet | NumpyMLP, obs: np.ndarray, mean: np.ndarray, std: np.ndarray
+) -> np.ndarray:
+    """Masked π(a|o) as float64 numpy for observations [..., T, F]: a float64 numpy forward
+    (:class:`~ccpo.learning.nets.NumpyMLP`; pass one to reuse its weight copy), the one
+    function every evaluation, calibration and live decision goes through."""
+    forward = net if isinstance(net, NumpyMLP) else NumpyMLP(net.body)
     obs = np.asarray(obs)
-    if obs.ndim < 2 or obs.shape[-1] != net.obs_dim:
-        raise ValueError(f"obs must have shape [..., T, {net.obs_dim}], got {obs.shape}")
-    logits = mlp_numpy(net.body, (obs - mean) / std)
+    if obs.ndim < 2 or obs.shape[-1] != forward.in_dim:
+        raise ValueError(f"obs must have shape [..., T, {forward.in_dim}], got {obs.shape}")
+    logits = forward((obs - mean) / std)
     logits[..., -1, NEXT] = -np.inf  # 'next' is not allowed at the last round
     e = np.exp(logits - logits.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
