@@ -13,12 +13,12 @@ from ccpo.learning.nets import (
     GUIDE,
     N_ACTIONS,
     NEXT,
+    NumpyMLP,
     PolicyNet,
     ValueNet,
     masked_log_probs,
     masked_probs,
     mlp_jacobian,
-    mlp_numpy,
 )
 
 OBS_DIM = 9
@@ -152,7 +152,7 @@ def test_mlp_jacobian_matches_jacrev(layers: int) -> None:
         mlp_jacobian(net.body, x[0])
 
 
-def test_mlp_numpy_matches_torch_forward() -> None:
+def test_numpy_mlp_matches_torch_forward() -> None:
     """The float64 numpy forward used for every evaluation and live decision equals the torch
     network on the same weights, for any leading shape."""
     torch.manual_seed(3)
@@ -160,9 +160,9 @@ def test_mlp_numpy_matches_torch_forward() -> None:
     x = np.random.default_rng(0).normal(size=(7, 4, 5))
     with torch.no_grad():
         want = net.double()(torch.as_tensor(x)).numpy()
-    np.testing.assert_allclose(mlp_numpy(net.body, x), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(NumpyMLP(net.body)(x), want, rtol=1e-12, atol=1e-12)
     with pytest.raises(TypeError, match="supports"):
-        mlp_numpy(nn.Sequential(nn.Linear(5, 3), nn.Softmax(-1)), x)
+        NumpyMLP(nn.Sequential(nn.Linear(5, 3), nn.Softmax(-1)))
 
 
 def test_policy_probs_numpy_equals_torch_masked_probs() -> None:

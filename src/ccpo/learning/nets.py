@@ -35,7 +35,6 @@ __all__ = [
     "masked_log_probs",
     "masked_probs",
     "mlp_jacobian",
-    "mlp_numpy",
 ]
 
 BASE, GUIDE, NEXT = 0, 1, 2
@@ -216,8 +215,3 @@ class NumpyMLP:
             else:
                 h = np.maximum(h, 0.0)
         return h
-
-
-def mlp_numpy(body: nn.Sequential, x: np.ndarray) -> np.ndarray:
-    """The MLP's forward pass in float64 numpy on inputs ``[..., F]``: :class:`NumpyMLP`."""
-    return NumpyMLP(body)(x)

@@ -75,9 +75,9 @@ class TrainingCache:
             return
         with training_pool(min(workers, len(todo))) as pool:
             self.submit(todo, ep, train_idx, alpha, pool)
-            for fut in as_completed(list(self.pending.values())):
-                key = next(k for k, f in self.pending.items() if f is fut)
-                self._finish(key)
+            keys_of = {fut: key for key, fut in self.pending.items()}
+            for fut in as_completed(keys_of):
+                self._finish(keys_of[fut])
 
     def _finish(self, key: tuple[str, float]) -> TrainedPolicy:
         self.trained[key] = self.pending.pop(key).result()
