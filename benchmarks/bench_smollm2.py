@@ -5,7 +5,11 @@ and guide, then answers a few questions with ``ccpo ask``'s agent (a policy trai
 synthetic traces: this checks the live path, not the policy's quality). Prints wall times, LLM
 calls, seconds per call and per-round base/guide accuracy. Needs ``pip install 'ccpo[llama]'``.
 
-    python benchmarks/bench_smollm2.py [--n 20] [--rounds 2] [--asks 3]
+The base and the guide run in two servers: the guide's with ``--logits_all`` (its verdict
+uncertainty comes from log-probs), the base's without (several times faster on CPU; the client
+then records the base without log-prob features, as it would for any endpoint that has none).
+
+    python benchmarks/bench_smollm2.py [--n 20] [--rounds 2] [--asks 3] [--tasks mmlu,hotpotqa]
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--asks", type=int, default=3)
+    ap.add_argument("--tasks", default="mmlu,hotpotqa")
     args = ap.parse_args()
     why = llama_server_available()
     if why:
@@ -48,14 +53,15 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-smollm2-"))
     prices = write_price_file(tmp / "prices.json", {MODEL: (0, 0)}, "local model")
     table = load_prices(str(prices))
-    with LlamaServer(find_smollm2_gguf()) as srv:
-        print(f"llama_cpp.server up in {srv.startup_s:.1f} s at {srv.url}")
-        for task in ("mmlu", "hotpotqa"):
+    gguf = find_smollm2_gguf()
+    with LlamaServer(gguf, logits_all=False) as base, LlamaServer(gguf) as guide:
+        print(f"llama_cpp.server x 2 up in {base.startup_s:.1f} + {guide.startup_s:.1f} s")
+        for task in args.tasks.split(","):
             cfg = build_config(
                 None,
                 dict(
                     task=task, n=args.n, rounds=args.rounds, base_model=MODEL,
-                    base_url=srv.url, guide_model=MODEL, guide_url=srv.url,
+                    base_url=base.url, guide_model=MODEL, guide_url=guide.url,
                     out=str(tmp / f"{task}.jsonl"), no_cache=True, prices=[str(prices)],
                     concurrency=1, max_tokens=128, max_steps=4, timeout=300.0,
                 ),
@@ -63,6 +69,7 @@ def main() -> None:
             t0 = time.perf_counter()
             s = collect(cfg, progress=False)
             wall = time.perf_counter() - t0
+            print(f"traces: {cfg.out}")
             st = trace_stats(read_traces(cfg.out), table)
             print(
                 f"{task}: {s.done} questions x {args.rounds} rounds in {wall:.1f} s; "
@@ -82,8 +89,8 @@ def main() -> None:
             from ccpo.runtime import ConformalAgent
 
             policy = make_policy(tmp / "policy", steps=30)
-            cfg = dict(task="mmlu", base_model=MODEL, base_url=srv.url, guide_model=MODEL,
-                       guide_url=srv.url, prices=[str(prices)], timeout=300.0)  # fmt: skip
+            cfg = dict(task="mmlu", base_model=MODEL, base_url=base.url, guide_model=MODEL,
+                       guide_url=guide.url, prices=[str(prices)], timeout=300.0)  # fmt: skip
             with ConformalAgent.from_artifact(policy, cfg) as agent:
                 for q in QUESTIONS[: args.asks]:
                     a = agent.answer(q)

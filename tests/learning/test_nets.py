@@ -18,7 +18,6 @@ from ccpo.learning.nets import (
     ValueNet,
     masked_log_probs,
     masked_probs,
-    mlp_jacobian,
 )
 
 OBS_DIM = 9
@@ -125,31 +124,56 @@ def test_bad_masks_raise() -> None:
         masked_probs(logits, torch.ones(2, 4, dtype=torch.bool))
 
 
+def _jacrev(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """∂ net(x) / ∂θ ``[N, O, P]`` by torch.func.jacrev, θ in NumpyMLP's flat order (per layer
+    W as [in, out] row-major, then b)."""
+    params = dict(net.body.named_parameters())
+    jac = torch.func.jacrev(lambda p: torch.func.functional_call(net.body, p, (x,)))(params)
+    blocks = []
+    for name in params:
+        j = jac[name]
+        if name.endswith("weight"):  # torch's [out, in] → [in, out]
+            j = j.transpose(-1, -2)
+        blocks.append(j.reshape(*j.shape[:2], -1))
+    out = torch.cat(blocks, dim=2)
+    return out if out.ndim == 3 else out[:, None, :]
+
+
 @pytest.mark.parametrize("layers", [1, 3])
-def test_mlp_jacobian_matches_jacrev(layers: int) -> None:
-    """The per-input parameter Jacobian used by the trainer's Fisher products, against
-    torch.func.jacrev, in the flat order of parameters()."""
+@pytest.mark.parametrize("kind", ["policy", "value"])
+def test_numpy_mlp_vjp_and_jvp_match_jacrev(layers: int, kind: str) -> None:
+    """The trainer's derivatives: reverse mode (gradients) and forward mode (Fisher products)
+    of the numpy MLP equal torch.func.jacrev of the torch network with the same weights."""
     torch.manual_seed(layers)
-    net = PolicyNet(5, hidden=7, layers=layers).double()
+    net = (PolicyNet if kind == "policy" else ValueNet)(5, hidden=7, layers=layers).double()
     x = torch.randn(6, 5, dtype=torch.float64)
-    jac = torch.func.jacrev(lambda p: torch.func.functional_call(net.body, p, (x,)))(
-        dict(net.body.named_parameters())
-    )
-    want = torch.cat([jac[name].flatten(2) for name, _ in net.body.named_parameters()], dim=2)
-    out, got = mlp_jacobian(net.body, x)
-    assert got.shape == (6, 3, sum(p.numel() for p in net.parameters()))
-    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(out, net(x).detach())
-    # with a row-wise head (log-softmax): the chain rule through the head
-    jac = torch.func.jacrev(
-        lambda p: torch.log_softmax(torch.func.functional_call(net.body, p, (x,)), -1)
-    )(dict(net.body.named_parameters()))
-    want = torch.cat([jac[name].flatten(2) for name, _ in net.body.named_parameters()], dim=2)
-    out, got = mlp_jacobian(net.body, x, head=lambda z: torch.log_softmax(z, -1))
-    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(out, torch.log_softmax(net(x), -1).detach())
-    with pytest.raises(ValueError, match=r"\[N, F\]"):
-        mlp_jacobian(net.body, x[0])
+    mlp = NumpyMLP(net.body)
+    jac = _jacrev(net, x).detach().numpy()  # [N, O, P]
+    out, tape = mlp.forward(x.numpy())
+    np.testing.assert_allclose(out, net.body(x).detach().numpy(), rtol=1e-12, atol=1e-14)
+    assert jac.shape[2] == mlp.size == sum(p.numel() for p in net.parameters())
+    rng = np.random.default_rng(layers)
+    u = rng.normal(size=out.shape)
+    v = rng.normal(size=mlp.size)
+    np.testing.assert_allclose(mlp.vjp(tape, u), np.einsum("no,nop->p", u, jac), rtol=1e-10)
+    np.testing.assert_allclose(mlp.jvp(tape, v), jac @ v, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match=r"\[N, 5\]"):
+        mlp.forward(x[0].numpy())
+
+
+def test_numpy_mlp_theta_is_the_network_and_copies_back() -> None:
+    torch.manual_seed(0)
+    net = PolicyNet(5, hidden=8, layers=2)
+    mlp = NumpyMLP(net.body)
+    x = np.random.default_rng(2).normal(size=(3, 5))
+    before = mlp(x)
+    mlp.theta[:] = mlp.theta * 1.5  # writing θ changes the network (views, not copies)
+    assert not np.allclose(mlp(x), before)
+    mlp.copy_to(net.body)
+    with torch.no_grad():
+        np.testing.assert_allclose(
+            net(torch.as_tensor(x, dtype=torch.float32)).numpy(), mlp(x), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_numpy_mlp_matches_torch_forward() -> None:

@@ -15,7 +15,7 @@ import torch
 from ccpo.errors import CCPOError, PhaseError
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.policy import TrainedPolicy
-from ccpo.learning.trainers import TrainConfig, target_log_probs, train
+from ccpo.learning.trainers import TrainConfig, allowed_actions, target_log_probs, train
 from ccpo.llm.prices import load_prices
 from ccpo.product.api import ConformalPolicy
 from ccpo.product.evaluate import make_splits
@@ -123,17 +123,19 @@ def test_cpo_raises_coverage_toward_its_constraint(big_sim, splits):
 
 
 def test_target_policy_softmask():
-    probs = torch.tensor([[[0.7, 0.2, 0.1], [0.6, 0.4, 0.0]]])
-    logits = torch.log(probs)  # the last round's 'next' is masked anyway
-    logS = target_log_probs(logits, kappa=0.3, eps=0.01, method="ccpo")
-    S = logS.exp()
-    torch.testing.assert_close(S.sum(-1), torch.ones(1, 2))
+    probs = np.array([[[0.7, 0.2, 0.1], [0.6, 0.4, 0.0]]])
+    with np.errstate(divide="ignore"):
+        logits = np.log(probs)  # the last round's 'next' is masked anyway
+    allowed = allowed_actions(2)
+    S = np.exp(target_log_probs(logits, kappa=0.3, eps=0.01, method="ccpo", allowed=allowed))
+    np.testing.assert_allclose(S.sum(-1), np.ones((1, 2)), rtol=1e-12)
     assert S[0, 0, 0] > 0.99  # only 'base' is above κ in round 1
     assert abs(S[0, 1, 0] - 0.5) < 0.01 and S[0, 1, 2] == 0  # uniform over {base, guide}
     # every action below κ: S concentrates on argmax π (the empty-set fallback)
-    S_low = target_log_probs(logits, kappa=0.95, eps=0.01, method="ccpo").exp()
+    S_low = np.exp(target_log_probs(logits, kappa=0.95, eps=0.01, method="ccpo", allowed=allowed))
     assert S_low[0, 0, 0] > 0.99
-    torch.testing.assert_close(target_log_probs(logits, 0.3, 0.01, "cpo").exp(), probs)
+    cpo = np.exp(target_log_probs(logits, 0.3, 0.01, "cpo", allowed))
+    np.testing.assert_allclose(cpo, probs, rtol=1e-12, atol=1e-15)
 
 
 def test_artifact_round_trip_and_incompatible_versions(tmp_path, big_sim, ccpo_run):

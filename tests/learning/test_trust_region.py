@@ -1,32 +1,29 @@
 """Golden tests for ccpo.learning.trust_region (CPO, Achiam et al. 2017).
 
 The CPO step is checked against a generic solver (scipy SLSQP) and against the KKT conditions
-of the objective-convention problem: maximise gᵀx s.t. c + bᵀx ≤ 0, ½xᵀHx ≤ δ.
+of the objective-convention problem: maximise gᵀx s.t. c + bᵀx ≤ 0, ½xᵀHx ≤ δ. The Fisher-vector
+product is checked against the explicit Fisher matrix and against the Hessian of the mean KL
+(torch double backpropagation, in the tests only: the module itself is pure numpy).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 import torch
 from scipy.optimize import minimize
-from torch import nn
-from torch.func import functional_call
 
 from ccpo.learning.trust_region import (
     CASE_IDS,
     OBJECTIVE_CASES,
     backtracking_line_search,
-    categorical_fisher_vector_product_fn,
     conjugate_gradient,
     cpo_step,
-    fisher_vector_product,
-    fisher_vector_product_fn,
-    flat_grad,
-    flat_params,
-    set_flat_params,
+    logit_fisher_vector_product_fn,
 )
 
 DELTA = 0.01
@@ -42,9 +39,9 @@ def _spd(rng: np.random.Generator, n: int) -> np.ndarray:
 def _solve_cpo(
     g: np.ndarray, b: np.ndarray, c: float, h: np.ndarray, delta: float = DELTA
 ) -> tuple[np.ndarray, object]:
-    t = torch.as_tensor
-    x, info = cpo_step(t(g), t(b), c, delta, t(np.linalg.solve(h, g)), t(np.linalg.solve(h, b)))
-    return x.numpy(), info
+    x, info = cpo_step(g, b, c, delta, np.linalg.solve(h, g), np.linalg.solve(h, b))
+    assert isinstance(x, np.ndarray) and x.dtype == np.float64 and x.shape == g.shape
+    return x, info
 
 
 def _slsqp_max(g: np.ndarray, b: np.ndarray, c: float, h: np.ndarray, delta: float) -> np.ndarray:
@@ -233,11 +230,21 @@ def test_sign_of_r_regression() -> None:
 
 
 def test_cpo_step_validates_inputs() -> None:
-    z = torch.zeros(3)
+    z = np.zeros(3)
     with pytest.raises(ValueError, match="Hinv_b"):
-        cpo_step(z, z, 0.0, DELTA, z, torch.zeros(4))
+        cpo_step(z, z, 0.0, DELTA, z, np.zeros(4))
+    with pytest.raises(ValueError, match="g must be 1-D"):
+        cpo_step(np.zeros((3, 1)), z, 0.0, DELTA, z, z)
     with pytest.raises(ValueError, match="delta"):
         cpo_step(z, z, 0.0, 0.0, z, z)
+
+
+def test_module_is_pure_numpy() -> None:
+    code = (
+        "import sys, ccpo.learning.trust_region; "
+        "sys.exit(1 if any(m == 'torch' or m.startswith('torch.') for m in sys.modules) else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 # --------------------------------------------------------------------------- CG
@@ -249,279 +256,278 @@ def test_conjugate_gradient_matches_numpy_solve(seed: int) -> None:
     n = int(rng.integers(3, 20))
     a = _spd(rng, n)
     b = rng.normal(size=n)
-    at = torch.as_tensor(a)
-    x = conjugate_gradient(lambda v: at @ v, torch.as_tensor(b), iters=3 * n, residual_tol=1e-24)
-    np.testing.assert_allclose(x.numpy(), np.linalg.solve(a, b), rtol=1e-8, atol=1e-10)
+    x = conjugate_gradient(lambda v: a @ v, b, iters=3 * n, residual_tol=1e-24)
+    assert x.dtype == np.float64 and x.shape == (n,)
+    np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-8, atol=1e-10)
 
 
 def test_conjugate_gradient_zero_rhs_and_iteration_cap() -> None:
     calls = []
-    a = torch.eye(4, dtype=torch.float64) * 2
+    a = np.eye(4) * 2
 
-    def avp(v: torch.Tensor) -> torch.Tensor:
+    def avp(v: np.ndarray) -> np.ndarray:
         calls.append(1)
         return a @ v
 
-    assert torch.equal(
-        conjugate_gradient(avp, torch.zeros(4, dtype=torch.float64)),
-        torch.zeros(4, dtype=torch.float64),
-    )
+    assert np.array_equal(conjugate_gradient(avp, np.zeros(4)), np.zeros(4))
     assert not calls
     rng = np.random.default_rng(1)
-    m = torch.as_tensor(_spd(rng, 12))
-    conjugate_gradient(
-        lambda v: (calls.append(1), m @ v)[1], torch.ones(12, dtype=torch.float64), iters=3
-    )
+    m = _spd(rng, 12)
+    b = np.ones(12)
+    conjugate_gradient(lambda v: (calls.append(1), m @ v)[1], b, iters=3)
     assert len(calls) == 3
+    assert np.array_equal(b, np.ones(12))  # the right-hand side is not modified
+    with pytest.raises(ValueError, match="1-D"):
+        conjugate_gradient(avp, np.ones((4, 1)))
 
 
-# --------------------------------------------------------------------------- flat params, FVP
+# --------------------------------------------------------------------------- Fisher
 
 
-def _tiny_policy(seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3)).double()
+def _masked_softmax(z: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Softmax over the allowed actions of each row of z [N, A]; q = 0 exactly elsewhere."""
+    z = np.where(allowed, z, -np.inf)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
 
 
-def test_flat_params_round_trip_and_errors() -> None:
-    net = _tiny_policy(0)
-    theta = flat_params(net)
-    assert theta.shape == (sum(p.numel() for p in net.parameters()),)
-    set_flat_params(net, theta + 1.0)
-    torch.testing.assert_close(flat_params(net), theta + 1.0)
-    set_flat_params(net, theta)
-    assert torch.equal(flat_params(net), theta)
-    theta[0] = 123.0  # a copy, not a view
-    assert flat_params(net)[0] != 123.0
-    with pytest.raises(ValueError, match="elements"):
-        set_flat_params(net, torch.zeros(3, dtype=torch.float64))
+def _softmax_log_q_jac(q: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """J_n = ∂ log q(·|s_n)/∂z_n = I − 1 q_nᵀ on the allowed rows (log q_a = z_a − logsumexp of
+    the allowed z); the rows of masked actions get ±inf/nan, which must be ignored."""
+    n_actions = q.shape[1]
+    J = np.eye(n_actions)[None] - q[:, None, :]
+    J[~allowed] = np.array([np.inf, np.nan, -np.inf, np.nan])[:n_actions]
+    return J
 
 
-def test_flat_grad_matches_autograd_and_zero_for_unused() -> None:
-    net = _tiny_policy(0)
-    unused = nn.Parameter(torch.ones(2, dtype=torch.float64))
-    params = [*net.parameters(), unused]
-    x = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    y = net(x).pow(2).sum()
-    grad = flat_grad(y, params)
-    y2 = net(x).pow(2).sum()
-    y2.backward()
-    want = torch.cat(
-        [p.grad.reshape(-1) for p in net.parameters()] + [torch.zeros(2, dtype=torch.float64)]
-    )
-    torch.testing.assert_close(grad, want)
-    with pytest.raises(ValueError, match="scalar"):
-        flat_grad(net(x), params)
+def _explicit_fisher(Z: np.ndarray, J: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """(1/N) Σ_n Σ_{a: q>0} q_a (J_n Z_n)_aᵀ (J_n Z_n)_a, term by term."""
+    n_states, n_actions, n_params = Z.shape
+    F = np.zeros((n_params, n_params))
+    for n in range(n_states):
+        for a in range(n_actions):
+            if q[n, a] > 0:
+                grad_log_q = J[n, a] @ Z[n]  # ∇_θ log q(a|s_n), [P]
+                F += q[n, a] * np.outer(grad_log_q, grad_log_q)
+    return F / n_states
 
 
-def _kl_setup(seed: int) -> tuple[nn.Module, torch.Tensor, Callable[[], torch.Tensor]]:
-    net = _tiny_policy(seed)
-    states = torch.randn(7, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-    with torch.no_grad():
-        logp_old = torch.log_softmax(net(states), dim=-1)
+def _dense_jvp_vjp(
+    Z: np.ndarray,
+) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+    return (lambda v: Z @ v), (lambda u: np.einsum("nap,na->p", Z, u))
 
-    def kl_fn() -> torch.Tensor:  # mean KL(π_old ‖ π_θ)
-        logp = torch.log_softmax(net(states), dim=-1)
-        return (logp_old.exp() * (logp_old - logp)).sum(-1).mean()
 
-    return net, states, kl_fn
+def _masked_problem(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Z [N, A, P], allowed [N, A] (last action masked in some states), q, J from a softmax."""
+    rng = np.random.default_rng(seed)
+    n_states, n_actions, n_params = 9, 3, 13
+    Z = rng.normal(size=(n_states, n_actions, n_params))
+    allowed = np.ones((n_states, n_actions), dtype=bool)
+    allowed[::3, -1] = False
+    q = _masked_softmax(rng.normal(size=(n_states, n_actions)), allowed)
+    return Z, allowed, q, _softmax_log_q_jac(q, allowed)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_fisher_vector_product_matches_explicit_hessian_and_fisher(seed: int) -> None:
-    net, states, kl_fn = _kl_setup(seed)
-    params = list(net.parameters())
-    names = [n for n, _ in net.named_parameters()]
-    shapes = [p.shape for p in params]
-    theta = flat_params(net)
-
-    def unflatten(flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        out, i = {}, 0
-        for name, shape in zip(names, shapes, strict=True):
-            k = int(np.prod(shape))
-            out[name] = flat[i : i + k].view(shape)
-            i += k
-        return out
-
-    logp_old = torch.log_softmax(net(states), dim=-1).detach()
-
-    def kl_of_flat(flat: torch.Tensor) -> torch.Tensor:
-        logp = torch.log_softmax(functional_call(net, unflatten(flat), (states,)), dim=-1)
-        return (logp_old.exp() * (logp_old - logp)).sum(-1).mean()
-
-    hess = torch.autograd.functional.hessian(kl_of_flat, theta)
-    # Explicit Fisher: E_s[Jᵀ (diag p − p pᵀ) J], J = ∂logits/∂θ.
-    jac = torch.autograd.functional.jacobian(
-        lambda f: functional_call(net, unflatten(f), (states,)), theta
-    )  # [N, 3, P]
-    p = logp_old.exp()
-    fisher = torch.zeros_like(hess)
-    for i in range(states.shape[0]):
-        m = torch.diag(p[i]) - torch.outer(p[i], p[i])
-        fisher += jac[i].T @ m @ jac[i]
-    fisher /= states.shape[0]
-    torch.testing.assert_close(hess, fisher, rtol=1e-9, atol=1e-12)
-
+def test_logit_fisher_vector_product_equals_explicit_masked_fisher(seed: int) -> None:
+    Z, allowed, q, J = _masked_problem(seed)
+    n_states, _, n_params = Z.shape
+    assert np.all(q[~allowed] == 0) and np.all(q[allowed] > 0)
+    assert not np.all(np.isfinite(J))  # the masked rows really are poisoned
+    J_in, q_in = J.copy(), q.copy()
     damping = 0.1
-    v = torch.randn(theta.numel(), dtype=torch.float64, generator=torch.Generator().manual_seed(9))
-    fvp = fisher_vector_product(kl_fn, params, v, damping)
-    torch.testing.assert_close(fvp, fisher @ v + damping * v, rtol=1e-9, atol=1e-12)
+    fvp = logit_fisher_vector_product_fn(*_dense_jvp_vjp(Z), J, q, damping)
+    fvp0 = logit_fisher_vector_product_fn(*_dense_jvp_vjp(Z), J, q, 0.0)
+    np.testing.assert_array_equal(J, J_in)  # inputs untouched
+    np.testing.assert_array_equal(q, q_in)
+    F = _explicit_fisher(Z, J, q)
+    # The softmax identity J_nᵀ diag(q_n) J_n = diag(q_n) − q_n q_nᵀ.
+    F_softmax = sum(Z[n].T @ (np.diag(q[n]) - np.outer(q[n], q[n])) @ Z[n] for n in range(len(q)))
+    np.testing.assert_allclose(F, F_softmax / n_states, rtol=1e-10, atol=1e-14)
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(3):
+        v = rng.normal(size=n_params)
+        v_in = v.copy()
+        out = fvp(v)
+        assert out.dtype == np.float64 and out.shape == (n_params,)
+        np.testing.assert_allclose(out, F @ v + damping * v, rtol=1e-10)
+        np.testing.assert_allclose(fvp0(v), F @ v, rtol=1e-10)
+        np.testing.assert_array_equal(v, v_in)
     # CG on the FVP solves the damped Fisher system.
-    x = conjugate_gradient(
-        lambda u: fisher_vector_product(kl_fn, params, u, damping), v, iters=200, residual_tol=1e-28
-    )
-    eye = torch.eye(theta.numel(), dtype=torch.float64)
-    torch.testing.assert_close(
-        x, torch.linalg.solve(fisher + damping * eye, v), rtol=1e-6, atol=1e-8
+    x = conjugate_gradient(fvp, v, iters=200, residual_tol=1e-28)
+    np.testing.assert_allclose(
+        x, np.linalg.solve(F + damping * np.eye(n_params), v), rtol=1e-6, atol=1e-8
     )
 
 
-@pytest.mark.parametrize("trust", ["score", "target"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_jacobian_fisher_equals_double_backprop_on_masked_policies(trust: str, seed: int) -> None:
-    """The one-Jacobian FVP (from a generic jacrev G, and as the trainer builds it by the chain
-    rule through the logits) equals the Hessian-vector product of the mean KL by double
-    backpropagation, for the masked score policy π and for the softmask S."""
-    from ccpo.learning.nets import PolicyNet, masked_log_probs
-    from ccpo.learning.trainers import _trust_region_fvp, target_log_probs
+def test_logit_fisher_vector_product_equals_kl_hessian_of_a_linear_policy(seed: int) -> None:
+    """For logits z_n = X_n θ, F v equals the Hessian of the mean KL(q_old ‖ q_θ) at θ_old
+    (torch double backpropagation) times v, with masked actions."""
+    rng = np.random.default_rng(seed)
+    n_states, n_actions, n_params = 7, 3, 6
+    X = rng.normal(size=(n_states, n_actions, n_params))
+    theta_old = rng.normal(size=n_params)
+    allowed = np.ones((n_states, n_actions), dtype=bool)
+    allowed[1::2, -1] = False
+    q = _masked_softmax(X @ theta_old, allowed)
+    damping = 0.05
+    fvp = logit_fisher_vector_product_fn(
+        *_dense_jvp_vjp(X), _softmax_log_q_jac(q, allowed), q, damping
+    )
 
-    torch.manual_seed(seed)
-    net = PolicyNet(4, hidden=8, layers=2).double()
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(5, 3, 4, dtype=torch.float64, generator=gen)  # [B, T, F]
-    valid = torch.rand(5, 3, generator=gen) < 0.7
-    valid[:, 0] = True
-    allowed = torch.ones(3, 3, dtype=torch.bool)
-    allowed[-1, 2] = False  # 'next' masked at the last round
+    X_t, mask = torch.as_tensor(X), torch.as_tensor(allowed)
 
-    def log_q(logits: torch.Tensor, mask: torch.Tensor = allowed) -> torch.Tensor:
-        if trust == "score":
-            return masked_log_probs(logits, mask)
-        return target_log_probs(logits, kappa=0.3, eps=0.05, method="ccpo", allowed=mask)
+    def log_q(theta: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax((X_t @ theta).masked_fill(~mask, -torch.inf), dim=-1)
 
     with torch.no_grad():
-        old = log_q(net(x))
+        logq_old = log_q(torch.as_tensor(theta_old))
+    q_old = logq_old.exp()
+    np.testing.assert_allclose(q_old.numpy(), q, rtol=1e-14, atol=0)
 
-    def kl() -> torch.Tensor:
-        new = log_q(net(x))
-        terms = torch.where(old.exp() > 0, old.exp() * (old - new), 0.0)
-        return terms.sum(-1)[valid].mean()
+    def kl(theta: torch.Tensor) -> torch.Tensor:  # mean KL(q_old ‖ q_θ)
+        terms = torch.where(mask, q_old * (logq_old - log_q(theta)), 0.0)
+        return terms.sum(-1).mean()
 
-    want_fn = fisher_vector_product_fn(kl(), list(net.parameters()), damping=0.1)
-    jac = torch.func.jacrev(lambda p: log_q(functional_call(net, p, (x,)))[valid])(
-        dict(net.named_parameters())
-    )
-    G = torch.cat([jac[name].flatten(2) for name, _ in net.named_parameters()], dim=2)
-    generic_fn = categorical_fisher_vector_product_fn(G, old[valid].exp(), damping=0.1)
-    trainer_fn = _trust_region_fvp(net, x, valid, log_q, damping=0.1)
+    H = torch.autograd.functional.hessian(kl, torch.as_tensor(theta_old)).numpy()
+    assert np.all(np.isfinite(H))
     for _ in range(3):
-        v = torch.randn(flat_params(net).numel(), dtype=torch.float64, generator=gen)
-        want = want_fn(v)
-        torch.testing.assert_close(generic_fn(v), want, rtol=1e-9, atol=1e-12)
-        torch.testing.assert_close(trainer_fn(v), want, rtol=1e-9, atol=1e-12)
-    with pytest.raises(ValueError, match="elements"):
-        generic_fn(torch.ones(3, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"\[N, A, P\]"):
-        categorical_fisher_vector_product_fn(G[0], old[valid].exp(), damping=0.1)
+        v = rng.normal(size=n_params)
+        np.testing.assert_allclose(fvp(v), H @ v + damping * v, rtol=1e-9, atol=1e-12)
+
+
+def test_logit_fisher_vector_product_validates_shapes() -> None:
+    Z, _, q, J = _masked_problem(0)
+    n_params = Z.shape[2]
+    jvp, vjp = _dense_jvp_vjp(Z)
+    for bad_J, bad_q in [
+        (J[0], q),  # not [N, A, A]
+        (J[:, :, :2], q),
+        (J, q[:, :2]),
+        (J[:-1], q),
+        (J, q[0]),
+        (J[:0], q[:0]),  # N = 0
+    ]:
+        with pytest.raises(ValueError, match=r"\[N, A, A\]"):
+            logit_fisher_vector_product_fn(jvp, vjp, bad_J, bad_q, 0.1)
+    fvp = logit_fisher_vector_product_fn(jvp, vjp, J, q, 0.1)
+    with pytest.raises(ValueError, match="1-D"):
+        fvp(np.ones((n_params, 1)))
+    bad_jvp = logit_fisher_vector_product_fn(lambda v: jvp(v)[:, :2], vjp, J, q, 0.1)
+    with pytest.raises(ValueError, match="jvp"):
+        bad_jvp(np.ones(n_params))
+    bad_vjp = logit_fisher_vector_product_fn(jvp, lambda u: vjp(u)[:-1], J, q, 0.1)
+    with pytest.raises(ValueError, match="vjp"):
+        bad_vjp(np.ones(n_params))
 
 
 # --------------------------------------------------------------------------- line search
 
 
-class _Point(nn.Module):
-    def __init__(self, theta: list[float]) -> None:
-        super().__init__()
-        self.theta = nn.Parameter(torch.tensor(theta, dtype=torch.float64))
-
-
-def _evaluator(module: _Point, theta_old: torch.Tensor) -> Callable[[], tuple[float, float, float]]:
+def _evaluator(
+    theta_old: np.ndarray, calls: list[np.ndarray] | None = None
+) -> Callable[[np.ndarray], tuple[float, float, float]]:
     """objective −‖θ − (2, 2)‖², constraint θ₀ − 1 (≤ 0 feasible), KL ½‖θ − θ_old‖²."""
-    target = torch.tensor([2.0, 2.0], dtype=torch.float64)
+    target = np.array([2.0, 2.0])
+    theta_old = theta_old.copy()
 
-    def evaluate() -> tuple[float, float, float]:
-        th = module.theta.detach()
+    def evaluate(theta: np.ndarray) -> tuple[float, float, float]:
+        if calls is not None:
+            calls.append(theta.copy())
         return (
-            float(-((th - target) ** 2).sum()),
-            float(th[0] - 1.0),
-            float(0.5 * ((th - theta_old) ** 2).sum()),
+            float(-((theta - target) ** 2).sum()),
+            float(theta[0] - 1.0),
+            float(0.5 * ((theta - theta_old) ** 2).sum()),
         )
 
     return evaluate
 
 
 def test_line_search_backtracks_to_the_trust_region() -> None:
-    mod = _Point([0.0, 0.0])
-    old = flat_params(mod)
-    evaluate = _evaluator(mod, old)
-    obj0, con0, _ = evaluate()
-    step = torch.tensor([0.0, 1.0], dtype=torch.float64)  # KL of the full step: 0.5
-    res = backtracking_line_search(
-        mod, step, evaluate, objective_old=obj0, constraint_old=con0, max_kl=0.1,
+    old = np.array([0.0, 0.0])
+    calls: list[np.ndarray] = []
+    evaluate = _evaluator(old, calls)
+    obj0, con0, _ = evaluate(old)
+    calls.clear()
+    step = np.array([0.0, 1.0])  # KL of the full step: 0.5
+    theta, res = backtracking_line_search(
+        old, step, evaluate, objective_old=obj0, constraint_old=con0, max_kl=0.1,
         check_objective=True, backtrack_coeff=0.5, max_backtracks=10,
     )  # fmt: skip
     # 0.5·f² ≤ 0.1 ⇔ f ≤ 0.447: f = 1, 0.5 rejected, 0.25 accepted.
     assert res.accepted and res.step_fraction == 0.25 and res.steps_tried == 3
-    torch.testing.assert_close(flat_params(mod), old + 0.25 * step)
+    assert [c.tolist() for c in calls] == [[0.0, 1.0], [0.0, 0.5], [0.0, 0.25]]
+    assert np.array_equal(theta, old + 0.25 * step) and theta.dtype == np.float64
+    assert np.array_equal(old, [0.0, 0.0]) and np.array_equal(step, [0.0, 1.0])  # pure
     assert res.kl == pytest.approx(0.5 * 0.25**2)
     assert res.objective > obj0 and res.constraint <= 0
 
 
 def test_line_search_keeps_feasibility_and_allows_recovery() -> None:
     # Feasible start: a step crossing θ₀ = 1 is rejected until it stays feasible.
-    mod = _Point([0.5, 0.0])
-    evaluate = _evaluator(mod, flat_params(mod))
-    obj0, con0, _ = evaluate()
-    res = backtracking_line_search(
-        mod, torch.tensor([1.0, 0.0], dtype=torch.float64), evaluate, objective_old=obj0,
-        constraint_old=con0, max_kl=10.0, check_objective=True, backtrack_coeff=0.5,
+    old = np.array([0.5, 0.0])
+    evaluate = _evaluator(old)
+    obj0, con0, _ = evaluate(old)
+    theta, res = backtracking_line_search(
+        old, np.array([1.0, 0.0]), evaluate, objective_old=obj0, constraint_old=con0,
+        max_kl=10.0, check_objective=True, backtrack_coeff=0.5,
     )  # fmt: skip
     assert res.accepted and res.step_fraction == 0.5 and res.constraint == pytest.approx(0.0)
+    assert np.array_equal(theta, [1.0, 0.0])
     # Infeasible start, recovery step: the objective gets worse but is not checked.
-    mod = _Point([1.5, 2.0])
-    evaluate = _evaluator(mod, flat_params(mod))
-    obj0, con0, _ = evaluate()
-    res = backtracking_line_search(
-        mod, torch.tensor([-0.2, 0.0], dtype=torch.float64), evaluate, objective_old=obj0,
-        constraint_old=con0, max_kl=10.0, check_objective=False,
+    old = np.array([1.5, 2.0])
+    evaluate = _evaluator(old)
+    obj0, con0, _ = evaluate(old)
+    theta, res = backtracking_line_search(
+        old, np.array([-0.2, 0.0]), evaluate, objective_old=obj0, constraint_old=con0,
+        max_kl=10.0, check_objective=False,
     )  # fmt: skip
     assert res.accepted and res.step_fraction == 1.0 and res.objective < obj0
     assert res.constraint < con0
+    assert np.array_equal(theta, old + np.array([-0.2, 0.0]))
 
 
 def test_line_search_restores_theta_when_nothing_is_accepted() -> None:
-    mod = _Point([0.3, -0.7])
-    old = flat_params(mod)
-    evaluate = _evaluator(mod, old)
-    obj0, con0, _ = evaluate()
-    step = torch.tensor([-1.0, -1.0], dtype=torch.float64)  # away from the target: worse
-    res = backtracking_line_search(
-        mod, step, evaluate, objective_old=obj0, constraint_old=con0, max_kl=1.0,
+    old = np.array([0.3, -0.7])
+    evaluate = _evaluator(old)
+    obj0, con0, _ = evaluate(old)
+    step = np.array([-1.0, -1.0])  # away from the target: worse
+    theta, res = backtracking_line_search(
+        old, step, evaluate, objective_old=obj0, constraint_old=con0, max_kl=1.0,
         check_objective=True, backtrack_coeff=0.8, max_backtracks=6,
     )  # fmt: skip
     assert not res.accepted and res.steps_tried == 7 and res.step_fraction == 0.0
-    assert torch.equal(flat_params(mod), old)  # bit-for-bit
+    assert np.array_equal(theta, old) and theta.dtype == np.float64  # bit-for-bit
+    assert not np.shares_memory(theta, old)  # a copy
+    assert np.array_equal(old, [0.3, -0.7])
     assert (res.objective, res.constraint, res.kl) == (obj0, con0, 0.0)
 
 
 def test_line_search_rejects_non_finite_and_bad_arguments() -> None:
-    mod = _Point([0.0, 0.0])
-    old = flat_params(mod)
-    step = torch.ones(2, dtype=torch.float64)
-    res = backtracking_line_search(
-        mod, step, lambda: (float("nan"), -1.0, 0.0), objective_old=0.0, constraint_old=-1.0,
-        max_kl=1.0, check_objective=False, max_backtracks=2,
-    )  # fmt: skip
-    assert not res.accepted and torch.equal(flat_params(mod), old)
+    old = np.array([0.0, 0.0])
+    step = np.ones(2)
+    for bad in [(float("nan"), -1.0, 0.0), (0.0, float("inf"), 0.0), (0.0, -1.0, float("nan"))]:
+        theta, res = backtracking_line_search(
+            old, step, lambda _theta, bad=bad: bad, objective_old=0.0, constraint_old=-1.0,
+            max_kl=1.0, check_objective=False, max_backtracks=2,
+        )  # fmt: skip
+        assert not res.accepted and res.steps_tried == 3 and np.array_equal(theta, old)
+
+    def ok(_theta: np.ndarray) -> tuple[float, float, float]:
+        return (0.0, 0.0, 0.0)
+
+    common = {"objective_old": 0.0, "constraint_old": 0.0, "max_kl": 1.0, "check_objective": True}
     with pytest.raises(ValueError, match="step"):
-        backtracking_line_search(
-            mod, torch.ones(3), lambda: (0.0, 0.0, 0.0), objective_old=0.0, constraint_old=0.0,
-            max_kl=1.0, check_objective=True,
-        )  # fmt: skip
-    with pytest.raises(ValueError, match="backtrack_coeff"):
-        backtracking_line_search(
-            mod, step, lambda: (0.0, 0.0, 0.0), objective_old=0.0, constraint_old=0.0,
-            max_kl=1.0, check_objective=True, backtrack_coeff=1.0,
-        )  # fmt: skip
+        backtracking_line_search(old, np.ones(3), ok, **common)
+    with pytest.raises(ValueError, match="theta_old"):
+        backtracking_line_search(np.zeros((2, 1)), np.ones((2, 1)), ok, **common)
+    for coeff in (0.0, 1.0):
+        with pytest.raises(ValueError, match="backtrack_coeff"):
+            backtracking_line_search(old, step, ok, backtrack_coeff=coeff, **common)
+    with pytest.raises(ValueError, match="max_backtracks"):
+        backtracking_line_search(old, step, ok, max_backtracks=-1, **common)
 
 
 def test_objective_cases_are_the_feasible_ones() -> None:
@@ -539,46 +545,64 @@ def test_objective_cases_are_the_feasible_ones() -> None:
 
 
 def test_cpo_update_on_a_tiny_policy_respects_the_trust_region() -> None:
-    """CG + FVP + cpo_step + line search on a categorical policy: the accepted step has a real
-    KL ≤ δ and, for a feasible start, keeps the surrogate constraint feasible."""
-    net, states, kl_fn = _kl_setup(3)
-    params = list(net.parameters())
-    gen = torch.Generator().manual_seed(3)
-    actions = torch.randint(0, 3, (states.shape[0],), generator=gen)
-    adv = torch.randn(states.shape[0], dtype=torch.float64, generator=gen)
-    cadv = torch.randn(states.shape[0], dtype=torch.float64, generator=gen)
-    with torch.no_grad():
-        logp_old = torch.log_softmax(net(states), dim=-1)
-    logp_old_a = logp_old.gather(1, actions[:, None])[:, 0]
+    """CG + logit FVP + cpo_step + line search on a linear-softmax policy z_n = X_n θ: the
+    accepted step has a real KL ≤ δ and, for a feasible start, keeps the surrogate constraint
+    feasible."""
+    rng = np.random.default_rng(3)
+    n_states, n_actions, n_params = 7, 3, 8
+    X = rng.normal(size=(n_states, n_actions, n_params))
+    theta_old = 0.5 * rng.normal(size=n_params)
+    rows = np.arange(n_states)
+    actions = rng.integers(0, n_actions, size=n_states)
+    adv = rng.normal(size=n_states)
+    cadv = rng.normal(size=n_states)
     c0 = -0.02
 
-    def surrogates() -> tuple[torch.Tensor, torch.Tensor]:
-        ratio = torch.exp(
-            torch.log_softmax(net(states), -1).gather(1, actions[:, None])[:, 0] - logp_old_a
-        )
-        return (ratio * adv).mean(), c0 + (ratio * cadv).mean() - cadv.mean()
+    def log_q(theta: np.ndarray) -> np.ndarray:
+        z = X @ theta
+        z = z - z.max(-1, keepdims=True)
+        return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
-    obj, con = surrogates()
-    g = flat_grad(obj, params, retain_graph=True)
-    b = flat_grad(con, params)
+    logq_old = log_q(theta_old)
+    q_old = np.exp(logq_old)
 
-    def fvp(v: torch.Tensor) -> torch.Tensor:
-        return fisher_vector_product(kl_fn, params, v, 1e-3)
+    def surrogates(theta: np.ndarray) -> tuple[float, float]:
+        ratio = np.exp(log_q(theta)[rows, actions] - logq_old[rows, actions])
+        return float((ratio * adv).mean()), c0 + float((ratio * cadv).mean() - cadv.mean())
 
+    def kl(theta: np.ndarray) -> float:  # mean KL(q_old ‖ q_θ)
+        return float((q_old * (logq_old - log_q(theta))).sum(-1).mean())
+
+    # Analytic gradients at θ_old (ratio = 1): ∇ log q(a|s_n) = (J_n X_n)_a, J_n = I − 1 q_nᵀ.
+    J = np.eye(n_actions)[None] - q_old[:, None, :]
+    grad_log_q_a = np.einsum("nk,nkp->np", J[rows, actions], X)
+    g = (adv[:, None] * grad_log_q_a).mean(0)
+    b = (cadv[:, None] * grad_log_q_a).mean(0)
+    eps = 1e-6
+    for grad, fn in ((g, lambda t: surrogates(t)[0]), (b, lambda t: surrogates(t)[1])):
+        fd = [(fn(theta_old + eps * e) - fn(theta_old - eps * e)) / (2 * eps)
+              for e in np.eye(n_params)]  # fmt: skip
+        np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-9)
+
+    fvp = logit_fisher_vector_product_fn(*_dense_jvp_vjp(X), J, q_old, 1e-3)
     x, info = cpo_step(
         g, b, c0, DELTA, conjugate_gradient(fvp, g, 30), conjugate_gradient(fvp, b, 30)
     )
+    obj0, con0 = surrogates(theta_old)
+    assert con0 == pytest.approx(c0, abs=1e-15)
 
-    def evaluate() -> tuple[float, float, float]:
-        o, c = surrogates()
-        return float(o), float(c), float(kl_fn())
+    def evaluate(theta: np.ndarray) -> tuple[float, float, float]:
+        o, c = surrogates(theta)
+        return o, c, kl(theta)
 
-    res = backtracking_line_search(
-        net, x, evaluate, objective_old=float(obj.detach()), constraint_old=c0, max_kl=DELTA,
+    theta, res = backtracking_line_search(
+        theta_old, x, evaluate, objective_old=obj0, constraint_old=c0, max_kl=DELTA,
         check_objective=info.case in OBJECTIVE_CASES,
     )  # fmt: skip
     assert res.accepted
-    assert res.kl <= DELTA and res.constraint <= 0.0 and res.objective >= float(obj.detach())
+    assert res.kl <= DELTA and res.constraint <= 0.0 and res.objective >= obj0
+    np.testing.assert_array_equal(theta, theta_old + res.step_fraction * x)
+    assert res.kl == pytest.approx(kl(theta), abs=0) and res.objective == surrogates(theta)[0]
     # The quadratic model of the KL is close to the real KL for the full step.
     if res.step_fraction == 1.0:
         assert res.kl == pytest.approx(info.predicted_kl, rel=0.3)

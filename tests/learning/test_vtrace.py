@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
+from ccpo.learning import vtrace as vtrace_module
 from ccpo.learning.vtrace import vtrace_targets
+
+
+def _assert_identical(actual: np.ndarray, desired: np.ndarray) -> None:
+    """Bitwise-equal float64 arrays of the same shape, with no NaN (NaN never equals NaN)."""
+    np.testing.assert_array_equal(actual, desired, strict=True)
+    assert not np.isnan(actual).any()
 
 
 def _literal_vtrace(
@@ -85,14 +91,14 @@ def test_matches_literal_definition(
 ) -> None:
     d = _random_batch(seed)
     vs, adv = vtrace_targets(
-        torch.as_tensor(d["values"]),
-        torch.as_tensor(d["boot"]),
-        torch.as_tensor(d["rewards"]),
-        torch.as_tensor(d["discounts"]),
-        torch.as_tensor(d["rhos"]),
+        d["values"],
+        d["boot"],
+        d["rewards"],
+        d["discounts"],
+        d["rhos"],
         clip_rho=clip_rho,
         clip_c=clip_c,
-        mask=torch.as_tensor(d["mask"]),
+        mask=d["mask"],
         clip_pg_rho=clip_pg_rho,
     )
     want_vs, want_adv = _literal_vtrace(
@@ -100,11 +106,20 @@ def test_matches_literal_definition(
         clip_rho, clip_c, clip_pg_rho,
     )  # fmt: skip
     m = d["mask"]
-    np.testing.assert_allclose(vs.numpy()[m], want_vs[m], rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(adv.numpy()[m], want_adv[m], rtol=1e-12, atol=1e-12)
+    assert vs.dtype == np.float64 and adv.dtype == np.float64
+    assert vs.shape == adv.shape == m.shape
+    np.testing.assert_allclose(vs[m], want_vs[m], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(adv[m], want_adv[m], rtol=1e-12, atol=1e-12)
     # Padded steps: vs = values (NaN garbage here), advantages exactly 0.
-    assert np.all(adv.numpy()[~m] == 0.0)
-    assert np.all(np.isnan(vs.numpy()[~m]))
+    assert np.all(adv[~m] == 0.0)
+    assert np.all(np.isnan(vs[~m]))
+    # A 0/1 mask (any numeric dtype) means the same as the boolean one.
+    vs01, adv01 = vtrace_targets(
+        d["values"], d["boot"], d["rewards"], d["discounts"], d["rhos"],
+        clip_rho=clip_rho, clip_c=clip_c, mask=m.astype(np.float32), clip_pg_rho=clip_pg_rho,
+    )  # fmt: skip
+    np.testing.assert_array_equal(vs01, vs, strict=True)
+    np.testing.assert_array_equal(adv01, adv, strict=True)
 
 
 def test_on_policy_equals_monte_carlo_return() -> None:
@@ -120,9 +135,7 @@ def test_on_policy_equals_monte_carlo_return() -> None:
     for b in range(bsz):
         if terminal[b]:
             discounts[b, lengths[b] - 1] = 0.0
-    vs, adv = vtrace_targets(
-        values, boot, rewards, discounts, np.ones((bsz, horizon)), mask=mask
-    )  # numpy inputs are accepted
+    vs, adv = vtrace_targets(values, boot, rewards, discounts, np.ones((bsz, horizon)), mask=mask)
     for b in range(bsz):
         n = lengths[b]
         for s in range(n):
@@ -141,13 +154,14 @@ def test_bootstrap_only_on_truncation() -> None:
     discounts = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # terminal, truncated
     a = vtrace_targets(values, np.array([0.0, 0.0]), rewards, discounts, rhos)
     b = vtrace_targets(values, np.array([123.0, 123.0]), rewards, discounts, rhos)
-    torch.testing.assert_close(a.vs[0], b.vs[0], rtol=0, atol=0)
-    torch.testing.assert_close(a.pg_advantages[0], b.pg_advantages[0], rtol=0, atol=0)
-    assert not torch.allclose(a.vs[1], b.vs[1])
-    # A terminal episode ignores even a NaN bootstrap value.
-    c = vtrace_targets(values, np.array([np.nan, 0.0]), rewards, discounts, rhos)
-    torch.testing.assert_close(c.vs[0], a.vs[0], rtol=0, atol=0)
-    torch.testing.assert_close(c.pg_advantages[0], a.pg_advantages[0], rtol=0, atol=0)
+    _assert_identical(a.vs[0], b.vs[0])
+    _assert_identical(a.pg_advantages[0], b.pg_advantages[0])
+    assert not np.allclose(a.vs[1], b.vs[1])
+    # A terminal episode ignores even a NaN or infinite bootstrap value.
+    for bad in (np.nan, np.inf, -np.inf):
+        c = vtrace_targets(values, np.array([bad, 0.0]), rewards, discounts, rhos)
+        _assert_identical(c.vs[0], a.vs[0])
+        _assert_identical(c.pg_advantages[0], a.pg_advantages[0])
 
 
 def test_clipping_clips_large_ratios_only() -> None:
@@ -158,22 +172,30 @@ def test_clipping_clips_large_ratios_only() -> None:
     one = np.ones((3, 4))
     clipped = vtrace_targets(values, boot, rewards, discounts, big, clip_rho=1.0, clip_c=1.0)
     on_policy = vtrace_targets(values, boot, rewards, discounts, one)
-    torch.testing.assert_close(clipped.vs, on_policy.vs, rtol=0, atol=1e-12)
-    torch.testing.assert_close(clipped.pg_advantages, on_policy.pg_advantages, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        clipped.vs, on_policy.vs, rtol=0, atol=1e-12, equal_nan=False, strict=True
+    )
+    np.testing.assert_allclose(
+        clipped.pg_advantages, on_policy.pg_advantages, rtol=0, atol=1e-12, equal_nan=False,
+        strict=True,
+    )  # fmt: skip
     unclipped = vtrace_targets(values, boot, rewards, discounts, big, clip_rho=None, clip_c=None)
-    assert not torch.allclose(unclipped.vs, on_policy.vs)
+    assert not np.allclose(unclipped.vs, on_policy.vs)
     # ρ̄ = 1 clips large weights but not small ones.
     small = vtrace_targets(values, boot, rewards, discounts, np.full((3, 4), 0.3))
-    assert not torch.allclose(small.vs, on_policy.vs)
+    assert not np.allclose(small.vs, on_policy.vs)
     # Each threshold acts on its own term.
     only_c = vtrace_targets(values, boot, rewards, discounts, big, clip_rho=None, clip_c=1.0)
     only_rho = vtrace_targets(values, boot, rewards, discounts, big, clip_rho=1.0, clip_c=None)
     for out in (only_c, only_rho):
-        assert not torch.allclose(out.vs, clipped.vs)
-        assert not torch.allclose(out.vs, unclipped.vs)
+        assert not np.allclose(out.vs, clipped.vs)
+        assert not np.allclose(out.vs, unclipped.vs)
     no_pg_clip = vtrace_targets(values, boot, rewards, discounts, big, clip_pg_rho=None)
-    torch.testing.assert_close(no_pg_clip.vs, clipped.vs)
-    torch.testing.assert_close(no_pg_clip.pg_advantages, 5.0 * clipped.pg_advantages)
+    np.testing.assert_allclose(no_pg_clip.vs, clipped.vs, rtol=1e-7, equal_nan=False, strict=True)
+    np.testing.assert_allclose(
+        no_pg_clip.pg_advantages, 5.0 * clipped.pg_advantages, rtol=1e-7, equal_nan=False,
+        strict=True,
+    )  # fmt: skip
 
 
 def test_unweighted_advantage_is_papers_a_hat() -> None:
@@ -182,20 +204,59 @@ def test_unweighted_advantage_is_papers_a_hat() -> None:
     boot, rhos = rng.normal(size=2), rng.uniform(0.1, 0.9, size=(2, 3))
     discounts = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     vs, adv = vtrace_targets(values, boot, rewards, discounts, rhos, pg_rho_weighted=False)
-    vs_next = torch.cat([vs[:, 1:], torch.as_tensor(boot)[:, None]], dim=1)
-    want = torch.as_tensor(rewards) + torch.as_tensor(discounts) * vs_next - torch.as_tensor(values)
-    torch.testing.assert_close(adv, want)
+    vs_next = np.concatenate([vs[:, 1:], boot[:, None]], axis=1)
+    want = rewards + discounts * vs_next - values
+    np.testing.assert_allclose(adv, want, rtol=1e-12, atol=1e-12, equal_nan=False, strict=True)
     _, weighted = vtrace_targets(values, boot, rewards, discounts, rhos)
-    torch.testing.assert_close(weighted, torch.as_tensor(rhos) * want)
-
-
-def test_outputs_carry_no_gradient() -> None:
-    values = torch.randn(2, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)
-    vs, adv = vtrace_targets(
-        values, torch.zeros(2), torch.ones(2, 3), torch.ones(2, 3), torch.ones(2, 3)
+    np.testing.assert_allclose(
+        weighted, rhos * want, rtol=1e-12, atol=1e-12, equal_nan=False, strict=True
     )
-    assert not vs.requires_grad and not adv.requires_grad
-    assert vs.dtype == values.dtype
+
+
+@pytest.mark.parametrize("mask", [None, "full", "prefix"])
+@pytest.mark.parametrize("in_dtype", [np.float64, np.float32])
+def test_outputs_are_fresh_float64_arrays(mask: str | None, in_dtype: type) -> None:
+    """Outputs are new float64 arrays: no aliasing of, and no writes to, the inputs."""
+    rng = np.random.default_rng(14)
+    inputs = {
+        "values": rng.normal(size=(3, 4)).astype(in_dtype),
+        "bootstrap_value": rng.normal(size=3).astype(in_dtype),
+        "rewards": rng.normal(size=(3, 4)).astype(in_dtype),
+        "discounts": np.full((3, 4), 0.9, dtype=in_dtype),
+        "rhos": rng.exponential(size=(3, 4)).astype(in_dtype),
+    }
+    if mask == "full":
+        inputs["mask"] = np.ones((3, 4), dtype=bool)
+    elif mask == "prefix":
+        inputs["mask"] = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    before = {k: a.copy() for k, a in inputs.items()}
+    vs, adv = vtrace_targets(**inputs)
+    for out in (vs, adv):
+        assert isinstance(out, np.ndarray) and out.dtype == np.float64 and out.shape == (3, 4)
+        assert out.flags.owndata and out.flags.writeable
+        for a in inputs.values():
+            assert not np.shares_memory(out, a)
+    assert not np.shares_memory(vs, adv)
+    for k, a in inputs.items():
+        np.testing.assert_array_equal(a, before[k], strict=True)
+    # Writing to the outputs leaves the inputs alone.
+    vs[...] = 7.0
+    adv[...] = 7.0
+    for k, a in inputs.items():
+        np.testing.assert_array_equal(a, before[k], strict=True)
+
+
+def test_accepts_nested_lists_and_does_not_import_torch() -> None:
+    # Integer lists are fine too; terminal at t = 1, so the NaN bootstrap value is unused.
+    out = vtrace_targets(
+        [[1.0, 2.0, 5.0]], [np.nan], [[1, 3, 9]], [[1.0, 0.0, 1.0]], [[1, 1, 1]],
+        mask=[[True, True, False]],
+    )  # fmt: skip
+    # On-policy, γ = 1: v_1 = r_1 = 3, v_0 = r_0 + v_1 = 4; A_s = v_s − V(x_s); v_2 = V(x_2).
+    np.testing.assert_array_equal(out.vs, [[4.0, 3.0, 5.0]], strict=False)
+    np.testing.assert_array_equal(out.pg_advantages, [[3.0, 1.0, 0.0]], strict=False)
+    assert out.vs.dtype == out.pg_advantages.dtype == np.float64
+    assert "torch" not in vars(vtrace_module)
 
 
 def test_fixed_point_is_value_of_min_pi_s_remark_1() -> None:
@@ -212,7 +273,7 @@ def test_fixed_point_is_value_of_min_pi_s_remark_1() -> None:
             np.zeros((3, 1)),
             (target / mu)[:, None],
         )
-        return float(np.sum(mu * (vs.numpy()[:, 0] - v)))
+        return float(np.sum(mu * (vs[:, 0] - v)))
 
     mix = np.minimum(mu, target) / np.minimum(mu, target).sum()
     v_fixed = float(mix @ reward)

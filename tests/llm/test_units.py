@@ -220,6 +220,18 @@ def test_extract_answer() -> None:
     assert extract_answer("") == ""
 
 
+def test_extract_answer_mmlu_finds_the_claimed_letter() -> None:
+    # a small model that ignores "Answer: X" still yields an option letter for MMLU
+    assert extract_answer("Mars is red.\nSo the answer is D", "mmlu") == "D"
+    assert extract_answer("I think the answer is (B). Done", "mmlu") == "B"
+    assert extract_answer("The correct option is C, because ... \nok", "mmlu") == "C"
+    assert extract_answer("Answer: B) Mars", "mmlu") == "B) Mars"  # already a letter: kept
+    assert extract_answer("the answer is a planet", "mmlu") == "the answer is a planet"
+    assert extract_answer("no letter here", "mmlu") == "no letter here"
+    # other tasks are untouched
+    assert extract_answer("So the answer is D", "hotpotqa") == "So the answer is D"
+
+
 def test_parse_policy_and_exit() -> None:
     assert parse_policy_action("1") == "base"
     assert parse_policy_action(" 2.") == "guide"

@@ -15,7 +15,6 @@ implementations; it is deterministic given ``torch.manual_seed``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -34,7 +33,6 @@ __all__ = [
     "ValueNet",
     "masked_log_probs",
     "masked_probs",
-    "mlp_jacobian",
 ]
 
 BASE, GUIDE, NEXT = 0, 1, 2
@@ -135,83 +133,117 @@ def masked_log_probs(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(_masked_logits(logits, mask), dim=-1)
 
 
-def mlp_jacobian(
-    body: nn.Sequential,
-    x: torch.Tensor,
-    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Outputs and per-input parameter Jacobian of ``head(body(x))``: ``([N, O], [N, O, P])``
-    for inputs ``x`` of shape ``[N, F]``, in the flat order of ``body.parameters()``.
-
-    ``head`` (default: identity) maps the network's ``[N, O']`` outputs to ``[N, O]`` row by
-    row (row n may depend on row n only), e.g. logits to log-probabilities. For ``body`` made of
-    :class:`~torch.nn.Linear` layers and element-wise activations (what this module builds):
-    a linear layer z = W h + b has ∂z_o/∂W = e_o hᵀ and ∂z_o/∂b = e_o, so with
-    δ_l = ∂ output / ∂ z_l (one backward pass per output column, O = 3 here) the blocks are
-    δ_l ⊗ h_{l−1} and δ_l: O backward passes instead of N·O, and far cheaper than
-    :func:`torch.func.jacrev` for the tens of states of a CPO batch. Output entries that are
-    ±inf (masked actions) get finite, meaningless rows: weight them by zero.
-    """
-    if x.ndim != 2:
-        raise ValueError(f"x must be [N, F], got shape {tuple(x.shape)}")
-    inputs: list[torch.Tensor] = []
-    pre: list[torch.Tensor] = []
-    h = x
-    with torch.enable_grad():
-        for module in body:
-            if isinstance(module, nn.Linear):
-                inputs.append(h.detach())
-                h = module(h)
-                pre.append(h)
-            elif isinstance(module, (nn.Tanh, nn.ReLU)):
-                h = module(h)
-            else:
-                raise TypeError(f"mlp_jacobian supports Linear, Tanh and ReLU, not {module}")
-        out = h if head is None else head(h)
-        rows = []
-        for o in range(out.shape[-1]):
-            unit = torch.zeros_like(out)
-            unit[:, o] = 1.0
-            deltas = torch.autograd.grad(out, pre, grad_outputs=unit, retain_graph=True)
-            blocks = []
-            for h_in, d in zip(inputs, deltas, strict=True):
-                blocks += [(d[:, :, None] * h_in[:, None, :]).flatten(1), d]
-            rows.append(torch.cat(blocks, dim=1))
-    return out.detach(), torch.stack(rows, dim=1)
-
-
 class NumpyMLP:
-    """A float64 numpy copy of an MLP for inference (no autograd), from a ``body`` made of
-    :class:`~torch.nn.Linear`, Tanh and ReLU (what this module builds).
+    """A float64 numpy MLP with one flat parameter vector: forward, reverse- and forward-mode
+    derivatives. Made from a ``body`` of :class:`~torch.nn.Linear`, Tanh and ReLU (what this
+    module builds); :meth:`copy_to` writes the parameters back into it.
 
-    For a few rows (a live request is one [T, F] observation) torch's per-operator dispatch
-    costs more than the arithmetic; this is several times cheaper there and no slower on large
-    arrays. It copies the weights: build a new one after the network changes.
+    The training loop runs on these (the networks are tiny: for a batch of ~40 states torch's
+    per-operator dispatch cost more than the arithmetic), and every evaluation and live decision
+    uses one through :func:`ccpo.learning.trainers.policy_probs`.
+
+    ``theta`` holds, layer by layer, W (``[in, out]``, row-major) then b; ``self.layers`` holds
+    views into it, so writing ``theta[:] = ...`` changes the network.
     """
 
     def __init__(self, body: nn.Sequential) -> None:
-        self.layers: list[tuple[str, np.ndarray | None, np.ndarray | None]] = []
+        spec: list[tuple[nn.Linear, str | None]] = []
         for module in body:
             if isinstance(module, nn.Linear):
-                w = module.weight.detach().double().numpy().T.copy()
-                b = None if module.bias is None else module.bias.detach().double().numpy().copy()
-                self.layers.append(("linear", w, b))
-            elif isinstance(module, nn.Tanh):
-                self.layers.append(("tanh", None, None))
-            elif isinstance(module, nn.ReLU):
-                self.layers.append(("relu", None, None))
+                spec.append((module, None))
+            elif isinstance(module, (nn.Tanh, nn.ReLU)) and spec and spec[-1][1] is None:
+                spec[-1] = (spec[-1][0], "tanh" if isinstance(module, nn.Tanh) else "relu")
             else:
                 raise TypeError(f"NumpyMLP supports Linear, Tanh and ReLU, not {module}")
-        first = next(w for kind, w, _ in self.layers if kind == "linear")
-        self.in_dim = int(first.shape[0])
+        sizes = [(lin.in_features, lin.out_features) for lin, _ in spec]
+        self.theta = np.zeros(sum(i * o + o for i, o in sizes))
+        self.layers: list[tuple[np.ndarray, np.ndarray, str | None]] = []
+        offset = 0
+        for (lin, act), (i, o) in zip(spec, sizes, strict=True):
+            w = self.theta[offset : offset + i * o].reshape(i, o)
+            b = self.theta[offset + i * o : offset + i * o + o]
+            w[...] = lin.weight.detach().double().numpy().T
+            if lin.bias is not None:
+                b[...] = lin.bias.detach().double().numpy()
+            self.layers.append((w, b, act))
+            offset += i * o + o
+        self.in_dim = sizes[0][0]
+        self.out_dim = sizes[-1][1]
+
+    @property
+    def size(self) -> int:
+        return int(self.theta.size)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        """Outputs ``[..., out]`` for inputs ``[..., in]``."""
         h = np.asarray(x, dtype=np.float64)
-        for kind, w, b in self.layers:
-            if kind == "linear":
-                h = h @ w if b is None else h @ w + b
-            elif kind == "tanh":
+        for w, b, act in self.layers:
+            h = h @ w + b
+            if act == "tanh":
                 h = np.tanh(h)
-            else:
+            elif act == "relu":
                 h = np.maximum(h, 0.0)
         return h
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+        """Outputs ``[N, out]`` for inputs ``[N, in]`` and the tape :meth:`vjp` and :meth:`jvp`
+        need: per layer its input h and the activation's derivative at its pre-activation."""
+        h = np.asarray(x, dtype=np.float64)
+        if h.ndim != 2 or h.shape[1] != self.in_dim:
+            raise ValueError(f"x must be [N, {self.in_dim}], got shape {h.shape}")
+        tape = []
+        for w, b, act in self.layers:
+            h_in = h
+            h = h @ w + b
+            if act == "tanh":
+                h = np.tanh(h)
+                tape.append((h_in, 1.0 - h * h))
+            elif act == "relu":
+                tape.append((h_in, (h > 0).astype(np.float64)))
+                h = np.maximum(h, 0.0)
+            else:
+                tape.append((h_in, None))
+        return h, tape
+
+    def vjp(self, tape: list[tuple[np.ndarray, np.ndarray]], grad_out: np.ndarray) -> np.ndarray:
+        """Reverse mode: (∂ out / ∂θ)ᵀ grad_out summed over the N rows, a flat ``[P]``."""
+        grad = np.empty_like(self.theta)
+        offset = self.theta.size
+        g = grad_out
+        for k in range(len(self.layers) - 1, -1, -1):
+            w, _, _ = self.layers[k]
+            h_in, deriv = tape[k]
+            if deriv is not None:
+                g = g * deriv
+            i, o = w.shape
+            offset -= i * o + o
+            grad[offset : offset + i * o] = (h_in.T @ g).reshape(-1)
+            grad[offset + i * o : offset + i * o + o] = g.sum(0)
+            if k:
+                g = g @ w.T
+        return grad
+
+    def jvp(self, tape: list[tuple[np.ndarray, np.ndarray]], v: np.ndarray) -> np.ndarray:
+        """Forward mode: (∂ out / ∂θ) v for a flat ``v`` ``[P]``, per row ``[N, out]``."""
+        dh = None
+        offset = 0
+        for (w, _, _), (h_in, deriv) in zip(self.layers, tape, strict=True):
+            i, o = w.shape
+            dz = (
+                h_in @ v[offset : offset + i * o].reshape(i, o)
+                + v[offset + i * o : offset + i * o + o]
+            )
+            if dh is not None:
+                dz += dh @ w
+            dh = dz if deriv is None else dz * deriv
+            offset += i * o + o
+        return dh
+
+    def copy_to(self, body: nn.Sequential) -> None:
+        """Write the parameters into ``body`` (the torch network this was made from)."""
+        linears = [m for m in body if isinstance(m, nn.Linear)]
+        with torch.no_grad():
+            for lin, (w, b, _) in zip(linears, self.layers, strict=True):
+                lin.weight.copy_(torch.from_numpy(w.T.copy()))
+                if lin.bias is not None:
+                    lin.bias.copy_(torch.from_numpy(b.copy()))

@@ -44,11 +44,17 @@ the synthetic traces of ``ccpo.sim``, α = 0.1, 1000 steps, 100 evaluation split
 The final batch calibration on a calibration split is done by the caller (the evaluation
 harness calibrates per evaluation split; :class:`ccpo.product.api.ConformalPolicy` on the data
 it is given). Seeded and deterministic on CPU.
+
+The loop runs in float64 numpy on :class:`~ccpo.learning.nets.NumpyMLP` copies of the torch
+networks (which give the initial weights and hold the result): the networks are so small that
+torch's per-operator dispatch cost several times the arithmetic. Gradients are one reverse pass
+through π with the heads' logit-space Jacobians (:mod:`ccpo.learning.heads`); Fisher products
+are a forward- and a reverse-mode pass (:func:`~ccpo.learning.trust_region.
+logit_fisher_vector_product_fn`); the critics use :class:`~ccpo.learning.optim.Adam`.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -56,24 +62,24 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+from threadpoolctl import threadpool_limits
 
 from ccpo.learning.conformal import OnlineThreshold, split_conformal_threshold
-from ccpo.learning.nets import (
-    NumpyMLP,
-    PolicyNet,
-    ValueNet,
-    masked_log_probs,
-    masked_probs,
-    mlp_jacobian,
+from ccpo.learning.heads import (
+    log_pi,
+    log_pi_jacobian,
+    log_softmask,
+    log_softmask_jacobian,
+    masked_kl,
 )
+from ccpo.learning.nets import NumpyMLP, PolicyNet, ValueNet
+from ccpo.learning.optim import Adam
 from ccpo.learning.trust_region import (
     OBJECTIVE_CASES,
     backtracking_line_search,
-    categorical_fisher_vector_product_fn,
     conjugate_gradient,
     cpo_step,
-    flat_grad,
+    logit_fisher_vector_product_fn,
 )
 from ccpo.learning.vtrace import vtrace_targets
 from ccpo.traces.episodes import (
@@ -167,67 +173,38 @@ def policy_probs(
     return e / e.sum(-1, keepdims=True)
 
 
-def _allowed(T: int) -> torch.Tensor:
-    m = torch.ones(T, 3, dtype=torch.bool)
+def allowed_actions(T: int) -> np.ndarray:
+    """Boolean ``[T, 3]``: every action at every round except ``next`` at the last."""
+    m = np.ones((T, 3), dtype=bool)
     m[-1, NEXT] = False
     return m
 
 
-def _masked_probs(logits: torch.Tensor, T: int) -> torch.Tensor:
-    """π(a|o) over [..., T, 3] logits with ``next`` masked at the last round."""
-    return masked_probs(logits, _allowed(T))
-
-
 def target_log_probs(
-    logits: torch.Tensor,
-    kappa: float,
-    eps: float,
-    method: Method,
-    allowed: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """log S(a|o) over all actions from the score network's logits [..., T, 3] (−inf if masked).
-
-    CCPO: S_{π,κ}(a|o) ∝ σ((π(a|o) − κ)/ε) over the allowed actions (paper Eqs. ``sconf`` and
-    ``app``). When every action is below κ this tends to {argmax π}, matching the empty-set
-    fallback of C. CPO: S = π. ``allowed`` (boolean, broadcast to the logits) defaults to
-    ``next`` masked at the last of the T rounds; pass it for logits of other shapes.
-    """
-    mask = _allowed(logits.shape[-2]) if allowed is None else allowed
+    logits: np.ndarray, kappa: float, eps: float, method: Method, allowed: np.ndarray
+) -> np.ndarray:
+    """log of the target policy: S_{π,κ} for CCPO (:func:`ccpo.learning.heads.log_softmask`,
+    paper Eqs. ``sconf`` and ``app``), π itself for CPO."""
     if method == "cpo":
-        return masked_log_probs(logits, mask)
-    log_sm = F.logsigmoid((masked_probs(logits, mask) - kappa) / eps).masked_fill(~mask, -torch.inf)
-    return log_sm - torch.logsumexp(log_sm, dim=-1, keepdim=True)
+        return log_pi(logits, allowed)
+    return log_softmask(logits, allowed, kappa, eps)
 
 
-def _episode_masks(actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _target_jacobian(logits, kappa, eps, method, allowed) -> tuple[np.ndarray, np.ndarray]:
+    if method == "cpo":
+        return log_pi_jacobian(logits, allowed)
+    return log_softmask_jacobian(logits, allowed, kappa, eps)
+
+
+def _episode_masks(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """valid [B, T] (t ≤ t_f) and the index t_f [B] of the first answer action."""
-    is_answer = actions != NEXT
-    t_f = is_answer.to(torch.int64).argmax(dim=-1)
-    steps = torch.arange(actions.shape[-1])
-    return steps[None, :] <= t_f[:, None], t_f
+    t_f = (actions != NEXT).argmax(-1)
+    return np.arange(actions.shape[-1])[None, :] <= t_f[:, None], t_f
 
 
-def _kl(logp_old: torch.Tensor, logp_new: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Mean over valid states of KL(old ‖ new) between categorical distributions."""
-    p_old = logp_old.exp()
-    terms = torch.where(p_old > 0, p_old * (logp_old - logp_new), torch.zeros_like(p_old))
-    return terms.sum(-1)[valid].mean()
-
-
-def _trust_region_fvp(
-    pi: PolicyNet,
-    x: torch.Tensor,
-    valid: torch.Tensor,
-    log_q_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    damping: float,
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Fisher-vector product of the trust-region KL at θ_old: the mean over valid states of
-    KL(q_old ‖ q_θ), q = π or S given per state by ``log_q_fn(logits, allowed)``, from the
-    Jacobian G = ∂ log q / ∂θ (:func:`ccpo.learning.nets.mlp_jacobian` with log q as the head):
-    see :func:`ccpo.learning.trust_region.categorical_fisher_vector_product_fn`."""
-    allowed = _allowed(x.shape[-2]).expand(*valid.shape, -1)[valid]  # [N, 3]
-    log_q, G = mlp_jacobian(pi.body, x[valid], head=lambda z: log_q_fn(z, allowed))
-    return categorical_fisher_vector_product_fn(G, log_q.exp(), damping)
+def _taken(values: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """values[b, t, actions[b, t]]."""
+    return np.take_along_axis(values, actions[..., None], -1)[..., 0]
 
 
 def train(
@@ -238,155 +215,156 @@ def train(
 ) -> TrainResult:
     """Train a CCPO (or CPO) policy on the episodes at ``train_idx``. See the module docstring."""
     rng = np.random.default_rng([cfg.seed, 0xCC90])
-    torch.manual_seed(cfg.seed)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny networks: one thread is faster and deterministic
-    try:
+    torch.manual_seed(cfg.seed)  # the networks' initial weights
+    # tiny matrices: one BLAS thread is faster (and two training processes share 2 cores)
+    with threadpool_limits(limits=1, user_api="blas"):
         return _train(ep, np.asarray(train_idx), cfg, rng, progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
-    T = ep.horizon
+    T, n_feat = ep.horizon, ep.obs.shape[-1]
+    B = cfg.batch_size
     perm = rng.permutation(train_idx)
     n_val = int(len(perm) * cfg.val_frac) if cfg.val_every and len(perm) >= 50 else 0
     val_idx, fit_idx = perm[:n_val], perm[n_val:]
 
-    flat_obs = ep.obs[fit_idx].reshape(-1, ep.obs.shape[-1]).astype(np.float64)
+    flat_obs = ep.obs[fit_idx].reshape(-1, n_feat).astype(np.float64)
     obs_mean, obs_std = flat_obs.mean(0), flat_obs.std(0) + 1e-6
-    obs_all = torch.as_tensor((ep.obs - obs_mean) / obs_std, dtype=torch.float32)
-    cost_all = torch.as_tensor(ep.round_cost * cfg.cost_scale, dtype=torch.float32)
-    correct_all = torch.as_tensor(ep.correct)
-    solvable_all = torch.as_tensor(ep.solvable)
+    obs_all = (ep.obs - obs_mean) / obs_std
+    cost_all = ep.round_cost * cfg.cost_scale
+    allowed = allowed_actions(T)
 
-    pi = PolicyNet(ep.obs.shape[-1], hidden=cfg.hidden, layers=cfg.layers)
-    v_net = ValueNet(ep.obs.shape[-1], hidden=cfg.hidden, layers=cfg.layers)
-    vc_net = ValueNet(ep.obs.shape[-1], hidden=cfg.hidden, layers=cfg.layers)
-    critic_params = [*v_net.parameters(), *vc_net.parameters()]
-    # fused: one kernel for all parameters (3x faster than the per-tensor loop on CPU)
-    critic_opt = torch.optim.Adam(critic_params, lr=cfg.critic_lr, fused=True)
-    params = list(pi.parameters())
+    # initial weights from the torch modules (the saved artifact); training runs in float64 numpy
+    policy = PolicyNet(n_feat, hidden=cfg.hidden, layers=cfg.layers)
+    pi = NumpyMLP(policy.body)
+    v_net = NumpyMLP(ValueNet(n_feat, hidden=cfg.hidden, layers=cfg.layers).body)
+    vc_net = NumpyMLP(ValueNet(n_feat, hidden=cfg.hidden, layers=cfg.layers).body)
+    critics = [(v_net, Adam(v_net.size, cfg.critic_lr)), (vc_net, Adam(vc_net.size, cfg.critic_lr))]
     tracker = OnlineThreshold(alpha=cfg.alpha, kappa=cfg.kappa0, eta0=cfg.eta0, xi=cfg.xi)
     log: list[dict[str, float]] = []
-    best: tuple[float, int, dict] | None = None  # (validation calibrated cost, step, weights)
+    best: tuple[float, int, np.ndarray] | None = None  # (validation calibrated cost, step, θ)
+    rows = np.arange(B)
 
     for step in range(1, cfg.steps + 1):
         kappa = tracker.kappa
-        batch = rng.choice(fit_idx, size=cfg.batch_size, replace=len(fit_idx) < cfg.batch_size)
-        bt = torch.as_tensor(batch)
-        x = obs_all[bt]  # [B, T, F]
+        batch = rng.choice(fit_idx, size=B, replace=len(fit_idx) < B)
+        x = obs_all[batch].reshape(B * T, n_feat)
 
         # 1. rollouts under the behaviour policy π
-        with torch.no_grad():
-            logits_old = pi(x)
-            probs_old = _masked_probs(logits_old, T)  # [B, T, 3]
-            logp_old_all = masked_log_probs(logits_old, _allowed(T))
-            u = torch.as_tensor(rng.random((len(batch), T, 1)), dtype=torch.float32)
-            actions = (probs_old.cumsum(-1) < u).sum(-1).clamp(max=2)  # inverse-CDF sampling
-            actions[:, -1] = actions[:, -1].clamp(max=1)  # 'next' is masked at round T
-            valid, t_f = _episode_masks(actions)
-            logp_b = torch.log(probs_old.gather(-1, actions[..., None])[..., 0])
+        logits_old, tape = pi.forward(x)
+        logits_old = logits_old.reshape(B, T, 3)
+        logp_old_all = log_pi(logits_old, allowed)
+        probs_old = np.exp(logp_old_all)
+        u = rng.random((B, T, 1))
+        actions = np.minimum((probs_old.cumsum(-1) < u).sum(-1), 2)  # inverse-CDF sampling
+        actions[:, -1] = np.minimum(actions[:, -1], 1)  # 'next' is masked at round T
+        valid, t_f = _episode_masks(actions)
+        logp_b = _taken(logp_old_all, actions)
 
-            # 2. target policy S and importance weights ρ = S/π (clipped at 1 inside V-trace)
-            logS_old_all = target_log_probs(logits_old, kappa, cfg.eps, cfg.method)
-            logS_old = logS_old_all.gather(-1, actions[..., None])[..., 0]
-            ratio = torch.exp(logS_old - logp_b)
-            rho = torch.clamp(ratio, max=1.0)
+        # 2. target policy S and importance weights ρ = S/π (clipped at 1 inside V-trace)
+        logS_old_all, jac_S = _target_jacobian(logits_old, kappa, cfg.eps, cfg.method, allowed)
+        logS_old = _taken(logS_old_all, actions)
+        ratio = np.exp(logS_old - logp_b)
+        rho = np.minimum(ratio, 1.0)
 
-            # 3. the conformal policy C_{π_k,κ_k} on these questions (exact, by replay)
-            sub = ep.subset(batch)
-            set_metrics = conformal_rollout(sub, probs_old.double().numpy(), kappa)
-            set_size = torch.as_tensor(set_metrics.set_size, dtype=torch.float32)
-            bidx = torch.arange(len(batch))
-            answered = actions[bidx, t_f]
-            hit = correct_all[bt][bidx, t_f, answered]
-            solvable = solvable_all[bt]
-            if cfg.method == "ccpo":
-                p_np = probs_old.double().numpy()
-                e = np.where(sub.allowed, p_np, -np.inf)
-                in_c = e >= kappa
-                in_c[np.arange(len(batch))[:, None], np.arange(T), e.argmax(-1)] = True
-                c_size = torch.as_tensor(in_c.sum(-1), dtype=torch.float32)  # |C(o_t)|
-                weight = torch.where(valid, c_size, torch.ones_like(c_size)).prod(-1)
-                c_final = torch.where(solvable, weight * hit.float(), torch.ones_like(weight))
-            else:
-                c_final = (hit | ~solvable).float()
-            at_tf = torch.nn.functional.one_hot(t_f, T).bool()
-            rewards = -cost_all[bt] * valid
-            rewards = rewards - at_tf * (cfg.lam * cfg.cost_scale) * set_size[:, None]
-            cvals = at_tf * c_final[:, None]
-            discounts = (~at_tf).float()
-            # J̄_C on this batch (paper §4): E_π[Π_t ρ_t |C(o_t)| 1{correct}] + P[not solvable]
-            rho_prod = torch.where(valid, rho, torch.ones_like(rho)).prod(-1)
-            jbar_c = float(torch.where(solvable, rho_prod * c_final, 1.0).mean())
+        # 3. the conformal policy C_{π_k,κ_k} on these questions (exact, by replay)
+        sub = ep.subset(batch)
+        set_metrics = conformal_rollout(sub, probs_old, kappa)
+        hit = sub.correct[rows, t_f, actions[rows, t_f]]
+        solvable = sub.solvable
+        if cfg.method == "ccpo":
+            e = np.where(sub.allowed, probs_old, -np.inf)
+            in_c = e >= kappa
+            in_c[rows[:, None], np.arange(T), e.argmax(-1)] = True
+            weight = np.where(valid, in_c.sum(-1), 1).prod(-1).astype(np.float64)  # Π_t |C(o_t)|
+            c_final = np.where(solvable, weight * hit, 1.0)
+        else:
+            c_final = (hit | ~solvable).astype(np.float64)
+        at_tf = np.arange(T)[None, :] == t_f[:, None]
+        round_cost = cost_all[batch]
+        rewards = (
+            -round_cost * valid - at_tf * (cfg.lam * cfg.cost_scale) * set_metrics.set_size[:, None]
+        )
+        cvals = at_tf * c_final[:, None]
+        discounts = (~at_tf).astype(np.float64)
+        # J̄_C on this batch (paper §4): E_π[Π_t ρ_t |C(o_t)| 1{correct}] + P[not solvable]
+        rho_prod = np.where(valid, rho, 1.0).prod(-1)
+        jbar_c = float(np.where(solvable, rho_prod * c_final, 1.0).mean())
 
         # 4. critics: V-trace targets with ρ = min(1, S/π), c̄ = 1; L2 regression
-        def targets(net: ValueNet, r: torch.Tensor):
-            with torch.no_grad():
-                vals = net(x)
-                out = vtrace_targets(vals, torch.zeros(len(batch)), r, discounts, ratio, mask=valid)
-            return out
+        n_valid = int(valid.sum())
+        targets, losses = [], []
+        for (net, opt), r in zip(critics, (rewards, cvals), strict=True):
+            vt = vtrace_targets(net(x).reshape(B, T), np.zeros(B), r, discounts, ratio, mask=valid)
+            targets.append(vt)
+            for _ in range(cfg.critic_iters):
+                out, net_tape = net.forward(x)
+                err = np.where(valid, out.reshape(B, T) - vt.vs, 0.0)
+                loss = float((err * err).sum() / n_valid)
+                opt.step(net.theta, net.vjp(net_tape, (2 / n_valid) * err.reshape(-1, 1)))
+            losses.append(loss)  # the last iteration's loss, before its step
+        vt_r, vt_c = targets
+        adv = vt_r.pg_advantages[valid]
+        scale = adv.std(ddof=1) if adv.size > 1 else 0.0
+        adv_r = np.where(valid, (vt_r.pg_advantages - adv.mean()) / (scale + 1e-8), 0.0)
+        adv_c = np.where(valid, vt_c.pg_advantages - vt_c.pg_advantages[valid].mean(), 0.0)
 
-        vt_r, vt_c = targets(v_net, rewards), targets(vc_net, cvals)
-        for _ in range(cfg.critic_iters):
-            critic_opt.zero_grad()
-            v_loss = ((v_net(x) - vt_r.vs)[valid] ** 2).mean()
-            vc_loss = ((vc_net(x) - vt_c.vs)[valid] ** 2).mean()
-            (v_loss + vc_loss).backward()
-            critic_opt.step()
-        adv_r = vt_r.pg_advantages
-        adv_r = torch.where(valid, (adv_r - adv_r[valid].mean()) / (adv_r[valid].std() + 1e-8), 0)
-        adv_c = torch.where(valid, vt_c.pg_advantages - vt_c.pg_advantages[valid].mean(), 0)
-
-        # 5. CPO step on π: surrogates are sums over an episode's steps, averaged over episodes
-        def trust_log_probs(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-            """log of the policy whose KL bounds the step: π ("score") or S ("target")."""
-            if cfg.trust_region == "score":
-                return masked_log_probs(logits, allowed)
-            return target_log_probs(logits, kappa, cfg.eps, cfg.method, allowed)
-
-        trust_old = logp_old_all if cfg.trust_region == "score" else logS_old_all
-
-        def surrogates() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            logits = pi(x)
-            logS_all = target_log_probs(logits, kappa, cfg.eps, cfg.method)
-            logS = logS_all.gather(-1, actions[..., None])[..., 0]
-            w = torch.where(valid, torch.exp(logS - logS_old), 0)
-            n = len(batch)
-            kl = _kl(trust_old, trust_log_probs(logits, _allowed(T)), valid)
-            return (w * adv_r).sum() / n, (w * adv_c).sum() / n, kl
-
-        obj, con, _ = surrogates()
-        g = flat_grad(obj, params, retain_graph=True)
-        b = -flat_grad(con, params, retain_graph=True)
+        # 5. CPO step on π: surrogates are sums over an episode's steps, averaged over episodes.
+        # At θ_k the importance weight S/S_k is 1, so ∇ of Σ w·A is Σ A ∇ log S(a): one
+        # reverse pass through π with upstream A · J[a, :] (J = ∂ log S / ∂ logits).
+        jac_taken = _taken_rows(jac_S, actions)  # [B, T, 3]
+        g = pi.vjp(tape, (adv_r[..., None] * jac_taken / B).reshape(-1, 3))
+        b = -pi.vjp(tape, (adv_c[..., None] * jac_taken / B).reshape(-1, 3))
+        obj_old, con_old = float(adv_r.sum() / B), float(adv_c.sum() / B)
         # c in cost form, per episode. CPO: the point policy's coverage (J̄_C with ρ = 1).
         # CCPO: the batch coverage of C_{π_k,κ_k} (default) or the paper's surrogate J̄_C.
         use_surrogate = cfg.method == "cpo" or cfg.constraint_value == "surrogate"
         c = (1 - cfg.alpha) - (jbar_c if use_surrogate else float(set_metrics.covered.mean()))
 
-        if torch.count_nonzero(g) == 0 and torch.count_nonzero(b) == 0:
-            info, ls = None, None  # the softmask is flat here: nothing to learn from this batch
+        if cfg.trust_region == "score":  # the policy whose KL bounds the step: π or S
+            trust_old, jac_trust = logp_old_all, log_pi_jacobian(logits_old, allowed)[1]
         else:
-            fvp = _trust_region_fvp(pi, x, valid, trust_log_probs, cfg.damping)
+            trust_old, jac_trust = logS_old_all, jac_S
+
+        def trust_log_probs(logits: np.ndarray) -> np.ndarray:
+            if cfg.trust_region == "score":
+                return log_pi(logits, allowed)
+            return target_log_probs(logits, kappa, cfg.eps, cfg.method, allowed)
+
+        info, ls = None, None  # stays None when the softmask is flat: nothing to learn here
+        if np.any(g) or np.any(b):
+            _, tape_valid = pi.forward(x[valid.reshape(-1)])
+            fvp = logit_fisher_vector_product_fn(
+                lambda v: pi.jvp(tape_valid, v),
+                lambda w: pi.vjp(tape_valid, w),
+                jac_trust[valid],
+                np.exp(trust_old[valid]),
+                cfg.damping,
+            )
             x_g = conjugate_gradient(fvp, g, cfg.cg_iters)
-            x_b = conjugate_gradient(fvp, b, cfg.cg_iters) if torch.any(b != 0) else b
+            x_b = conjugate_gradient(fvp, b, cfg.cg_iters) if np.any(b) else b
             direction, info = cpo_step(g, b, c, cfg.delta, x_g, x_b)
-            obj_old, con_old = float(obj.detach()), float(con.detach())
 
-            def evaluate() -> tuple[float, float, float]:
-                o, cn, kl = surrogates()
-                return float(o), c - (float(cn) - con_old), float(kl)
+            def evaluate(theta: np.ndarray) -> tuple[float, float, float]:
+                pi.theta[:] = theta
+                logits = pi(x).reshape(B, T, 3)
+                logS = _taken(
+                    target_log_probs(logits, kappa, cfg.eps, cfg.method, allowed), actions
+                )
+                with np.errstate(over="ignore", invalid="ignore"):
+                    w = np.where(valid, np.exp(logS - logS_old), 0.0)
+                o, cn = float((w * adv_r).sum() / B), float((w * adv_c).sum() / B)
+                return o, c - (cn - con_old), masked_kl(trust_old, trust_log_probs(logits), valid)
 
-            ls = backtracking_line_search(
-                pi, direction, evaluate, objective_old=obj_old, constraint_old=c,
+            theta, ls = backtracking_line_search(
+                pi.theta.copy(), direction, evaluate, objective_old=obj_old, constraint_old=c,
                 max_kl=cfg.delta, check_objective=info.case in OBJECTIVE_CASES,
                 backtrack_coeff=cfg.backtrack_coeff, max_backtracks=cfg.max_backtracks,
             )  # fmt: skip
+            pi.theta[:] = theta
 
         # 6. online κ from the coverage of C_{π_{k+1}, κ_k} on this batch
-        with torch.no_grad():
-            new_probs = _masked_probs(pi(x), T).double().numpy()
+        new_probs = np.exp(log_pi(pi(x).reshape(B, T, 3), allowed))
         covered_new = float(conformal_rollout(sub, new_probs, kappa).covered.mean())
         tracker.update(covered_new)
 
@@ -396,15 +374,15 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
             "train/coverage": float(set_metrics.covered.mean()),
             "train/set_size": float(set_metrics.set_size.mean()),
             "train/length": float(set_metrics.length.mean()),
-            "train/pi_cost": float(((cost_all[bt] * valid).sum(-1)).mean() / cfg.cost_scale * 100),
-            "train/pi_coverage": float((hit | ~solvable).float().mean()),
+            "train/pi_cost": float((round_cost * valid).sum(-1).mean() / cfg.cost_scale * 100),
+            "train/pi_coverage": float((hit | ~solvable).mean()),
             "constraint/jbar_c": jbar_c,
             "constraint/surrogate_violation": (1 - cfg.alpha) - jbar_c,
             "constraint/c": c,
             "conformal/kappa": kappa,
             "conformal/coverage": covered_new,
-            "critic/v_loss": v_loss.item(),
-            "critic/vc_loss": vc_loss.item(),
+            "critic/v_loss": losses[0],
+            "critic/vc_loss": losses[1],
             "cpo/case": -1.0 if info is None else float(info.case_id),
             "cpo/lambda": math.nan if info is None else info.lam,
             "cpo/nu": math.nan if info is None else info.nu,
@@ -415,15 +393,21 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         if cfg.val_every and n_val and (step % cfg.val_every == 0 or step == cfg.steps):
             entry.update(_validate(ep, val_idx, pi, obs_mean, obs_std, tracker.kappa, cfg))
             if best is None or entry["val/calibrated_cost"] < best[0]:
-                best = (entry["val/calibrated_cost"], step, copy.deepcopy(pi.state_dict()))
+                best = (entry["val/calibrated_cost"], step, pi.theta.copy())
         log.append(entry)
         if progress is not None:
             progress(step, entry)
 
     if cfg.keep_best and best is not None:
-        pi.load_state_dict(best[2])
+        pi.theta[:] = best[2]
         log[-1]["train/best_step"] = float(best[1])
-    return TrainResult(pi, obs_mean, obs_std, tracker.kappa, cfg, log)
+    pi.copy_to(policy.body)
+    return TrainResult(policy, obs_mean, obs_std, tracker.kappa, cfg, log)
+
+
+def _taken_rows(jac: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """jac[b, t, actions[b, t], :] for per-state Jacobians ``[B, T, A, A]``."""
+    return np.take_along_axis(jac, actions[..., None, None], -2)[..., 0, :]
 
 
 def _validate(ep, val_idx, pi, mean, std, kappa, cfg) -> dict[str, float]:

@@ -1,5 +1,10 @@
-"""Trust-region maths for CPO (Achiam et al. 2017): flat parameters, conjugate gradient,
-Fisher-vector products, the CPO step and a backtracking line search.
+"""Trust-region maths for CPO (Achiam et al. 2017): conjugate gradient, Fisher-vector products
+of categorical policies, the CPO step and a backtracking line search.
+
+Pure numpy, float64, on flat 1-D parameter vectors θ (no torch: on the tiny networks of CCPO the
+per-operation dispatch of torch costs more than the arithmetic). The caller owns the network:
+it supplies the products with its Jacobian (:func:`logit_fisher_vector_product_fn`) and the
+evaluation of a candidate θ (:func:`backtracking_line_search`).
 
 Sign convention (the only one used in this module): **objective convention**. With x = θ − θ_k,
 
@@ -56,11 +61,10 @@ Cases (``CPOInfo.case``; ``case_id`` follows Achiam's ``optim_case`` numbering):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-from torch import nn
+import numpy as np
 
 __all__ = [
     "CASE_IDS",
@@ -68,14 +72,9 @@ __all__ = [
     "CPOInfo",
     "LineSearchResult",
     "backtracking_line_search",
-    "categorical_fisher_vector_product_fn",
     "conjugate_gradient",
     "cpo_step",
-    "fisher_vector_product",
-    "fisher_vector_product_fn",
-    "flat_grad",
-    "flat_params",
-    "set_flat_params",
+    "logit_fisher_vector_product_fn",
 ]
 
 CASE_IDS: dict[str, int] = {
@@ -92,171 +91,119 @@ OBJECTIVE_CASES: frozenset[str] = frozenset({"feasible_dual", "trpo", "b_zero"})
 (Achiam's ``optim_case > 1``; for ``b_zero`` also when c ≥ 0, since its step is a TRPO step.)"""
 
 
-# --------------------------------------------------------------------------- flat parameters
-
-
-def flat_params(module: nn.Module) -> torch.Tensor:
-    """All parameters of ``module`` concatenated into one detached 1-D tensor (a copy)."""
-    return torch.cat([p.detach().reshape(-1) for p in module.parameters()]).clone()
-
-
-def set_flat_params(module: nn.Module, flat: torch.Tensor) -> None:
-    """Overwrite the parameters of ``module`` in place from a flat vector (inverse of
-    :func:`flat_params`). Raises ``ValueError`` if the size does not match."""
-    params = list(module.parameters())
-    n = sum(p.numel() for p in params)
-    if flat.ndim != 1 or flat.numel() != n:
-        raise ValueError(
-            f"flat must be a 1-D tensor of {n} elements, got shape {tuple(flat.shape)}"
-        )
-    offset = 0
-    with torch.no_grad():
-        for p in params:
-            k = p.numel()
-            p.copy_(flat[offset : offset + k].view_as(p))
-            offset += k
-
-
-def flat_grad(
-    y: torch.Tensor,
-    params: Iterable[torch.Tensor],
-    retain_graph: bool | None = None,
-    create_graph: bool = False,
-) -> torch.Tensor:
-    """∂y/∂params for a scalar ``y``, concatenated into one 1-D tensor.
-
-    Parameters that ``y`` does not depend on get zero gradient. ``retain_graph`` defaults to
-    ``create_graph``, as in :func:`torch.autograd.grad`.
-    """
-    params = list(params)
-    if y.numel() != 1:
-        raise ValueError(f"y must be a scalar, got shape {tuple(y.shape)}")
-    grads = torch.autograd.grad(
-        y, params, retain_graph=retain_graph, create_graph=create_graph, allow_unused=True
-    )
-    return torch.cat(
-        [
-            (torch.zeros_like(p) if g is None else g).reshape(-1)
-            for g, p in zip(grads, params, strict=True)
-        ]
-    )
+def _vector(name: str, v: np.ndarray) -> np.ndarray:
+    """``v`` as a 1-D float64 array (no copy if it already is one); ValueError otherwise."""
+    v = np.asarray(v, dtype=np.float64)
+    if v.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {v.shape}")
+    return v
 
 
 # --------------------------------------------------------------------------- CG and FVP
 
 
 def conjugate_gradient(
-    Avp: Callable[[torch.Tensor], torch.Tensor],
-    b: torch.Tensor,
+    Avp: Callable[[np.ndarray], np.ndarray],
+    b: np.ndarray,
     iters: int = 10,
     residual_tol: float = 1e-10,
-) -> torch.Tensor:
+) -> np.ndarray:
     """Approximately solve A x = b for symmetric positive-definite A given only x ↦ A x.
 
     Hestenes–Stiefel conjugate gradient from x₀ = 0 (Schulman et al. 2015, Appendix C), at most
     ``iters`` iterations, stopping early when the squared residual ‖b − Ax‖² < ``residual_tol``.
-    In exact arithmetic it is exact after ``dim`` iterations.
+    In exact arithmetic it is exact after ``dim`` iterations. ``b`` is a 1-D array (float64);
+    ``Avp`` is called on 1-D float64 arrays it must not modify, and returns the same shape.
     """
-    if b.ndim != 1:
-        raise ValueError(f"b must be a 1-D tensor, got shape {tuple(b.shape)}")
-    x = torch.zeros_like(b)
-    r = b.clone()
-    p = b.clone()
-    rr = torch.dot(r, r)
+    b = _vector("b", b)
+    x = np.zeros_like(b)
+    r = b.copy()
+    p = b.copy()
+    rr = float(r @ r)
     for _ in range(iters):
-        if rr.item() < residual_tol:
+        if rr < residual_tol:
             break
         ap = Avp(p)
-        alpha = rr / torch.dot(p, ap)
-        x = x + alpha * p
-        r = r - alpha * ap
-        rr_new = torch.dot(r, r)
+        alpha = rr / float(p @ ap)
+        x += alpha * p
+        r -= alpha * ap
+        rr_new = float(r @ r)
         p = r + (rr_new / rr) * p
         rr = rr_new
     return x
 
 
-def fisher_vector_product_fn(
-    kl: torch.Tensor,
-    params: Sequence[torch.Tensor],
+def logit_fisher_vector_product_fn(
+    jvp: Callable[[np.ndarray], np.ndarray],
+    vjp: Callable[[np.ndarray], np.ndarray],
+    log_q_jac: np.ndarray,
+    q: np.ndarray,
     damping: float,
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """v ↦ (H + damping·I) v, with H the Hessian of the scalar mean KL ``kl`` at θ_old.
-
-    ``kl`` must be KL(π_old ‖ π_θ) (or the reverse direction) with π_old detached, evaluated at
-    the current parameters θ = θ_old; there its Hessian is the Fisher information matrix
-    (Schulman et al. 2015, Appendix C). Double backpropagation, H v = ∇_θ (∇_θ KL · v), without
-    ever forming H: ∇_θ KL is built once (with its graph) and every product is one more
-    backward pass through it, so the conjugate-gradient solves of a step share it.
-    """
-    params = list(params)
-    grad = flat_grad(kl, params, create_graph=True)
-
-    def fvp(v: torch.Tensor) -> torch.Tensor:
-        if v.ndim != 1:
-            raise ValueError(f"v must be a 1-D tensor, got shape {tuple(v.shape)}")
-        if grad.shape != v.shape:
-            raise ValueError(f"v has {v.numel()} elements but params have {grad.numel()}")
-        hv = flat_grad(torch.dot(grad, v.detach()), params, retain_graph=True)
-        return hv + damping * v.detach()
-
-    return fvp
-
-
-def categorical_fisher_vector_product_fn(
-    log_q_jacobian: torch.Tensor,
-    q: torch.Tensor,
-    damping: float,
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """v ↦ (F + damping·I) v with F the exact Fisher information of categorical policies,
-    from their Jacobian instead of double backpropagation.
+) -> Callable[[np.ndarray], np.ndarray]:
+    """v ↦ (F + damping·I) v with F the exact Fisher information of categorical policies
+    q_θ(·|s) = f(z_θ(s)) computed from logits z, through the logits' Jacobian-vector products.
 
     Args:
-        log_q_jacobian: G = ∂ log q_θ(a|s) / ∂θ at θ_old, shape ``[N, A, P]`` over the N states
-            of the KL mean (rows of actions with q = 0 are ignored).
-        q: q_old(a|s), shape ``[N, A]``.
+        jvp: v ↦ Z v, shape ``[P] → [N, A]``, with Z_n = ∂z_n/∂θ ``[A, P]`` the Jacobian of the
+            network's logits at state s_n at θ_old (forward mode).
+        vjp: u ↦ Zᵀ u = Σ_n Z_nᵀ u_n, shape ``[N, A] → [P]`` (reverse mode).
+        log_q_jac: J_n = ∂ log q(·|s_n) / ∂z_n at θ_old, shape ``[N, A, A]`` (row a is
+            ∂ log q(a|s_n)/∂z_n). Rows of actions with q = 0 are ignored and may hold anything,
+            even ±inf or nan (the log-probability of a masked action is −∞).
+        q: q_old(a|s_n), shape ``[N, A]``.
         damping: added to the diagonal.
 
-    At θ_old the Hessian of the mean KL(q_old ‖ q_θ) is the Fisher matrix (Schulman et al.
-    2015, Appendix C)
+    At θ_old the Hessian of the mean KL(q_old ‖ q_θ) over the N states is the Fisher matrix
+    (Schulman et al. 2015, Appendix C)
 
-        F = (1/N) Σ_s Σ_a q(a|s) ∇_θ log q(a|s) ∇_θ log q(a|s)ᵀ = (1/N) Gᵀ diag(q) G,
+        F = (1/N) Σ_n Σ_a q(a|s_n) ∇_θ log q(a|s_n) ∇_θ log q(a|s_n)ᵀ,
 
-    because Σ_a q ∇² log q = −Σ_a q ∇log q ∇log qᵀ when Σ_a q = 1. With G formed once per step,
-    every product is two matrix-vector products, Fv = Gᵀ(q ⊙ Gv)/N: it equals
-    :func:`fisher_vector_product_fn` on the same KL (tested) at a fraction of the cost when the
-    conjugate-gradient solves of a step need many products of a small network.
+    because Σ_a q ∇² log q = −Σ_a q ∇log q ∇log qᵀ when Σ_a q = 1 (the gradient of the KL
+    vanishes there, and so does every term with q = 0). By the chain rule ∇_θ log q(·|s_n) =
+    J_n Z_n, so
+
+        F = (1/N) Σ_n Z_nᵀ M_n Z_n,   M_n = J_nᵀ diag(q_n) J_n   (A×A),
+
+    and F v = (1/N) Zᵀ(M Z v). F needs neither the P×P matrix nor the ``[N·A, P]`` Jacobian of
+    log q: the N small matrices M_n are formed once (rows of J with q = 0 zeroed first, so that
+    0·(±inf) does not poison them), and each product is one forward-mode pass (``jvp``), a
+    batched A×A mat-vec and one reverse-mode pass (``vjp``) through the network.
+    (For a softmax, J_n = I − 1 q_nᵀ and M_n = diag(q_n) − q_n q_nᵀ.)
+
+    Raises:
+        ValueError: if ``log_q_jac`` is not ``[N, A, A]`` with ``q`` ``[N, A]`` and N ≥ 1, and,
+        at each product, if v is not 1-D or ``jvp``/``vjp`` return the wrong shape.
     """
-    if log_q_jacobian.ndim != 3 or q.shape != log_q_jacobian.shape[:2]:
+    log_q_jac = np.asarray(log_q_jac, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if (
+        log_q_jac.ndim != 3
+        or q.ndim != 2
+        or log_q_jac.shape != (*q.shape, q.shape[1])
+        or q.shape[0] == 0
+    ):
         raise ValueError(
-            f"log_q_jacobian must be [N, A, P] and q [N, A], got {tuple(log_q_jacobian.shape)} "
-            f"and {tuple(q.shape)}"
+            f"log_q_jac must be [N, A, A] and q [N, A] with N >= 1, got {log_q_jac.shape} "
+            f"and {q.shape}"
         )
-    n_states, n_actions, n_params = log_q_jacobian.shape
-    G = log_q_jacobian.detach().reshape(n_states * n_actions, n_params)
-    weights = q.detach().reshape(-1)
-    G = torch.where(weights[:, None] > 0, G, torch.zeros((), dtype=G.dtype))  # 0·(±inf) = 0
-    weights = weights / n_states
+    n_states, n_actions = q.shape
+    support = q > 0
+    J = np.where(support[:, :, None], log_q_jac, 0.0)  # drop rows of q = 0 (may be ±inf/nan)
+    w = np.where(support, q, 0.0) / n_states
+    M = np.einsum("nak,na,nal->nkl", J, w, J)  # [N, A, A], (1/N) J_nᵀ diag(q_n) J_n
+    out_shape = (n_states, n_actions)
 
-    def fvp(v: torch.Tensor) -> torch.Tensor:
-        if v.ndim != 1:
-            raise ValueError(f"v must be a 1-D tensor, got shape {tuple(v.shape)}")
-        if v.numel() != n_params:
-            raise ValueError(f"v has {v.numel()} elements but params have {n_params}")
-        v = v.detach()
-        return G.T @ (weights * (G @ v)) + damping * v
+    def fvp(v: np.ndarray) -> np.ndarray:
+        v = _vector("v", v)
+        u = np.asarray(jvp(v))
+        if u.shape != out_shape:
+            raise ValueError(f"jvp(v) must have shape [N, A] = {out_shape}, got {u.shape}")
+        fv = np.asarray(vjp(np.einsum("nkl,nl->nk", M, u)))
+        if fv.shape != v.shape:
+            raise ValueError(f"vjp(u) must have the shape of v {v.shape}, got {fv.shape}")
+        return fv + damping * v
 
     return fvp
-
-
-def fisher_vector_product(
-    kl_fn: Callable[[], torch.Tensor],
-    params: Sequence[torch.Tensor],
-    v: torch.Tensor,
-    damping: float,
-) -> torch.Tensor:
-    """(H + damping·I) v for one ``v``: :func:`fisher_vector_product_fn` on ``kl_fn()``."""
-    return fisher_vector_product_fn(kl_fn(), params, damping)(v)
 
 
 # --------------------------------------------------------------------------- CPO step
@@ -290,15 +237,15 @@ def _project(x: float, lo: float, hi: float) -> float:
 
 
 def cpo_step(
-    g: torch.Tensor,
-    b: torch.Tensor,
+    g: np.ndarray,
+    b: np.ndarray,
     c: float,
     delta: float,
-    Hinv_g: torch.Tensor,
-    Hinv_b: torch.Tensor,
+    Hinv_g: np.ndarray,
+    Hinv_b: np.ndarray,
     *,
     b_tol: float = 1e-8,
-) -> tuple[torch.Tensor, CPOInfo]:
+) -> tuple[np.ndarray, CPOInfo]:
     """The CPO update direction x = θ_{k+1} − θ_k (Achiam et al. 2017, Eq. 10 and App. 10.2).
 
     Objective convention (module docstring): maximise gᵀx s.t. c + bᵀx ≤ 0, ½xᵀHx ≤ δ.
@@ -313,46 +260,46 @@ def cpo_step(
         b_tol: the constraint gradient counts as zero when bᵀb ≤ b_tol.
 
     Returns:
-        ``(x, info)``: the step (dtype of ``g``) and :class:`CPOInfo`. x is the exact solution
-        of the quadratic sub-problem (or the recovery step); the caller still line-searches it.
+        ``(x, info)``: the step (a new float64 array) and :class:`CPOInfo`. x is the exact
+        solution of the quadratic sub-problem (or the recovery step); the caller still
+        line-searches it.
 
     Raises:
         ValueError: on shape mismatches or δ ≤ 0.
     """
-    for name, t in (("g", g), ("b", b), ("Hinv_g", Hinv_g), ("Hinv_b", Hinv_b)):
+    g, b = np.asarray(g, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    x_g, x_b = np.asarray(Hinv_g, dtype=np.float64), np.asarray(Hinv_b, dtype=np.float64)
+    for name, t in (("g", g), ("b", b), ("Hinv_g", x_g), ("Hinv_b", x_b)):
         if t.ndim != 1 or t.shape != g.shape:
-            raise ValueError(
-                f"{name} must be 1-D with the shape of g {tuple(g.shape)}, got {tuple(t.shape)}"
-            )
+            raise ValueError(f"{name} must be 1-D with the shape of g {g.shape}, got {t.shape}")
     if not delta > 0:
         raise ValueError(f"delta must be > 0, got {delta}")
     c = float(c)
+    delta = float(delta)
     eps = 1e-12
-    g, b = g.detach(), b.detach()
-    x_g, x_b = Hinv_g.detach(), Hinv_b.detach()
-    q = float(torch.dot(g, x_g))
+    q = float(g @ x_g)
     q_safe = max(q, eps)  # g = 0 gives a zero TRPO step rather than 0/0
     lam_trpo = math.sqrt(q_safe / (2 * delta))
 
     def finish(
         case: str, alpha: float, beta: float, r: float, s: float, A: float, B: float,
         lam: float, nu: float,
-    ) -> tuple[torch.Tensor, CPOInfo]:  # fmt: skip
+    ) -> tuple[np.ndarray, CPOInfo]:  # fmt: skip
         """x = α x_g + β x_b, so ½xᵀHx = ½(α²q + 2αβr + β²s) needs no H."""
         x = alpha * x_g if beta == 0.0 else alpha * x_g + beta * x_b
         info = CPOInfo(
             case=case, case_id=CASE_IDS[case], q=q, r=r, s=s, A=A, B=B, lam=lam, nu=nu, c=c,
-            delta=delta, predicted_objective=float(torch.dot(g, x)),
-            predicted_constraint=c + float(torch.dot(b, x)),
+            delta=delta, predicted_objective=float(g @ x),
+            predicted_constraint=c + float(b @ x),
             predicted_kl=0.5 * (alpha * alpha * q + 2 * alpha * beta * r + beta * beta * s),
         )  # fmt: skip
-        return x.to(g.dtype), info
+        return x, info
 
-    if float(torch.dot(b, b)) <= b_tol:
+    if float(b @ b) <= b_tol:
         return finish("b_zero", 1 / lam_trpo, 0.0, 0.0, 0.0, 0.0, 0.0, lam_trpo, 0.0)
 
-    r = float(torch.dot(g, x_b))
-    s = max(float(torch.dot(b, x_b)), eps)
+    r = float(g @ x_b)
+    s = max(float(b @ x_b), eps)
     A = q - r * r / s  # ≥ 0 by Cauchy–Schwarz in the H⁻¹ inner product
     # g ∥ b up to round-off: A = 0 exactly (else x's component ⟂ b would be round-off / λ).
     if A <= 1e-12 * q_safe:  # noqa: SIM300 (A is the paper's name, not a constant)
@@ -410,8 +357,8 @@ def cpo_step(
 class LineSearchResult:
     """Outcome of :func:`backtracking_line_search`.
 
-    ``objective``, ``constraint`` and ``kl`` are measured at the parameters the module holds on
-    return: the accepted ones, or θ_old (with the caller's old values and kl = 0) if none was.
+    ``objective``, ``constraint`` and ``kl`` are measured at the returned parameters: the
+    accepted ones, or θ_old (with the caller's old values and kl = 0) if none was.
     """
 
     accepted: bool
@@ -423,9 +370,9 @@ class LineSearchResult:
 
 
 def backtracking_line_search(
-    module: nn.Module,
-    step: torch.Tensor,
-    evaluate: Callable[[], tuple[float, float, float]],
+    theta_old: np.ndarray,
+    step: np.ndarray,
+    evaluate: Callable[[np.ndarray], tuple[float, float, float]],
     *,
     objective_old: float,
     constraint_old: float,
@@ -433,15 +380,14 @@ def backtracking_line_search(
     check_objective: bool,
     backtrack_coeff: float = 0.8,
     max_backtracks: int = 10,
-) -> LineSearchResult:
+) -> tuple[np.ndarray, LineSearchResult]:
     """Backtrack along a CPO/TRPO step until it is acceptable (Achiam et al. 2017, Sec. 6.3).
 
     Tries θ = θ_old + β^j·step for j = 0, 1, …, ``max_backtracks`` (β = ``backtrack_coeff``),
-    writing each candidate into ``module`` and calling ``evaluate()`` (under ``no_grad``), which
-    must return ``(objective, constraint, kl)`` at the module's current parameters: the surrogate
-    objective to maximise, the surrogate constraint in cost form (feasible iff ≤ 0, as in
-    :func:`cpo_step`) and the mean KL between the old and the candidate policy. The first
-    candidate with all three finite and
+    calling ``evaluate(θ)`` on each candidate (a new 1-D float64 array), which must return
+    ``(objective, constraint, kl)`` at θ: the surrogate objective to maximise, the surrogate
+    constraint in cost form (feasible iff ≤ 0, as in :func:`cpo_step`) and the mean KL between
+    the old and the candidate policy. The first candidate with all three finite and
 
     1. ``kl ≤ max_kl`` (no slack: pass e.g. ``1.5 * delta`` to allow some),
     2. ``constraint ≤ max(0, constraint_old)``: a feasible policy stays feasible, an infeasible one
@@ -450,25 +396,31 @@ def backtracking_line_search(
        ``check_objective = info.case in OBJECTIVE_CASES``: recovery steps (c ≥ 0) are judged on
        the constraint alone,
 
-    is accepted and left in ``module``. If none is, θ_old is restored exactly.
+    is accepted. Pure: ``theta_old`` and ``step`` are not modified.
+
+    Returns:
+        ``(theta, result)``: the accepted θ, or, if none was accepted, a copy of θ_old equal to
+        it exactly, and the :class:`LineSearchResult`.
+
+    Raises:
+        ValueError: if ``theta_old`` is not 1-D, ``step`` does not have its shape,
+        ``backtrack_coeff`` is not in (0, 1) or ``max_backtracks`` < 0.
     """
     if not 0 < backtrack_coeff < 1:
         raise ValueError(f"backtrack_coeff must be in (0, 1), got {backtrack_coeff}")
     if max_backtracks < 0:
         raise ValueError(f"max_backtracks must be >= 0, got {max_backtracks}")
-    theta_old = flat_params(module)
+    theta_old = _vector("theta_old", theta_old)
+    step = np.asarray(step, dtype=np.float64)
     if step.shape != theta_old.shape:
         raise ValueError(
-            f"step must have the shape of the flat parameters {tuple(theta_old.shape)}, "
-            f"got {tuple(step.shape)}"
+            f"step must have the shape of theta_old {theta_old.shape}, got {step.shape}"
         )
-    step = step.detach().to(theta_old.dtype)
     constraint_limit = max(0.0, float(constraint_old))
     for j in range(max_backtracks + 1):
         fraction = backtrack_coeff**j
-        set_flat_params(module, theta_old + fraction * step)
-        with torch.no_grad():
-            objective, constraint, kl = (float(v) for v in evaluate())
+        theta = theta_old + fraction * step
+        objective, constraint, kl = (float(v) for v in evaluate(theta))
         ok = (
             math.isfinite(objective)
             and math.isfinite(constraint)
@@ -478,8 +430,7 @@ def backtracking_line_search(
             and (not check_objective or objective >= objective_old)
         )
         if ok:
-            return LineSearchResult(True, fraction, j + 1, objective, constraint, kl)
-    set_flat_params(module, theta_old)
-    return LineSearchResult(
+            return theta, LineSearchResult(True, fraction, j + 1, objective, constraint, kl)
+    return theta_old.copy(), LineSearchResult(
         False, 0.0, max_backtracks + 1, float(objective_old), float(constraint_old), 0.0
     )

@@ -1,7 +1,7 @@
 """V-trace targets and policy-gradient advantages (Espeholt et al. 2018, IMPALA, Eq. 1).
 
 Layout: **batch-major** ``[B, T]`` (B episodes, T rounds; ``T`` is the round budget, 4 in the
-paper). Every per-step tensor has shape ``[B, T]``; ``bootstrap_value`` has shape ``[B]``.
+paper). Every per-step array has shape ``[B, T]``; ``bootstrap_value`` has shape ``[B]``.
 
 Variable-length episodes are padded to T on the right and described by
 
@@ -46,44 +46,36 @@ for untruncated ratios if that is what you want).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
-import torch
 
 __all__ = ["VTraceOutput", "vtrace_targets"]
 
-ArrayLike = torch.Tensor | np.ndarray
+ArrayLike = Any  # anything ``np.asarray`` accepts: arrays, lists, scalars
 
 
 class VTraceOutput(NamedTuple):
-    """V-trace outputs, both ``[B, T]`` and without gradient.
+    """V-trace outputs, both ``[B, T]`` float64 arrays (fresh, never views of the inputs).
 
     Attributes:
         vs: value targets v_s (equal to ``values`` at padded steps).
         pg_advantages: policy-gradient advantages (0 at padded steps).
     """
 
-    vs: torch.Tensor
-    pg_advantages: torch.Tensor
+    vs: np.ndarray
+    pg_advantages: np.ndarray
 
 
-def _as_float_tensor(x: ArrayLike | float, like: torch.Tensor | None) -> torch.Tensor:
-    t = torch.as_tensor(x)
-    if like is not None:
-        t = t.to(dtype=like.dtype, device=like.device)
-    elif not torch.is_floating_point(t):
-        t = t.to(torch.get_default_dtype())
-    return t.detach()
-
-
-def _check_mask(mask: torch.Tensor) -> torch.Tensor:
-    if mask.dtype != torch.bool:
-        if not torch.all((mask == 0) | (mask == 1)):
+def _check_mask(mask: np.ndarray) -> np.ndarray:
+    if mask.dtype != np.bool_:
+        as_bool = mask.astype(np.bool_)
+        # True == 1 and False == 0 only for 0/1 entries (2, -1, 0.5 and NaN all fail).
+        if not (as_bool == mask).all():
             raise ValueError("mask must hold only 0/1 (or be boolean)")
-        mask = mask != 0
+        mask = as_bool
     # Prefix mask: once a step is invalid, every later step is invalid.
-    if mask.shape[1] > 1 and torch.any(~mask[:, :-1] & mask[:, 1:]):
+    if mask.shape[1] > 1 and (mask[:, 1:] > mask[:, :-1]).any():
         raise ValueError("mask must be a prefix mask (1…1 0…0) along the time axis")
     return mask
 
@@ -104,7 +96,8 @@ def vtrace_targets(
     """V-trace value targets and policy-gradient advantages (Espeholt et al. 2018, Eq. 1).
 
     All per-step inputs are batch-major ``[B, T]``; see the module docstring for the padding,
-    discount and bootstrap semantics. Computed without gradient (these are regression targets).
+    discount and bootstrap semantics. Inputs may be anything ``np.asarray`` accepts (numpy
+    arrays, lists, floats) and are converted to float64; they are never modified.
 
     Args:
         values: V(x_t) under the current critic, ``[B, T]``.
@@ -114,36 +107,37 @@ def vtrace_targets(
         rhos: importance ratios π_target(a_t|x_t) / μ(a_t|x_t) ≥ 0 (not logs), ``[B, T]``.
         clip_rho: ρ̄, truncation of ρ_t in δ_t V (None: no truncation). Paper: 1.
         clip_c: c̄, truncation of the trace coefficients c_t (None: no truncation). Paper: 1.
-        mask: 1 for valid steps, a prefix mask ``[B, T]``; None means every step is valid.
+        mask: 1 for valid steps, a prefix mask ``[B, T]`` (boolean or 0/1); None means every
+            step is valid.
         clip_pg_rho: truncation of the ratio in the policy-gradient advantage (None: none).
         pg_rho_weighted: if False, the advantage is the unweighted r_t + γ_t v_{t+1} − V(x_t).
 
     Returns:
-        ``VTraceOutput(vs, pg_advantages)``, each ``[B, T]``, dtype of ``values``.
+        ``VTraceOutput(vs, pg_advantages)``, each a new ``[B, T]`` float64 array.
 
     Raises:
         ValueError: on shape mismatches, a non-prefix mask, negative ratios or non-positive
             clipping thresholds.
     """
-    v = _as_float_tensor(values, None)
+    f64 = np.float64
+    v = np.asarray(values, dtype=f64)
     if v.ndim != 2:
         raise ValueError(f"values must be [B, T], got shape {tuple(v.shape)}")
     bsz, horizon = v.shape
-    boot = _as_float_tensor(bootstrap_value, v)
-    r = _as_float_tensor(rewards, v)
-    disc = _as_float_tensor(discounts, v)
-    rho = _as_float_tensor(rhos, v)
+    boot = np.asarray(bootstrap_value, dtype=f64)
+    r = np.asarray(rewards, dtype=f64)
+    disc = np.asarray(discounts, dtype=f64)
+    rho = np.asarray(rhos, dtype=f64)
     if boot.shape != (bsz,):
         raise ValueError(f"bootstrap_value must be [B]=({bsz},), got shape {tuple(boot.shape)}")
-    for name, t in (("rewards", r), ("discounts", disc), ("rhos", rho)):
-        if t.shape != v.shape:
+    for name, a in (("rewards", r), ("discounts", disc), ("rhos", rho)):
+        if a.shape != v.shape:
             raise ValueError(
-                f"{name} must have the shape of values {tuple(v.shape)}, got {tuple(t.shape)}"
+                f"{name} must have the shape of values {tuple(v.shape)}, got {tuple(a.shape)}"
             )
-    if mask is None:
-        m = torch.ones((bsz, horizon), dtype=torch.bool, device=v.device)
-    else:
-        m = torch.as_tensor(mask, device=v.device)
+    m: np.ndarray | None = None
+    if mask is not None:
+        m = np.asarray(mask)
         if m.shape != v.shape:
             raise ValueError(
                 f"mask must have the shape of values {tuple(v.shape)}, got {tuple(m.shape)}"
@@ -153,45 +147,66 @@ def vtrace_targets(
         if clip is not None and not clip > 0:
             raise ValueError(f"{name} must be positive or None, got {clip}")
 
-    with torch.no_grad():
-        zero = torch.zeros((), dtype=v.dtype, device=v.device)
-        # Padded entries may hold garbage (even NaN): replace them before any arithmetic.
-        v_valid = torch.where(m, v, zero)
-        r = torch.where(m, r, zero)
-        disc = torch.where(m, disc, zero)
-        rho = torch.where(m, rho, zero)
-        if torch.any(rho < 0):
-            raise ValueError("rhos are importance ratios and must be >= 0 (not log-ratios)")
+    # Padded entries may hold garbage (even NaN): zero them before any arithmetic. np.where
+    # returns new arrays, so the caller's inputs are never written to.
+    if m is not None:
+        v_valid = np.where(m, v, 0.0)
+        r = np.where(m, r, 0.0)
+        disc = np.where(m, disc, 0.0)
+        rho = np.where(m, rho, 0.0)
+    else:
+        v_valid = v
+    if (rho < 0).any():
+        raise ValueError("rhos are importance ratios and must be >= 0 (not log-ratios)")
 
-        rho_clipped = rho if clip_rho is None else torch.clamp(rho, max=clip_rho)
-        cs = rho if clip_c is None else torch.clamp(rho, max=clip_c)
+    rho_clipped = rho if clip_rho is None else np.minimum(rho, clip_rho)
+    if clip_c is None:
+        cs = rho
+    elif clip_c == clip_rho:  # the paper's ρ̄ = c̄: share the clipped ratios
+        cs = rho_clipped
+    else:
+        cs = np.minimum(rho, clip_c)
 
-        # V(x_{t+1}): the next valid value, or the bootstrap value after the last valid step.
-        next_valid = torch.cat([m[:, 1:], torch.zeros_like(m[:, :1])], dim=1)
-        v_next = torch.cat([v_valid[:, 1:], boot[:, None]], dim=1)
-        v_tp1 = torch.where(next_valid, v_next, boot[:, None].expand_as(v_next))
+    # V(x_{t+1}): the next valid value, or the bootstrap value after the last valid step
+    # (a padded step's own V(x_{t+1}) is irrelevant: its discount is 0).
+    v_tp1 = np.empty((bsz, horizon), dtype=f64)
+    v_tp1[:, -1] = boot
+    if m is None:
+        v_tp1[:, :-1] = v[:, 1:]
+    else:
+        v_tp1[:, :-1] = np.where(m[:, 1:], v[:, 1:], boot[:, None])
+    # γ_t V(x_{t+1}), exactly 0 at terminal steps even if the bootstrap value is NaN/inf
+    # (the next value is zeroed before the product, so 0 · inf never happens).
+    nonterminal = disc != 0
+    disc_v_tp1 = np.where(nonterminal, v_tp1, 0.0)
+    disc_v_tp1 *= disc
+    # δ_t V; exactly 0 at padded steps, where ρ, r, γ and V were all zeroed above.
+    deltas = r + disc_v_tp1
+    deltas -= v_valid
+    deltas *= rho_clipped
 
-        # γ_t V(x_{t+1}), exactly 0 at terminal steps even if the bootstrap value is NaN/inf.
-        disc_v_tp1 = torch.where(disc != 0, disc * v_tp1, zero)
-        deltas = torch.where(m, rho_clipped * (r + disc_v_tp1 - v_valid), zero)
+    # Backward recursion: acc_s = v_s − V(x_s) = δ_s + γ_s c_s acc_{s+1}, acc_L = 0.
+    # Column T is acc_T = 0; padded steps stay exactly 0 (their δ and γ are 0).
+    disc_cs = disc * cs
+    corr = np.empty((bsz, horizon + 1), dtype=f64)
+    corr[:, horizon] = 0.0
+    for t in range(horizon - 1, -1, -1):
+        acc = corr[:, t]
+        np.multiply(disc_cs[:, t], corr[:, t + 1], out=acc)
+        acc += deltas[:, t]
+    vs_minus_v = corr[:, :horizon]
+    vs = v_valid + vs_minus_v
+    if m is not None:
+        vs = np.where(m, vs, v)
 
-        # Backward recursion: acc_s = v_s − V(x_s) = δ_s + γ_s c_s acc_{s+1}, acc_L = 0.
-        acc = torch.zeros(bsz, dtype=v.dtype, device=v.device)
-        corrections = []
-        for t in range(horizon - 1, -1, -1):
-            acc = torch.where(m[:, t], deltas[:, t] + disc[:, t] * cs[:, t] * acc, zero)
-            corrections.append(acc)
-        corrections.reverse()
-        vs_minus_v = torch.stack(corrections, dim=1)
-        vs = torch.where(m, v_valid + vs_minus_v, v)
-
-        # v_{s+1} for the advantage: next target, or V(x_L) after the last valid step.
-        vs_next = torch.cat([vs[:, 1:], boot[:, None]], dim=1)
-        vs_tp1 = torch.where(next_valid, vs_next, boot[:, None].expand_as(vs_next))
-        if pg_rho_weighted:
-            pg_rho = rho if clip_pg_rho is None else torch.clamp(rho, max=clip_pg_rho)
-        else:
-            pg_rho = torch.ones_like(rho)
-        disc_vs_tp1 = torch.where(disc != 0, disc * vs_tp1, zero)
-        pg_adv = torch.where(m, pg_rho * (r + disc_vs_tp1 - v_valid), zero)
+    # v_{s+1} for the advantage: next target, or V(x_L) after the last valid step. Since
+    # acc = 0 at padded steps and after T, v_{s+1} = V(x_{s+1}) + acc_{s+1} covers both cases.
+    vs_tp1 = v_tp1 + corr[:, 1:]
+    disc_vs_tp1 = np.where(nonterminal, vs_tp1, 0.0)
+    disc_vs_tp1 *= disc
+    # Exactly 0 at padded steps (r, γ, V and ρ were zeroed), without a final mask.
+    pg_adv = r + disc_vs_tp1
+    pg_adv -= v_valid
+    if pg_rho_weighted:
+        pg_adv *= rho if clip_pg_rho is None else np.minimum(rho, clip_pg_rho)
     return VTraceOutput(vs=vs, pg_advantages=pg_adv)

@@ -74,14 +74,32 @@ def logprob_stats(values: list[float] | None) -> tuple[float | None, float | Non
 _ANSWER_LINE = re.compile(r"(?:final\s+)?answer\s*(?:is)?\s*[:：]\s*(.+)", re.I)
 
 
-def extract_answer(text: str) -> str:
-    """The final answer of a CoT reply: the last ``Answer: X`` line, else the last line."""
+_LETTER_ANSWER = re.compile(r"^\(?[A-J](?:$|[.:)]|\s*$)")  # "B", "(B)", "B) Mars", "B. Mars"
+# "the answer is (D)", "Answer: option B", "choice C": the letter itself must be upper case
+_LETTER_CLAIM = re.compile(
+    r"(?i:\b(?:answer|option|choice)\s*(?:is|would be|:|：)?\s*(?:option\s*)?)\(?\**([A-J])\b"
+)
+
+
+def extract_answer(text: str, task: str = "jsonl") -> str:
+    """The final answer of a CoT reply: the last ``Answer: X`` line, else the last line.
+
+    For multiple choice (``mmlu``), when that answer does not start with an option letter, the
+    last letter the reply claims (``the answer is (D)``, ``option B``) is taken instead, so a
+    model that ignores the output format still yields a letter rather than a sentence.
+    """
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    answer = _clean(lines[-1]) if lines else ""
     for ln in reversed(lines):
         m = _ANSWER_LINE.search(ln)
         if m:
-            return _clean(m.group(1))
-    return _clean(lines[-1]) if lines else ""
+            answer = _clean(m.group(1))
+            break
+    if task.lower().startswith("mmlu") and not _LETTER_ANSWER.match(answer):
+        claims = _LETTER_CLAIM.findall(text)
+        if claims:
+            return claims[-1].upper()
+    return answer
 
 
 def _clean(s: str) -> str:
@@ -165,7 +183,9 @@ class CoTAgent:
         r = await client.chat(ep, req, sample=sample)
         calls = Calls()
         calls.add(r)
-        return BaseOutput(answer=extract_answer(r.text), reasoning=r.text.strip(), calls=calls)
+        return BaseOutput(
+            answer=extract_answer(r.text, self.task), reasoning=r.text.strip(), calls=calls
+        )
 
 
 _ACTION_IN_REPLY = re.compile(r"Action\s*\d*\s*:\s*(search|lookup|finish)\s*\[([^\]\n]*)\]?", re.I)

@@ -9,7 +9,8 @@
 - Token usage is taken from the response's ``usage`` (estimated as characters/4, and flagged,
   only when an endpoint does not report it).
 - Log-probs (``logprobs=True, top_logprobs=k``) are requested by default. An endpoint that
-  rejects them with HTTP 400 is retried once without, and remembered as "no log-probs" for
+  rejects them (HTTP 400, or a 5xx whose message names log-probs, as llama_cpp.server without
+  ``--logits_all`` does) is retried once without, and remembered as "no log-probs" for
   the rest of the run; an endpoint that ignores them simply yields ``logprobs=None``.
 - The cache (:mod:`ccpo.llm.cache`) is consulted first; identical requests that are in flight
   at the same time are coalesced, so a paid answer is never paid twice.
@@ -358,17 +359,18 @@ class LLMClient:
                     f"{ep.where}: not found (HTTP 404); check the model name and the base URL "
                     "(it usually ends in /v1)"
                 ) from None
-            except openai.BadRequestError as e:
-                if want_lp:
+            except openai.APIStatusError as e:
+                # log-probs refused: HTTP 400, or a 5xx that names them (llama_cpp.server
+                # started without --logits_all answers 500 "logprobs is not supported ...")
+                if want_lp and (
+                    e.status_code == 400 or (e.status_code >= 500 and "logprobs" in str(e).lower())
+                ):
                     log.warning(
                         "%s rejected the log-probs request; continuing without log-probs", ep.where
                     )
                     self._no_logprobs.add((ep.base_url, ep.model))
                     want_lp = False
                     continue
-                msg = _redact(str(e), self._secrets)[:300]
-                raise LLMCallError(f"{ep.where}: request refused (HTTP 400): {msg}") from None
-            except openai.APIStatusError as e:
                 if e.status_code not in (408, 409, 429) and e.status_code < 500:
                     msg = _redact(str(e), self._secrets)[:300]
                     raise LLMCallError(

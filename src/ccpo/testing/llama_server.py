@@ -53,9 +53,17 @@ def llama_server_available() -> str | None:
 
 
 class LlamaServer:
-    """``python -m llama_cpp.server`` on 127.0.0.1 (a free port) for the duration of a block."""
+    """``python -m llama_cpp.server`` on 127.0.0.1 (a free port) for the duration of a block.
 
-    def __init__(self, gguf: Path, n_ctx: int = 4096, threads: int | None = None) -> None:
+    ``logits_all=False`` makes the server refuse log-probs (HTTP 500, which the client takes as
+    "no log-probs for this endpoint") but runs several times faster: llama-cpp-python keeps the
+    logits of every token and turns them into log-probs in Python (measured on this 2-core
+    machine: 46 output tokens in 20.8 s with log-probs, 2.7 s without).
+    """
+
+    def __init__(
+        self, gguf: Path, n_ctx: int = 4096, threads: int | None = None, logits_all: bool = True
+    ) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -64,7 +72,7 @@ class LlamaServer:
             sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
             "--model_alias", MODEL, "--host", "127.0.0.1", "--port", str(self.port),
             "--n_ctx", str(n_ctx), "--n_threads", str(threads or os.cpu_count() or 1),
-            "--logits_all", "true", "--seed", "0", "--verbose", "false",
+            "--logits_all", str(logits_all).lower(), "--seed", "0", "--verbose", "false",
         ]  # fmt: skip
         self.proc: subprocess.Popen | None = None
         self.log: Any = None

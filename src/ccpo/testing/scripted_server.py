@@ -16,7 +16,9 @@ It answers ``POST /v1/chat/completions`` (and ``GET /v1/models``) over real HTTP
   (HTTP 200 with a body that is not a chat completion).
 - **Log-probs**: ``logprobs_mode`` ``"ok"`` returns per-token log-probs (with ``top_logprobs``
   alternatives) when requested; ``"ignore"`` silently omits them; ``"reject"`` answers HTTP 400
-  to any request that asks for them. Per-token log-probs come from ``token_logprob(token)``
+  to any request that asks for them, ``"reject500"`` answers HTTP 500 saying so (as
+  llama_cpp.server without ``--logits_all`` does). Per-token log-probs come from
+  ``token_logprob(token)``
   (default: a deterministic value in [-1.5, -0.01] from a hash of the token).
 - **Auth**: with ``api_key`` set, requests without ``Authorization: Bearer <api_key>`` get 401.
 - **Counters**: ``n_requests`` (every request received), ``n_completions`` (successful
@@ -90,8 +92,8 @@ class ScriptedServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.logprobs_mode not in ("ok", "ignore", "reject"):
-            raise ValueError("logprobs_mode must be 'ok', 'ignore' or 'reject'")
+        if self.logprobs_mode not in ("ok", "ignore", "reject", "reject500"):
+            raise ValueError("logprobs_mode must be 'ok', 'ignore', 'reject' or 'reject500'")
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
         self._compiled = [(re.compile(p, re.S), r) for p, r in self.rules]
@@ -213,17 +215,10 @@ class ScriptedServer:
             h._send(200, None, raw=b'{"id": "x", "object": "chat.completion", "choices": [{"gar')
             return
         wants_lp = bool(req.get("logprobs"))
-        if wants_lp and self.logprobs_mode == "reject":
-            h._send(
-                400,
-                {
-                    "error": {
-                        "message": "logprobs are not supported by this server",
-                        "type": "invalid_request_error",
-                        "param": "logprobs",
-                    }
-                },
-            )
+        if wants_lp and self.logprobs_mode.startswith("reject"):
+            code = 500 if self.logprobs_mode == "reject500" else 400
+            msg = "logprobs is not supported for models created with logits_all=False"
+            h._send(code, {"error": {"message": msg, "type": "error", "param": "logprobs"}})
             return
         text = self.reply_for(req)
         finish = "stop"
