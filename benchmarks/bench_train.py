@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--method", default="ccpo")
     args = ap.parse_args()
     ep = build_episodes(generate(SimConfig(n=1000, seed=2)), load_prices())
-    # warm-up: the first optimizer step imports torch._dynamo (seconds), not training time
+    # warm-up: one-time imports and first-call costs, not training time
     train(ep, np.arange(ep.n), TrainConfig(method=args.method, steps=2, val_every=0))
     times = []
     for r in range(args.repeats):

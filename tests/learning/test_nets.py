@@ -143,7 +143,8 @@ def _jacrev(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("kind", ["policy", "value"])
 def test_numpy_mlp_vjp_and_jvp_match_jacrev(layers: int, kind: str) -> None:
     """The trainer's derivatives: reverse mode (gradients) and forward mode (Fisher products)
-    of the numpy MLP equal torch.func.jacrev of the torch network with the same weights."""
+    of the numpy MLP equal torch.func.jacrev of the torch network with the same weights, and
+    so does the output Gram matrix Z Zᵀ of the span conjugate gradient."""
     torch.manual_seed(layers)
     net = (PolicyNet if kind == "policy" else ValueNet)(5, hidden=7, layers=layers).double()
     x = torch.randn(6, 5, dtype=torch.float64)
@@ -157,6 +158,8 @@ def test_numpy_mlp_vjp_and_jvp_match_jacrev(layers: int, kind: str) -> None:
     v = rng.normal(size=mlp.size)
     np.testing.assert_allclose(mlp.vjp(tape, u), np.einsum("no,nop->p", u, jac), rtol=1e-10)
     np.testing.assert_allclose(mlp.jvp(tape, v), jac @ v, rtol=1e-10, atol=1e-12)
+    flat = jac.reshape(-1, jac.shape[2])  # rows in (n, o) order
+    np.testing.assert_allclose(mlp.output_gram(tape), flat @ flat.T, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match=r"\[N, 5\]"):
         mlp.forward(x[0].numpy())
 
@@ -169,6 +172,14 @@ def test_numpy_mlp_theta_is_the_network_and_copies_back() -> None:
     before = mlp(x)
     mlp.theta[:] = mlp.theta * 1.5  # writing θ changes the network (views, not copies)
     assert not np.allclose(mlp(x), before)
+    # a network can live in a slice of a shared buffer (one optimizer for several networks)
+    buf = np.zeros(mlp.size + 4)
+    shared = NumpyMLP(net.body, buf[2 : 2 + mlp.size])
+    np.testing.assert_array_equal(buf[2 : 2 + mlp.size], NumpyMLP(net.body).theta)
+    buf[2 : 2 + mlp.size] *= 0.5
+    assert np.allclose(shared.theta, 0.5 * NumpyMLP(net.body).theta)
+    with pytest.raises(ValueError, match="theta must be"):
+        NumpyMLP(net.body, np.zeros(mlp.size + 1))
     mlp.copy_to(net.body)
     with torch.no_grad():
         np.testing.assert_allclose(

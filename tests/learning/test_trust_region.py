@@ -23,7 +23,9 @@ from ccpo.learning.trust_region import (
     backtracking_line_search,
     conjugate_gradient,
     cpo_step,
+    logit_fisher_blocks,
     logit_fisher_vector_product_fn,
+    span_conjugate_gradient,
 )
 
 DELTA = 0.01
@@ -359,6 +361,39 @@ def test_logit_fisher_vector_product_equals_explicit_masked_fisher(seed: int) ->
     np.testing.assert_allclose(
         x, np.linalg.solve(F + damping * np.eye(n_params), v), rtol=1e-6, atol=1e-8
     )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("iters", [1, 3, 10])
+def test_span_conjugate_gradient_has_the_iterates_of_conjugate_gradient(seed, iters) -> None:
+    """CG run on coefficients a (x = Zᵀa) with the Gram matrix K = Z Zᵀ gives the same x as
+    conjugate_gradient on the P-dimensional Fisher products, iteration for iteration, for a
+    right-hand side Zᵀu (masked actions included)."""
+    rng = np.random.default_rng(seed)
+    n_states, n_actions, n_params = 6, 3, 40
+    Z = rng.normal(size=(n_states, n_actions, n_params))
+    allowed = np.ones((n_states, n_actions), dtype=bool)
+    allowed[::2, -1] = False
+    q = _masked_softmax(rng.normal(size=(n_states, n_actions)) * 2, allowed)
+    J = _softmax_log_q_jac(q, allowed)
+    u = rng.normal(size=(n_states, n_actions))
+    damping = 0.1
+    jvp, vjp = _dense_jvp_vjp(Z)
+    want = conjugate_gradient(
+        logit_fisher_vector_product_fn(jvp, vjp, J, q, damping), vjp(u), iters
+    )
+    flat = Z.reshape(-1, n_params)
+    a = span_conjugate_gradient(flat @ flat.T, logit_fisher_blocks(J, q), u, damping, iters)
+    assert a.shape == u.shape
+    np.testing.assert_allclose(vjp(a), want, rtol=1e-8, atol=1e-10)
+    # converged, it solves the damped Fisher system
+    a = span_conjugate_gradient(flat @ flat.T, logit_fisher_blocks(J, q), u, damping, 200, 1e-28)
+    F = _explicit_fisher(Z, J, q)
+    np.testing.assert_allclose(
+        vjp(a), np.linalg.solve(F + damping * np.eye(n_params), vjp(u)), rtol=1e-6, atol=1e-8
+    )
+    with pytest.raises(ValueError, match="gram"):
+        span_conjugate_gradient(np.eye(3), logit_fisher_blocks(J, q), u, damping)
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -146,7 +146,9 @@ class NumpyMLP:
     views into it, so writing ``theta[:] = ...`` changes the network.
     """
 
-    def __init__(self, body: nn.Sequential) -> None:
+    def __init__(self, body: nn.Sequential, theta: np.ndarray | None = None) -> None:
+        """``theta``: optional float64 1-D buffer of exactly :attr:`size` elements to live in
+        (e.g. a slice of one vector holding several networks, for one optimizer)."""
         spec: list[tuple[nn.Linear, str | None]] = []
         for module in body:
             if isinstance(module, nn.Linear):
@@ -156,7 +158,12 @@ class NumpyMLP:
             else:
                 raise TypeError(f"NumpyMLP supports Linear, Tanh and ReLU, not {module}")
         sizes = [(lin.in_features, lin.out_features) for lin, _ in spec]
-        self.theta = np.zeros(sum(i * o + o for i, o in sizes))
+        n_params = sum(i * o + o for i, o in sizes)
+        if theta is None:
+            theta = np.zeros(n_params)
+        elif theta.shape != (n_params,) or theta.dtype != np.float64:
+            raise ValueError(f"theta must be a float64 buffer of shape ({n_params},)")
+        self.theta = theta
         self.layers: list[tuple[np.ndarray, np.ndarray, str | None]] = []
         offset = 0
         for (lin, act), (i, o) in zip(spec, sizes, strict=True):
@@ -205,9 +212,15 @@ class NumpyMLP:
                 tape.append((h_in, None))
         return h, tape
 
-    def vjp(self, tape: list[tuple[np.ndarray, np.ndarray]], grad_out: np.ndarray) -> np.ndarray:
-        """Reverse mode: (∂ out / ∂θ)ᵀ grad_out summed over the N rows, a flat ``[P]``."""
-        grad = np.empty_like(self.theta)
+    def vjp(
+        self,
+        tape: list[tuple[np.ndarray, np.ndarray]],
+        grad_out: np.ndarray,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Reverse mode: (∂ out / ∂θ)ᵀ grad_out summed over the N rows, a flat ``[P]`` (written
+        into ``out`` when given)."""
+        grad = np.empty_like(self.theta) if out is None else out
         offset = self.theta.size
         g = grad_out
         for k in range(len(self.layers) - 1, -1, -1):
@@ -217,8 +230,8 @@ class NumpyMLP:
                 g = g * deriv
             i, o = w.shape
             offset -= i * o + o
-            grad[offset : offset + i * o] = (h_in.T @ g).reshape(-1)
-            grad[offset + i * o : offset + i * o + o] = g.sum(0)
+            np.matmul(h_in.T, g, out=grad[offset : offset + i * o].reshape(i, o))
+            np.sum(g, axis=0, out=grad[offset + i * o : offset + i * o + o])
             if k:
                 g = g @ w.T
         return grad
@@ -238,6 +251,28 @@ class NumpyMLP:
             dh = dz if deriv is None else dz * deriv
             offset += i * o + o
         return dh
+
+    def output_gram(self, tape: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """K = Z Zᵀ ``[N·O, N·O]`` (rows in (n, o) order) for the Jacobian Z = ∂ out / ∂θ
+        ``[N·O, P]`` at the taped inputs (the empirical neural tangent kernel), without forming
+        Z: for z_l = h_{l−1} W_l + b_l, ∂out_o(n)/∂W_l = h_{l−1}(n) ⊗ δ_l(n, o) and
+        ∂out_o(n)/∂b_l = δ_l(n, o), with δ_l(n, o) = ∂out_o(n)/∂z_l(n), so
+
+            K[(n, o), (m, o')] = Σ_l (h_{l−1}(n)·h_{l−1}(m) + 1) (δ_l(n, o)·δ_l(m, o')).
+        """
+        n, o = tape[0][0].shape[0], self.out_dim
+        delta = np.broadcast_to(np.eye(o), (n, o, o))  # ∂out/∂(last layer's output)
+        gram = np.zeros((n, o, n, o))
+        for k in range(len(self.layers) - 1, -1, -1):
+            w, _, _ = self.layers[k]
+            h_in, deriv = tape[k]
+            if deriv is not None:
+                delta = delta * deriv[:, None, :]
+            d = delta.reshape(n * o, -1)
+            gram += (d @ d.T).reshape(n, o, n, o) * (h_in @ h_in.T + 1.0)[:, None, :, None]
+            if k:
+                delta = delta @ w.T
+        return gram.reshape(n * o, n * o)
 
     def copy_to(self, body: nn.Sequential) -> None:
         """Write the parameters into ``body`` (the torch network this was made from)."""

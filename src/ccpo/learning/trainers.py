@@ -48,9 +48,11 @@ it is given). Seeded and deterministic on CPU.
 The loop runs in float64 numpy on :class:`~ccpo.learning.nets.NumpyMLP` copies of the torch
 networks (which give the initial weights and hold the result): the networks are so small that
 torch's per-operator dispatch cost several times the arithmetic. Gradients are one reverse pass
-through π with the heads' logit-space Jacobians (:mod:`ccpo.learning.heads`); Fisher products
-are a forward- and a reverse-mode pass (:func:`~ccpo.learning.trust_region.
-logit_fisher_vector_product_fn`); the critics use :class:`~ccpo.learning.optim.Adam`.
+through π with the heads' logit-space Jacobians (:mod:`ccpo.learning.heads`); the conjugate
+gradient runs in the span of the logits' parameter gradients, where g and b live, on the
+network's output Gram matrix (:func:`~ccpo.learning.trust_region.span_conjugate_gradient`,
+:meth:`~ccpo.learning.nets.NumpyMLP.output_gram`); the critics use
+:class:`~ccpo.learning.optim.Adam`.
 """
 
 from __future__ import annotations
@@ -77,9 +79,9 @@ from ccpo.learning.optim import Adam
 from ccpo.learning.trust_region import (
     OBJECTIVE_CASES,
     backtracking_line_search,
-    conjugate_gradient,
     cpo_step,
-    logit_fisher_vector_product_fn,
+    logit_fisher_blocks,
+    span_conjugate_gradient,
 )
 from ccpo.learning.vtrace import vtrace_targets
 from ccpo.traces.episodes import (
@@ -237,9 +239,15 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
     # initial weights from the torch modules (the saved artifact); training runs in float64 numpy
     policy = PolicyNet(n_feat, hidden=cfg.hidden, layers=cfg.layers)
     pi = NumpyMLP(policy.body)
-    v_net = NumpyMLP(ValueNet(n_feat, hidden=cfg.hidden, layers=cfg.layers).body)
-    vc_net = NumpyMLP(ValueNet(n_feat, hidden=cfg.hidden, layers=cfg.layers).body)
-    critics = [(v_net, Adam(v_net.size, cfg.critic_lr)), (vc_net, Adam(vc_net.size, cfg.critic_lr))]
+    # the critics V_θ and V_{C,φ} live in one parameter vector with one Adam
+    critic_bodies = [ValueNet(n_feat, hidden=cfg.hidden, layers=cfg.layers).body for _ in "vc"]
+    n_critic = NumpyMLP(critic_bodies[0]).size
+    critic_theta, critic_grad = np.zeros(2 * n_critic), np.zeros(2 * n_critic)
+    critics = [
+        NumpyMLP(body, critic_theta[k * n_critic : (k + 1) * n_critic])
+        for k, body in enumerate(critic_bodies)
+    ]
+    critic_opt = Adam(critic_theta.size, cfg.critic_lr)
     tracker = OnlineThreshold(alpha=cfg.alpha, kappa=cfg.kappa0, eta0=cfg.eta0, xi=cfg.xi)
     log: list[dict[str, float]] = []
     best: tuple[float, int, np.ndarray] | None = None  # (validation calibrated cost, step, θ)
@@ -251,8 +259,7 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         x = obs_all[batch].reshape(B * T, n_feat)
 
         # 1. rollouts under the behaviour policy π
-        logits_old, tape = pi.forward(x)
-        logits_old = logits_old.reshape(B, T, 3)
+        logits_old = pi(x).reshape(B, T, 3)
         logp_old_all = log_pi(logits_old, allowed)
         probs_old = np.exp(logp_old_all)
         u = rng.random((B, T, 1))
@@ -293,16 +300,19 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
 
         # 4. critics: V-trace targets with ρ = min(1, S/π), c̄ = 1; L2 regression
         n_valid = int(valid.sum())
-        targets, losses = [], []
-        for (net, opt), r in zip(critics, (rewards, cvals), strict=True):
-            vt = vtrace_targets(net(x).reshape(B, T), np.zeros(B), r, discounts, ratio, mask=valid)
-            targets.append(vt)
-            for _ in range(cfg.critic_iters):
+        targets = [
+            vtrace_targets(net(x).reshape(B, T), np.zeros(B), r, discounts, ratio, mask=valid)
+            for net, r in zip(critics, (rewards, cvals), strict=True)
+        ]
+        for _ in range(cfg.critic_iters):
+            losses = []  # of the last iteration, before its step
+            for k, (net, vt) in enumerate(zip(critics, targets, strict=True)):
                 out, net_tape = net.forward(x)
                 err = np.where(valid, out.reshape(B, T) - vt.vs, 0.0)
-                loss = float((err * err).sum() / n_valid)
-                opt.step(net.theta, net.vjp(net_tape, (2 / n_valid) * err.reshape(-1, 1)))
-            losses.append(loss)  # the last iteration's loss, before its step
+                losses.append(float((err * err).sum() / n_valid))
+                grad = critic_grad[k * n_critic : (k + 1) * n_critic]
+                net.vjp(net_tape, (2 / n_valid) * err.reshape(-1, 1), out=grad)
+            critic_opt.step(critic_theta, critic_grad)
         vt_r, vt_c = targets
         adv = vt_r.pg_advantages[valid]
         scale = adv.std(ddof=1) if adv.size > 1 else 0.0
@@ -310,11 +320,14 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         adv_c = np.where(valid, vt_c.pg_advantages - vt_c.pg_advantages[valid].mean(), 0.0)
 
         # 5. CPO step on π: surrogates are sums over an episode's steps, averaged over episodes.
-        # At θ_k the importance weight S/S_k is 1, so ∇ of Σ w·A is Σ A ∇ log S(a): one
-        # reverse pass through π with upstream A · J[a, :] (J = ∂ log S / ∂ logits).
-        jac_taken = _taken_rows(jac_S, actions)  # [B, T, 3]
-        g = pi.vjp(tape, (adv_r[..., None] * jac_taken / B).reshape(-1, 3))
-        b = -pi.vjp(tape, (adv_c[..., None] * jac_taken / B).reshape(-1, 3))
+        # At θ_k the importance weight S/S_k is 1, so ∇ of Σ w·A is Σ A ∇ log S(a) = Zᵀu with
+        # Z = ∂ logits / ∂θ over the valid states and u = A · J[a, :] / B in logit space
+        # (J = ∂ log S / ∂ logits): one reverse pass through π.
+        _, tape = pi.forward(x[valid.reshape(-1)])
+        jac_taken = _taken_rows(jac_S, actions)[valid]  # [N, 3]
+        u_r = adv_r[valid][:, None] * jac_taken / B
+        u_c = -adv_c[valid][:, None] * jac_taken / B
+        g, b = pi.vjp(tape, u_r), pi.vjp(tape, u_c)
         obj_old, con_old = float(adv_r.sum() / B), float(adv_c.sum() / B)
         # c in cost form, per episode. CPO: the point policy's coverage (J̄_C with ρ = 1).
         # CCPO: the batch coverage of C_{π_k,κ_k} (default) or the paper's surrogate J̄_C.
@@ -333,16 +346,17 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
 
         info, ls = None, None  # stays None when the softmask is flat: nothing to learn here
         if np.any(g) or np.any(b):
-            _, tape_valid = pi.forward(x[valid.reshape(-1)])
-            fvp = logit_fisher_vector_product_fn(
-                lambda v: pi.jvp(tape_valid, v),
-                lambda w: pi.vjp(tape_valid, w),
-                jac_trust[valid],
-                np.exp(trust_old[valid]),
-                cfg.damping,
+            # H⁻¹g and H⁻¹b by conjugate gradient on the trust region's Fisher, run in the span
+            # of Zᵀ where g and b live (same iterates, N·3-dimensional vectors)
+            gram = pi.output_gram(tape)
+            blocks = logit_fisher_blocks(jac_trust[valid], np.exp(trust_old[valid]))
+            x_g = pi.vjp(
+                tape, span_conjugate_gradient(gram, blocks, u_r, cfg.damping, cfg.cg_iters)
             )
-            x_g = conjugate_gradient(fvp, g, cfg.cg_iters)
-            x_b = conjugate_gradient(fvp, b, cfg.cg_iters) if np.any(b) else b
+            x_b = b
+            if np.any(b):
+                a_b = span_conjugate_gradient(gram, blocks, u_c, cfg.damping, cfg.cg_iters)
+                x_b = pi.vjp(tape, a_b)
             direction, info = cpo_step(g, b, c, cfg.delta, x_g, x_b)
 
             def evaluate(theta: np.ndarray) -> tuple[float, float, float]:

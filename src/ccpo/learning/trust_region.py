@@ -74,7 +74,9 @@ __all__ = [
     "backtracking_line_search",
     "conjugate_gradient",
     "cpo_step",
+    "logit_fisher_blocks",
     "logit_fisher_vector_product_fn",
+    "span_conjugate_gradient",
 ]
 
 CASE_IDS: dict[str, int] = {
@@ -174,23 +176,8 @@ def logit_fisher_vector_product_fn(
         ValueError: if ``log_q_jac`` is not ``[N, A, A]`` with ``q`` ``[N, A]`` and N ≥ 1, and,
         at each product, if v is not 1-D or ``jvp``/``vjp`` return the wrong shape.
     """
-    log_q_jac = np.asarray(log_q_jac, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
-    if (
-        log_q_jac.ndim != 3
-        or q.ndim != 2
-        or log_q_jac.shape != (*q.shape, q.shape[1])
-        or q.shape[0] == 0
-    ):
-        raise ValueError(
-            f"log_q_jac must be [N, A, A] and q [N, A] with N >= 1, got {log_q_jac.shape} "
-            f"and {q.shape}"
-        )
-    n_states, n_actions = q.shape
-    support = q > 0
-    J = np.where(support[:, :, None], log_q_jac, 0.0)  # drop rows of q = 0 (may be ±inf/nan)
-    w = np.where(support, q, 0.0) / n_states
-    M = np.einsum("nak,na,nal->nkl", J, w, J)  # [N, A, A], (1/N) J_nᵀ diag(q_n) J_n
+    M = logit_fisher_blocks(log_q_jac, q)
+    n_states, n_actions = M.shape[:2]
     out_shape = (n_states, n_actions)
 
     def fvp(v: np.ndarray) -> np.ndarray:
@@ -204,6 +191,90 @@ def logit_fisher_vector_product_fn(
         return fv + damping * v
 
     return fvp
+
+
+def logit_fisher_blocks(log_q_jac: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The Fisher in logit space, per state: M_n = (1/N) J_nᵀ diag(q_n) J_n, ``[N, A, A]``
+    (see :func:`logit_fisher_vector_product_fn`; rows of J where q = 0 are ignored).
+
+    Raises:
+        ValueError: if ``log_q_jac`` is not ``[N, A, A]`` with ``q`` ``[N, A]`` and N ≥ 1.
+    """
+    log_q_jac = np.asarray(log_q_jac, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if (
+        log_q_jac.ndim != 3
+        or q.ndim != 2
+        or log_q_jac.shape != (*q.shape, q.shape[1])
+        or q.shape[0] == 0
+    ):
+        raise ValueError(
+            f"log_q_jac must be [N, A, A] and q [N, A] with N >= 1, got {log_q_jac.shape} "
+            f"and {q.shape}"
+        )
+    support = q > 0
+    J = np.where(support[:, :, None], log_q_jac, 0.0)  # drop rows of q = 0 (may be ±inf/nan)
+    w = np.where(support, q, 0.0) / q.shape[0]
+    return np.einsum("nak,na,nal->nkl", J, w, J)
+
+
+def span_conjugate_gradient(
+    gram: np.ndarray,
+    blocks: np.ndarray,
+    u: np.ndarray,
+    damping: float,
+    iters: int = 10,
+    residual_tol: float = 1e-10,
+) -> np.ndarray:
+    """:func:`conjugate_gradient` for (F + damping·I) x = Zᵀu, run in the span of Zᵀ.
+
+    Args:
+        gram: K = Z Zᵀ, ``[N·A, N·A]``, for the logits' Jacobian Z ``[N·A, P]`` (rows in (n, a)
+            order; :meth:`ccpo.learning.nets.NumpyMLP.output_gram`).
+        blocks: M ``[N, A, A]`` with F = Σ_n Z_nᵀ M_n Z_n (:func:`logit_fisher_blocks`).
+        u: ``[N, A]``: the right-hand side is Zᵀu (a policy gradient always is: g = Σ_n Z_nᵀ u_n
+            with u_n its gradient in logit space).
+        damping, iters, residual_tol: as in :func:`conjugate_gradient`.
+
+    Returns:
+        a ``[N, A]`` with x = Zᵀa (one reverse-mode pass turns it into parameters).
+
+    For a right-hand side Zᵀu every conjugate-gradient iterate lies in the span of Zᵀ: r₀ = p₀ =
+    Zᵀu and (F + δI) Zᵀa = Zᵀ(M K a + δa). Writing x = Zᵀξ, r = Zᵀρ, p = Zᵀπ, the inner
+    products are rᵀr = ρᵀKρ and pᵀ(F + δI)p = πᵀK(MKπ + δπ), so these are the iterates of
+    :func:`conjugate_gradient` on the P-dimensional problem (tested equal), computed with
+    N·A-dimensional vectors: each iteration costs three N·A × N·A mat-vecs instead of a forward
+    and a reverse pass through the network.
+    """
+    u = np.asarray(u, dtype=np.float64)
+    n_states, n_actions = u.shape
+    dim = n_states * n_actions
+    if gram.shape != (dim, dim) or blocks.shape != (n_states, n_actions, n_actions):
+        raise ValueError(
+            f"gram must be [N*A, N*A] = {(dim, dim)} and blocks [N, A, A], got {gram.shape} "
+            f"and {blocks.shape}"
+        )
+    block_diag = np.zeros((n_states, n_actions, n_states, n_actions))
+    idx = np.arange(n_states)
+    block_diag[idx, :, idx, :] = blocks
+    mk = block_diag.reshape(dim, dim) @ gram  # (F + δI) Zᵀa = Zᵀ(mk a + δ a)
+    xi = np.zeros(dim)
+    rho = u.reshape(-1).copy()
+    pi = rho.copy()
+    k_rho = gram @ rho
+    rr = float(rho @ k_rho)
+    for _ in range(iters):
+        if rr < residual_tol:
+            break
+        ap = mk @ pi + damping * pi
+        alpha = rr / float(pi @ (gram @ ap))
+        xi += alpha * pi
+        rho -= alpha * ap
+        k_rho = gram @ rho
+        rr_new = float(rho @ k_rho)
+        pi = rho + (rr_new / rr) * pi
+        rr = rr_new
+    return xi.reshape(n_states, n_actions)
 
 
 # --------------------------------------------------------------------------- CPO step
