@@ -10,6 +10,10 @@ uncertainty comes from log-probs), the base's without (several times faster on C
 then records the base without log-prob features, as it would for any endpoint that has none).
 
     python benchmarks/bench_smollm2.py [--n 20] [--rounds 2] [--asks 3] [--tasks mmlu,hotpotqa]
+        [--out-dir DIR]
+
+With ``--out-dir`` the traces go to DIR/<task>.jsonl and a stopped run resumes where it was
+(collection is append-only); the timings then cover only the questions this run collected.
 """
 
 from __future__ import annotations
@@ -46,11 +50,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--asks", type=int, default=3)
     ap.add_argument("--tasks", default="mmlu,hotpotqa")
+    ap.add_argument("--out-dir", type=Path, default=None)
     args = ap.parse_args()
     why = llama_server_available()
     if why:
         sys.exit(f"cannot run: {why}")
-    tmp = Path(tempfile.mkdtemp(prefix="bench-smollm2-"))
+    tmp = args.out_dir or Path(tempfile.mkdtemp(prefix="bench-smollm2-"))
+    tmp.mkdir(parents=True, exist_ok=True)
     prices = write_price_file(tmp / "prices.json", {MODEL: (0, 0)}, "local model")
     table = load_prices(str(prices))
     gguf = find_smollm2_gguf()

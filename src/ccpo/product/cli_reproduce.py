@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         splits: Annotated[int | None, typer.Option(help="Evaluation splits (default 100).")] = None,
         steps: Annotated[int | None, typer.Option(help="Training steps (default 2000).")] = None,
         quick: Annotated[
-            bool, typer.Option("--quick", help="20 splits, 200 steps: about 2 minutes on 2 cores.")
+            bool, typer.Option("--quick", help="20 splits, 200 steps: about a minute on 2 cores.")
         ] = False,
         seed: Annotated[int, typer.Option(help="Seed of splits and training.")] = 0,
         workers: Annotated[
