@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from ccpo.product.cli import main
-from ccpo.product.reproduce import bundled_sets, ratio_lines
+from ccpo.product.reproduce import (
+    Section,
+    bundled_sets,
+    ratio_lines,
+    seed_ratio_lines,
+    seed_summary,
+)
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +90,44 @@ def test_conformal_rows_cover_on_real_data(quick_run):
         for r in res["rows"]:
             if r["policy"] in ("ccpo", "cpo-batch") or r["policy"].startswith("ccpo-lam"):
                 assert r["coverage"] >= 1 - a - 0.02, r["policy"]
+
+
+def _section(seed: int, rows: dict[str, tuple[float, float]]) -> Section:
+    return Section(
+        "set", 0.1, Path("."), {"rows": [
+            {"policy": p, "cost_cents": c, "coverage": v} for p, (c, v) in rows.items()
+        ]}, seed,
+    )  # fmt: skip
+
+
+def test_seed_summary_and_ratios():
+    a = _section(0, {"ccpo": (8.0, 0.90), "cpo-batch": (10.0, 0.91), "uala": (0.0, 0.8)})
+    b = _section(1, {"ccpo": (12.0, 0.88), "cpo-batch": (10.0, 0.92), "uala": (0.0, 0.8)})
+    rows = {r["policy"]: r for r in seed_summary([a, b])}
+    assert rows["ccpo"]["cost_cents"] == pytest.approx(10.0)
+    assert rows["ccpo"]["cost_sd"] == pytest.approx(2**0.5 * 2)  # sd of (8, 12), ddof 1
+    assert rows["ccpo"]["coverage"] == pytest.approx(0.89)
+    assert rows["ccpo"]["coverage_min"] == pytest.approx(0.88)
+    assert rows["cpo-batch"]["cost_sd"] == 0.0 and rows["ccpo"]["seeds"] == 2
+    # a zero-cost baseline gives no ratio
+    assert seed_ratio_lines([a, b]) == ["ccpo / cpo-batch: mean 1.000 (seeds: 0.800, 1.200)"]
+
+
+def test_two_seeds_end_to_end(tmp_path):
+    out = tmp_path / "r"
+    args = ["reproduce", "--quick", "--steps", "20", "--alpha", "0.1", "--out", str(out)]
+    assert main([*args, "--seed", "0", "--seed", "1"]) == 0
+    assert json.loads((out / "reproduce.json").read_text())["seeds"] == [0, 1]
+    res = [
+        json.loads(
+            (out / "hotpotqa-public" / "alpha-0.1" / f"seed-{s}" / "results.json").read_text()
+        )
+        for s in (0, 1)
+    ]
+    assert [r["seed"] for r in res] == [0, 1]
+    md = (out / "report.md").read_text()
+    assert "hotpotqa-public, α = 0.1, across seeds 0, 1" in md
+    costs = [{r["policy"]: r["cost_cents"] for r in x["rows"]}["ccpo"] for x in res]
+    m = re.search(r"^\| ccpo \| ([\d.]+) ± ([\d.]+) \|", md, re.M)
+    assert m and float(m.group(1)) == pytest.approx(sum(costs) / 2, abs=6e-4)
+    assert "**hotpotqa-public, α = 0.1, seed 1**" in md

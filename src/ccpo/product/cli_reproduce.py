@@ -30,7 +30,14 @@ def register(app: typer.Typer) -> None:
         quick: Annotated[
             bool, typer.Option("--quick", help="20 splits, 200 steps: about a minute on 2 cores.")
         ] = False,
-        seed: Annotated[int, typer.Option(help="Seed of splits and training.")] = 0,
+        seed: Annotated[
+            list[int] | None,
+            typer.Option(
+                "--seed",
+                help="Seed of splits and training (repeatable: one run per seed, and tables "
+                "of the mean ± sd across seeds; each seed adds the full time again). [0]",
+            ),
+        ] = None,
         workers: Annotated[
             int | None,
             typer.Option(help="Processes training policies, shared by every α [CPU cores].", min=1),
@@ -45,4 +52,4 @@ def register(app: typer.Typer) -> None:
         alphas = alpha or [0.1, 0.2]
         for a in alphas:
             check_alpha(a)
-        run_reproduce(out, data, alphas, splits, steps, quick, seed, console, workers)
+        run_reproduce(out, data, alphas, splits, steps, quick, seed or [0], console, workers)

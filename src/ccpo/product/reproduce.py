@@ -69,6 +69,7 @@ class Section:
     alpha: float
     folder: Path
     results: dict
+    seed: int = 0
 
 
 def ratio_lines(rows: list[dict], alpha: float) -> list[str]:
@@ -88,6 +89,59 @@ def ratio_lines(rows: list[dict], alpha: float) -> list[str]:
                 note = f" ({ours} misses the target: coverage {a['coverage']:.3f})"
             out.append(f"{ours} / {base}: {ratio:.3f}{note}")
     return out
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    return mean, sd
+
+
+def seed_summary(sections: list[Section]) -> list[dict]:
+    """One row per policy over the seeds of one set and α: cost mean ± sd, coverage mean and
+    the lowest seed's coverage (each seed is its own training run and its own splits)."""
+    by_seed = [{r["policy"]: r for r in s.results["rows"]} for s in sections]
+    out = []
+    for pol in by_seed[0]:
+        runs = [b[pol] for b in by_seed if pol in b]
+        cost, cost_sd = _mean_sd([r["cost_cents"] for r in runs])
+        cov = [r["coverage"] for r in runs]
+        out.append(
+            {"policy": pol, "seeds": len(runs), "cost_cents": cost, "cost_sd": cost_sd,
+             "coverage": sum(cov) / len(cov), "coverage_min": min(cov)}
+        )  # fmt: skip
+    return out
+
+
+def seed_ratio_lines(sections: list[Section]) -> list[str]:
+    """CCPO's cost over each strong baseline's, per seed and their mean."""
+    by_seed = [{r["policy"]: r for r in s.results["rows"]} for s in sections]
+    out = []
+    for ours in [p for p in by_seed[0] if p.startswith("ccpo")]:
+        for base in RATIO_BASELINES:
+            pairs = [b for b in by_seed if ours in b and base in b and b[base]["cost_cents"] > 0]
+            if not pairs:
+                continue
+            ratios = [b[ours]["cost_cents"] / b[base]["cost_cents"] for b in pairs]
+            each = ", ".join(f"{r:.3f}" for r in ratios)
+            out.append(f"{ours} / {base}: mean {sum(ratios) / len(ratios):.3f} (seeds: {each})")
+    return out
+
+
+def _summary_markdown(rows: list[dict], title: str) -> str:
+    lines = [
+        f"**{title}**",
+        "",
+        "| Policy | Cost (cents), mean ± sd | Coverage, mean | Coverage, lowest seed |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['policy']} | {r['cost_cents']:.3f} ± {r['cost_sd']:.3f} | {r['coverage']:.3f} "
+        f"| {r['coverage_min']:.3f} |"
+        for r in rows
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def frontier_plot(name: str, sections: list[Section], out: Path) -> Path:
@@ -140,7 +194,8 @@ def write_report(
         "",
         f"Settings: α ∈ {{{', '.join(f'{a:g}' for a in meta['alphas'])}}}, "
         f"{meta['splits']} evaluation splits, {meta['steps']} training steps per method, "
-        f"seed {meta['seed']}{' (--quick)' if meta['quick'] else ''}. Wall time "
+        f"seed {', '.join(str(x) for x in meta['seeds'])}"
+        f"{' (--quick)' if meta['quick'] else ''}. Wall time "
         f"{meta['seconds']:.0f} s.",
         "",
         "Data are real answers of real LLMs from public run logs (see each set's data card); "
@@ -159,6 +214,18 @@ def write_report(
     for name in dict.fromkeys(s.name for s in sections):
         md += [f"## {name}", ""]
         h += [f"<h2>{html.escape(name)}</h2>"]
+        if len(meta["seeds"]) > 1:
+            for alpha in dict.fromkeys(s.alpha for s in sections if s.name == name):
+                group = [s for s in sections if s.name == name and s.alpha == alpha]
+                title = (
+                    f"{name}, α = {alpha:g}, across seeds {', '.join(str(s.seed) for s in group)}"
+                )
+                table = _summary_markdown(seed_summary(group), title)
+                ratios = "CCPO cost ratios over seeds: " + (
+                    "; ".join(seed_ratio_lines(group)) or "n/a"
+                )
+                md += [table, ratios, ""]
+                h += [f"<pre>{html.escape(table)}</pre>", f"<p>{html.escape(ratios)}</p>"]
         for s in [s for s in sections if s.name == name]:
             rows = s.results["rows"]
             objs = [
@@ -166,6 +233,8 @@ def write_report(
                 for r in rows
             ]
             title = f"{name}, α = {s.alpha:g}"
+            if len(meta["seeds"]) > 1:
+                title += f", seed {s.seed}"
             rel = s.folder.relative_to(out)
             ratios = ratio_lines(rows, s.alpha)
             md += [
@@ -202,11 +271,14 @@ def run_reproduce(
     splits: int | None = None,
     steps: int | None = None,
     quick: bool = False,
-    seed: int = 0,
+    seeds: Sequence[int] = (0,),
     console: Console | None = None,
     workers: int | None = None,
 ) -> dict:
-    """``workers``: processes for the training runs of every comparison [CPU cores]."""
+    """``workers``: processes for the training runs of every comparison [CPU cores].
+    ``seeds``: one comparison per seed (its own splits and training runs); with more than one,
+    the report adds across-seeds tables and ratios (mean ± sd), and folders get ``seed-S``."""
+    seeds = list(dict.fromkeys(seeds)) or [0]
     console = console or Console()
     preset = QUICK if quick else FULL
     splits = splits or preset["splits"]
@@ -214,17 +286,24 @@ def run_reproduce(
     t0 = time.perf_counter()
     sets = resolve_data(data)
     sections: list[Section] = []
-    runs = [(name, path, alpha) for name, path in sets.items() for alpha in alphas]
+    runs = [
+        (name, path, alpha, seed)
+        for name, path in sets.items()
+        for alpha in alphas
+        for seed in seeds
+    ]
     # one pool for every comparison's training runs, all submitted up front: processes start
     # once, and the next α trains while this one is evaluated and plotted
     with training_pool(workers or os.cpu_count() or 1) as pool:
         caches = [
             start_training(path, pool, alpha=alpha, splits=splits, steps=steps, seed=seed)
-            for _, path, alpha in runs
+            for _, path, alpha, seed in runs
         ]
-        for (name, path, alpha), cache in zip(runs, caches, strict=True):
+        for (name, path, alpha, seed), cache in zip(runs, caches, strict=True):
             folder = out / name / f"alpha-{alpha:g}"
-            console.rule(f"{name}, α = {alpha:g}")
+            if len(seeds) > 1:
+                folder = folder / f"seed-{seed}"
+            console.rule(f"{name}, α = {alpha:g}" + (f", seed {seed}" if len(seeds) > 1 else ""))
             run_compare(
                 path,
                 folder,
@@ -237,16 +316,18 @@ def run_reproduce(
                 cache=cache,
             )
             results = json.loads((folder / "results.json").read_text())
-            sections.append(Section(name, alpha, folder, results))
-    frontiers = {
-        n: frontier_plot(n, [s for s in sections if s.name == n], out / n / "frontier.png")
+            sections.append(Section(name, alpha, folder, results, seed))
+    frontiers = {  # the first seed's runs
+        n: frontier_plot(
+            n, [s for s in sections if s.name == n and s.seed == seeds[0]], out / n / "frontier.png"
+        )
         for n in sets
     }
     meta = {
         "alphas": list(alphas),
         "splits": splits,
         "steps": steps,
-        "seed": seed,
+        "seeds": seeds,
         "quick": quick,
         "seconds": time.perf_counter() - t0,
         "data": {k: str(v) for k, v in sets.items()},
