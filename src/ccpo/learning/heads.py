@@ -21,7 +21,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["log_pi", "log_pi_jacobian", "log_softmask", "log_softmask_jacobian", "masked_kl"]
+__all__ = [
+    "log_pi",
+    "log_pi_jacobian",
+    "log_softmask",
+    "log_softmask_jacobian",
+    "masked_kl",
+    "softmax_log_jacobian",
+]
 
 
 def _masked(logits: np.ndarray, allowed: np.ndarray) -> np.ndarray:
@@ -40,11 +47,14 @@ def log_pi(logits: np.ndarray, allowed: np.ndarray) -> np.ndarray:
 
 
 def log_pi_jacobian(logits: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """log π and J = ∂ log π(a) / ∂ z_j = δ_aj − π_j (``[..., A, A]``)."""
+    """log π and J = ∂ log π(a) / ∂ z_j (``[..., A, A]``, :func:`softmax_log_jacobian`)."""
     lp = log_pi(logits, allowed)
-    p = np.exp(lp)
-    eye = np.eye(lp.shape[-1])
-    return lp, eye - p[..., None, :]
+    return lp, softmax_log_jacobian(np.exp(lp))
+
+
+def softmax_log_jacobian(p: np.ndarray) -> np.ndarray:
+    """J = ∂ log π(a) / ∂ z_j = δ_aj − π_j (``[..., A, A]``) from π itself (masked or not)."""
+    return np.eye(p.shape[-1]) - p[..., None, :]
 
 
 def _softmask_parts(logits, allowed, kappa, eps):

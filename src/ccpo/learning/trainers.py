@@ -69,10 +69,10 @@ from threadpoolctl import threadpool_limits
 from ccpo.learning.conformal import OnlineThreshold, split_conformal_threshold
 from ccpo.learning.heads import (
     log_pi,
-    log_pi_jacobian,
     log_softmask,
     log_softmask_jacobian,
     masked_kl,
+    softmax_log_jacobian,
 )
 from ccpo.learning.nets import NumpyMLP, PolicyNet, ValueNet
 from ccpo.learning.optim import Adam
@@ -192,12 +192,6 @@ def target_log_probs(
     return log_softmask(logits, allowed, kappa, eps)
 
 
-def _target_jacobian(logits, kappa, eps, method, allowed) -> tuple[np.ndarray, np.ndarray]:
-    if method == "cpo":
-        return log_pi_jacobian(logits, allowed)
-    return log_softmask_jacobian(logits, allowed, kappa, eps)
-
-
 def _episode_masks(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """valid [B, T] (t ≤ t_f) and the index t_f [B] of the first answer action."""
     t_f = (actions != NEXT).argmax(-1)
@@ -269,7 +263,11 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         logp_b = _taken(logp_old_all, actions)
 
         # 2. target policy S and importance weights ρ = S/π (clipped at 1 inside V-trace)
-        logS_old_all, jac_S = _target_jacobian(logits_old, kappa, cfg.eps, cfg.method, allowed)
+        jac_pi = softmax_log_jacobian(probs_old)  # ∂ log π / ∂ logits
+        if cfg.method == "cpo":
+            logS_old_all, jac_S = logp_old_all, jac_pi
+        else:
+            logS_old_all, jac_S = log_softmask_jacobian(logits_old, allowed, kappa, cfg.eps)
         logS_old = _taken(logS_old_all, actions)
         ratio = np.exp(logS_old - logp_b)
         rho = np.minimum(ratio, 1.0)
@@ -335,7 +333,7 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         c = (1 - cfg.alpha) - (jbar_c if use_surrogate else float(set_metrics.covered.mean()))
 
         if cfg.trust_region == "score":  # the policy whose KL bounds the step: π or S
-            trust_old, jac_trust = logp_old_all, log_pi_jacobian(logits_old, allowed)[1]
+            trust_old, jac_trust = logp_old_all, jac_pi
         else:
             trust_old, jac_trust = logS_old_all, jac_S
 
