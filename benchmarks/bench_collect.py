@@ -3,9 +3,13 @@
 
 200 MMLU questions (bundled subset) × 4 rounds (base + guide per round = 1,600 calls), every
 reply delayed by 50 ms, cache off. Prints the median wall time over ``--repeats`` runs per
-concurrency level and the speed-up (target ≥ 8×).
+setting and each setting's speed-up over the slowest (target ≥ 8×).
 
-    python benchmarks/bench_collect.py [--questions 200] [--repeats 3]
+A setting is ``CONCURRENCY:WORKERS`` (``--workers``: client processes sharing the concurrency,
+:mod:`ccpo.llm.workers`). The default compares concurrency 16 in two processes and in one
+against concurrency 1:
+
+    python benchmarks/bench_collect.py [--questions 200] [--repeats 3] [--settings 16:2,16:1,1:1]
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from ccpo.llm.prices import write_price_file
 RETRIES = [0]
 
 
-def run_once(url: str, n: int, rounds: int, concurrency: int, tmp: Path) -> float:
-    out = tmp / f"bench-{concurrency}-{time.monotonic_ns()}.jsonl"
+def run_once(url: str, n: int, rounds: int, concurrency: int, workers: int, tmp: Path) -> float:
+    out = tmp / f"bench-{concurrency}-{workers}-{time.monotonic_ns()}.jsonl"
     prices = write_price_file(tmp / "prices.json", {"base": (0, 0), "guide": (0, 0)}, "bench")
     cfg = build_config(
         None,
@@ -42,6 +46,7 @@ def run_once(url: str, n: int, rounds: int, concurrency: int, tmp: Path) -> floa
             no_cache=True,
             prices=[str(prices)],
             concurrency=concurrency,
+            workers=workers,
         ),
     )
     t0 = time.perf_counter()
@@ -58,39 +63,43 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--latency", type=float, default=0.05)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--levels", type=str, default="16,1")
+    ap.add_argument("--settings", type=str, default="16:2,16:1,1:1")
     args = ap.parse_args()
-    levels = [int(x) for x in args.levels.split(",")]
+    settings = [tuple(int(v) for v in x.split(":")) for x in args.settings.split(",")]
     calls = args.questions * args.rounds * 2
     print(
         f"{args.questions} questions x {args.rounds} rounds = {calls} calls, "
-        f"{args.latency * 1000:.0f} ms latency, {args.repeats} repeats"
+        f"{args.latency * 1000:.0f} ms latency, {args.repeats} repeats",
+        flush=True,
     )
-    medians: dict[int, float] = {}
+    medians: dict[tuple[int, int], float] = {}
     world, url = start_world(args.latency)  # its own process, like a real LLM server
     try:
         with tempfile.TemporaryDirectory() as d:
-            for c in levels:
+            for c, w in settings:
                 times = [
-                    run_once(url, args.questions, args.rounds, c, Path(d))
+                    run_once(url, args.questions, args.rounds, c, w, Path(d))
                     for _ in range(args.repeats)
                 ]
-                medians[c] = statistics.median(times)
+                medians[(c, w)] = statistics.median(times)
                 print(
-                    f"concurrency {c:>3}: median {medians[c]:7.2f} s  "
-                    f"({calls / medians[c]:6.1f} calls/s, "
-                    f"{args.questions / medians[c]:6.2f} questions/s)  "
-                    f"runs: {', '.join(f'{t:.2f}' for t in times)}"
+                    f"concurrency {c:>3}, {w} process{'es' if w > 1 else '  '}: median "
+                    f"{medians[(c, w)]:7.2f} s  ({calls / medians[(c, w)]:6.1f} calls/s)  "
+                    f"runs: {', '.join(f'{t:.2f}' for t in times)}",
+                    flush=True,
                 )
     finally:
         world.terminate()
         world.wait(timeout=20)
     print(f"client retries: {RETRIES[0]}")
-    if len(levels) >= 2:
-        hi, lo = max(levels), min(levels)
-        sp = medians[lo] / medians[hi]
-        ok = "OK" if sp >= 8 else "BELOW TARGET"
-        print(f"speed-up {hi} vs {lo}: {sp:.1f}x (target >= 8x: {ok})")
+    slow = max(medians, key=medians.__getitem__)
+    for cw, m in medians.items():
+        if cw != slow:
+            sp = medians[slow] / m
+            ok = "OK" if sp >= 8 else "BELOW TARGET"
+            print(
+                f"speed-up {cw[0]}:{cw[1]} vs {slow[0]}:{slow[1]}: {sp:.1f}x (target >= 8x: {ok})"
+            )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import openai
 import pytest
 
 from ccpo.errors import CCPOError
@@ -17,6 +18,7 @@ from ccpo.llm.client import (
     LLMCallError,
     LLMClient,
     RetryPolicy,
+    make_http_client,
 )
 from ccpo.llm.prices import load_prices
 from ccpo.testing.scripted_server import ScriptedServer
@@ -32,9 +34,10 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def test_retries_every_failure_kind() -> None:
+@pytest.mark.parametrize("backend", ["aiohttp", "httpx"])
+def test_retries_every_failure_kind(backend) -> None:
     async def go(srv: ScriptedServer) -> list[str]:
-        c = LLMClient(retry=FAST, seed=1)
+        c = LLMClient(retry=FAST, seed=1, http_backend=backend)
         ep = Endpoint("m", srv.url)
         out = await asyncio.gather(*(c.chat(ep, _req(f"q{i}")) for i in range(40)))
         await c.aclose()
@@ -51,6 +54,23 @@ def test_retries_every_failure_kind() -> None:
         assert texts == [f"ok q{i}" for i in range(40)]
         assert set(srv.failure_log) == {"429", "500", "timeout", "garbage"}
         assert srv.n_completions == 40
+
+
+def test_http_backend_choice(monkeypatch) -> None:
+    # auto takes the SDK's aiohttp client (the openai[aiohttp] extra is a dependency)
+    assert isinstance(make_http_client("auto", 5.0), openai.DefaultAioHttpClient)
+    assert make_http_client("httpx", 5.0) is None  # the SDK's own httpx client
+    with pytest.raises(CCPOError, match="http backend must be one of"):
+        LLMClient(http_backend="curl")
+
+    def missing(**kw):
+        raise RuntimeError("To use the aiohttp client you must have installed ... extra")
+
+    # without the extra: auto falls back to httpx, an explicit aiohttp says what to install
+    monkeypatch.setattr(openai, "DefaultAioHttpClient", missing)
+    assert make_http_client("auto", 5.0) is None
+    with pytest.raises(CCPOError, match=r"pip install 'openai\[aiohttp\]'"):
+        make_http_client("aiohttp", 5.0)
 
 
 def test_gives_up_after_max_retries() -> None:

@@ -15,22 +15,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ccpo.errors import CCPOError
 from ccpo.llm.agents import CoTAgent, ReActAgent
 from ccpo.llm.cache import ResponseCache
-from ccpo.llm.client import BudgetExceeded, LLMCallError, LLMClient
+from ccpo.llm.client import BudgetExceeded, LLMCallError, LLMClient, SpendLedger
 from ccpo.llm.config import CollectConfig
-from ccpo.llm.prices import load_prices
+from ccpo.llm.prices import PriceTable, load_prices
 from ccpo.llm.protocol import Runner, run_base_guide, run_exit
 from ccpo.llm.tasks.loaders import Question, default_data_path, load_questions
 from ccpo.llm.tasks.search import BM25Search, WikipediaSearch, load_corpus
 from ccpo.traces.io import TraceWriter
+from ccpo.traces.schema import Trace
 
 log = logging.getLogger("ccpo.collect")
 
@@ -131,86 +135,157 @@ def _make_runner(cfg: CollectConfig, client: LLMClient, kind: str, source: str) 
     return Runner(cfg, client, base, guide, policies, agent, shared, source)
 
 
-async def collect_async(
-    cfg: CollectConfig, kind: str = "base-guide", progress: bool = True
-) -> CollectSummary:
-    """Run a collection (``kind``: ``base-guide`` or ``llm-exit``) and return its summary."""
+@dataclass
+class Plan:
+    """What a run has to do: its checked settings, then (after :meth:`scan`) the questions
+    not yet in the output."""
+
+    out: Path
+    kind: str
+    questions: list[Question]
+    prices: PriceTable
+    source: str
+    todo: list[Question] = field(default_factory=list)
+    summary: CollectSummary | None = None
+
+    def scan(self, task: str) -> None:
+        """Read the output (cutting a half-written last line): what is left to do."""
+        present, truncated = scan_output(self.out, task, self.kind)
+        self.todo = [q for q in self.questions if q.id not in present]
+        self.summary = CollectSummary(
+            out=str(self.out),
+            total=len(self.questions),
+            already=len(self.questions) - len(self.todo),
+            truncated_partial_line=truncated,
+        )
+
+
+def plan_collection(cfg: CollectConfig, kind: str) -> Plan:
+    """Check the output path, the questions and that every model is priced (before any
+    call: never a silent zero)."""
     if not cfg.out:
         raise CCPOError("no output file: pass --out FILE.jsonl")
-    out = Path(cfg.out)
     questions, source = select_questions(cfg)
     ids = [q.id for q in questions]
     if len(set(ids)) != len(ids):
         raise CCPOError("the question file holds duplicate ids")
     prices = load_prices(*cfg.prices)
-    # every model must be priced before any call (never a silent zero)
     models = [cfg.base_endpoint().model]
     if kind == "base-guide":
         models += [cfg.guide_endpoint().model] + [p.model for p in cfg.policy_llm]
     prices.check(models)
+    return Plan(Path(cfg.out), kind, questions, prices, source)
 
-    present, truncated = scan_output(out, cfg.task, kind)
-    todo = [q for q in questions if q.id not in present]
-    summary = CollectSummary(
-        out=str(out),
-        total=len(questions),
-        already=len(questions) - len(todo),
-        truncated_partial_line=truncated,
+
+@contextlib.contextmanager
+def output_lock(out: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the output file for the whole run, so that two runs
+    (or a run and the worker processes of a killed one) never append to it at once.
+
+    Worker processes started by fork inherit the lock: it is free only once every process of
+    the run has ended. Where ``fcntl`` does not exist (Windows) there is no lock.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "ab") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CCPOError(
+                f"{out} is being written by another ccpo collect run that is still going; wait "
+                "for it to end (or stop it), or use another --out"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _client_for(
+    cfg: CollectConfig, cache: ResponseCache, prices: PriceTable, ledger: SpendLedger | None
+) -> LLMClient:
+    return LLMClient(
+        cache,
+        prices,
+        cfg.concurrency,
+        cfg.retry_policy(),
+        cfg.max_cost,
+        http_backend=cfg.http_backend,
+        ledger=ledger,
     )
-    if not todo:
-        return summary
+
+
+async def run_questions(
+    cfg: CollectConfig,
+    kind: str,
+    plan: Plan,
+    write: Callable[[Trace], None],
+    report: Callable[[LLMClient, CollectSummary], None],
+    ledger: SpendLedger | None = None,
+    halted: Callable[[], bool] = lambda: False,
+) -> CCPOError | None:
+    """Run ``plan.todo`` in this process, ``cfg.concurrency`` questions at a time.
+
+    Each finished trace goes to ``write``; ``report`` is called after every question;
+    ``plan.summary`` is filled in. A user-fixable error (:class:`CCPOError`) stops every
+    question at once and is returned, not raised. ``halted`` lets another party (the parent of
+    ``collect --workers``) stop the run between questions.
+    """
+    summary = plan.summary
+    assert summary is not None, "scan the plan first"
     cache = ResponseCache(cfg.cache_path())
-    client = LLMClient(cache, prices, cfg.concurrency, cfg.retry_policy(), cfg.max_cost)
-    runner = _make_runner(cfg, client, kind, source)
+    client = _client_for(cfg, cache, plan.prices, ledger)
+    runner = _make_runner(cfg, client, kind, plan.source)
     run_one = run_base_guide if kind == "base-guide" else run_exit
     queue: asyncio.Queue[Question] = asyncio.Queue()
-    for q in todo:
+    for q in plan.todo:
         queue.put_nowait(q)
     stop = asyncio.Event()
-    fatal: list[BaseException] = []
+    fatal: list[CCPOError] = []
 
-    bar = _Progress(progress, len(questions), summary.already, kind)
+    async def worker() -> None:
+        while not stop.is_set() and not halted():
+            try:
+                q = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            try:
+                trace = await run_one(runner, q)
+            except BudgetExceeded:
+                summary.stopped_by_budget = True
+                stop.set()
+                return
+            except LLMCallError as e:
+                log.warning("question %s failed: %s", q.id, e)
+                summary.failed.append(q.id)
+                report(client, summary)
+                continue
+            except CCPOError as e:  # user-fixable: stop everything now
+                fatal.append(e)
+                stop.set()
+                me = asyncio.current_task()
+                for t in tasks:
+                    if t is not me:
+                        t.cancel()
+                return
+            write(trace)
+            summary.done += 1
+            report(client, summary)
+            if not client.budget_left():
+                summary.stopped_by_budget = True
+                stop.set()
+
     try:
-        with TraceWriter(out, append=True) as writer, bar:
-
-            async def worker() -> None:
-                while not stop.is_set():
-                    try:
-                        q = queue.get_nowait()
-                    except asyncio.QueueEmpty:
-                        return
-                    try:
-                        trace = await run_one(runner, q)
-                    except BudgetExceeded:
-                        summary.stopped_by_budget = True
-                        stop.set()
-                        return
-                    except LLMCallError as e:
-                        log.warning("question %s failed: %s", q.id, e)
-                        summary.failed.append(q.id)
-                        bar.update(client, summary)
-                        continue
-                    except CCPOError as e:  # user-fixable: stop everything now
-                        fatal.append(e)
-                        stop.set()
-                        me = asyncio.current_task()
-                        for t in tasks:
-                            if t is not me:
-                                t.cancel()
-                        return
-                    writer.write(trace)
-                    summary.done += 1
-                    bar.update(client, summary)
-                    if not client.budget_left():
-                        summary.stopped_by_budget = True
-                        stop.set()
-
-            n_workers = min(cfg.concurrency, len(todo))
-            tasks = [asyncio.create_task(worker()) for _ in range(n_workers)]
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            for res in results:
-                if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
-                    raise res
+        n_tasks = min(cfg.concurrency, len(plan.todo))
+        tasks = [asyncio.create_task(worker()) for _ in range(n_tasks)]
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for res in results:
+            if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
+                raise res
     finally:
         summary.spent_usd = client.spent_usd
         summary.calls, summary.cached, summary.retries = (
@@ -220,14 +295,49 @@ async def collect_async(
         )
         await client.aclose()
         cache.close()
-    if fatal:
-        raise fatal[0]
-    return summary
+    return fatal[0] if fatal else None
+
+
+async def collect_async(
+    cfg: CollectConfig, kind: str = "base-guide", progress: bool = True
+) -> CollectSummary:
+    """Run a collection (``kind``: ``base-guide`` or ``llm-exit``) in this process and return
+    its summary. (``cfg.workers`` is for :func:`collect`, which can start processes.)"""
+    plan = plan_collection(cfg, kind)
+    with output_lock(plan.out):
+        plan.scan(cfg.task)
+        assert plan.summary is not None
+        if not plan.todo:
+            return plan.summary
+        bar = _Progress(progress, plan.summary.total, plan.summary.already, kind)
+        with TraceWriter(plan.out, append=True) as writer, bar:
+            fatal = await run_questions(
+                cfg, kind, plan, writer.write, lambda c, s: bar.update(_counts(c, s))
+            )
+    if fatal is not None:
+        raise fatal
+    return plan.summary
 
 
 def collect(cfg: CollectConfig, kind: str = "base-guide", progress: bool = True) -> CollectSummary:
-    """Synchronous wrapper around :func:`collect_async`."""
+    """Run a collection: in this process, or with ``cfg.workers`` > 1 in that many worker
+    processes sharing the output, the cache and the budget (:mod:`ccpo.llm.workers`)."""
+    if cfg.workers > 1:
+        from ccpo.llm.workers import collect_with_workers
+
+        return collect_with_workers(cfg, kind, progress)
     return asyncio.run(collect_async(cfg, kind, progress))
+
+
+def _counts(client: LLMClient, s: CollectSummary) -> dict[str, Any]:
+    """What the progress bar shows, for one process."""
+    return {
+        "done": s.done,
+        "failed": len(s.failed),
+        "spent": client.spent_usd,
+        "calls": client.n_calls,
+        "cached": client.n_cached,
+    }
 
 
 class _Progress:
@@ -235,6 +345,7 @@ class _Progress:
 
     def __init__(self, enabled: bool, total: int, already: int, kind: str) -> None:
         self.enabled = enabled
+        self.already = already
         self._p = None
         if not enabled:
             return
@@ -271,10 +382,16 @@ class _Progress:
         if self._p is not None:
             self._p.__exit__(*exc)
 
-    def update(self, client: LLMClient, s: CollectSummary) -> None:
+    def update(self, counts: dict[str, Any], already: int | None = None) -> None:
+        """Show ``counts`` (``_counts``, or their sum over the worker processes)."""
         if self._p is None:
             return
-        info = f"calls {client.n_calls} cached {client.n_cached}"
-        if s.failed:
-            info += f" failed {len(s.failed)}"
-        self._p.update(self._task, completed=s.already + s.done, cost=client.spent_usd, info=info)
+        info = f"calls {counts['calls']} cached {counts['cached']}"
+        if counts["failed"]:
+            info += f" failed {counts['failed']}"
+        self._p.update(
+            self._task,
+            completed=self.already + counts["done"],
+            cost=counts["spent"],
+            info=info,
+        )

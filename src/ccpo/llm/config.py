@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from ccpo.errors import CCPOError
-from ccpo.llm.client import Endpoint, RetryPolicy
+from ccpo.llm.client import HTTP_BACKENDS, Endpoint, RetryPolicy
 
 
 def default_cache_path() -> Path:
@@ -82,6 +82,9 @@ class CollectConfig(BaseModel):
     )
     coverage: float = Field(0.9, gt=0, lt=1, description="1-alpha shown to the policy LLM")
     concurrency: int = Field(8, ge=1, description="parallel questions / requests per endpoint")
+    workers: int = Field(
+        1, ge=1, le=64, description="client processes sharing the concurrency (fast endpoints)"
+    )
     max_cost: float | None = Field(None, ge=0, description="stop new paid calls at this USD")
     cache: str | None = Field(None, description="SQLite cache path; default user cache dir")
     no_cache: bool = Field(False, description="disable the response cache")
@@ -97,6 +100,7 @@ class CollectConfig(BaseModel):
     timeout: float = Field(120.0, gt=0, description="seconds per request")
     max_retries: int = Field(8, ge=0, description="retries per request")
     backoff_base: float = Field(0.5, ge=0, description="first backoff (s), doubled per retry")
+    http_backend: str = Field("auto", description="SDK HTTP transport: auto | aiohttp | httpx")
     stop_at_exit: bool = Field(False, description="LLM-EXIT: stop a question at [EXIT]")
 
     @field_validator("task")
@@ -105,6 +109,13 @@ class CollectConfig(BaseModel):
         v = v.lower()
         if v not in ("mmlu", "hotpotqa", "jsonl"):
             raise ValueError("must be mmlu, hotpotqa or jsonl")
+        return v
+
+    @field_validator("http_backend")
+    @classmethod
+    def _http_backend(cls, v: str) -> str:
+        if v not in HTTP_BACKENDS:
+            raise ValueError(f"must be one of {', '.join(HTTP_BACKENDS)}")
         return v
 
     @field_validator("search")

@@ -67,6 +67,9 @@ def register(app: typer.Typer) -> None:
         n: int = typer.Option(None, help="only the first N questions"),
         shuffle_seed: int = typer.Option(None, help="shuffle the questions first"),
         concurrency: int = typer.Option(None, help="parallel questions [8]"),
+        workers: int = typer.Option(
+            None, help="client processes sharing --concurrency, for fast local endpoints [1]"
+        ),
         max_cost: float = typer.Option(None, help="stop new paid calls at this many USD"),
         policy_llm: str = typer.Option(None, help="also record LLM-as-policy decisions"),
         policy_llm_url: str = typer.Option(None, help="endpoint of the policy LLM"),
@@ -78,6 +81,7 @@ def register(app: typer.Typer) -> None:
         prices: list[Path] = typer.Option(None, help="price file(s) merged over the bundled"),
         timeout: float = typer.Option(None, help="seconds per request [120]"),
         max_retries: int = typer.Option(None, help="retries per request [8]"),
+        http_backend: str = typer.Option(None, help="SDK HTTP transport: auto | aiohttp | httpx"),
         out: Path = typer.Option(None, help="output .jsonl"),
         config: Path = typer.Option(None, help="YAML config file"),
         json_summary: bool = typer.Option(False, "--json", help="print the summary as JSON"),
@@ -96,6 +100,7 @@ def register(app: typer.Typer) -> None:
             n=n,
             shuffle_seed=shuffle_seed,
             concurrency=concurrency,
+            workers=workers,
             max_cost=max_cost,
             search=search,
             corpus=_s(corpus),
@@ -104,6 +109,7 @@ def register(app: typer.Typer) -> None:
             prices=[str(p) for p in prices or []] or None,
             timeout=timeout,
             max_retries=max_retries,
+            http_backend=http_backend,
             out=_s(out),
         )
         cfg = build_config(config, overrides)
@@ -131,6 +137,9 @@ def register(app: typer.Typer) -> None:
         n: int = typer.Option(None, help="only the first N questions"),
         shuffle_seed: int = typer.Option(None, help="shuffle the questions first"),
         concurrency: int = typer.Option(None, help="parallel questions [8]"),
+        workers: int = typer.Option(
+            None, help="client processes sharing --concurrency, for fast local endpoints [1]"
+        ),
         max_cost: float = typer.Option(None, help="stop new paid calls at this many USD"),
         stop_at_exit: bool = typer.Option(
             None, "--stop-at-exit", help="stop a question at its first [EXIT]"
@@ -142,6 +151,7 @@ def register(app: typer.Typer) -> None:
         prices: list[Path] = typer.Option(None, help="price file(s) merged over the bundled"),
         timeout: float = typer.Option(None, help="seconds per request [120]"),
         max_retries: int = typer.Option(None, help="retries per request [8]"),
+        http_backend: str = typer.Option(None, help="SDK HTTP transport: auto | aiohttp | httpx"),
         out: Path = typer.Option(None, help="output .jsonl"),
         config: Path = typer.Option(None, help="YAML config file"),
         json_summary: bool = typer.Option(False, "--json", help="print the summary as JSON"),
@@ -157,6 +167,7 @@ def register(app: typer.Typer) -> None:
             n=n,
             shuffle_seed=shuffle_seed,
             concurrency=concurrency,
+            workers=workers,
             max_cost=max_cost,
             stop_at_exit=stop_at_exit,
             search=search,
@@ -166,6 +177,7 @@ def register(app: typer.Typer) -> None:
             prices=[str(p) for p in prices or []] or None,
             timeout=timeout,
             max_retries=max_retries,
+            http_backend=http_backend,
             out=_s(out),
         )
         cfg = build_config(config, overrides)

@@ -288,6 +288,7 @@ class ConformalAgent:
             cfg.concurrency,
             cfg.retry_policy(),
             None if cap is None else max(0.0, cap - self.spent_usd),
+            http_backend=cfg.http_backend,
         )
         runner = _make_runner(cfg, client, "base-guide", "ccpo deploy")
         self._runners[id(loop)] = (loop, runner, cache)

@@ -1,0 +1,230 @@
+"""``collect --workers N``: one collection run spread over N client processes.
+
+Why: one Python process's CPU per call (the ``openai`` SDK builds and parses every request in
+Python, ~7-10 ms a call on a slow core) caps its throughput at roughly 100-150 calls/s, however
+high ``--concurrency`` goes. Against a fast endpoint (a local vLLM or llama.cpp server, or the
+50 ms scripted server of ``benchmarks/bench_collect.py``) that cap, not the endpoint, is the
+limit; N processes lift it N-fold where there are cores for them. Against a hosted API with
+seconds of latency one process is plenty.
+
+How, keeping every guarantee of a one-process run (:mod:`ccpo.llm.collect`):
+
+- The parent checks the settings, takes the output's lock (:func:`output_lock`), scans the
+  output and deals the remaining questions round-robin to the workers. ``--concurrency`` is
+  the total: worker *i* runs its share of it.
+- **Append-only output**: every worker appends whole lines to the one output file, one line at
+  a time under a shared lock, so lines never interleave.
+- **Never pay twice**: the workers share the SQLite response cache (WAL mode, one commit per
+  answer), so a paid answer survives any worker's death.
+- **Budget**: ``--max-cost`` is checked against one shared spend counter
+  (:class:`SpendLedger` over a ``multiprocessing.Value``).
+- **Kill and resume**: workers die with the parent (``PR_SET_PDEATHSIG`` on Linux) and, before
+  each line, check that the parent still lives; forked workers hold the output's lock until
+  they end, so a new run cannot start while a line could still be written.
+- **Errors**: a user-fixable error in one worker (say HTTP 401) stops every worker and is
+  raised by the parent, as in a one-process run.
+- **Progress**: workers send their counts after every question; the parent draws one bar.
+
+Workers are forked where the platform allows (Linux; no re-import, ~ms to start) and spawned
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import queue
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from ccpo.errors import CCPOError
+from ccpo.llm.client import SpendLedger
+from ccpo.llm.collect import (
+    CollectSummary,
+    Plan,
+    _counts,
+    _Progress,
+    output_lock,
+    plan_collection,
+    run_questions,
+)
+from ccpo.llm.config import CollectConfig
+from ccpo.traces.io import TraceWriter
+
+log = logging.getLogger("ccpo.collect")
+
+_POLL_S = 0.1  # how often the parent looks at its workers while no event arrives
+_COUNTS = ("done", "failed", "spent", "calls", "cached")
+
+
+@dataclass
+class _Shared:
+    """What the parent shares with every worker."""
+
+    lock: Any  # multiprocessing.Lock: one output line at a time
+    spent: Any  # multiprocessing.Value('d'): USD spent by the whole run
+    stop: Any  # multiprocessing.Event: set by a worker hitting a fatal error, or the parent
+    events: Any  # multiprocessing.Queue of (kind, worker index, payload)
+    parent: int  # the parent's pid: a worker whose parent died writes nothing more
+
+
+def shares(total: int, parts: int) -> list[int]:
+    """Split ``total`` (the concurrency) into ``parts`` near-equal shares, largest first."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to kill this process when its parent dies; leave at once if it already has."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(3)
+
+
+def _worker_main(
+    index: int, cfg: CollectConfig, kind: str, plan: Plan, shared: _Shared
+) -> None:  # pragma: no cover - runs in the worker process (covered by the tests' runs)
+    _die_with_parent(shared.parent)
+    # Ctrl-C reaches the whole process group: the parent alone decides what happens
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    assert plan.summary is not None
+    error: str | None = None
+    try:
+        with TraceWriter(plan.out, append=True) as writer:
+
+            def write(trace: Any) -> None:
+                with shared.lock:
+                    if os.getppid() != shared.parent:  # the run was killed: end quietly
+                        os._exit(3)
+                    writer.write(trace)
+
+            def report(client: Any, s: CollectSummary) -> None:
+                shared.events.put(("counts", index, _counts(client, s)))
+
+            fatal = asyncio.run(
+                run_questions(
+                    cfg,
+                    kind,
+                    plan,
+                    write,
+                    report,
+                    SpendLedger(shared.spent),
+                    halted=shared.stop.is_set,
+                )
+            )
+        if fatal is not None:
+            error = str(fatal)
+    except CCPOError as e:
+        error = str(e)
+    except BaseException as e:  # report anything else to the parent rather than die silently
+        error = f"worker {index} failed: {type(e).__name__}: {e}"
+    if error is not None:
+        shared.stop.set()
+    shared.events.put(("final", index, (plan.summary.to_dict(), error)))
+    shared.events.close()
+    shared.events.join_thread()
+
+
+def _summary_counts(d: dict[str, Any]) -> dict[str, Any]:
+    """A worker's final summary (``CollectSummary.to_dict``) as progress counts."""
+    return {
+        "done": d.get("done", 0),
+        "failed": len(d.get("failed", [])),
+        "spent": d.get("spent_usd", 0.0),
+        "calls": d.get("calls", 0),
+        "cached": d.get("cached", 0),
+    }
+
+
+def _died(index: int, exitcode: int) -> str:
+    return (
+        f"worker {index} ended without a report (exit code {exitcode}); its finished questions "
+        "are in the output and its paid calls in the cache: rerun the same command to resume"
+    )
+
+
+def collect_with_workers(
+    cfg: CollectConfig, kind: str = "base-guide", progress: bool = True
+) -> CollectSummary:
+    """Run a collection in ``cfg.workers`` worker processes (module docstring)."""
+    plan = plan_collection(cfg, kind)
+    with output_lock(plan.out):
+        plan.scan(cfg.task)
+        summary = plan.summary
+        assert summary is not None
+        n = min(cfg.workers, cfg.concurrency, len(plan.todo))
+        if n == 0:
+            return summary
+        ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        shared = _Shared(ctx.Lock(), ctx.Value("d", 0.0), ctx.Event(), ctx.Queue(), os.getpid())
+        procs = []
+        for i, conc in enumerate(shares(cfg.concurrency, n)):
+            sub = Plan(plan.out, kind, plan.questions, plan.prices, plan.source)
+            sub.todo = plan.todo[i::n]
+            sub.summary = CollectSummary(out=summary.out, total=len(sub.todo))
+            wcfg = cfg.model_copy(update={"concurrency": conc, "workers": 1})
+            procs.append(
+                ctx.Process(
+                    target=_worker_main,
+                    args=(i, wcfg, kind, sub, shared),
+                    name=f"ccpo-collect-{i}",
+                    daemon=True,
+                )
+            )
+        for p in procs:
+            p.start()
+        counts: dict[int, dict[str, Any]] = {}
+        finals: dict[int, tuple[dict[str, Any], str | None]] = {}
+        silent: set[int] = set()  # ended, and no report in the queue at the last look
+        bar = _Progress(progress, summary.total, summary.already, kind)
+        try:
+            with bar:
+                while len(finals) < n:
+                    try:
+                        what, i, payload = shared.events.get(timeout=_POLL_S)
+                    except queue.Empty:
+                        for i, p in enumerate(procs):
+                            if i in finals or p.exitcode is None:
+                                continue
+                            if i in silent:  # ended and still nothing after one more look
+                                finals[i] = ({}, _died(i, p.exitcode))
+                                shared.stop.set()
+                            silent.add(i)
+                        continue
+                    if what == "counts":
+                        counts[i] = payload
+                    else:
+                        finals[i] = payload
+                        counts[i] = _summary_counts(payload[0])
+                    bar.update({k: sum(c[k] for c in counts.values()) for k in _COUNTS})
+        except BaseException:  # Ctrl-C or worse: stop the workers (their paid calls are cached)
+            shared.stop.set()
+            for p in procs:
+                p.terminate()
+            raise
+        finally:
+            for p in procs:
+                p.join(timeout=30)
+    errors = []
+    for i in range(n):
+        part, err = finals[i]
+        summary.done += int(part.get("done", 0))
+        summary.failed += list(part.get("failed", []))
+        summary.stopped_by_budget |= bool(part.get("stopped_by_budget", False))
+        summary.spent_usd += float(part.get("spent_usd", 0.0))
+        summary.calls += int(part.get("calls", 0))
+        summary.cached += int(part.get("cached", 0))
+        summary.retries += int(part.get("retries", 0))
+        if err is not None:
+            errors.append(err)
+    if errors:
+        raise CCPOError(errors[0])
+    return summary
