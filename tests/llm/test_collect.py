@@ -248,7 +248,8 @@ def test_api_key_never_stored(world, tmp_path, prices_file, monkeypatch) -> None
     assert rows and all("SECRET" not in a + b for a, b in rows)
 
 
-def test_cli_collect_with_yaml_config(world, tmp_path, prices_file) -> None:
+def collect_app() -> typer.Typer:
+    """The ``collect`` commands in a typer app of their own."""
     app = typer.Typer()
     register(app)
 
@@ -256,6 +257,11 @@ def test_cli_collect_with_yaml_config(world, tmp_path, prices_file) -> None:
     def noop() -> None:  # keep typer in multi-command mode
         pass
 
+    return app
+
+
+def test_cli_collect_with_yaml_config(world, tmp_path, prices_file) -> None:
+    app = collect_app()
     conf = tmp_path / "c.yaml"
     conf.write_text(
         f"task: hotpotqa\nrounds: 2\nn: 5\nbase_model: base-m\nbase_url: {world.url}\n"
@@ -307,29 +313,36 @@ def test_cli_collect_with_yaml_config(world, tmp_path, prices_file) -> None:
     assert r.exit_code != 0 and isinstance(r.exception, CCPOError)
 
 
+def kill9_after_lines(cfg, lines: int, timeout: float = 60.0) -> None:
+    """Run ``collect(cfg)`` in a child process and ``kill -9`` it once ``cfg.out`` holds
+    ``lines`` lines."""
+    out = Path(cfg.out)
+    script = (
+        "import json, sys\n"
+        "from ccpo.llm.collect import collect\n"
+        "from ccpo.llm.config import CollectConfig\n"
+        "collect(CollectConfig.model_validate(json.loads(sys.argv[1])), progress=False)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, cfg.model_dump_json()])
+    try:
+        deadline = time.monotonic() + timeout
+        while not out.exists() or out.read_text().count("\n") < lines:
+            assert proc.poll() is None, "the collector ended before it was killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_sigkill_midway_then_resume(tmp_path, prices_file) -> None:
     """A real kill -9 of a collecting process, then a rerun: complete, no duplicates."""
     with make_world(latency=0.01) as srv:
         cfg = cfg_for(srv, tmp_path, prices_file, "mmlu", n=12, concurrency=2)
         out = Path(cfg.out)
-        script = (
-            "import json, sys\n"
-            "from ccpo.llm.collect import collect\n"
-            "from ccpo.llm.config import CollectConfig\n"
-            "collect(CollectConfig.model_validate(json.loads(sys.argv[1])), progress=False)\n"
-        )
-        proc = subprocess.Popen([sys.executable, "-c", script, cfg.model_dump_json()])
-        try:
-            deadline = time.monotonic() + 30
-            while not out.exists() or out.read_text().count("\n") < 3:
-                assert proc.poll() is None, "the collector ended before it was killed"
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        kill9_after_lines(cfg, 3)
         first = ids_of(out)
         assert 3 <= len(first) < 12
         s = collect(cfg, progress=False)

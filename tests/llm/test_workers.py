@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import fcntl
 import json
-import signal
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from ccpo.errors import CCPOError
 from ccpo.llm.collect import collect, output_lock
@@ -22,7 +21,7 @@ from ccpo.llm.workers import shares
 from ccpo.traces.io import read_traces
 
 from .conftest import make_world
-from .test_collect import cfg_for, check_traces, ids_of
+from .test_collect import cfg_for, check_traces, collect_app, ids_of, kill9_after_lines
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the tests fork worker processes (Linux)"
@@ -140,24 +139,7 @@ def test_sigkill_of_the_parent_then_resume(tmp_path, prices_file) -> None:
     with make_world(latency=0.01) as srv:
         cfg = cfg_for(srv, tmp_path, prices_file, "mmlu", n=16, concurrency=4, workers=2)
         out = Path(cfg.out)
-        script = (
-            "import json, sys\n"
-            "from ccpo.llm.collect import collect\n"
-            "from ccpo.llm.config import CollectConfig\n"
-            "collect(CollectConfig.model_validate(json.loads(sys.argv[1])), progress=False)\n"
-        )
-        proc = subprocess.Popen([sys.executable, "-c", script, cfg.model_dump_json()])
-        try:
-            deadline = time.monotonic() + 60
-            while not out.exists() or out.read_text().count("\n") < 3:
-                assert proc.poll() is None, "the collector ended before it was killed"
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        kill9_after_lines(cfg, 3)  # the parent only
         # the workers die with their parent and so release the output's lock
         deadline = time.monotonic() + 10
         while not _lock_is_free(out):
@@ -171,3 +153,19 @@ def test_sigkill_of_the_parent_then_resume(tmp_path, prices_file) -> None:
         assert s.complete and s.already == len(first)
         final = ids_of(out)
         assert len(final) == len(set(final)) == 16
+
+
+def test_cli_collect_with_workers_and_progress_bar(world, tmp_path, prices_file) -> None:
+    app = collect_app()
+    out = tmp_path / "w.jsonl"
+    args = ["collect", "--task", "mmlu", "--n", "6", "--rounds", "2", "--workers", "2"]
+    args += ["--base-model", "base-m", "--base-url", world.url, "--guide-model", "guide-m"]
+    args += ["--guide-url", world.url, "--prices", str(prices_file), "--out", str(out)]
+    args += ["--cache", str(tmp_path / "c.sqlite"), "--concurrency", "4", "--json"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["complete"] and summary["done"] == 6 and summary["calls"] > 0
+    # the parent's bar counted every worker's questions and their spending
+    assert "6/6" in r.stderr and f"${summary['spent_usd']:.4f}" in r.stderr
+    check_traces(out, 6, rounds=2)
