@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from ccpo.errors import CCPOError
 from ccpo.llm.collect import collect, output_lock
-from ccpo.llm.workers import shares
+from ccpo.llm.tasks.loaders import Question
+from ccpo.llm.workers import deal, shares
 from ccpo.traces.io import read_traces
 
 from .conftest import make_world
@@ -36,6 +37,21 @@ def test_shares_split_the_concurrency() -> None:
         for parts in range(1, total + 1):
             got = shares(total, parts)
             assert sum(got) == total and min(got) >= 1 and max(got) - min(got) <= 1
+
+
+def test_deal_keeps_identical_questions_together() -> None:
+    texts = ["a", "b", "a", "c", "d", "b", "a", "e", "f", "g"]
+    todo = [Question(f"q{i}", "mmlu", t, ["A"]) for i, t in enumerate(texts)]
+    for parts in (1, 2, 3):
+        hands = deal(todo, parts)
+        assert sorted(q.id for h in hands for q in h) == sorted(q.id for q in todo)
+        owner = {q.question: i for i, h in enumerate(hands) for q in h}
+        for i, h in enumerate(hands):
+            assert all(owner[q.question] == i for q in h)  # a text lives in one hand only
+        # balanced up to the largest group (3 x "a")
+        assert max(map(len, hands)) - min(map(len, hands)) <= 3
+    assert [len(h) for h in deal(todo, 2)] == [5, 5]
+    assert deal(todo, 2) == deal(todo, 2)  # deterministic
 
 
 @pytest.mark.parametrize("task", ["mmlu", "hotpotqa"])

@@ -10,8 +10,8 @@ seconds of latency one process is plenty.
 How, keeping every guarantee of a one-process run (:mod:`ccpo.llm.collect`):
 
 - The parent checks the settings, takes the output's lock (:func:`output_lock`), scans the
-  output and deals the remaining questions round-robin to the workers. ``--concurrency`` is
-  the total: worker *i* runs its share of it.
+  output and deals the remaining questions to the workers (:func:`deal`: questions with the
+  same text go to the same worker). ``--concurrency`` is the total: worker *i* runs its share.
 - **Append-only output**: every worker appends whole lines to the one output file, one line at
   a time under a shared lock, so lines never interleave.
 - **Never pay twice**: the workers share the SQLite response cache (WAL mode, one commit per
@@ -54,6 +54,7 @@ from ccpo.llm.collect import (
     run_questions,
 )
 from ccpo.llm.config import CollectConfig
+from ccpo.llm.tasks.loaders import Question
 from ccpo.traces.io import TraceWriter
 
 log = logging.getLogger("ccpo.collect")
@@ -76,6 +77,23 @@ class _Shared:
 def shares(total: int, parts: int) -> list[int]:
     """Split ``total`` (the concurrency) into ``parts`` near-equal shares, largest first."""
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def deal(todo: list[Question], parts: int) -> list[list[Question]]:
+    """Deal questions to ``parts`` workers, keeping questions with the same text together.
+
+    Identical questions send identical requests; in one worker those are merged while in
+    flight (and then cached), so that two workers never pay for the same request at the same
+    moment. Each group goes to the worker with the fewest questions so far (ties: the lowest
+    index), in the order the groups first appear; every question is dealt exactly once.
+    """
+    groups: dict[str, list[Question]] = {}
+    for q in todo:
+        groups.setdefault(q.question, []).append(q)
+    hands: list[list[Question]] = [[] for _ in range(parts)]
+    for group in groups.values():
+        min(hands, key=len).extend(group)
+    return hands
 
 
 def _die_with_parent(parent: int) -> None:
@@ -166,9 +184,10 @@ def collect_with_workers(
         ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         shared = _Shared(ctx.Lock(), ctx.Value("d", 0.0), ctx.Event(), ctx.Queue(), os.getpid())
         procs = []
+        hands = deal(plan.todo, n)
         for i, conc in enumerate(shares(cfg.concurrency, n)):
             sub = Plan(plan.out, kind, plan.questions, plan.prices, plan.source)
-            sub.todo = plan.todo[i::n]
+            sub.todo = hands[i]
             sub.summary = CollectSummary(out=summary.out, total=len(sub.todo))
             wcfg = cfg.model_copy(update={"concurrency": conc, "workers": 1})
             procs.append(
