@@ -27,6 +27,7 @@ from ccpo.llm.config import build_config
 from ccpo.llm.prices import write_price_file
 
 RETRIES = [0]
+CALLS: dict[tuple[int, int], list[int]] = {}  # paid calls per run of each setting
 
 
 def run_once(url: str, n: int, rounds: int, concurrency: int, workers: int, tmp: Path) -> float:
@@ -54,6 +55,7 @@ def run_once(url: str, n: int, rounds: int, concurrency: int, workers: int, tmp:
     dt = time.perf_counter() - t0
     assert s.complete and s.done == n, s
     RETRIES[0] += s.retries
+    CALLS.setdefault((concurrency, workers), []).append(s.calls)
     return dt
 
 
@@ -82,9 +84,11 @@ def main() -> None:
                     for _ in range(args.repeats)
                 ]
                 medians[(c, w)] = statistics.median(times)
+                paid = statistics.median(CALLS[(c, w)])
                 print(
                     f"concurrency {c:>3}, {w} process{'es' if w > 1 else '  '}: median "
-                    f"{medians[(c, w)]:7.2f} s  ({calls / medians[(c, w)]:6.1f} calls/s)  "
+                    f"{medians[(c, w)]:7.2f} s  ({paid / medians[(c, w)]:6.1f} calls/s, "
+                    f"{paid:.0f} paid calls)  "
                     f"runs: {', '.join(f'{t:.2f}' for t in times)}",
                     flush=True,
                 )
@@ -96,12 +100,16 @@ def main() -> None:
     if base[0] != 1:
         print("no concurrency-1 setting: no speed-up printed")
         return
+    # identical questions share their requests (merged in flight, or by the cache), and how
+    # many do depends on the setting; so the speed-up is also given in calls per second
+    rate = {cw: statistics.median(CALLS[cw]) / m for cw, m in medians.items()}
     for cw, m in medians.items():
         if cw != base:
-            sp = medians[base] / m
-            ok = "OK" if sp >= 8 else "BELOW TARGET"
+            sp, sp_rate = medians[base] / m, rate[cw] / rate[base]
+            ok = "OK" if min(sp, sp_rate) >= 8 else "BELOW TARGET"
             print(
-                f"speed-up {cw[0]}:{cw[1]} vs {base[0]}:{base[1]}: {sp:.1f}x (target >= 8x: {ok})"
+                f"speed-up {cw[0]}:{cw[1]} vs {base[0]}:{base[1]}: wall time {sp:.1f}x, "
+                f"calls/s {sp_rate:.1f}x (target >= 8x on both: {ok})"
             )
 
 
