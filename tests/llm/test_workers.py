@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from ccpo.errors import CCPOError
 from ccpo.llm.collect import collect, output_lock
 from ccpo.llm.tasks.loaders import Question
-from ccpo.llm.workers import deal, shares
+from ccpo.llm.workers import collect_with_workers, deal, shares
 from ccpo.traces.io import read_traces
 
 from .conftest import make_world
@@ -76,6 +76,14 @@ def test_workers_give_the_same_traces_and_a_free_rerun(task, world, tmp_path, pr
     s3 = collect(cfg, progress=False)
     assert s3.done == 7 and s3.calls == 0 and world.n_requests == n
     assert s3.cached == s.calls + s.cached  # every call of the first run, from the cache
+
+
+def test_spawned_workers(world, tmp_path, prices_file) -> None:
+    """The start method of platforms without fork (macOS, Windows): everything is pickled."""
+    cfg = cfg_for(world, tmp_path, prices_file, "mmlu", n=4, concurrency=2, workers=2)
+    s = collect_with_workers(cfg, progress=False, start_method="spawn")
+    assert s.complete and s.done == 4 and not s.failed and s.spent_usd > 0
+    check_traces(Path(cfg.out), 4)
 
 
 def test_workers_with_twenty_percent_failures(tmp_path, prices_file) -> None:

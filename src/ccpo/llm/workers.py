@@ -170,9 +170,15 @@ def _died(index: int, exitcode: int) -> str:
 
 
 def collect_with_workers(
-    cfg: CollectConfig, kind: str = "base-guide", progress: bool = True
+    cfg: CollectConfig,
+    kind: str = "base-guide",
+    progress: bool = True,
+    start_method: str | None = None,
 ) -> CollectSummary:
-    """Run a collection in ``cfg.workers`` worker processes (module docstring)."""
+    """Run a collection in ``cfg.workers`` worker processes (module docstring).
+
+    ``start_method``: ``fork`` or ``spawn``; by default fork on Linux and spawn elsewhere.
+    """
     plan = plan_collection(cfg, kind)
     with output_lock(plan.out):
         plan.scan(cfg.task)
@@ -181,7 +187,9 @@ def collect_with_workers(
         n = min(cfg.workers, cfg.concurrency, len(plan.todo))
         if n == 0:
             return summary
-        ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        if start_method is None:
+            start_method = "fork" if sys.platform.startswith("linux") else "spawn"
+        ctx = mp.get_context(start_method)
         shared = _Shared(ctx.Lock(), ctx.Value("d", 0.0), ctx.Event(), ctx.Queue(), os.getpid())
         procs = []
         hands = deal(plan.todo, n)
