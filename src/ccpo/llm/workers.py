@@ -120,9 +120,11 @@ def _worker_main(
 
             def write(trace: Any) -> None:
                 with shared.lock:
-                    if os.getppid() != shared.parent:  # the run was killed: end quietly
-                        os._exit(3)
-                    writer.write(trace)
+                    alive = os.getppid() == shared.parent
+                    if alive:
+                        writer.write(trace)
+                if not alive:  # the run was killed: end quietly (the lock released first)
+                    os._exit(3)
 
             def report(client: Any, s: CollectSummary) -> None:
                 shared.events.put(("counts", index, _counts(client, s)))
