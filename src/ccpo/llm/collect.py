@@ -62,6 +62,26 @@ class CollectSummary:
     def to_dict(self) -> dict[str, object]:
         return {**self.__dict__, "complete": self.complete}
 
+    def counts(self) -> dict[str, Any]:
+        """What the progress bar shows (summed over the processes of ``collect --workers``)."""
+        return {
+            "done": self.done,
+            "failed": len(self.failed),
+            "spent": self.spent_usd,
+            "calls": self.calls,
+            "cached": self.cached,
+        }
+
+    def add(self, part: CollectSummary) -> None:
+        """Add one worker's part of the run (``collect --workers``)."""
+        self.done += part.done
+        self.failed += part.failed
+        self.stopped_by_budget |= part.stopped_by_budget
+        self.spent_usd += part.spent_usd
+        self.calls += part.calls
+        self.cached += part.cached
+        self.retries += part.retries
+
 
 def scan_output(path: Path, task: str, kind: str) -> tuple[set[str], bool]:
     """Ids already in ``path``; cuts a half-written last line. Returns (ids, truncated)."""
@@ -205,40 +225,34 @@ def output_lock(out: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def _client_for(
-    cfg: CollectConfig, cache: ResponseCache, prices: PriceTable, ledger: SpendLedger | None
-) -> LLMClient:
-    return LLMClient(
-        cache,
-        prices,
-        cfg.concurrency,
-        cfg.retry_policy(),
-        cfg.max_cost,
-        http_backend=cfg.http_backend,
-        ledger=ledger,
-    )
-
-
 async def run_questions(
     cfg: CollectConfig,
     kind: str,
     plan: Plan,
     write: Callable[[Trace], None],
-    report: Callable[[LLMClient, CollectSummary], None],
+    report: Callable[[CollectSummary], None],
     ledger: SpendLedger | None = None,
     halted: Callable[[], bool] = lambda: False,
 ) -> CCPOError | None:
     """Run ``plan.todo`` in this process, ``cfg.concurrency`` questions at a time.
 
-    Each finished trace goes to ``write``; ``report`` is called after every question;
-    ``plan.summary`` is filled in. A user-fixable error (:class:`CCPOError`) stops every
+    Each finished trace goes to ``write``; ``plan.summary`` is kept current and given to
+    ``report`` after every question. A user-fixable error (:class:`CCPOError`) stops every
     question at once and is returned, not raised. ``halted`` lets another party (the parent of
     ``collect --workers``) stop the run between questions.
     """
     summary = plan.summary
     assert summary is not None, "scan the plan first"
     cache = ResponseCache(cfg.cache_path())
-    client = _client_for(cfg, cache, plan.prices, ledger)
+    client = LLMClient(
+        cache,
+        plan.prices,
+        cfg.concurrency,
+        cfg.retry_policy(),
+        cfg.max_cost,
+        http_backend=cfg.http_backend,
+        ledger=ledger,
+    )
     runner = _make_runner(cfg, client, kind, plan.source)
     run_one = run_base_guide if kind == "base-guide" else run_exit
     queue: asyncio.Queue[Question] = asyncio.Queue()
@@ -246,6 +260,14 @@ async def run_questions(
         queue.put_nowait(q)
     stop = asyncio.Event()
     fatal: list[CCPOError] = []
+
+    def tally() -> None:  # the client's counters into the summary
+        summary.spent_usd, summary.calls, summary.cached, summary.retries = (
+            client.spent_usd,
+            client.n_calls,
+            client.n_cached,
+            client.n_retries,
+        )
 
     async def worker() -> None:
         while not stop.is_set() and not halted():
@@ -262,7 +284,8 @@ async def run_questions(
             except LLMCallError as e:
                 log.warning("question %s failed: %s", q.id, e)
                 summary.failed.append(q.id)
-                report(client, summary)
+                tally()
+                report(summary)
                 continue
             except CCPOError as e:  # user-fixable: stop everything now
                 fatal.append(e)
@@ -274,7 +297,8 @@ async def run_questions(
                 return
             write(trace)
             summary.done += 1
-            report(client, summary)
+            tally()
+            report(summary)
             if not client.budget_left():
                 summary.stopped_by_budget = True
                 stop.set()
@@ -287,12 +311,7 @@ async def run_questions(
             if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
                 raise res
     finally:
-        summary.spent_usd = client.spent_usd
-        summary.calls, summary.cached, summary.retries = (
-            client.n_calls,
-            client.n_cached,
-            client.n_retries,
-        )
+        tally()
         await client.aclose()
         cache.close()
     return fatal[0] if fatal else None
@@ -312,7 +331,7 @@ async def collect_async(
         bar = _Progress(progress, plan.summary.total, plan.summary.already, kind)
         with TraceWriter(plan.out, append=True) as writer, bar:
             fatal = await run_questions(
-                cfg, kind, plan, writer.write, lambda c, s: bar.update(_counts(c, s))
+                cfg, kind, plan, writer.write, lambda s: bar.update(s.counts())
             )
     if fatal is not None:
         raise fatal
@@ -327,17 +346,6 @@ def collect(cfg: CollectConfig, kind: str = "base-guide", progress: bool = True)
 
         return collect_with_workers(cfg, kind, progress)
     return asyncio.run(collect_async(cfg, kind, progress))
-
-
-def _counts(client: LLMClient, s: CollectSummary) -> dict[str, Any]:
-    """What the progress bar shows, for one process."""
-    return {
-        "done": s.done,
-        "failed": len(s.failed),
-        "spent": client.spent_usd,
-        "calls": client.n_calls,
-        "cached": client.n_cached,
-    }
 
 
 class _Progress:
@@ -383,7 +391,7 @@ class _Progress:
             self._p.__exit__(*exc)
 
     def update(self, counts: dict[str, Any], already: int | None = None) -> None:
-        """Show ``counts`` (``_counts``, or their sum over the worker processes)."""
+        """Show ``counts`` (``CollectSummary.counts``, or their sum over the workers)."""
         if self._p is None:
             return
         info = f"calls {counts['calls']} cached {counts['cached']}"

@@ -47,7 +47,6 @@ from ccpo.llm.client import SpendLedger
 from ccpo.llm.collect import (
     CollectSummary,
     Plan,
-    _counts,
     _Progress,
     output_lock,
     plan_collection,
@@ -126,8 +125,8 @@ def _worker_main(
                 if not alive:  # the run was killed: end quietly (the lock released first)
                     os._exit(3)
 
-            def report(client: Any, s: CollectSummary) -> None:
-                shared.events.put(("counts", index, _counts(client, s)))
+            def report(s: CollectSummary) -> None:
+                shared.events.put(("counts", index, s.counts()))
 
             fatal = asyncio.run(
                 run_questions(
@@ -148,20 +147,9 @@ def _worker_main(
         error = f"worker {index} failed: {type(e).__name__}: {e}"
     if error is not None:
         shared.stop.set()
-    shared.events.put(("final", index, (plan.summary.to_dict(), error)))
+    shared.events.put(("final", index, (plan.summary, error)))
     shared.events.close()
     shared.events.join_thread()
-
-
-def _summary_counts(d: dict[str, Any]) -> dict[str, Any]:
-    """A worker's final summary (``CollectSummary.to_dict``) as progress counts."""
-    return {
-        "done": d.get("done", 0),
-        "failed": len(d.get("failed", [])),
-        "spent": d.get("spent_usd", 0.0),
-        "calls": d.get("calls", 0),
-        "cached": d.get("cached", 0),
-    }
 
 
 def _died(index: int, exitcode: int) -> str:
@@ -211,7 +199,7 @@ def collect_with_workers(
         for p in procs:
             p.start()
         counts: dict[int, dict[str, Any]] = {}
-        finals: dict[int, tuple[dict[str, Any], str | None]] = {}
+        finals: dict[int, tuple[CollectSummary | None, str | None]] = {}
         silent: set[int] = set()  # ended, and no report in the queue at the last look
         bar = _Progress(progress, summary.total, summary.already, kind)
         try:
@@ -224,7 +212,7 @@ def collect_with_workers(
                             if i in finals or p.exitcode is None:
                                 continue
                             if i in silent:  # ended and still nothing after one more look
-                                finals[i] = ({}, _died(i, p.exitcode))
+                                finals[i] = (None, _died(i, p.exitcode))
                                 shared.stop.set()
                             silent.add(i)
                         continue
@@ -232,7 +220,7 @@ def collect_with_workers(
                         counts[i] = payload
                     else:
                         finals[i] = payload
-                        counts[i] = _summary_counts(payload[0])
+                        counts[i] = payload[0].counts()
                     bar.update({k: sum(c[k] for c in counts.values()) for k in _COUNTS})
         except BaseException:  # Ctrl-C or worse: stop the workers (their paid calls are cached)
             shared.stop.set()
@@ -245,13 +233,8 @@ def collect_with_workers(
     errors = []
     for i in range(n):
         part, err = finals[i]
-        summary.done += int(part.get("done", 0))
-        summary.failed += list(part.get("failed", []))
-        summary.stopped_by_budget |= bool(part.get("stopped_by_budget", False))
-        summary.spent_usd += float(part.get("spent_usd", 0.0))
-        summary.calls += int(part.get("calls", 0))
-        summary.cached += int(part.get("cached", 0))
-        summary.retries += int(part.get("retries", 0))
+        if part is not None:
+            summary.add(part)
         if err is not None:
             errors.append(err)
     if errors:
