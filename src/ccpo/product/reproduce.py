@@ -8,6 +8,7 @@ import base64
 import html
 import json
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,13 +92,6 @@ def ratio_lines(rows: list[dict], alpha: float) -> list[str]:
     return out
 
 
-def _mean_sd(values: list[float]) -> tuple[float, float]:
-    n = len(values)
-    mean = sum(values) / n
-    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else 0.0
-    return mean, sd
-
-
 def seed_summary(sections: list[Section]) -> list[dict]:
     """One row per policy over the seeds of one set and α: cost mean ± sd, coverage mean and
     the lowest seed's coverage (each seed is its own training run and its own splits)."""
@@ -105,11 +99,12 @@ def seed_summary(sections: list[Section]) -> list[dict]:
     out = []
     for pol in by_seed[0]:
         runs = [b[pol] for b in by_seed if pol in b]
-        cost, cost_sd = _mean_sd([r["cost_cents"] for r in runs])
+        cost = [r["cost_cents"] for r in runs]
         cov = [r["coverage"] for r in runs]
         out.append(
-            {"policy": pol, "seeds": len(runs), "cost_cents": cost, "cost_sd": cost_sd,
-             "coverage": sum(cov) / len(cov), "coverage_min": min(cov)}
+            {"policy": pol, "seeds": len(runs), "cost_cents": statistics.fmean(cost),
+             "cost_sd": statistics.stdev(cost) if len(cost) > 1 else 0.0,
+             "coverage": statistics.fmean(cov), "coverage_min": min(cov)}
         )  # fmt: skip
     return out
 
@@ -125,7 +120,7 @@ def seed_ratio_lines(sections: list[Section]) -> list[str]:
                 continue
             ratios = [b[ours]["cost_cents"] / b[base]["cost_cents"] for b in pairs]
             each = ", ".join(f"{r:.3f}" for r in ratios)
-            out.append(f"{ours} / {base}: mean {sum(ratios) / len(ratios):.3f} (seeds: {each})")
+            out.append(f"{ours} / {base}: mean {statistics.fmean(ratios):.3f} (seeds: {each})")
     return out
 
 
