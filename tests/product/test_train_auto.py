@@ -61,3 +61,28 @@ def test_unknown_method_is_one_line(sim_file, tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "--method must be one of auto" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("method", "variant"), [("agree-k", "agree-k"), ("ccpo-lam0.5", "ccpo-lam0.5")]
+)
+def test_every_registered_method_trains(sim_file, tmp_path, method, variant):
+    """Names come from one registry: agree-k (once refused by a hand-copied list) and a
+    ccpo-lam<λ> name train through the entry point and record their variant."""
+    out = tmp_path / method
+    args = ["train", "--traces", str(sim_file), "--method", method, "--steps", "3"]
+    assert main([*args, "--out", str(out)]) == 0
+    meta = json.loads((out / "policy.json").read_text())
+    assert meta["variant"] == variant
+    if method.startswith("ccpo-lam"):
+        assert meta["config"]["lam"] == 0.5
+
+
+def test_api_takes_set_valued_methods_only(sim_file):
+    """The API calibrates κ̂ by split conformal, so a row scored another way (cpo-online's
+    online κ) is refused with the list of what it takes; λ rides on the method name."""
+    with pytest.raises(Exception, match="method must be one of auto"):
+        ConformalPolicy(method="cpo-online")
+    pol = ConformalPolicy(method="ccpo-lam0.5")
+    assert pol.config.method == "ccpo" and pol.config.lam == 0.5
+    assert ConformalPolicy(method="cpo").config.method == "cpo"

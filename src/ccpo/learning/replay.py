@@ -34,8 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.heads import log_pi
-from ccpo.traces.episodes import NEXT
+from ccpo.traces.episodes import NEXT, Episodes, conformal_rollout, covering_scores
 
 
 @dataclass(frozen=True)
@@ -112,3 +113,23 @@ def soft_set_rollout(
     dp = du / eps
     dlogits = p * (dp - (dp * p).sum(-1, keepdims=True))
     return out, np.where(allowed, dlogits, 0.0)
+
+
+def calibrated_cost(
+    ep: Episodes, probs: np.ndarray, alpha: float, splits: int = 50, seed: int = 0
+) -> tuple[float, float]:
+    """(mean cost in USD, coverage) of C_κ̂ on ``ep`` as the harness would measure it: over
+    ``splits`` random halves, κ̂ split-conformal on one half, cost and coverage on the other.
+    Used to compare scores on validation questions (averaging over splits smooths the
+    α-quantile, which on a few hundred questions rests on a handful of them)."""
+    rng = np.random.default_rng([seed, 0xCA1])
+    n = ep.n
+    if n < 4:
+        kappa = float(split_conformal_threshold(covering_scores(ep, probs), alpha))
+        m = conformal_rollout(ep, probs, kappa)
+        return float(m.cost.mean()), float(m.covered.mean())
+    draws = np.stack([rng.permutation(n) for _ in range(splits)])
+    cal, test = draws[:, : n // 2], draws[:, n // 2 :]
+    kappas = split_conformal_threshold(covering_scores(ep, probs)[cal], alpha)
+    m = conformal_rollout(ep, probs, kappas, test)
+    return float(m.cost.mean()), float(m.covered.mean())

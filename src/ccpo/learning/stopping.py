@@ -64,8 +64,8 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.artifact import read_side_files, write_folder
-from ccpo.learning.conformal import split_conformal_threshold
-from ccpo.traces.episodes import NEXT, Episodes, conformal_rollout, covering_scores
+from ccpo.learning.replay import calibrated_cost
+from ccpo.traces.episodes import NEXT, Episodes
 from ccpo.traces.featurize import FEATURE_NAMES, FEATURE_SPEC
 
 Learner = Literal["hgb", "logistic"]
@@ -150,26 +150,6 @@ def agree_schedule(obs: np.ndarray) -> np.ndarray:
     stopping on agreement alone misses the level, κ̂ = 0 runs every round. ``obs`` [..., T, F]."""
     yes = np.asarray(obs)[..., FEATURE_NAMES.index("verdict_yes")] > 0.5
     return np.where(yes, 0.0, depth_schedule(obs.shape[-2]))
-
-
-def calibrated_cost(
-    ep: Episodes, probs: np.ndarray, alpha: float, splits: int = 50, seed: int = 0
-) -> tuple[float, float]:
-    """(mean cost in USD, coverage) of C_κ̂ on ``ep`` as the harness would measure it: over
-    ``splits`` random halves, κ̂ split-conformal on one half, cost and coverage on the other.
-    Used to compare scores on validation questions (averaging over splits smooths the
-    α-quantile, which on a few hundred questions rests on a handful of them)."""
-    rng = np.random.default_rng([seed, 0xCA1])
-    n = ep.n
-    if n < 4:
-        kappa = float(split_conformal_threshold(covering_scores(ep, probs), alpha))
-        m = conformal_rollout(ep, probs, kappa)
-        return float(m.cost.mean()), float(m.covered.mean())
-    draws = np.stack([rng.permutation(n) for _ in range(splits)])
-    cal, test = draws[:, : n // 2], draws[:, n // 2 :]
-    kappas = split_conformal_threshold(covering_scores(ep, probs)[cal], alpha)
-    m = conformal_rollout(ep, probs, kappas, test)
-    return float(m.cost.mean()), float(m.covered.mean())
 
 
 # ----------------------------------------------------------------------------- the learner

@@ -90,7 +90,7 @@ from ccpo.learning.heads import (
 )
 from ccpo.learning.nets import NumpyMLP, PolicyNet, ValueNet
 from ccpo.learning.optim import Adam
-from ccpo.learning.replay import soft_set_rollout
+from ccpo.learning.replay import calibrated_cost, soft_set_rollout
 from ccpo.learning.trust_region import (
     OBJECTIVE_CASES,
     backtracking_line_search,
@@ -149,6 +149,12 @@ class TrainConfig:
     # small (10% of training), and on synthetic traces picking by it chose early, worse
     # checkpoints (cost ratio to random 0.85 instead of 0.59 at seed 3)
     keep_best: bool = False
+    # where keep_best scores checkpoints: "val" (the held-out share above) or "train" (every
+    # training question, calibrated cost by replay over random halves; the calibration split
+    # is never used, so the guarantee of the final κ̂ is untouched)
+    select_on: Literal["val", "train"] = "val"
+    # average θ over the steps after this share of training (Polyak averaging; 1.0: off)
+    average_from: float = 1.0
     seed: int = 0  # seeds torch and numpy
     trust_region: TrustRegion = "score"  # KL of the trust region: "score" π or "target" S (paper)
     constraint_value: ConstraintValue = "coverage"  # c from batch coverage of C, or "surrogate" J̄_C
@@ -181,6 +187,10 @@ class TrainConfig:
             raise ValueError(f"rollouts must be 'exact' or 'sampled', got {self.rollouts!r}")
         if self.lam < 0:
             raise ValueError(f"lam must be >= 0, got {self.lam}")
+        if self.select_on not in ("val", "train"):
+            raise ValueError(f"select_on must be 'val' or 'train', got {self.select_on!r}")
+        if not 0.0 <= self.average_from <= 1.0:
+            raise ValueError(f"average_from must be in [0, 1], got {self.average_from}")
         if self.steps < 1 or self.batch_size < 1 or self.exact_batch_size < 1:
             raise ValueError("steps and batch_size must be positive")
 
@@ -291,6 +301,8 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
     log: list[dict[str, float]] = []
     best: tuple[float, int, np.ndarray] | None = None  # (validation calibrated cost, step, θ)
     rows = np.arange(B)
+    avg_start = int(cfg.average_from * cfg.steps)
+    theta_sum = np.zeros_like(pi.theta)
 
     fit_ep = ep.subset(fit_idx) if cfg.kappa_update == "calibrated" else None
     for step in range(1, cfg.steps + 1):
@@ -451,10 +463,18 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
                 "critic/vc_loss": losses[1],
                 **_cpo_log(info, ls),
             }
-        if cfg.val_every and n_val and (step % cfg.val_every == 0 or step == cfg.steps):
+        if step > avg_start:
+            theta_sum += pi.theta
+        at_check = cfg.val_every and (step % cfg.val_every == 0 or step == cfg.steps)
+        if at_check and n_val:
             entry.update(_validate(ep, val_idx, pi, obs_mean, obs_std, tracker.kappa, cfg))
-            if best is None or entry["val/calibrated_cost"] < best[0]:
-                best = (entry["val/calibrated_cost"], step, pi.theta.copy())
+        if at_check and cfg.keep_best and (n_val or cfg.select_on == "train"):
+            score = entry.get("val/calibrated_cost")
+            if cfg.select_on == "train":
+                probs_fit = policy_probs(pi, ep.obs[fit_idx], obs_mean, obs_std)
+                score = calibrated_cost(ep.subset(fit_idx), probs_fit, cfg.alpha, seed=cfg.seed)[0]
+            if best is None or score < best[0]:
+                best = (score, step, pi.theta.copy())
         log.append(entry)
         if progress is not None:
             progress(step, entry)
@@ -462,6 +482,8 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
     if cfg.keep_best and best is not None:
         pi.theta[:] = best[2]
         log[-1]["train/best_step"] = float(best[1])
+    elif avg_start < cfg.steps:
+        pi.theta[:] = theta_sum / (cfg.steps - avg_start)
     pi.copy_to(policy.body)
     return TrainResult(policy, obs_mean, obs_std, tracker.kappa, cfg, log)
 

@@ -20,8 +20,9 @@ import numpy as np
 
 from ccpo.errors import CCPOError, PhaseError
 from ccpo.learning.conformal import split_conformal_threshold
+from ccpo.learning.methods import METHODS, resolve_method
 from ccpo.learning.policy import TrainedPolicy, load_policy
-from ccpo.learning.stopping import SCORE_METHODS, StoppingPolicy, fit_method
+from ccpo.learning.stopping import StoppingPolicy, fit_method
 from ccpo.learning.trainers import TrainConfig, train
 from ccpo.llm.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.product.evaluate import check_alpha
@@ -42,6 +43,11 @@ class PredictedSet:
     rounds: int  # rounds run (the deepest branch)
     cost_usd: float
     covered: bool | None  # whether a returned answer is correct (None if unknown)
+
+
+#: what ``ConformalPolicy(method=…)`` takes: every set-valued method (``cpo`` is CPO-batch)
+API_METHODS = [n for n, s in METHODS.items() if s.scoring == "batch" and n != "cpo-batch"]
+API_METHODS.insert(API_METHODS.index("ccpo"), "cpo")
 
 
 class ConformalPolicy:
@@ -66,13 +72,15 @@ class ConformalPolicy:
         prices: PriceTable | None = None,
     ) -> None:
         check_alpha(alpha)
-        if method not in ("ccpo", "cpo", "auto", *SCORE_METHODS):
+        found = resolve_method("cpo-batch" if method == "cpo" else method)
+        if found is None or found[0].scoring != "batch":
             raise CCPOError(
-                f"method must be auto, {', '.join(SCORE_METHODS)}, ccpo or cpo; got '{method}'"
+                f"method must be one of {', '.join(API_METHODS)} or ccpo-lam<λ>; got '{method}'"
             )
-        self.method = method
-        rl = "cpo" if method == "cpo" else "ccpo"
-        self.config = replace(config or TrainConfig(), method=rl, alpha=alpha)
+        self.method, self.spec = method, found[0]
+        rl = self.spec.trainer or "ccpo"
+        base = config or TrainConfig()
+        self.config = replace(base, method=rl, alpha=alpha, lam=found[1] or base.lam)
         self.prices = prices or load_prices()
         self.policy: TrainedPolicy | StoppingPolicy | None = None
 
@@ -96,11 +104,13 @@ class ConformalPolicy:
         """Train π (and the online κ) on every question of ``data``."""
         ep, _ = self._episodes(data)
         idx, alpha, seed = np.arange(ep.n), self.config.alpha, self.config.seed
-        if self.method == "auto" or self.method in SCORE_METHODS:
+        if self.spec.kind == "score":
             self.policy, _ = fit_method(self.method, ep, idx, alpha, seed)
         else:
             res = train(ep, idx, self.config)
             variant = self.config.method if self.config.method == "ccpo" else "cpo-batch"
+            if self.config.lam:
+                variant = f"ccpo-lam{self.config.lam:g}"
             self.policy = TrainedPolicy.from_result(res, variant)
         self.policy.prices = self.prices.to_price_file()
         return self

@@ -12,12 +12,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ccpo.errors import CCPOError
+from ccpo.learning.methods import method_help, method_names, resolve_method
 from ccpo.product.cli_options import ForceOpt, PricesOpt, check_out_folder, warn
 
 console = Console()
 
-VARIANTS = ("ccpo", "cpo", "cpo-batch", "cpo-online")
-STOPPING = ("auto", "cstop", "cstop-lr", "depth-k")
 DEGENERATE = 0.95
 """``train`` warns when C(o) is every action at every round on this share of calibration
 questions."""
@@ -43,13 +42,7 @@ def register(app: typer.Typer) -> None:
     def train_cmd(
         traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
         out: Annotated[Path, typer.Option("--out", help="Output policy folder.")],
-        method: Annotated[
-            str,
-            typer.Option(
-                help="auto (fits cstop, cstop-lr and depth-k, keeps the least validation "
-                "calibrated cost), cstop, cstop-lr, depth-k, ccpo, cpo, cpo-batch or cpo-online."
-            ),
-        ] = "auto",
+        method: Annotated[str, typer.Option(help=method_help())] = "auto",
         alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
         lam: Annotated[
             float,
@@ -83,27 +76,29 @@ def register(app: typer.Typer) -> None:
         from ccpo.product.report import staged_folder, training_curves
 
         check_alpha(alpha)
-        if method not in VARIANTS + STOPPING:
+        found = resolve_method(method)
+        if found is None:
             raise CCPOError(
-                f"--method must be one of {', '.join(STOPPING + VARIANTS)}, got '{method}'"
+                f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'"
             )
+        spec, lam = found[0], found[1] or lam
         check_out_folder(out, "policy.json", force)
         ep, price_table = load_episodes(traces, prices or [])
         sizes = split_sizes(ep.n)
         sp = make_splits(ep.n, sizes, 1, seed)
         provenance = {**trace_provenance(traces), "alpha": alpha}
-        if method in STOPPING:
+        if spec.kind == "score":
             _train_stopping(method, ep, sp, sizes, alpha, seed, price_table, out, provenance)
             return
         cfg = TrainConfig(
-            method="ccpo" if method == "ccpo" else "cpo",
+            method=spec.trainer,
             alpha=alpha,
             lam=lam,
             steps=steps,
             seed=seed,
             eps=eps,
         )
-        variant = method if lam == 0 or method != "ccpo" else f"ccpo-lam{lam:g}"
+        variant = spec.name if lam == 0 or spec.name != "ccpo" else f"ccpo-lam{lam:g}"
         t0 = time.perf_counter()
         with _progress() as prog:
             task = prog.add_task(f"train {variant}", total=steps, info="")
@@ -211,9 +206,9 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
 def _train_stopping(
     method, ep, sp, sizes, alpha, seed, price_table, out: Path, provenance: dict
 ) -> None:
-    """``train --method auto|cstop|cstop-lr|depth-k``: fit on the training split (auto:
-    choose by cross-fitted validation calibrated cost), split-conformal κ̂ on the calibration
-    split, write the policy folder and summary.json (with auto's choice and figures)."""
+    """``train --method`` of a score method (:mod:`ccpo.learning.methods`): fit on the training
+    split (auto: choose by cross-fitted validation calibrated cost), split-conformal κ̂ on the
+    calibration split, write the policy folder and summary.json (with auto's choice)."""
     from ccpo.learning.stopping import fit_method
     from ccpo.product.report import staged_folder
 

@@ -9,7 +9,6 @@ path of a folder written by ``ccpo train``. Trained rows share one training run 
 from __future__ import annotations
 
 import multiprocessing
-import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -21,8 +20,9 @@ import numpy as np
 from ccpo.errors import CCPOError
 from ccpo.learning.baselines import BASELINES, Policy, Splits, make_baseline
 from ccpo.learning.conformal import split_conformal_threshold
+from ccpo.learning.methods import compare_rows, resolve_method
 from ccpo.learning.policy import TrainedPolicy, load_policy
-from ccpo.learning.stopping import AUTO_CANDIDATES, SCORE_METHODS, fit_method
+from ccpo.learning.stopping import AUTO_CANDIDATES, fit_method
 from ccpo.learning.trainers import TrainConfig, train
 from ccpo.traces.episodes import (
     Episodes,
@@ -31,9 +31,6 @@ from ccpo.traces.episodes import (
     covering_scores,
     point_rollout,
 )
-
-TRAINED = ("cpo", "cpo-batch", "cpo-online", "ccpo")
-_LAM = re.compile(r"^ccpo-lam(?P<lam>[0-9.eE+-]+)$")
 
 
 @dataclass
@@ -228,25 +225,18 @@ def available_policies(ep: Episodes, trained: bool = True) -> list[str]:
     names = [*BASELINES[:4], "depth-k", "agree-k"]
     names += [f"llm-policy:{m}" for m in sorted(ep.llm_actions)]
     if trained:
-        names += [*TRAINED, "cstop", "auto"]
+        names += compare_rows()
     return [*names, "oracle"]
 
 
 def make_policy(name: str, cache: TrainingCache) -> Policy:
-    if name in ("cpo", "cpo-batch", "cpo-online"):
-        scoring = {"cpo": "point", "cpo-batch": "batch", "cpo-online": "online"}[name]
-        return TrainedRow(name, "cpo", 0.0, scoring, cache)
-    if name == "ccpo":
-        return TrainedRow(name, "ccpo", 0.0, "batch", cache)
-    if name in SCORE_METHODS or name == "auto":
-        return ScoreRow(name)
-    m = _LAM.match(name)
-    if m:
-        try:
-            lam = float(m.group("lam"))
-        except ValueError:
-            raise CCPOError(f"cannot read λ in '{name}' (try ccpo-lam0.5)") from None
-        return TrainedRow(name, "ccpo", lam, "batch", cache)
+    """A row: a method of :mod:`ccpo.learning.methods`, a policy folder, or a baseline."""
+    found = resolve_method(name)
+    if found is not None:
+        spec, lam = found
+        if spec.kind == "score":
+            return ScoreRow(name)
+        return TrainedRow(name, spec.trainer, lam, spec.scoring, cache)
     p = Path(name)
     if p.is_dir():
         return ArtifactRow(p, cache)

@@ -1,0 +1,31 @@
+"""The method registry: one table names every method the CLI, the harness and the API take."""
+
+from __future__ import annotations
+
+import pytest
+
+from ccpo.errors import CCPOError
+from ccpo.learning.methods import METHODS, compare_rows, method_help, resolve_method
+from ccpo.learning.stopping import SCORE_METHODS
+
+
+def test_score_methods_are_what_stopping_fits():
+    assert {n for n, s in METHODS.items() if s.kind == "score"} == {"auto", *SCORE_METHODS}
+    assert all(s.trainer in ("ccpo", "cpo") for s in METHODS.values() if s.kind == "rl")
+
+
+def test_resolve_reads_lambda_and_refuses_nonsense():
+    spec, lam = resolve_method("ccpo-lam0.5")
+    assert (spec.name, lam) == ("ccpo", 0.5)
+    assert resolve_method("cpo-online")[0].scoring == "online"
+    assert resolve_method("random") is None  # a baseline row, not a method
+    with pytest.raises(CCPOError, match="cannot read λ"):
+        resolve_method("ccpo-lam1e")
+
+
+def test_help_names_every_method_and_rows_end_with_auto():
+    text = method_help()
+    assert all(f"{name}:" in text for name in METHODS)
+    rows = compare_rows()
+    assert rows[-1] == "auto" and rows[:4] == ["cpo", "cpo-batch", "cpo-online", "ccpo"]
+    assert set(rows) <= set(METHODS)
