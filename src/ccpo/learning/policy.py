@@ -20,16 +20,20 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from ccpo.errors import CCPOError
 from ccpo.learning.artifact import read_meta, read_side_files, write_folder
+from ccpo.learning.config import TrainConfig
+from ccpo.learning.heads import policy_probs
 from ccpo.learning.nets import NumpyMLP, PolicyNet
-from ccpo.learning.trainers import TrainConfig, TrainResult, policy_probs
 from ccpo.traces.featurize import FEATURE_SPEC
+
+if TYPE_CHECKING:  # the artifact does not import the trainer (nor torch through it)
+    from ccpo.learning.trainers import TrainResult
 
 
 @dataclass
