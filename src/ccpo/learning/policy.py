@@ -6,7 +6,8 @@ Layout of an artifact folder::
     policy.json        format "ccpo.policy/v1", ccpo version, method, α, κ (online, batch),
                        observation normalisation, network shape, config, provenance (task,
                        trace file and its sha256, base/guide models, horizon T, α, synthetic)
-    weights.pt         state_dict of the score network π
+    weights.pt         state_dict of the score network π (torch.save's format, read without
+                       torch: ccpo.learning.weights)
     features.json      the featurizer spec it was trained on (checked on load)
     prices.json        the price table used for training (price-file format)
     train_log.jsonl    one line of diagnostics per training step
@@ -23,13 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ccpo.errors import CCPOError
 from ccpo.learning.artifact import read_meta, read_side_files, write_folder
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.heads import policy_probs
-from ccpo.learning.nets import NumpyMLP, PolicyNet
+from ccpo.learning.mlp import NumpyMLP
+from ccpo.learning.weights import read_weights, write_weights
 from ccpo.traces.featurize import FEATURE_SPEC
 
 if TYPE_CHECKING:  # the artifact does not import the trainer (nor torch through it)
@@ -38,9 +39,12 @@ if TYPE_CHECKING:  # the artifact does not import the trainer (nor torch through
 
 @dataclass
 class TrainedPolicy:
-    """π (a score network with its observation normalisation) plus the thresholds κ."""
+    """π (a score network with its observation normalisation) plus the thresholds κ.
 
-    net: PolicyNet
+    The network is a float64 numpy copy of the trained weights: deciding with a policy needs
+    numpy only (no torch)."""
+
+    net: NumpyMLP
     variant: str  # ccpo, ccpo-lam<λ>, cpo, cpo-batch or cpo-online: how π and κ are used
     obs_mean: np.ndarray
     obs_std: np.ndarray
@@ -51,14 +55,13 @@ class TrainedPolicy:
     prices: dict[str, Any] | None = None
     log: list[dict[str, float]] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)  # see check_provenance
-    _forward: NumpyMLP | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_result(
         cls, res: TrainResult, variant: str | None = None, prices: dict[str, Any] | None = None
     ) -> TrainedPolicy:
         return cls(
-            res.policy,
+            NumpyMLP(res.policy.body),
             variant or res.config.method,
             res.obs_mean,
             res.obs_std,
@@ -84,9 +87,7 @@ class TrainedPolicy:
 
     def probs(self, obs: np.ndarray) -> np.ndarray:
         """π(a|o) for observations [..., T, F] (``next`` masked at the last round)."""
-        if self._forward is None:  # a float64 numpy copy of the weights, made once
-            self._forward = NumpyMLP(self.net.body)
-        return policy_probs(self._forward, obs, self.obs_mean, self.obs_std)
+        return policy_probs(self.net, obs, self.obs_mean, self.obs_std)
 
     def save(self, folder: str | Path) -> Path:
         meta = {
@@ -97,12 +98,12 @@ class TrainedPolicy:
             "kappa_batch": self.kappa_batch,
             "obs_mean": self.obs_mean.tolist(),
             "obs_std": self.obs_std.tolist(),
-            "obs_dim": int(self.net.obs_dim),
+            "obs_dim": int(self.net.in_dim),
             "config": asdict(self.config),
             "provenance": self.provenance,
         }
         out = write_folder(folder, meta, self.feature_spec, self.prices, self.log)
-        torch.save(self.net.state_dict(), out / "weights.pt")
+        write_weights(out / "weights.pt", self.net.state_dict())
         return out
 
     @classmethod
@@ -112,12 +113,7 @@ class TrainedPolicy:
         meta = read_meta(d) if meta is None else meta
         spec, prices, log = read_side_files(d)
         cfg = TrainConfig(**meta["config"])
-        net = PolicyNet(meta["obs_dim"], hidden=cfg.hidden, layers=cfg.layers)
-        try:
-            net.load_state_dict(torch.load(d / "weights.pt", weights_only=True))
-        except (RuntimeError, FileNotFoundError) as e:
-            raise CCPOError(f"{d}/weights.pt: cannot load the network ({e})") from None
-        net.eval()
+        net = _load_net(d / "weights.pt", meta["obs_dim"], cfg)
         return cls(
             net,
             meta.get("variant", cfg.method),
@@ -131,6 +127,24 @@ class TrainedPolicy:
             log,
             meta.get("provenance") or {},
         )
+
+
+def _load_net(path: Path, obs_dim: int, cfg: TrainConfig) -> NumpyMLP:
+    """The score network of ``weights.pt`` as numpy (no torch), checked against the shape
+    policy.json declares (``obs_dim`` inputs, ``cfg.layers`` hidden layers of ``cfg.hidden``
+    units, tanh, 3 outputs). One-line :class:`CCPOError` naming the file otherwise."""
+    try:
+        net = NumpyMLP.from_state_dict(read_weights(path), activation="tanh")
+    except (ValueError, FileNotFoundError) as e:
+        raise CCPOError(f"{path}: cannot load the network ({e})") from None
+    shapes = [w.shape for w, _, _ in net.layers]
+    want = [(obs_dim, cfg.hidden)] + [(cfg.hidden, cfg.hidden)] * (cfg.layers - 1)
+    if shapes != [*want, (cfg.hidden, 3)]:
+        raise CCPOError(
+            f"{path}: cannot load the network (layer shapes {shapes}, but policy.json declares "
+            f"{obs_dim} inputs and {cfg.layers} hidden layers of {cfg.hidden})"
+        )
+    return net
 
 
 PROVENANCE_MUST_MATCH = ("task", "horizon")
