@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -13,7 +14,8 @@ from ccpo.errors import CCPOError
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.mlp import NumpyMLP
 from ccpo.learning.nets import NEXT, PolicyNet, masked_probs
-from ccpo.learning.policy import TrainedPolicy
+from ccpo.learning.policy import TrainedPolicy, horizon_from_obs_mean
+from ccpo.learning.trainers import train
 
 
 def _modules_after(code: str) -> set[str]:
@@ -94,3 +96,24 @@ def test_a_broken_or_mismatched_weights_file_is_one_clear_error(tmp_path):
     (folder / "weights.pt").unlink()
     with pytest.raises(CCPOError, match=r"weights\.pt: cannot load the network"):
         TrainedPolicy.load(folder)
+
+
+def test_the_artifact_stores_its_horizon_and_reads_old_folders_without_it(tmp_path, sim_episodes):
+    """T is written to policy.json and read back; a folder saved before T was stored gets it
+    from its recorded provenance, else from the observation normalisation (1/T)."""
+    T = sim_episodes.horizon
+    res = train(sim_episodes, np.arange(100), TrainConfig(steps=2, val_every=0))
+    pol = TrainedPolicy.from_result(res, "ccpo")
+    assert pol.horizon == T  # from the run's normalisation, where it is exact
+    assert TrainedPolicy.from_result(res, "ccpo", horizon=T + 3).horizon == T + 3
+    folder = pol.save(tmp_path / "pol")
+    meta = json.loads((folder / "policy.json").read_text())
+    assert meta["horizon"] == T and TrainedPolicy.load(folder).horizon == T
+    del meta["horizon"]  # an older folder
+    meta["provenance"] = {"horizon": T + 1}
+    (folder / "policy.json").write_text(json.dumps(meta))
+    assert TrainedPolicy.load(folder).horizon == T + 1
+    meta["provenance"] = {}
+    (folder / "policy.json").write_text(json.dumps(meta))
+    assert TrainedPolicy.load(folder).horizon == T
+    assert horizon_from_obs_mean(np.full(res.obs_mean.shape, 0.3)) is None

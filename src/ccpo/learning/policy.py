@@ -4,8 +4,9 @@ training log and library version — and the phases that use it.
 Layout of an artifact folder::
 
     policy.json        format "ccpo.policy/v1", ccpo version, method, α, κ (online, batch),
-                       observation normalisation, network shape, config, provenance (task,
-                       trace file and its sha256, base/guide models, horizon T, α, synthetic)
+                       horizon T, observation normalisation, network shape, config,
+                       provenance (task, trace file and its sha256, base/guide models,
+                       horizon T, α, synthetic)
     weights.pt         state_dict of the score network π (torch.save's format, read without
                        torch: ccpo.learning.weights)
     features.json      the featurizer spec it was trained on (checked on load)
@@ -31,7 +32,7 @@ from ccpo.learning.config import TrainConfig
 from ccpo.learning.heads import policy_probs
 from ccpo.learning.mlp import NumpyMLP
 from ccpo.learning.weights import read_weights, write_weights
-from ccpo.traces.featurize import FEATURE_SPEC
+from ccpo.traces.featurize import FEATURE_NAMES, FEATURE_SPEC
 
 if TYPE_CHECKING:  # the artifact does not import the trainer (nor torch through it)
     from ccpo.learning.trainers import TrainResult
@@ -55,11 +56,20 @@ class TrainedPolicy:
     prices: dict[str, Any] | None = None
     log: list[dict[str, float]] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)  # see check_provenance
+    horizon: int | None = None  # T, the rounds of the traces it was trained on
 
     @classmethod
     def from_result(
-        cls, res: TrainResult, variant: str | None = None, prices: dict[str, Any] | None = None
+        cls,
+        res: TrainResult,
+        variant: str | None = None,
+        prices: dict[str, Any] | None = None,
+        horizon: int | None = None,
     ) -> TrainedPolicy:
+        """The policy a training run produced. ``horizon``: T of the training episodes; when
+        not given it is read off the run's observation normalisation, where it is exact (the
+        mean of ``is_last_round`` over whole training episodes is 1/T, see
+        :func:`horizon_from_obs_mean`)."""
         return cls(
             NumpyMLP(res.policy.body),
             variant or res.config.method,
@@ -69,6 +79,7 @@ class TrainedPolicy:
             res.kappa_online,
             prices=prices,
             log=res.log,
+            horizon=horizon if horizon is not None else horizon_from_obs_mean(res.obs_mean),
         )
 
     @property
@@ -96,6 +107,7 @@ class TrainedPolicy:
             "alpha": self.alpha,
             "kappa_online": self.kappa_online,
             "kappa_batch": self.kappa_batch,
+            "horizon": self.horizon,
             "obs_mean": self.obs_mean.tolist(),
             "obs_std": self.obs_std.tolist(),
             "obs_dim": int(self.net.in_dim),
@@ -114,19 +126,38 @@ class TrainedPolicy:
         spec, prices, log = read_side_files(d)
         cfg = TrainConfig(**meta["config"])
         net = _load_net(d / "weights.pt", meta["obs_dim"], cfg)
+        obs_mean = np.asarray(meta["obs_mean"])
+        provenance = meta.get("provenance") or {}
+        horizon = meta.get("horizon")
+        if horizon is None:
+            # folders saved before policy.json stored T: the CLI's record it in their
+            # provenance; for the others (Python API) the normalisation is the only way
+            horizon = provenance.get("horizon") or horizon_from_obs_mean(obs_mean)
         return cls(
             net,
             meta.get("variant", cfg.method),
-            np.asarray(meta["obs_mean"]),
+            obs_mean,
             np.asarray(meta["obs_std"]),
             cfg,
             float(meta["kappa_online"]),
-            meta.get("kappa_batch"),
-            spec,
-            prices,
-            log,
-            meta.get("provenance") or {},
+            kappa_batch=meta.get("kappa_batch"),
+            feature_spec=spec,
+            prices=prices,
+            log=log,
+            provenance=provenance,
+            horizon=None if horizon is None else int(horizon),
         )
+
+
+def horizon_from_obs_mean(obs_mean: np.ndarray) -> int | None:
+    """T read off a training run's observation mean: the ``is_last_round`` feature is 1 in
+    one round of T, so its mean over whole training episodes is exactly 1/T. None when the
+    mean is not of that form (a normalisation from something else)."""
+    m = float(np.asarray(obs_mean)[FEATURE_NAMES.index("is_last_round")])
+    if not 0 < m <= 1:
+        return None
+    horizon = round(1.0 / m)
+    return horizon if abs(1.0 / horizon - m) <= 1e-3 else None
 
 
 def _load_net(path: Path, obs_dim: int, cfg: TrainConfig) -> NumpyMLP:
