@@ -4,7 +4,12 @@ Rows are states, the last axis the three actions; ``allowed`` (boolean, broadcas
 marks the actions a state may take (``next`` is not allowed at the last round). Masked actions
 get log-probability −inf and probability exactly 0.
 
-- :func:`log_pi`: the score policy π(a|o), a softmax over the allowed actions.
+- :func:`log_pi`: the score policy π(a|o), a softmax over the allowed actions — the one masked
+  softmax of the numpy side (:func:`ccpo.learning.nets.masked_probs` is its torch twin, for
+  code that needs autograd).
+- :func:`policy_probs`: π(a|o) of a network for observations ``[..., T, F]`` (normalised, then
+  :func:`log_pi` with ``next`` masked at round T): what every evaluation, calibration and live
+  decision calls.
 - :func:`log_softmask`: the differentiable conformal policy of CCPO (paper Eq. ``app``),
   S_{π,κ}(a|o) ∝ σ((π(a|o) − κ)/ε) over the allowed actions: a smooth stand-in for "uniform
   over C_{π,κ}(o) = {a : π(a|o) ≥ κ}" (paper Eq. ``sconf``). When every action is below κ it
@@ -19,7 +24,12 @@ masked actions are finite and meaningless: weight them by q = 0.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+
+from ccpo.learning.mlp import NumpyMLP
+from ccpo.traces.episodes import allowed_actions
 
 __all__ = [
     "log_pi",
@@ -27,6 +37,7 @@ __all__ = [
     "log_softmask",
     "log_softmask_jacobian",
     "masked_kl",
+    "policy_probs",
     "softmax_log_jacobian",
 ]
 
@@ -44,6 +55,22 @@ def _log_normalise(a: np.ndarray) -> np.ndarray:
 def log_pi(logits: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """log π(·|o): log-softmax over the allowed actions, −inf on masked ones."""
     return _log_normalise(_masked(logits, allowed))
+
+
+def policy_probs(
+    net: NumpyMLP | Any, obs: np.ndarray, mean: np.ndarray, std: np.ndarray
+) -> np.ndarray:
+    """Masked π(a|o) as float64 numpy for observations ``[..., T, F]``: the network on
+    ``(obs − mean) / std``, then :func:`log_pi` with ``next`` masked at the last round.
+
+    ``net``: a :class:`~ccpo.learning.mlp.NumpyMLP` (pass one to reuse its weights), or a torch
+    :class:`~ccpo.learning.nets.PolicyNet` (copied into one first)."""
+    forward = net if isinstance(net, NumpyMLP) else NumpyMLP(net.body)
+    obs = np.asarray(obs)
+    if obs.ndim < 2 or obs.shape[-1] != forward.in_dim:
+        raise ValueError(f"obs must have shape [..., T, {forward.in_dim}], got {obs.shape}")
+    logits = forward((obs - mean) / std)
+    return np.exp(log_pi(logits, allowed_actions(obs.shape[-2])))
 
 
 def log_pi_jacobian(logits: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -4,9 +4,11 @@ training log and library version — and the phases that use it.
 Layout of an artifact folder::
 
     policy.json        format "ccpo.policy/v1", ccpo version, method, α, κ (online, batch),
-                       observation normalisation, network shape, config, provenance (task,
-                       trace file and its sha256, base/guide models, horizon T, α, synthetic)
-    weights.pt         state_dict of the score network π
+                       horizon T, observation normalisation, network shape, config,
+                       provenance (task, trace file and its sha256, base/guide models,
+                       horizon T, α, synthetic)
+    weights.pt         state_dict of the score network π (torch.save's format, read without
+                       torch: ccpo.learning.weights)
     features.json      the featurizer spec it was trained on (checked on load)
     prices.json        the price table used for training (price-file format)
     train_log.jsonl    one line of diagnostics per training step
@@ -20,23 +22,30 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ccpo.errors import CCPOError
 from ccpo.learning.artifact import read_meta, read_side_files, write_folder
-from ccpo.learning.nets import NumpyMLP, PolicyNet
-from ccpo.learning.trainers import TrainConfig, TrainResult, policy_probs
-from ccpo.traces.featurize import FEATURE_SPEC
+from ccpo.learning.config import TrainConfig
+from ccpo.learning.heads import policy_probs
+from ccpo.learning.mlp import NumpyMLP
+from ccpo.learning.weights import read_weights, write_weights
+from ccpo.traces.featurize import FEATURE_NAMES, FEATURE_SPEC
+
+if TYPE_CHECKING:  # the artifact does not import the trainer (nor torch through it)
+    from ccpo.learning.trainers import TrainResult
 
 
 @dataclass
 class TrainedPolicy:
-    """π (a score network with its observation normalisation) plus the thresholds κ."""
+    """π (a score network with its observation normalisation) plus the thresholds κ.
 
-    net: PolicyNet
+    The network is a float64 numpy copy of the trained weights: deciding with a policy needs
+    numpy only (no torch)."""
+
+    net: NumpyMLP
     variant: str  # ccpo, ccpo-lam<λ>, cpo, cpo-batch or cpo-online: how π and κ are used
     obs_mean: np.ndarray
     obs_std: np.ndarray
@@ -47,14 +56,22 @@ class TrainedPolicy:
     prices: dict[str, Any] | None = None
     log: list[dict[str, float]] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)  # see check_provenance
-    _forward: NumpyMLP | None = field(default=None, init=False, repr=False, compare=False)
+    horizon: int | None = None  # T, the rounds of the traces it was trained on
 
     @classmethod
     def from_result(
-        cls, res: TrainResult, variant: str | None = None, prices: dict[str, Any] | None = None
+        cls,
+        res: TrainResult,
+        variant: str | None = None,
+        prices: dict[str, Any] | None = None,
+        horizon: int | None = None,
     ) -> TrainedPolicy:
+        """The policy a training run produced. ``horizon``: T of the training episodes; when
+        not given it is read off the run's observation normalisation, where it is exact (the
+        mean of ``is_last_round`` over whole training episodes is 1/T, see
+        :func:`horizon_from_obs_mean`)."""
         return cls(
-            res.policy,
+            NumpyMLP(res.policy.body),
             variant or res.config.method,
             res.obs_mean,
             res.obs_std,
@@ -62,6 +79,7 @@ class TrainedPolicy:
             res.kappa_online,
             prices=prices,
             log=res.log,
+            horizon=horizon if horizon is not None else horizon_from_obs_mean(res.obs_mean),
         )
 
     @property
@@ -80,9 +98,7 @@ class TrainedPolicy:
 
     def probs(self, obs: np.ndarray) -> np.ndarray:
         """π(a|o) for observations [..., T, F] (``next`` masked at the last round)."""
-        if self._forward is None:  # a float64 numpy copy of the weights, made once
-            self._forward = NumpyMLP(self.net.body)
-        return policy_probs(self._forward, obs, self.obs_mean, self.obs_std)
+        return policy_probs(self.net, obs, self.obs_mean, self.obs_std)
 
     def save(self, folder: str | Path) -> Path:
         meta = {
@@ -91,14 +107,15 @@ class TrainedPolicy:
             "alpha": self.alpha,
             "kappa_online": self.kappa_online,
             "kappa_batch": self.kappa_batch,
+            "horizon": self.horizon,
             "obs_mean": self.obs_mean.tolist(),
             "obs_std": self.obs_std.tolist(),
-            "obs_dim": int(self.net.obs_dim),
+            "obs_dim": int(self.net.in_dim),
             "config": asdict(self.config),
             "provenance": self.provenance,
         }
         out = write_folder(folder, meta, self.feature_spec, self.prices, self.log)
-        torch.save(self.net.state_dict(), out / "weights.pt")
+        write_weights(out / "weights.pt", self.net.state_dict())
         return out
 
     @classmethod
@@ -108,25 +125,57 @@ class TrainedPolicy:
         meta = read_meta(d) if meta is None else meta
         spec, prices, log = read_side_files(d)
         cfg = TrainConfig(**meta["config"])
-        net = PolicyNet(meta["obs_dim"], hidden=cfg.hidden, layers=cfg.layers)
-        try:
-            net.load_state_dict(torch.load(d / "weights.pt", weights_only=True))
-        except (RuntimeError, FileNotFoundError) as e:
-            raise CCPOError(f"{d}/weights.pt: cannot load the network ({e})") from None
-        net.eval()
+        net = _load_net(d / "weights.pt", meta["obs_dim"], cfg)
+        obs_mean = np.asarray(meta["obs_mean"])
+        provenance = meta.get("provenance") or {}
+        horizon = meta.get("horizon")
+        if horizon is None:
+            # folders saved before policy.json stored T: the CLI's record it in their
+            # provenance; for the others (Python API) the normalisation is the only way
+            horizon = provenance.get("horizon") or horizon_from_obs_mean(obs_mean)
         return cls(
             net,
             meta.get("variant", cfg.method),
-            np.asarray(meta["obs_mean"]),
+            obs_mean,
             np.asarray(meta["obs_std"]),
             cfg,
             float(meta["kappa_online"]),
-            meta.get("kappa_batch"),
-            spec,
-            prices,
-            log,
-            meta.get("provenance") or {},
+            kappa_batch=meta.get("kappa_batch"),
+            feature_spec=spec,
+            prices=prices,
+            log=log,
+            provenance=provenance,
+            horizon=None if horizon is None else int(horizon),
         )
+
+
+def horizon_from_obs_mean(obs_mean: np.ndarray) -> int | None:
+    """T read off a training run's observation mean: the ``is_last_round`` feature is 1 in
+    one round of T, so its mean over whole training episodes is exactly 1/T. None when the
+    mean is not of that form (a normalisation from something else)."""
+    m = float(np.asarray(obs_mean)[FEATURE_NAMES.index("is_last_round")])
+    if not 0 < m <= 1:
+        return None
+    horizon = round(1.0 / m)
+    return horizon if abs(1.0 / horizon - m) <= 1e-3 else None
+
+
+def _load_net(path: Path, obs_dim: int, cfg: TrainConfig) -> NumpyMLP:
+    """The score network of ``weights.pt`` as numpy (no torch), checked against the shape
+    policy.json declares (``obs_dim`` inputs, ``cfg.layers`` hidden layers of ``cfg.hidden``
+    units, tanh, 3 outputs). One-line :class:`CCPOError` naming the file otherwise."""
+    try:
+        net = NumpyMLP.from_state_dict(read_weights(path), activation="tanh")
+    except (ValueError, FileNotFoundError) as e:
+        raise CCPOError(f"{path}: cannot load the network ({e})") from None
+    shapes = [w.shape for w, _, _ in net.layers]
+    want = [(obs_dim, cfg.hidden)] + [(cfg.hidden, cfg.hidden)] * (cfg.layers - 1)
+    if shapes != [*want, (cfg.hidden, 3)]:
+        raise CCPOError(
+            f"{path}: cannot load the network (layer shapes {shapes}, but policy.json declares "
+            f"{obs_dim} inputs and {cfg.layers} hidden layers of {cfg.hidden})"
+        )
+    return net
 
 
 PROVENANCE_MUST_MATCH = ("task", "horizon")

@@ -1,0 +1,110 @@
+"""The config is the CLI (as in CleanRL): command options derived from the typed configs.
+
+Every field of a config dataclass (:class:`ccpo.learning.trainers.TrainConfig`,
+:class:`ccpo.learning.stopping.StopConfig`) becomes an option of the command, with the field's
+type, its default, and its help read from the comment written beside the field in the config
+(the one place it is documented). A command decorated with :func:`config_options` receives the
+values as ``config={ConfigClass: {field: value}}`` and builds the configs itself
+(:func:`build_config` turns a config's own validation error into a usage error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import re
+import typing
+from collections.abc import Callable, Collection
+from typing import Annotated, Any, Literal, TypeVar
+
+import click
+import typer
+
+from ccpo.errors import CCPOError
+
+C = TypeVar("C")
+#: ``name: type = default  # help`` (one field line of a dataclass)
+_FIELD = re.compile(r"^(?P<name>\w+)\s*:\s*[^=#]+?(?:=\s*[^#]*?)?\s*(?:#\s*(?P<help>.*))?$")
+
+
+def config_help(cls: type) -> dict[str, str]:
+    """Field name → help, from the comments beside (and the comment lines right above) each
+    field in the class source; empty when the source is not available."""
+    try:
+        lines = inspect.getsource(cls).splitlines()[1:]
+    except (OSError, TypeError):
+        return {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    out: dict[str, str] = {}
+    above: list[str] = []
+    for raw in lines:
+        line = raw.strip()
+        if line.startswith("#"):
+            above.append(line.lstrip("#").strip())
+            continue
+        m = _FIELD.match(line)
+        if m and m.group("name") in names:
+            text = " ".join([*above, m.group("help") or ""]).strip()
+            out[m.group("name")] = re.sub(r"\s+", " ", text)
+        above = []
+    return out
+
+
+def _option(name: str, kind: Any, default: Any, help: str, panel: str) -> inspect.Parameter:
+    extra: dict[str, Any] = {}
+    if typing.get_origin(kind) is Literal:
+        extra["click_type"] = click.Choice([str(v) for v in typing.get_args(kind)])
+        kind = str
+    flag = "--" + name.replace("_", "-")
+    if kind is bool:
+        flag = f"{flag}/--no-{name.replace('_', '-')}"
+    opt = typer.Option(flag, help=help, rich_help_panel=panel, **extra)
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, opt]
+    )
+
+
+def config_options(
+    *groups: tuple[type, Collection[str], str],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a typer command with one option per field of each config in ``groups``:
+    (config class, fields left out, help panel title). A field already taken by the command's
+    own parameters or by an earlier group is left out too. The command gets ``config``: config
+    class → {field: value} of every derived option."""
+
+    def deco(func: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(func, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "config"]
+        taken = {p.name for p in own}
+        owner: dict[str, type] = {}
+        extra: list[inspect.Parameter] = []
+        for cls, skip, panel in groups:
+            hints, helps = typing.get_type_hints(cls), config_help(cls)
+            for f in dataclasses.fields(cls):
+                if f.name in skip or f.name in taken or f.default is dataclasses.MISSING:
+                    continue
+                help_text = helps.get(f.name, "")
+                extra.append(_option(f.name, hints[f.name], f.default, help_text, panel))
+                taken.add(f.name)
+                owner[f.name] = cls
+
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            config: dict[type, dict[str, Any]] = {cls: {} for cls, _, _ in groups}
+            for name, cls in owner.items():
+                config[cls][name] = kwargs.pop(name)
+            return func(**kwargs, config=config)
+
+        command.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
+        return command
+
+    return deco
+
+
+def build_config(cls: type[C], values: dict[str, Any]) -> C:
+    """``cls(**values)``; a value the config refuses is a usage error naming the option."""
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as e:
+        raise CCPOError(f"bad option value: {e}") from None
