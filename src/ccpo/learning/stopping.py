@@ -320,17 +320,19 @@ def fit_stopping(
 Fitter = Callable[[Episodes, np.ndarray, float, int], Any]
 
 
-def stopping_fitter(method: str) -> Fitter:
-    """(ep, idx, α, seed) → fitted scorer for a CStop method or a fixed rule."""
+def stopping_fitter(method: str, settings: dict[str, Any] | None = None) -> Fitter:
+    """(ep, idx, α, seed) → fitted scorer for a CStop method or a fixed rule; ``settings``:
+    other :class:`StopConfig` fields (the learner's hyperparameters)."""
+    kw = dict(settings or {})
     if method in FIXED_RULES:
         return lambda ep, idx, alpha, seed: StoppingPolicy(
-            None, ep.horizon, StopConfig(alpha=alpha, seed=seed), variant=method
+            None, ep.horizon, StopConfig(alpha=alpha, seed=seed, **kw), variant=method
         )
     if method not in STOPPING_METHODS:
         raise CCPOError(f"unknown method '{method}' (stopping methods: {', '.join(SCORE_METHODS)})")
-    learner = STOPPING_METHODS[method]
+    kw["learner"] = STOPPING_METHODS[method]
     return lambda ep, idx, alpha, seed: fit_stopping(
-        ep, idx, StopConfig(alpha=alpha, learner=learner, seed=seed), variant=method
+        ep, idx, StopConfig(alpha=alpha, seed=seed, **kw), variant=method
     )
 
 
@@ -413,10 +415,12 @@ def fit_method(
     alpha: float,
     seed: int = 0,
     candidates: Sequence[str] = AUTO_CANDIDATES,
+    settings: dict[str, Any] | None = None,
 ) -> tuple[StoppingPolicy, Selection | None]:
     """Fit ``auto`` (:func:`fit_auto`, with its :class:`Selection`) or one of
     :data:`SCORE_METHODS` (selection ``None``): the one entry point of the CLI, the API and
-    the harness."""
+    the harness. ``settings``: :class:`StopConfig` fields other than α, seed and learner."""
     if method == "auto":
-        return fit_auto(ep, train_idx, alpha, seed, candidates)
-    return stopping_fitter(method)(ep, train_idx, alpha, seed), None
+        fitters = {name: stopping_fitter(name, settings) for name in candidates}
+        return fit_auto(ep, train_idx, alpha, seed, candidates, fitters)
+    return stopping_fitter(method, settings)(ep, train_idx, alpha, seed), None

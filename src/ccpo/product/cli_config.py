@@ -11,6 +11,7 @@ values as ``config={ConfigClass: {field: value}}`` and builds the configs itself
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import inspect
 import re
@@ -18,7 +19,6 @@ import typing
 from collections.abc import Callable, Collection
 from typing import Annotated, Any, Literal, TypeVar
 
-import click
 import typer
 
 from ccpo.errors import CCPOError
@@ -51,11 +51,29 @@ def config_help(cls: type) -> dict[str, str]:
     return out
 
 
-def _option(name: str, kind: Any, default: Any, help: str, panel: str) -> inspect.Parameter:
-    extra: dict[str, Any] = {}
-    if typing.get_origin(kind) is Literal:
-        extra["click_type"] = click.Choice([str(v) for v in typing.get_args(kind)])
-        kind = str
+def _checker(cls: type, name: str) -> Callable[[Any], Any]:
+    """An option callback: the config's own validation of this one field (the others at their
+    defaults), so a bad value is a usage error naming the option (exit code 2)."""
+
+    def check(value: Any) -> Any:
+        value = value.value if isinstance(value, enum.Enum) else value
+        try:
+            cls(**{name: value})
+        except (ValueError, TypeError) as e:
+            raise typer.BadParameter(str(e)) from None
+        return value
+
+    return check
+
+
+def _option(
+    cls: type, name: str, kind: Any, default: Any, help: str, panel: str
+) -> inspect.Parameter:
+    if typing.get_origin(kind) is Literal:  # choices: an Enum, which every typer takes
+        values = [str(v) for v in typing.get_args(kind)]
+        kind = enum.Enum(name, {v: v for v in values}, type=str)
+        default = kind(default)
+    extra: dict[str, Any] = {"callback": _checker(cls, name)}
     flag = "--" + name.replace("_", "-")
     if kind is bool:
         flag = f"{flag}/--no-{name.replace('_', '-')}"
@@ -85,7 +103,7 @@ def config_options(
                 if f.name in skip or f.name in taken or f.default is dataclasses.MISSING:
                     continue
                 help_text = helps.get(f.name, "")
-                extra.append(_option(f.name, hints[f.name], f.default, help_text, panel))
+                extra.append(_option(cls, f.name, hints[f.name], f.default, help_text, panel))
                 taken.add(f.name)
                 owner[f.name] = cls
 

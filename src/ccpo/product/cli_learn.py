@@ -12,11 +12,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ccpo.errors import CCPOError
+from ccpo.learning.config import TrainConfig
 from ccpo.learning.methods import method_help, method_names, resolve_method
+from ccpo.learning.stopping import StopConfig
+from ccpo.product.cli_config import build_config, config_options
 from ccpo.product.cli_options import ForceOpt, PricesOpt, check_out_folder, warn
 
 console = Console()
 
+#: StopConfig fields the train command sets itself (the method names the learner; the κ
+#: tracker's settings belong to `ccpo serve --adapt-kappa`)
+_STOP_FIXED = ("alpha", "seed", "learner", "eta0", "xi", "batch_size")
 DEGENERATE = 0.95
 """``train`` warns when C(o) is every action at every round on this share of calibration
 questions."""
@@ -39,22 +45,19 @@ def _step_info(entry: dict[str, float]) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command("train")
+    @config_options(
+        (TrainConfig, ("method", "alpha", "seed"), "Training: ccpo and the cpo family"),
+        (StopConfig, _STOP_FIXED, "Fitting: cstop, cstop-lr (auto's candidates too)"),
+    )
     def train_cmd(
         traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
         out: Annotated[Path, typer.Option("--out", help="Output policy folder.")],
         method: Annotated[str, typer.Option(help=method_help())] = "auto",
         alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
-        lam: Annotated[
-            float,
-            typer.Option(
-                help="λ: price of one answer in the set, in mean-round costs (ccpo).", min=0
-            ),
-        ] = 0.0,
-        steps: Annotated[int, typer.Option(help="Training steps.", min=1)] = 2000,
         seed: Annotated[int, typer.Option(help="Seed of the split and of training.")] = 0,
-        eps: Annotated[float, typer.Option(help="Softmask temperature ε.")] = 0.05,
         prices: PricesOpt = None,
         force: ForceOpt = False,
+        config: dict | None = None,
     ) -> None:
         """Train a policy on the training split and calibrate κ on the calibration split.
 
@@ -65,7 +68,7 @@ def register(app: typer.Typer) -> None:
         (C(o) holds every action at every round).
         """
         from ccpo.learning.policy import TrainedPolicy
-        from ccpo.learning.trainers import TrainConfig, train
+        from ccpo.learning.trainers import train
         from ccpo.product.evaluate import (
             check_alpha,
             load_episodes,
@@ -81,23 +84,26 @@ def register(app: typer.Typer) -> None:
             raise CCPOError(
                 f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'"
             )
-        spec, lam = found[0], found[1] or lam
+        settings = config or {}
+        spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
         check_out_folder(out, "policy.json", force)
+        stop_settings = settings.get(StopConfig, {})
+        build_config(StopConfig, stop_settings)  # a bad value is refused before any work
+        cfg = build_config(
+            TrainConfig,
+            {**settings[TrainConfig], "method": spec.trainer or "ccpo", "alpha": alpha,
+             "seed": seed, "lam": lam},
+        )  # fmt: skip
         ep, price_table = load_episodes(traces, prices or [])
         sizes = split_sizes(ep.n)
         sp = make_splits(ep.n, sizes, 1, seed)
         provenance = {**trace_provenance(traces), "alpha": alpha}
         if spec.kind == "score":
-            _train_stopping(method, ep, sp, sizes, alpha, seed, price_table, out, provenance)
+            _train_stopping(
+                method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings
+            )
             return
-        cfg = TrainConfig(
-            method=spec.trainer,
-            alpha=alpha,
-            lam=lam,
-            steps=steps,
-            seed=seed,
-            eps=eps,
-        )
+        steps = cfg.steps
         variant = spec.name if lam == 0 or spec.name != "ccpo" else f"ccpo-lam{lam:g}"
         t0 = time.perf_counter()
         with _progress() as prog:
@@ -127,23 +133,25 @@ def register(app: typer.Typer) -> None:
         console.print(f"wrote policy folder {out}")
 
     @app.command("compare")
+    @config_options(
+        (TrainConfig, ("method", "alpha", "seed", "lam"), "Training: ccpo and the cpo family")
+    )
     def compare_cmd(
         traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
         out: Annotated[Path, typer.Option("--out", help="Output folder.")],
         alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
         splits: Annotated[int, typer.Option(help="Random evaluation splits.", min=1)] = 100,
-        steps: Annotated[int, typer.Option(help="Training steps per method.", min=1)] = 2000,
         seed: Annotated[int, typer.Option(help="Seed of the splits and of training.")] = 0,
         lam: Annotated[
             list[float] | None,
             typer.Option(metavar="λ", help="Extra CCPO rows with λ > 0 (repeatable)."),
         ] = None,
-        eps: Annotated[float, typer.Option(help="Softmask temperature ε.")] = 0.05,
         prices: PricesOpt = None,
         workers: Annotated[
             int | None,
             typer.Option(help="Processes training policies at once [CPU cores + 1].", min=1),
         ] = None,
+        config: dict | None = None,
     ) -> None:
         """Train and evaluate every method and baseline the traces allow, on the same splits.
 
@@ -153,18 +161,21 @@ def register(app: typer.Typer) -> None:
         from ccpo.product.comparison import run_compare
 
         check_out_folder(out)
+        settings = dict((config or {})[TrainConfig])
+        build_config(TrainConfig, settings)  # a bad combination is refused before any work
         run_compare(
             traces,
             out,
             alpha=alpha,
             splits=splits,
-            steps=steps,
+            steps=settings.pop("steps"),
             seed=seed,
             lams=[0.5] if lam is None else lam,
-            eps=eps,
+            eps=settings.pop("eps"),
             prices=prices or [],
             console=console,
             workers=workers,
+            settings=settings,
         )
 
 
@@ -204,7 +215,7 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
 
 
 def _train_stopping(
-    method, ep, sp, sizes, alpha, seed, price_table, out: Path, provenance: dict
+    method, ep, sp, sizes, alpha, seed, price_table, out: Path, provenance: dict, settings: dict
 ) -> None:
     """``train --method`` of a score method (:mod:`ccpo.learning.methods`): fit on the training
     split (auto: choose by cross-fitted validation calibrated cost), split-conformal κ̂ on the
@@ -214,7 +225,7 @@ def _train_stopping(
 
     t0 = time.perf_counter()
     with console.status(f"fitting {method} on {sizes[0]} questions …"):
-        pol, sel = fit_method(method, ep, sp.train, alpha, seed)
+        pol, sel = fit_method(method, ep, sp.train, alpha, seed, settings=settings)
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
     cal = sp.cal[0]

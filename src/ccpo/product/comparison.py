@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ccpo.learning.baselines import Policy, Splits
-from ccpo.learning.trainers import TrainConfig
+from ccpo.learning.config import TrainConfig
 from ccpo.product.evaluate import (
     ResultRow,
     check_alpha,
@@ -58,6 +59,13 @@ def _trained_keys(policies: Sequence[Policy]) -> list[tuple[str, float]]:
     return [(p.method, p.lam) for p in policies if isinstance(p, TrainedRow) and p.policy is None]
 
 
+def base_config(
+    steps: int, seed: int, eps: float, settings: Mapping[str, Any] | None = None
+) -> TrainConfig:
+    """The training config every trained row starts from (method, λ, α are set per row)."""
+    return TrainConfig(**{**(settings or {}), "steps": steps, "seed": seed, "eps": eps})
+
+
 def start_training(
     traces: Path,
     pool: Executor,
@@ -69,12 +77,13 @@ def start_training(
     lams: Sequence[float] = (0.5,),
     eps: float = 0.05,
     prices: Sequence[Path] = (),
+    settings: Mapping[str, Any] | None = None,
 ) -> TrainingCache:
     """Submit to ``pool`` every policy that :func:`run_compare` with the same arguments trains,
     and return at once; pass the returned cache to ``run_compare(cache=...)``. This lets
     several comparisons (``ccpo reproduce``: every α) share one pool of processes."""
     ep, _, sp, names = _plan(traces, alpha, splits, seed, lams, prices)
-    cache = TrainingCache(TrainConfig(steps=steps, seed=seed, eps=eps))
+    cache = TrainingCache(base_config(steps, seed, eps, settings))
     cache.submit(_trained_keys(resolve_policies(names, ep, cache)), ep, sp.train, alpha, pool)
     return cache
 
@@ -94,20 +103,23 @@ def run_compare(
     title: str | None = None,
     workers: int | None = None,
     cache: TrainingCache | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> CompareOutput:
     """``workers``: processes that train the (method, λ) policies at once [CPU cores + 1: a
     run is single-threaded]; results do not depend on it (each run is seeded by its config).
     ``cache``: from :func:`start_training` with the same arguments (its runs are used as they
-    finish; ``workers`` is then ignored)."""
+    finish; ``workers`` is then ignored). ``settings``: other :class:`TrainConfig` fields."""
     console = console or Console()
     workers = (os.cpu_count() or 1) + 1 if workers is None else workers
     t0 = time.perf_counter()
     ep, sizes, sp, names = _plan(traces, alpha, splits, seed, lams, prices)
-    config = TrainConfig(steps=steps, seed=seed, eps=eps)
+    config = base_config(steps, seed, eps, settings)
     if cache is None:
         cache = TrainingCache(config)
     elif cache.base_config != config:
-        raise ValueError("cache was started with other steps, seed or eps than this comparison")
+        raise ValueError(
+            "cache was started with other steps, seed, eps or settings than this comparison"
+        )
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), console=console, disable=not console.is_terminal,
