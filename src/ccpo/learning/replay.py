@@ -133,3 +133,49 @@ def calibrated_cost(
     kappas = split_conformal_threshold(covering_scores(ep, probs)[cal], alpha)
     m = conformal_rollout(ep, probs, kappas, test)
     return float(m.cost.mean()), float(m.covered.mean())
+
+
+def point_rollout_expectations(
+    logits: np.ndarray,
+    allowed: np.ndarray,
+    correct: np.ndarray,
+    solvable: np.ndarray,
+    round_cost: np.ndarray,
+    weights: tuple[float, float] | None = None,
+) -> tuple[SoftOutcome, np.ndarray | None]:
+    """Exact expectations of the *point* policy a_t ~ π(·|o_t) (CPO with ``rollouts="exact"``):
+    the episode ends at the first answer, so with p_t = π(·|o_t) and n_t = p_t(next)
+
+    - reach:    r_1 = 1,  r_{t+1} = r_t n_t
+    - cost:     E[cost] = Σ_t r_t c_t = F_1,      F_t = c_t + n_t F_{t+1}
+    - coverage: P(covered) = Σ_t r_t a_t = V_1,   V_t = a_t + n_t V_{t+1},
+                a_t = p_t(base) 1{base correct} + p_t(guide) 1{guide correct}
+                (1 for an unsolvable question); the set size is always 1.
+
+    With ``weights`` = (w_cost, w_cov), also the gradient of Σ_b (w_cost·cost_b + w_cov·cov_b)
+    in logit space: ∂/∂n_t = r_t (w_cost F_{t+1} + w_cov V_{t+1}), ∂/∂p_t(a) = w_cov r_t
+    1{a correct}, then through the masked softmax. Shapes as :func:`soft_set_rollout`.
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    B, T, _ = logits.shape
+    p = np.exp(log_pi(logits, allowed))
+    n = p[..., NEXT]  # 0 at T (masked)
+    corr = np.asarray(correct, dtype=bool)
+    a = (p[..., :2] * corr).sum(-1)
+    r = np.ones((B, T))
+    r[:, 1:] = np.cumprod(n[:, :-1], axis=-1)
+    F, V = np.zeros((B, T + 1)), np.zeros((B, T + 1))
+    for t in range(T - 1, -1, -1):
+        F[:, t] = round_cost[:, t] + n[:, t] * F[:, t + 1]
+        V[:, t] = a[:, t] + n[:, t] * V[:, t + 1]
+    solv = np.asarray(solvable, dtype=bool)
+    out = SoftOutcome(cost=F[:, 0], size=np.ones(B), coverage=np.where(solv, V[:, 0], 1.0))
+    if weights is None:
+        return out, None
+    w_cost, w_cov = weights
+    w_cov_b = np.where(solv, w_cov, 0.0)[:, None]
+    dp = np.zeros((B, T, 3))
+    dp[..., NEXT] = r * (w_cost * F[:, 1:] + w_cov_b * V[:, 1:])
+    dp[..., :2] = (w_cov_b * r)[..., None] * corr
+    dlogits = p * (dp - (dp * p).sum(-1, keepdims=True))
+    return out, np.where(allowed, dlogits, 0.0)
