@@ -7,6 +7,7 @@ comparison lives in the benchmarks and in `ccpo compare`.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -120,6 +121,39 @@ def test_cpo_raises_coverage_toward_its_constraint(big_sim, splits):
     before = expected_point_coverage(sub, short.probs(sub.obs))
     after = expected_point_coverage(sub, longer.probs(sub.obs))
     assert after > before + 0.03
+
+
+def test_exact_cpo_raises_its_expected_point_coverage(big_sim, splits):
+    """cpo_rollouts="exact": the point policy's exact expectations drive the same CPO step
+    (no critics), and its expected point coverage on the training questions rises toward the
+    constraint as with the sampled loop."""
+    ep = big_sim[1]
+    sub = ep.subset(splits.train)
+    cfg = dict(method="cpo", alpha=0.1, seed=2, val_every=0, cpo_rollouts="exact")
+    short = train(ep, splits.train, TrainConfig(steps=1, **cfg))
+    longer = train(ep, splits.train, TrainConfig(steps=150, **cfg))
+    assert "point/coverage" in longer.log[-1] and "critic/v_loss" not in longer.log[-1]
+    before = expected_point_coverage(sub, short.probs(sub.obs))
+    after = expected_point_coverage(sub, longer.probs(sub.obs))
+    assert after > before + 0.03
+
+
+def test_keep_best_ends_at_the_checkpoint_of_least_training_calibrated_cost(big_sim, splits):
+    """keep_best (on by default, scored on the training questions) returns θ of the logged
+    checkpoint with the least calibrated cost: the same θ as a run stopped at that step."""
+    ep = big_sim[1]
+    cfg = TrainConfig(alpha=0.2, steps=300, seed=4, val_every=50)
+    assert cfg.keep_best and cfg.select_on == "train"
+    run = train(ep, splits.train, cfg)
+    checks = {
+        e["step"]: e["select/calibrated_cost"] for e in run.log if "select/calibrated_cost" in e
+    }
+    assert sorted(checks) == [50, 100, 150, 200, 250, 300]
+    best = int(run.log[-1]["train/best_step"])
+    assert checks[best] == min(checks.values())
+    stopped = train(ep, splits.train, replace(cfg, steps=best, keep_best=False))
+    for pa, pb in zip(run.policy.parameters(), stopped.policy.parameters(), strict=True):
+        assert torch.equal(pa, pb)
 
 
 def test_target_policy_softmask():

@@ -92,7 +92,11 @@ from ccpo.learning.heads import (
 )
 from ccpo.learning.nets import NumpyMLP, PolicyNet, ValueNet
 from ccpo.learning.optim import Adam
-from ccpo.learning.replay import calibrated_cost, soft_set_rollout
+from ccpo.learning.replay import (
+    calibrated_cost,
+    point_rollout_expectations,
+    soft_set_rollout,
+)
 from ccpo.learning.trust_region import (
     OBJECTIVE_CASES,
     backtracking_line_search,
@@ -164,7 +168,7 @@ def train(
 
 def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
     T, n_feat = ep.horizon, ep.obs.shape[-1]
-    exact = cfg.method == "ccpo" and cfg.rollouts == "exact"
+    exact = (cfg.rollouts if cfg.method == "ccpo" else cfg.cpo_rollouts) == "exact"
     B = cfg.exact_batch_size if exact else cfg.batch_size
     perm = rng.permutation(train_idx)
     n_val = int(len(perm) * cfg.val_frac) if cfg.val_every and len(perm) >= 50 else 0
@@ -362,10 +366,12 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
         if at_check and n_val:
             entry.update(_validate(ep, val_idx, pi, obs_mean, obs_std, tracker.kappa, cfg))
         if at_check and cfg.keep_best and (n_val or cfg.select_on == "train"):
-            score = entry.get("val/calibrated_cost")
+            score = entry.get("val/calibrated_cost")  # cents per question
             if cfg.select_on == "train":
                 probs_fit = policy_probs(pi, ep.obs[fit_idx], obs_mean, obs_std)
-                score = calibrated_cost(ep.subset(fit_idx), probs_fit, cfg.alpha, seed=cfg.seed)[0]
+                usd = calibrated_cost(ep.subset(fit_idx), probs_fit, cfg.alpha, seed=cfg.seed)[0]
+                score = usd * 100
+            entry["select/calibrated_cost"] = float(score)
             if best is None or score < best[0]:
                 best = (score, step, pi.theta.copy())
         log.append(entry)
@@ -416,30 +422,42 @@ def entropy_and_grad(logp: np.ndarray) -> tuple[float, np.ndarray]:
 
 
 def _exact_step(step, pi, x, sub, kappa, cfg, allowed, lam_unit) -> dict[str, float]:
-    """One CCPO step on exact expectations of the soft conformal rollout (steps 1–5 of the
-    module docstring with nothing sampled: :func:`ccpo.learning.replay.soft_set_rollout`).
+    """One step on exact expectations by replay (steps 1–5 of the module docstring with
+    nothing sampled). CCPO: the soft conformal rollout
+    (:func:`ccpo.learning.replay.soft_set_rollout`); CPO: the point policy a_t ~ π
+    (:func:`ccpo.learning.replay.point_rollout_expectations`).
 
     g = ∇ of −E[cost] − λ E[size] and b = −∇ P(covered) are exact per batch (one reverse pass
     through π from their logit-space gradients); c = (1 − α) − the batch coverage of the hard
-    C_{π_k,κ_k}, as in the sampled variant; the trust region is KL(π_k ‖ π) over every state
-    of the batch's questions (every round is in the soft rollout). Updates π in place and
-    returns the log entry (with ``conformal/coverage`` of C_{π_{k+1},κ_k} for the κ step)."""
+    C_{π_k,κ_k} (CCPO, as in the sampled variant) or of the point policy (CPO, its exact
+    expectation); the trust region is KL(π_k ‖ π) over every state of the batch's questions
+    (every round is in the expectation). Updates π in place and returns the log entry (with
+    ``conformal/coverage`` of C_{π_{k+1},κ_k} for the κ step)."""
     B, T = sub.n, sub.horizon
     lam_scaled = cfg.lam * lam_unit  # λ and the entropy bonus are priced in mean rounds
     cost = sub.round_cost * cfg.cost_scale
-    args = (allowed, sub.correct, sub.solvable, cost, kappa, cfg.eps)
+    point = cfg.method == "cpo"
+
+    def expect(logits, w_cost=0.0, w_size=0.0, w_cov=0.0, grad=True):
+        """Per-question expectations and (if ``grad``) the logit gradient of the weighted sum."""
+        if point:  # the set size of a point policy is 1: λ has nothing to act on
+            w = (w_cost, w_cov) if grad else None
+            return point_rollout_expectations(logits, allowed, sub.correct, sub.solvable, cost, w)
+        w = (w_cost, w_size, w_cov) if grad else None
+        return soft_set_rollout(logits, allowed, sub.correct, sub.solvable, cost, kappa, cfg.eps, w)
+
     logits_old = pi(x).reshape(B, T, 3)
     logp_old = log_pi(logits_old, allowed)
     probs_old = np.exp(logp_old)
-    soft, u_r = soft_set_rollout(logits_old, *args, weights=(-1 / B, -lam_scaled / B, 0.0))
+    soft, u_r = expect(logits_old, w_cost=-1 / B, w_size=-lam_scaled / B)
     bonus = cfg.entropy * lam_unit / B
     ent, d_ent = entropy_and_grad(logp_old)
     u_r = u_r + bonus * d_ent
-    _, u_c = soft_set_rollout(logits_old, *args, weights=(0.0, 0.0, -1 / B))
+    _, u_c = expect(logits_old, w_cov=-1 / B)
     hard = conformal_rollout(sub, probs_old, kappa)
-    c = (1 - cfg.alpha) - float(hard.covered.mean())
-    obj_old = float(-soft.cost.mean() - lam_scaled * soft.size.mean()) + bonus * ent
     cov_old = float(soft.coverage.mean())
+    c = (1 - cfg.alpha) - (cov_old if point else float(hard.covered.mean()))
+    obj_old = float(-soft.cost.mean() - lam_scaled * soft.size.mean()) + bonus * ent
     every = np.ones((B, T), dtype=bool)
     u_r, u_c = u_r.reshape(-1, 3), u_c.reshape(-1, 3)
     _, tape = pi.forward(x)
@@ -460,7 +478,7 @@ def _exact_step(step, pi, x, sub, kappa, cfg, allowed, lam_unit) -> dict[str, fl
         def evaluate(theta: np.ndarray) -> tuple[float, float, float]:
             pi.theta[:] = theta
             logits = pi(x).reshape(B, T, 3)
-            o, _ = soft_set_rollout(logits, *args)
+            o, _ = expect(logits, grad=False)
             obj = float(-o.cost.mean() - lam_scaled * o.size.mean())
             obj += bonus * entropy_and_grad(log_pi(logits, allowed))[0]
             kl = masked_kl(logp_old, log_pi(logits, allowed), every)
@@ -468,16 +486,17 @@ def _exact_step(step, pi, x, sub, kappa, cfg, allowed, lam_unit) -> dict[str, fl
 
         ls = _line_search(pi, direction, evaluate, obj_old, c, info, cfg)
     new_probs = np.exp(log_pi(pi(x).reshape(B, T, 3), allowed))
+    prefix = "point" if point else "soft"
     return {
         "step": step,
         "train/cost": float(hard.cost.mean() * 100),
         "train/coverage": float(hard.covered.mean()),
         "train/set_size": float(hard.set_size.mean()),
         "train/length": float(hard.length.mean()),
-        "soft/cost": float(soft.cost.mean() / cfg.cost_scale * 100),
-        "soft/coverage": cov_old,
-        "soft/set_size": float(soft.size.mean()),
-        # the surrogate this step constrains is the exact soft coverage (not J̄_C)
+        f"{prefix}/cost": float(soft.cost.mean() / cfg.cost_scale * 100),
+        f"{prefix}/coverage": cov_old,
+        f"{prefix}/set_size": float(soft.size.mean()),
+        # the surrogate this step constrains is the exact expected coverage (not J̄_C)
         "constraint/surrogate_violation": (1 - cfg.alpha) - cov_old,
         "constraint/c": c,
         "conformal/kappa": kappa,
