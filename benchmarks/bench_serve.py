@@ -31,8 +31,8 @@ import httpx
 import numpy as np
 from _world import start_world
 
-from ccpo.llm.prices import write_price_file
 from ccpo.testing import wait_for_http
+from ccpo.traces.prices import write_price_file
 
 
 def free_port() -> int:
@@ -44,9 +44,9 @@ def free_port() -> int:
 def make_policy(folder: Path) -> Path:
     from ccpo.learning.policy import TrainedPolicy
     from ccpo.learning.trainers import TrainConfig, train
-    from ccpo.llm.prices import load_prices
-    from ccpo.sim import SimConfig, generate
     from ccpo.traces.episodes import build_episodes
+    from ccpo.traces.prices import load_prices
+    from ccpo.traces.sim import SimConfig, generate
 
     prices = load_prices()
     ep = build_episodes(generate(SimConfig(n=400, seed=0)), prices)

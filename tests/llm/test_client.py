@@ -23,8 +23,8 @@ from ccpo.llm.client import (
     parse_retry_after,
     worst_case_tokens,
 )
-from ccpo.llm.prices import load_prices
 from ccpo.testing.scripted_server import ScriptedServer
+from ccpo.traces.prices import load_prices
 
 FAST = RetryPolicy(max_retries=10, backoff_base=0.005, backoff_max=0.05, timeout=0.3)
 

@@ -56,7 +56,7 @@ import openai
 
 from ccpo.errors import CCPOError
 from ccpo.llm.cache import ResponseCache, cache_key
-from ccpo.llm.prices import PriceTable
+from ccpo.traces.prices import PriceTable
 
 log = logging.getLogger("ccpo.llm")
 

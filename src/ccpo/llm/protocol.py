@@ -51,7 +51,7 @@ from ccpo.llm.config import CollectConfig
 from ccpo.llm.prompts import PROMPT_VERSION, PastRound
 from ccpo.llm.tasks.loaders import Question
 from ccpo.llm.tasks.scoring import score
-from ccpo.llm.tasks.search import BM25Search, SearchBackend
+from ccpo.llm.tasks.search import BM25Search, SearchBackend, WikipediaSearch, load_corpus
 from ccpo.traces.schema import SCHEMA_VERSION, Trace
 
 
@@ -103,6 +103,31 @@ class Runner:
             },
             **({"question_meta": q.meta} if q.meta else {}),
         }
+
+
+def make_runner(cfg: CollectConfig, client: LLMClient, kind: str, source: str) -> Runner:
+    """The :class:`Runner` of ``kind`` (``base-guide`` or ``llm-exit``) for ``cfg``: its endpoints,
+    the task's agent (HotpotQA: ReAct, else chain of thought) and the shared search backend.
+    Used by collection and by the deployed agent, so both run rounds the same way."""
+    base = cfg.base_endpoint()
+    guide = cfg.guide_endpoint() if kind == "base-guide" else None
+    policies = [p.endpoint() for p in cfg.policy_llm] if kind == "base-guide" else []
+    react = cfg.task == "hotpotqa"
+    agent: CoTAgent | ReActAgent = (
+        ReActAgent(max_steps=cfg.max_steps)
+        if react
+        else CoTAgent(cfg.task, max_tokens=cfg.max_tokens)
+    )
+    shared = None
+    if react:
+        mode = cfg.search
+        if mode == "bm25" or (mode == "auto" and cfg.corpus):
+            if not cfg.corpus:
+                raise CCPOError("--search bm25 needs --corpus FILE (JSONL of {title, text})")
+            shared = BM25Search(load_corpus(cfg.corpus))
+        elif mode == "wikipedia":
+            shared = WikipediaSearch()
+    return Runner(cfg, client, base, guide, policies, agent, shared, source)
 
 
 def _base_step(q: Question, model: str, out: BaseOutput) -> dict[str, Any]:

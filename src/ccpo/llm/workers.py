@@ -7,7 +7,7 @@ high ``--concurrency`` goes. Against a fast endpoint (a local vLLM or llama.cpp 
 limit; N processes lift it N-fold where there are cores for them. Against a hosted API with
 seconds of latency one process is plenty.
 
-How, keeping every guarantee of a one-process run (:mod:`ccpo.llm.collect`):
+How, keeping every guarantee of a one-process run (:mod:`ccpo.llm.run`):
 
 - The parent checks the settings, takes the output's lock (:func:`output_lock`), scans the
   output and deals the remaining questions to the workers (:func:`deal`: questions with the
@@ -46,15 +46,15 @@ from typing import Any
 from ccpo.errors import CCPOError
 from ccpo.llm.cache import ResponseCache
 from ccpo.llm.client import SpendLedger
-from ccpo.llm.collect import (
+from ccpo.llm.config import CollectConfig
+from ccpo.llm.run import (
     CollectSummary,
     Plan,
-    _Progress,
+    ProgressBar,
     output_lock,
     plan_collection,
     run_questions,
 )
-from ccpo.llm.config import CollectConfig
 from ccpo.llm.tasks.loaders import Question
 from ccpo.traces.io import TraceWriter
 
@@ -208,7 +208,7 @@ def collect_with_workers(
         counts: dict[int, dict[str, Any]] = {}
         finals: dict[int, tuple[CollectSummary | None, str | None]] = {}
         silent: set[int] = set()  # ended, and no report in the queue at the last look
-        bar = _Progress(progress, summary.total, summary.already, kind)
+        bar = ProgressBar(progress, summary.total, summary.already, kind)
         try:
             with bar:
                 while len(finals) < n:

@@ -126,9 +126,9 @@ def traces_import(
     """Import per-question answers of several models (question_id, question, model, answer,
     correct, input_tokens, output_tokens[, logprob, confidence, gold, reasoning]) as a cascade:
     round t's base is the t-th cheapest model, its guide the next stronger one (or --guide)."""
-    from ccpo.llm.prices import load_prices
     from ccpo.traces.importer import import_table
     from ccpo.traces.io import write_traces
+    from ccpo.traces.prices import load_prices
 
     if out.exists() and not force:
         raise CCPOError(f"{out} exists; pass --force to overwrite it")
@@ -154,7 +154,7 @@ def prices_show(
     ] = False,
 ) -> None:
     """List every model's price (USD per million tokens) with its date and source."""
-    from ccpo.llm.prices import load_prices
+    from ccpo.traces.prices import load_prices
 
     table = load_prices(*(prices or []))
     if as_json:
@@ -184,8 +184,8 @@ def sim(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
     """Write SYNTHETIC traces (for tests and demos; not LLM results)."""
-    from ccpo.sim import SimConfig, generate
     from ccpo.traces.io import write_traces
+    from ccpo.traces.sim import SimConfig, generate
 
     k = write_traces(out, generate(SimConfig(n=n, rounds=rounds, seed=seed)))
     console.print(f"wrote {k} [yellow]synthetic[/yellow] traces to {out}")

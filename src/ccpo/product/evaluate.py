@@ -19,9 +19,9 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.baselines import Policy, Splits
-from ccpo.llm.prices import PriceTable, load_prices, read_price_file
 from ccpo.traces.episodes import Episodes, Metrics, build_episodes, conformal_sets
 from ccpo.traces.io import iter_traces, read_traces
+from ccpo.traces.prices import PriceTable, load_prices, read_price_file
 
 PAPER_SIZES = (1000, 200, 200)
 

@@ -56,14 +56,14 @@ from ccpo.llm.client import (
     SpendLedger,
     request_budget,
 )
-from ccpo.llm.prices import PriceTable, load_prices, prices_from_mapping
-from ccpo.llm.protocol import RoundOutput, Runner, run_round
+from ccpo.llm.protocol import RoundOutput, Runner, make_runner, run_round
 from ccpo.llm.tasks.loaders import Question, parse_context
 from ccpo.runtime.answer_set import AnswerSet, RoundLog
 from ccpo.runtime.config import DeployConfig, as_deploy_config
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.episodes import NEXT, allowed_actions, effective_scores
 from ccpo.traces.featurize import FEATURE_NAMES, featurize_rounds
+from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.traces.schema import ACTIONS
 
 __all__ = [
@@ -322,8 +322,6 @@ class ConformalAgent:
 
     # ------------------------------------------------------------------ clients (one per loop)
     def _runner(self) -> Runner:
-        from ccpo.llm.collect import _make_runner
-
         loop = asyncio.get_running_loop()
         for key, (lp, r, cache) in list(self._runners.items()):
             if lp.is_closed():  # a loop that is gone: keep its spending, drop its client
@@ -345,7 +343,7 @@ class ConformalAgent:
             http_backend=cfg.http_backend,
             ledger=self.ledger,
         )
-        runner = _make_runner(cfg, client, "base-guide", "ccpo deploy")
+        runner = make_runner(cfg, client, "base-guide", "ccpo deploy")
         self._runners[id(loop)] = (loop, runner, cache)
         return runner
 

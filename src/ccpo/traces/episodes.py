@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError
-from ccpo.llm.prices import PriceTable
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.featurize import FEATURE_SPEC, featurize_trace
+from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import ACTIONS, Trace
 
 BASE, GUIDE, NEXT = 0, 1, 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ccpo.llm.prices import PriceTable
+from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import Trace
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ccpo.errors import CCPOError, UnknownModelPriceError
-from ccpo.llm.prices import bundled_prices, load_prices
+from ccpo.traces.prices import bundled_prices, load_prices
 
 
 def test_bundled_table_has_dated_sourced_entries():
