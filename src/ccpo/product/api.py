@@ -168,9 +168,10 @@ class ConformalPolicy:
         pol = load_policy(folder)
         if pol.scoring == "point":
             raise CCPOError(f"{folder} holds a pointwise CPO policy, not a conformal one")
-        prices = load_prices()
-        if pol.prices is not None:
-            prices = prices.merged(prices_from_mapping(pol.prices, f"{folder}/prices.json"))
+        own = (
+            None if pol.prices is None else prices_from_mapping(pol.prices, f"{folder}/prices.json")
+        )
+        prices = load_prices(own)
         if isinstance(pol, StoppingPolicy):
             obj = cls(pol.variant, pol.alpha, prices=prices)
         else:

@@ -6,7 +6,6 @@ Wire into the main CLI with ``cli_deploy.register(app)``. See docs/deploy.md.
 from __future__ import annotations
 
 import json
-import logging
 import socket
 import warnings
 from collections.abc import Callable
@@ -19,7 +18,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ccpo.errors import CCPOError
-from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, warn
+from ccpo.product.cli_config import settings_options
+from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, quiet_http_logs, warn
+from ccpo.runtime.config import DeployConfig, load_deploy_config
 
 _out = Console()
 _err = Console(stderr=True)
@@ -28,10 +29,12 @@ PolicyOpt = Annotated[Path, typer.Option("--policy", help="Trained policy folder
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", help="YAML deploy config (endpoints, prices, rails).")
 ]
-TaskOpt = Annotated[
-    str | None, typer.Option(help="mmlu | hotpotqa | jsonl: the task the policy was trained on.")
-]
-Str = Annotated[str | None, typer.Option()]
+#: the deployment settings ask and serve take as options (from DeployConfig, help and all)
+_ENDPOINTS = (
+    "task", "base_model", "base_url", "base_key_env", "guide_model", "guide_url",
+    "guide_key_env", "kappa",
+)  # fmt: skip
+_ASK_FLAGS = {"max_cost_per_request": "--max-cost"}
 T = TypeVar("T")
 
 
@@ -41,11 +44,6 @@ def _overrides(**kw: Any) -> dict[str, Any]:
     if prices:
         out["prices"] = [str(p) for p in prices]
     return out
-
-
-def _quiet_logs() -> None:
-    for name in ("httpx", "openai"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def print_answer_set(s: Any, console: Console = _out) -> None:
@@ -117,27 +115,18 @@ def register(app: typer.Typer) -> None:
     """Add the ``ask`` and ``serve`` commands to ``app``."""
 
     @app.command("ask")
+    @settings_options(DeployConfig, (*_ENDPOINTS, "max_cost_per_request"), _ASK_FLAGS)
     def ask_cmd(
         question: Annotated[str, typer.Argument(help="The question.")],
         policy: PolicyOpt,
         config: ConfigOpt = None,
-        task: TaskOpt = None,
-        base_model: Annotated[str | None, typer.Option(help="Base model name.")] = None,
-        base_url: Annotated[str | None, typer.Option(help="Base endpoint (…/v1).")] = None,
-        base_key_env: Annotated[str | None, typer.Option(help="Env var with its key.")] = None,
-        guide_model: Annotated[str | None, typer.Option(help="Guide model name.")] = None,
-        guide_url: Annotated[str | None, typer.Option(help="Guide endpoint (…/v1).")] = None,
-        guide_key_env: Annotated[str | None, typer.Option(help="Env var with its key.")] = None,
         prices: PricesOpt = None,
-        kappa: Annotated[float | None, typer.Option(help="Override κ (0..1).")] = None,
-        max_cost: Annotated[
-            float | None, typer.Option(help="Per-question budget in USD.", min=0)
-        ] = None,
         context: Annotated[
             Path | None,
             typer.Option(help="JSON file of paragraphs [{title, text}] (hotpotqa search)."),
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the AnswerSet JSON.")] = False,
+        settings: dict | None = None,
     ) -> None:
         """Answer one question with a trained policy and live endpoints: the answer set, its
         cost and the per-round log (base answer, guide verdict, π, the action set)."""
@@ -154,22 +143,9 @@ def register(app: typer.Typer) -> None:
                 ctx = json.loads(context.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError) as e:
                 raise CCPOError(f"{context}: cannot read the context JSON ({e})") from None
-        over = _overrides(
-            task=task,
-            base_model=base_model,
-            base_url=base_url,
-            base_key_env=base_key_env,
-            guide_model=guide_model,
-            guide_url=guide_url,
-            guide_key_env=guide_key_env,
-            prices=prices,
-            kappa=kappa,
-            max_cost_per_request=max_cost,
-        )
-        from ccpo.runtime.config import load_deploy_config
-
-        cfg = load_deploy_config(config, over, {"max_cost_per_request": "--max-cost"})
-        _quiet_logs()
+        over = _overrides(**(settings or {}), prices=prices)
+        cfg = load_deploy_config(config, over, _ASK_FLAGS)
+        quiet_http_logs()
         with printing_provenance(lambda: ConformalAgent.from_artifact(policy, cfg)) as agent:
             try:
                 if as_json:
@@ -185,6 +161,7 @@ def register(app: typer.Typer) -> None:
         print_answer_set(s)
 
     @app.command("serve")
+    @settings_options(DeployConfig, (*_ENDPOINTS, "max_cost_per_request", "max_cost_total"))
     def serve_cmd(
         policy: Annotated[
             Path | None,
@@ -211,25 +188,12 @@ def register(app: typer.Typer) -> None:
         rate_limit: Annotated[
             float | None, typer.Option(help="Requests per minute per client address.")
         ] = None,
-        max_cost_per_request: Annotated[
-            float | None, typer.Option(help="USD budget per question.")
-        ] = None,
-        max_cost_total: Annotated[
-            float | None, typer.Option(help="USD budget over the state file's life.")
-        ] = None,
-        task: TaskOpt = None,
-        base_model: Annotated[str | None, typer.Option(help="Base model name.")] = None,
-        base_url: Annotated[str | None, typer.Option(help="Base endpoint (…/v1).")] = None,
-        base_key_env: Annotated[str | None, typer.Option(help="Env var with its key.")] = None,
-        guide_model: Annotated[str | None, typer.Option(help="Guide model name.")] = None,
-        guide_url: Annotated[str | None, typer.Option(help="Guide endpoint (…/v1).")] = None,
-        guide_key_env: Annotated[str | None, typer.Option(help="Env var with its key.")] = None,
         prices: PricesOpt = None,
-        kappa: Annotated[float | None, typer.Option(help="Override κ (0..1).")] = None,
         log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
         write_openapi: Annotated[
             Path | None, typer.Option(help="Write the OpenAPI spec to this file and exit.")
         ] = None,
+        settings: dict | None = None,
     ) -> None:
         """Serve the policy over HTTP: POST /v1/answer, POST /v1/chat/completions
         (OpenAI-compatible, model 'ccpo'), POST /v1/feedback, GET /healthz, GET /metrics
@@ -244,21 +208,7 @@ def register(app: typer.Typer) -> None:
             return
         if policy is None:
             raise CCPOError("--policy DIR is required (a folder written by `ccpo train`)")
-        from ccpo.runtime.config import load_deploy_config
-
-        over = _overrides(
-            task=task,
-            base_model=base_model,
-            base_url=base_url,
-            base_key_env=base_key_env,
-            guide_model=guide_model,
-            guide_url=guide_url,
-            guide_key_env=guide_key_env,
-            prices=prices,
-            kappa=kappa,
-            max_cost_per_request=max_cost_per_request,
-            max_cost_total=max_cost_total,
-        )
+        over = _overrides(**(settings or {}), prices=prices)
         srv = {
             "host": host,
             "port": port,
@@ -274,7 +224,7 @@ def register(app: typer.Typer) -> None:
         }
         cfg = load_deploy_config(config, over, renames)
         check_port_free(cfg.server.host, cfg.server.port)
-        _quiet_logs()
+        quiet_http_logs()
         service = printing_provenance(lambda: server.Service.from_artifact(policy, cfg))
         a = service.agent
         kappa = "greedy" if a.kappa is None else f"κ = {a.kappa:.4g}"

@@ -56,7 +56,7 @@ from ccpo.llm.client import (
     SpendLedger,
     request_budget,
 )
-from ccpo.llm.protocol import RoundOutput, Runner, make_runner, run_round
+from ccpo.llm.protocol import Runner, live_round, make_runner, run_round
 from ccpo.llm.tasks.loaders import Question, parse_context
 from ccpo.runtime.answer_set import AnswerSet, RoundLog
 from ccpo.runtime.config import DeployConfig, as_deploy_config
@@ -64,7 +64,7 @@ from ccpo.traces.answers import normalizer_for
 from ccpo.traces.episodes import NEXT, allowed_actions, effective_scores
 from ccpo.traces.featurize import FEATURE_NAMES, featurize_rounds
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
-from ccpo.traces.schema import ACTIONS
+from ccpo.traces.schema import ACTIONS, Round
 
 __all__ = [
     "AnswerSet",
@@ -77,56 +77,6 @@ __all__ = [
     "decide",
     "policy_horizon",
 ]
-
-
-# ----------------------------------------------------------------------------- live rounds
-@dataclass(frozen=True)
-class LiveUsage:
-    input_tokens: int
-    output_tokens: int
-
-
-@dataclass(frozen=True)
-class LiveBase:
-    model: str
-    answer: str
-    usage: LiveUsage
-    logprob_mean: float | None
-    logprob_min: float | None
-
-
-@dataclass(frozen=True)
-class LiveGuide:
-    model: str
-    answer: str
-    verdict: str | None
-    uncertainty: float | None
-    usage: LiveUsage
-
-
-@dataclass(frozen=True)
-class LiveRound:
-    """A round as the featurizer reads it (no ``correct``: there is no gold answer live)."""
-
-    round: int
-    base: LiveBase
-    guide: LiveGuide
-
-
-def live_round(ro: RoundOutput, base_model: str, guide_model: str) -> LiveRound:
-    mean, mn = ro.base.calls.stats()
-    b, g = ro.base.calls, ro.guide.calls
-    return LiveRound(
-        ro.round,
-        LiveBase(base_model, ro.base.answer, LiveUsage(b.input_tokens, b.output_tokens), mean, mn),
-        LiveGuide(
-            guide_model,
-            ro.guide.answer,
-            ro.guide.verdict,
-            ro.guide.uncertainty,
-            LiveUsage(g.input_tokens, g.output_tokens),
-        ),
-    )
 
 
 # ----------------------------------------------------------------------------- decisions
@@ -283,10 +233,12 @@ class ConformalAgent:
 
     @staticmethod
     def _prices(policy: TrainedPolicy, config: DeployConfig) -> PriceTable:
-        table = load_prices()
-        if policy.prices:
-            table = table.merged(prices_from_mapping(policy.prices, "the policy's prices.json"))
-        return table.merged(load_prices(*config.prices)) if config.prices else table
+        own = (
+            prices_from_mapping(policy.prices, "the policy's prices.json")
+            if policy.prices
+            else None
+        )
+        return load_prices(own, *config.prices)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -445,7 +397,7 @@ class ConformalAgent:
         backend = runner.backend_for(q)
         bm, gm = self.base_endpoint.model, self.guide_endpoint.model
         history: list[Any] = []
-        rounds: list[LiveRound] = []
+        rounds: list[Round] = []
         logs: list[RoundLog] = []
         answers: dict[str, str] = {}
         by_model: dict[str, float] = {bm: 0.0, gm: 0.0}
@@ -461,10 +413,9 @@ class ConformalAgent:
             ro = await run_round(runner, question, t, history, backend)
             self._costliest_round = max(self._costliest_round, env.spent - before)
             history.append(ro.past())
-            lr = live_round(ro, bm, gm)
+            lr = live_round(ro.record(bm, gm))
             rounds.append(lr)
-            cb = self.prices.cost(bm, lr.base.usage.input_tokens, lr.base.usage.output_tokens)
-            cg = self.prices.cost(gm, lr.guide.usage.input_tokens, lr.guide.usage.output_tokens)
+            cb, cg = self.prices.round_costs(lr)
             by_model[bm] += cb
             by_model[gm] += cg
             total += cb + cg
