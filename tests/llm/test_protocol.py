@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ccpo.llm.agents import BaseOutput, Calls, GuideOutput
 from ccpo.llm.protocol import RoundOutput, live_round
+from ccpo.llm.roles import BaseOutput, Calls, GuideOutput
 from ccpo.llm.tasks.loaders import Question
 from ccpo.traces.featurize import featurize_rounds
 from ccpo.traces.schema import Round

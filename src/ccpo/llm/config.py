@@ -30,7 +30,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from ccpo.errors import CCPOError
-from ccpo.llm.client import HTTP_BACKENDS, Endpoint, RetryPolicy
+from ccpo.llm.cache import ResponseCache
+from ccpo.llm.client import HTTP_BACKENDS, Endpoint, LLMClient, RetryPolicy, SpendLedger
+from ccpo.traces.prices import PriceTable
 
 
 def default_cache_path() -> Path:
@@ -158,6 +160,25 @@ class CollectConfig(EndpointSettings):
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
             max_retries=self.max_retries, backoff_base=self.backoff_base, timeout=self.timeout
+        )
+
+    def client(
+        self,
+        cache: ResponseCache,
+        prices: PriceTable,
+        budget: float | None,
+        ledger: SpendLedger | None = None,
+    ) -> LLMClient:
+        """The LLM client of a run with these settings: ``budget`` USD at most (None: no cap),
+        spending counted in ``ledger`` (None: a fresh one)."""
+        return LLMClient(
+            cache,
+            prices,
+            self.concurrency,
+            self.retry_policy(),
+            budget,
+            http_backend=self.http_backend,
+            ledger=ledger,
         )
 
     def cache_path(self) -> Path | None:

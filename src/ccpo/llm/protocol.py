@@ -35,7 +35,10 @@ from typing import Any
 
 from ccpo import __version__
 from ccpo.errors import CCPOError
-from ccpo.llm.agents import (
+from ccpo.llm.client import Endpoint, LLMClient
+from ccpo.llm.config import CollectConfig
+from ccpo.llm.prompts import PROMPT_VERSION, PastRound
+from ccpo.llm.roles import (
     LOGPROB_DEF,
     UNCERTAINTY_DEF,
     BaseOutput,
@@ -46,9 +49,6 @@ from ccpo.llm.agents import (
     exit_decision,
     policy_decision,
 )
-from ccpo.llm.client import Endpoint, LLMClient
-from ccpo.llm.config import CollectConfig
-from ccpo.llm.prompts import PROMPT_VERSION, PastRound
 from ccpo.llm.tasks.loaders import Question
 from ccpo.llm.tasks.scoring import score
 from ccpo.llm.tasks.search import BM25Search, SearchBackend, WikipediaSearch, load_corpus
@@ -82,6 +82,18 @@ class Runner:
 
     def sample(self, temperature: float, round_: int) -> int:
         return self.cfg.sample_offset + (round_ if temperature > 0 else 0)
+
+    def trace(self, q: Question, rounds: list[dict[str, Any]], kind: str) -> Trace:
+        """The ``ccpo.trace/v1`` record of ``q`` with its ``rounds`` (validated)."""
+        return Trace(
+            schema=SCHEMA_VERSION,
+            id=q.id,
+            task=q.task,
+            question=q.question,
+            gold=q.gold,
+            rounds=rounds,
+            meta=self.meta(q, kind),
+        )
 
     def meta(self, q: Question, kind: str) -> dict[str, Any]:
         cfg = self.cfg
@@ -249,15 +261,7 @@ async def run_base_guide(r: Runner, q: Question) -> Trace:
             rnd["policy_llm"] = decisions
         rounds.append(rnd)
         history.append(ro.past())
-    return Trace(
-        schema=SCHEMA_VERSION,
-        id=q.id,
-        task=q.task,
-        question=q.question,
-        gold=q.gold,
-        rounds=rounds,
-        meta=r.meta(q, "base-guide"),
-    )
+    return r.trace(q, rounds, "base-guide")
 
 
 async def run_exit(r: Runner, q: Question) -> Trace:
@@ -293,12 +297,4 @@ async def run_exit(r: Runner, q: Question) -> Trace:
         history.append(PastRound(out.reasoning, out.answer, None))
         if r.cfg.stop_at_exit and d.action == "base":
             break
-    return Trace(
-        schema=SCHEMA_VERSION,
-        id=q.id,
-        task=q.task,
-        question=q.question,
-        gold=q.gold,
-        rounds=rounds,
-        meta=r.meta(q, "llm-exit"),
-    )
+    return r.trace(q, rounds, "llm-exit")

@@ -32,7 +32,7 @@ from typing import Any
 
 from ccpo.errors import CCPOError
 from ccpo.llm.cache import ResponseCache
-from ccpo.llm.client import BudgetExceeded, LLMCallError, LLMClient, SpendLedger
+from ccpo.llm.client import BudgetExceeded, LLMCallError, SpendLedger
 from ccpo.llm.config import CollectConfig
 from ccpo.llm.protocol import make_runner, run_base_guide, run_exit
 from ccpo.llm.tasks.loaders import Question, default_data_path, load_questions
@@ -244,15 +244,7 @@ async def run_questions(
     summary = plan.summary
     assert summary is not None, "scan the plan first"
     cache = ResponseCache(cfg.cache_path())
-    client = LLMClient(
-        cache,
-        plan.prices,
-        cfg.concurrency,
-        cfg.retry_policy(),
-        cfg.max_cost,
-        http_backend=cfg.http_backend,
-        ledger=ledger,
-    )
+    client = cfg.client(cache, plan.prices, cfg.max_cost, ledger)
     runner = make_runner(cfg, client, kind, plan.source)
     run_one = run_base_guide if kind == "base-guide" else run_exit
     queue: asyncio.Queue[Question] = asyncio.Queue()

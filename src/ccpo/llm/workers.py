@@ -1,11 +1,9 @@
 """``collect --workers N``: one collection run spread over N client processes.
 
-Why: one Python process's CPU per call (the ``openai`` SDK builds and parses every request in
-Python, ~7-10 ms a call on a slow core) caps its throughput at roughly 100-150 calls/s, however
-high ``--concurrency`` goes. Against a fast endpoint (a local vLLM or llama.cpp server, or the
-50 ms scripted server of ``benchmarks/bench_collect.py``) that cap, not the endpoint, is the
-limit; N processes lift it N-fold where there are cores for them. Against a hosted API with
-seconds of latency one process is plenty.
+Why: one Python process's CPU per call caps its throughput, however high ``--concurrency``
+goes; against a fast endpoint (a local vLLM or llama.cpp server) that cap, not the endpoint, is
+the limit, and N processes lift it N-fold where there are cores for them (the figures:
+docs/decisions.md). Against a hosted API with seconds of latency one process is plenty.
 
 How, keeping every guarantee of a one-process run (:mod:`ccpo.llm.run`):
 

@@ -92,15 +92,11 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, help="no progress bar"),
         settings: dict | None = None,
     ) -> None:
-        overrides = {**(settings or {}), "prices": [str(p) for p in prices or []] or None}
-        cfg = build_config(config, overrides)
+        cfg = build_config(config, _overrides(settings, prices))
         if policy_llm:
             spec = PolicyLLMSpec(model=policy_llm, url=policy_llm_url, key_env=policy_llm_key_env)
             cfg.policy_llm = [p for p in cfg.policy_llm if p.model != policy_llm] + [spec]
-        quiet_http_logs()
-        s = collect(cfg, "base-guide", progress=not quiet)
-        _print_summary(s, json_summary)
-        raise typer.Exit(exit_code(s))
+        _run(cfg, "base-guide", quiet, json_summary)
 
     @app.command(
         "collect-exit",
@@ -115,9 +111,17 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, help="no progress bar"),
         settings: dict | None = None,
     ) -> None:
-        overrides = {**(settings or {}), "prices": [str(p) for p in prices or []] or None}
-        cfg = build_config(config, overrides, EXIT_FLAGS)
-        quiet_http_logs()
-        s = collect(cfg, "llm-exit", progress=not quiet)
-        _print_summary(s, json_summary)
-        raise typer.Exit(exit_code(s))
+        cfg = build_config(config, _overrides(settings, prices), EXIT_FLAGS)
+        _run(cfg, "llm-exit", quiet, json_summary)
+
+
+def _overrides(settings: dict | None, prices: list[Path] | None) -> dict:
+    return {**(settings or {}), "prices": [str(p) for p in prices or []] or None}
+
+
+def _run(cfg: CollectConfig, kind: str, quiet: bool, json_summary: bool) -> None:
+    """Collect, print the summary, exit with :func:`exit_code`."""
+    quiet_http_logs()
+    s = collect(cfg, kind, progress=not quiet)
+    _print_summary(s, json_summary)
+    raise typer.Exit(exit_code(s))

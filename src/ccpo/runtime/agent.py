@@ -11,7 +11,8 @@ The live rollout follows DESIGN.md's episode semantics exactly, with the same co
 - o_t = the last row of :func:`ccpo.traces.featurize.featurize_rounds` over rounds 1..t;
 - π(·|o_t) comes from the artifact's network; the action set is
   C(o_t) = {a : e(a|o_t) ≥ κ} with e from :func:`ccpo.traces.episodes.effective_scores`, which
-  builds in the empty-set fallback {argmax π} and masks ``next`` at round T;
+  builds in the empty-set fallback {argmax π} and masks ``next`` at round T
+  (:func:`ccpo.runtime.decision.decide`);
 - answers in C(o_t) join the set (de-duplicated with the task normaliser); the agent goes on to
   round t+1 iff ``next`` ∈ C(o_t), and no model is called once it is not.
 
@@ -37,7 +38,6 @@ import time
 import uuid
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +60,8 @@ from ccpo.llm.protocol import Runner, live_round, make_runner, run_round
 from ccpo.llm.tasks.loaders import Question, parse_context
 from ccpo.runtime.answer_set import AnswerSet, RoundLog
 from ccpo.runtime.config import DeployConfig, as_deploy_config
+from ccpo.runtime.decision import RoundDecision, decide, policy_horizon
 from ccpo.traces.answers import normalizer_for
-from ccpo.traces.episodes import NEXT, allowed_actions, effective_scores
-from ccpo.traces.featurize import FEATURE_NAMES, featurize_rounds
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.traces.schema import ACTIONS, Round
 
@@ -70,77 +69,13 @@ __all__ = [
     "AnswerSet",
     "BudgetExceeded",
     "ConformalAgent",
-    "Decision",
     "LLMCallError",
     "PolicyProvenanceWarning",
     "RequestBudgetExceeded",
+    "RoundDecision",
     "decide",
     "policy_horizon",
 ]
-
-
-# ----------------------------------------------------------------------------- decisions
-@dataclass(frozen=True)
-class Decision:
-    """The policy's decision after round t: π(·|o_t), C(o_t), and whether to go on."""
-
-    probs: np.ndarray  # [3]
-    actions: tuple[str, ...]
-    fallback: bool
-    go_on: bool
-
-
-def decide(
-    policy: TrainedPolicy,
-    task: str,
-    horizon: int,
-    rounds: Sequence[Any],
-    kappa: float | None,
-) -> Decision:
-    """C(o_t) for the last of ``rounds`` (t = len(rounds)); ``kappa=None``: greedy (point policy).
-
-    The observations are padded to ``[T, F]`` so that ``next`` is masked exactly at round T;
-    row t of π depends on row t of the observations only (the network is per-round).
-    """
-    t = len(rounds)
-    if not 1 <= t <= horizon:
-        raise ValueError(f"need 1..{horizon} rounds, got {t}")
-    obs = np.zeros((horizon, len(FEATURE_NAMES)), dtype=np.float32)
-    obs[:t] = featurize_rounds(task, horizon, rounds)
-    p = policy.probs(obs)[t - 1]
-    allowed = allowed_actions(horizon)[t - 1]
-    e = effective_scores(p, allowed)
-    k = np.inf if kappa is None else float(kappa)
-    members = e >= k
-    raw = allowed & (p >= k)
-    acts = tuple(a for a, m in zip(ACTIONS, members, strict=True) if m)
-    return Decision(p, acts, fallback=not raw.any(), go_on=bool(members[NEXT]))
-
-
-def policy_horizon(policy: TrainedPolicy, rounds: int | None = None) -> int:
-    """T of the traces the policy was trained on, read back from its observation normalisation.
-
-    The mean of the ``is_last_round`` feature over the training rounds is exactly 1/T. A
-    ``rounds`` given by the user must agree with it.
-    """
-    inferred = getattr(policy, "horizon", None)  # stored by the stopping methods
-    if inferred is None:
-        i = FEATURE_NAMES.index("is_last_round")
-        m = float(np.asarray(policy.obs_mean)[i])
-        inferred = round(1.0 / m) if m > 0 else None
-        if inferred is not None and abs(1.0 / inferred - m) > 1e-3:
-            inferred = None
-    if rounds is not None:
-        if inferred is not None and rounds != inferred:
-            raise CCPOError(
-                f"rounds: {rounds} in the config, but the policy was trained on T = {inferred} "
-                "rounds; its observations (round index) only make sense with T = "
-                f"{inferred}"
-            )
-        return rounds
-    if inferred is None:
-        raise CCPOError("cannot tell T from the policy artifact; set rounds: T in the config")
-    return inferred
 
 
 # ----------------------------------------------------------------------------- the agent
@@ -266,7 +201,7 @@ class ConformalAgent:
         cap = self.config.max_cost_total
         return cap is None or self.spent_usd < cap
 
-    def decide(self, rounds: Sequence[Any], kappa: float | None = None) -> Decision:
+    def decide(self, rounds: Sequence[Any], kappa: float | None = None) -> RoundDecision:
         """The decision after ``rounds`` (see :func:`decide`) at κ in force or ``kappa``."""
         return decide(
             self.policy, self.task, self.horizon, rounds, self._kappa if kappa is None else kappa
@@ -286,15 +221,8 @@ class ConformalAgent:
         cfg = self.collect_config
         cap = self.config.max_cost_total
         cache = ResponseCache(cfg.cache_path())
-        client = LLMClient(
-            cache,
-            self.prices,
-            cfg.concurrency,
-            cfg.retry_policy(),
-            None if cap is None else max(0.0, cap - self.spent_usd),
-            http_backend=cfg.http_backend,
-            ledger=self.ledger,
-        )
+        budget = None if cap is None else max(0.0, cap - self.spent_usd)
+        client = cfg.client(cache, self.prices, budget, self.ledger)
         runner = make_runner(cfg, client, "base-guide", "ccpo deploy")
         self._runners[id(loop)] = (loop, runner, cache)
         return runner
