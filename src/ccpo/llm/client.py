@@ -40,6 +40,7 @@ import contextlib
 import contextvars
 import dataclasses
 import email.utils
+import importlib
 import json
 import logging
 import math
@@ -50,8 +51,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
-
-import openai
 
 from ccpo.errors import CCPOError
 from ccpo.llm.cache import ResponseCache, cache_key
@@ -69,6 +68,21 @@ class LLMCallError(CCPOError):
 class BudgetExceeded(CCPOError):
     """``--max-cost`` was reached; no new paid calls are made."""
 
+
+class _Deferred:
+    """A module imported on first use: ``openai`` takes about half a second to import, which
+    ``import ccpo.runtime`` (a policy's decisions, ``ccpo serve --write-openapi``) and every
+    command that calls no LLM need not pay. Attribute access imports it (thread-safe: the
+    import system locks) and reads the real module, so monkeypatching it works as usual."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+openai: Any = _Deferred("openai")
 
 OPENAI_HOST = "api.openai.com"
 
