@@ -66,7 +66,8 @@ def _help(*command: str) -> str:
 
 def test_collect_and_deploy_options_come_from_their_settings_models():
     from ccpo.llm.config import CollectConfig
-    from ccpo.runtime.config import DeployConfig
+    from ccpo.runtime.config import DeployConfig, ServerConfig
+    from ccpo.traces.sim import SimConfig
 
     cases = [
         (("collect",), CollectConfig, ("base_model", "concurrency", "max_cost", "no_cache"), {}),
@@ -74,10 +75,17 @@ def test_collect_and_deploy_options_come_from_their_settings_models():
         (("ask",), DeployConfig, ("guide_key_env", "max_cost_per_request"),
          {"max_cost_per_request": "--max-cost"}),
         (("serve",), DeployConfig, ("base_model", "max_cost_total"), {}),
+        (("serve",), ServerConfig, ("port", "kappa_band", "rate_limit_per_minute"),
+         {"rate_limit_per_minute": "--rate-limit"}),
+        (("sim",), None, ("n", "verdict_noise"), {}),
     ]  # fmt: skip
     for command, model, fields, flags in cases:
         text = _help(*command)
         for name in fields:
             flag = flags.get(name, "--" + name.replace("_", "-"))
-            description = model.model_fields[name].description
+            description = (
+                config_help(SimConfig)[name]
+                if model is None
+                else model.model_fields[name].description
+            )
             assert f"{flag} " in text and description in text, (command, name)

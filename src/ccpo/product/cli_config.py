@@ -150,14 +150,16 @@ def settings_options(
     fields: Sequence[str],
     flags: Mapping[str, str] | None = None,
     panel: str | None = None,
+    prefix: str = "",
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a typer command with one option per field of a pydantic settings ``model``
     (:class:`~ccpo.llm.config.CollectConfig`, :class:`~ccpo.runtime.config.DeployConfig`, and
     the endpoint settings they share): the flag is ``--`` + the field (or as ``flags`` says),
     the help is the field's description and its default. Every option defaults to None, so a
     value not given on the command line leaves the config file's (or the model's default) in
-    force. The command gets ``settings``: field → value given (or None); the settings loader
-    validates them and blames a bad value on its flag."""
+    force. The command gets ``settings``: ``prefix`` + field → value given (or None), merged
+    over the ``settings`` of another such decorator (a nested section: ``prefix="server."``);
+    the settings loader validates them and blames a bad value on its flag."""
     flags = flags or {}
 
     def deco(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -181,7 +183,8 @@ def settings_options(
 
         @functools.wraps(func)
         def command(**kwargs: Any) -> Any:
-            settings = {name: kwargs.pop(name) for name in fields}
+            settings = dict(kwargs.pop("settings", None) or {})
+            settings.update({prefix + name: kwargs.pop(name) for name in fields})
             return func(**kwargs, settings=settings)
 
         command.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]

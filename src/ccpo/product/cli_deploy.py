@@ -20,7 +20,7 @@ from rich.table import Table
 from ccpo.errors import CCPOError
 from ccpo.product.cli_config import settings_options
 from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, quiet_http_logs, warn
-from ccpo.runtime.config import DeployConfig, load_deploy_config
+from ccpo.runtime.config import DeployConfig, ServerConfig, load_deploy_config
 
 _out = Console()
 _err = Console(stderr=True)
@@ -35,6 +35,14 @@ _ENDPOINTS = (
     "guide_key_env", "kappa",
 )  # fmt: skip
 _ASK_FLAGS = {"max_cost_per_request": "--max-cost"}
+#: the server settings serve takes as options (ServerConfig's scalar fields; the token itself
+#: and the trusted proxies come from the config file only)
+_SERVER = tuple(k for k in ServerConfig.model_fields if k not in ("auth_token", "trusted_proxies"))
+_SERVER_FLAGS = {
+    "adapt_kappa": "--adapt-kappa/--fixed-kappa",
+    "auth_token_env": "--token-env",
+    "rate_limit_per_minute": "--rate-limit",
+}
 T = TypeVar("T")
 
 
@@ -162,6 +170,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("serve")
     @settings_options(DeployConfig, (*_ENDPOINTS, "max_cost_per_request", "max_cost_total"))
+    @settings_options(ServerConfig, _SERVER, _SERVER_FLAGS, "Server", prefix="server.")
     def serve_cmd(
         policy: Annotated[
             Path | None,
@@ -172,22 +181,6 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         config: ConfigOpt = None,
-        host: Annotated[str | None, typer.Option(help="Interface [127.0.0.1].")] = None,
-        port: Annotated[int | None, typer.Option(help="Port [8000].")] = None,
-        state: Annotated[
-            Path | None,
-            typer.Option(help="SQLite state file (κ, coverage, counters); kept across restarts."),
-        ] = None,
-        adapt_kappa: Annotated[
-            bool | None,
-            typer.Option("--adapt-kappa/--fixed-kappa", help="Update κ online from feedback."),
-        ] = None,
-        token_env: Annotated[
-            str | None, typer.Option(help="Env var with the bearer token [CCPO_SERVE_TOKEN].")
-        ] = None,
-        rate_limit: Annotated[
-            float | None, typer.Option(help="Requests per minute per client address.")
-        ] = None,
         prices: PricesOpt = None,
         log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
         write_openapi: Annotated[
@@ -209,19 +202,7 @@ def register(app: typer.Typer) -> None:
         if policy is None:
             raise CCPOError("--policy DIR is required (a folder written by `ccpo train`)")
         over = _overrides(**(settings or {}), prices=prices)
-        srv = {
-            "host": host,
-            "port": port,
-            "state": None if state is None else str(state),
-            "adapt_kappa": adapt_kappa,
-            "auth_token_env": token_env,
-            "rate_limit_per_minute": rate_limit,
-        }
-        over.update({f"server.{k}": v for k, v in srv.items() if v is not None})
-        renames = {
-            "server.auth_token_env": "--token-env",
-            "server.rate_limit_per_minute": "--rate-limit",
-        }
+        renames = {f"server.{k}": flag for k, flag in _SERVER_FLAGS.items()}
         cfg = load_deploy_config(config, over, renames)
         check_port_free(cfg.server.host, cfg.server.port)
         quiet_http_logs()
