@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -25,6 +26,10 @@ _COMMON_HELP = (
     "twice."
 )
 
+
+ConfigOpt = Annotated[Path | None, typer.Option(help="YAML config file")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the summary as JSON")]
+QuietOpt = Annotated[bool, typer.Option(help="no progress bar")]
 
 EXIT_FLAGS = {
     "base_model": "--model",
@@ -87,9 +92,9 @@ def register(app: typer.Typer) -> None:
         policy_llm_url: str = typer.Option(None, help="endpoint of the policy LLM"),
         policy_llm_key_env: str = typer.Option(None, help="env var with its API key"),
         prices: PricesOpt = None,
-        config: Path = typer.Option(None, help="YAML config file"),
-        json_summary: bool = typer.Option(False, "--json", help="print the summary as JSON"),
-        quiet: bool = typer.Option(False, help="no progress bar"),
+        config: ConfigOpt = None,
+        json_summary: JsonOpt = False,
+        quiet: QuietOpt = False,
         settings: dict | None = None,
     ) -> None:
         cfg = build_config(config, _overrides(settings, prices))
@@ -106,9 +111,9 @@ def register(app: typer.Typer) -> None:
     @settings_options(CollectConfig, ("task", "data", *_BASE, "stop_at_exit", *_RUN), EXIT_FLAGS)
     def collect_exit_cmd(
         prices: PricesOpt = None,
-        config: Path = typer.Option(None, help="YAML config file"),
-        json_summary: bool = typer.Option(False, "--json", help="print the summary as JSON"),
-        quiet: bool = typer.Option(False, help="no progress bar"),
+        config: ConfigOpt = None,
+        json_summary: JsonOpt = False,
+        quiet: QuietOpt = False,
         settings: dict | None = None,
     ) -> None:
         cfg = build_config(config, _overrides(settings, prices), EXIT_FLAGS)

@@ -29,11 +29,16 @@ PolicyOpt = Annotated[Path, typer.Option("--policy", help="Trained policy folder
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", help="YAML deploy config (endpoints, prices, rails).")
 ]
-#: the deployment settings ask and serve take as options (from DeployConfig, help and all)
-_ENDPOINTS = (
-    "task", "base_model", "base_url", "base_key_env", "guide_model", "guide_url",
-    "guide_key_env", "kappa",
-)  # fmt: skip
+#: the deployment settings ask and serve take as options (DeployConfig's scalar fields, help
+#: and all; the API keys come from the config file only, the prices from --prices)
+_DEPLOY = (
+    "task",
+    *(
+        k
+        for k in DeployConfig.model_fields
+        if k not in ("task", "base_api_key", "guide_api_key", "prices", "server", "max_cost_total")
+    ),
+)
 _ASK_FLAGS = {"max_cost_per_request": "--max-cost"}
 #: the server settings serve takes as options (ServerConfig's scalar fields; the token itself
 #: and the trusted proxies come from the config file only)
@@ -123,7 +128,7 @@ def register(app: typer.Typer) -> None:
     """Add the ``ask`` and ``serve`` commands to ``app``."""
 
     @app.command("ask")
-    @settings_options(DeployConfig, (*_ENDPOINTS, "max_cost_per_request"), _ASK_FLAGS)
+    @settings_options(DeployConfig, _DEPLOY, _ASK_FLAGS)
     def ask_cmd(
         question: Annotated[str, typer.Argument(help="The question.")],
         policy: PolicyOpt,
@@ -169,7 +174,7 @@ def register(app: typer.Typer) -> None:
         print_answer_set(s)
 
     @app.command("serve")
-    @settings_options(DeployConfig, (*_ENDPOINTS, "max_cost_per_request", "max_cost_total"))
+    @settings_options(DeployConfig, (*_DEPLOY, "max_cost_total"))
     @settings_options(ServerConfig, _SERVER, _SERVER_FLAGS, "Server", prefix="server.")
     def serve_cmd(
         policy: Annotated[
