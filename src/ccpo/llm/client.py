@@ -84,6 +84,13 @@ class _Deferred:
 
 openai: Any = _Deferred("openai")
 
+
+def load_sdk() -> None:
+    """Import the ``openai`` SDK now (a long-lived agent does this when it is made, so that its
+    first question does not pay the import)."""
+    importlib.import_module("openai")
+
+
 OPENAI_HOST = "api.openai.com"
 
 
