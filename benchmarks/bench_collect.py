@@ -24,7 +24,7 @@ from _world import start_world
 
 from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
-from ccpo.llm.prices import write_price_file
+from ccpo.traces.prices import write_price_file
 
 RETRIES = [0]
 CALLS: dict[tuple[int, int], list[int]] = {}  # paid calls per run of each setting

@@ -3,7 +3,7 @@
 Times the whole scoring path of the harness for one conformal row: covering scores of every
 question, split-conformal κ̂ on each calibration split, and the set-valued rollout on each test
 split (cost, coverage, length, set size). Target (issue 2): ≤ 1 s. Prints the median of
-``--repeats`` runs. Data: SYNTHETIC traces from ccpo.sim.
+``--repeats`` runs. Data: SYNTHETIC traces from ccpo.traces.sim.
 
     python benchmarks/bench_scoring.py [--repeats 15]
 """
@@ -17,10 +17,10 @@ import time
 import numpy as np
 
 from ccpo.learning.conformal import split_conformal_threshold
-from ccpo.llm.prices import load_prices
 from ccpo.product.evaluate import make_splits, row_from_metrics
-from ccpo.sim import SimConfig, generate
 from ccpo.traces.episodes import build_episodes, conformal_rollout, covering_scores
+from ccpo.traces.prices import load_prices
+from ccpo.traces.sim import SimConfig, generate
 
 
 def main() -> None:

@@ -31,8 +31,8 @@ import httpx
 import numpy as np
 from _world import start_world
 
-from ccpo.llm.prices import write_price_file
 from ccpo.testing import wait_for_http
+from ccpo.traces.prices import write_price_file
 
 
 def free_port() -> int:
@@ -44,9 +44,9 @@ def free_port() -> int:
 def make_policy(folder: Path) -> Path:
     from ccpo.learning.policy import TrainedPolicy
     from ccpo.learning.trainers import TrainConfig, train
-    from ccpo.llm.prices import load_prices
-    from ccpo.sim import SimConfig, generate
     from ccpo.traces.episodes import build_episodes
+    from ccpo.traces.prices import load_prices
+    from ccpo.traces.sim import SimConfig, generate
 
     prices = load_prices()
     ep = build_episodes(generate(SimConfig(n=400, seed=0)), prices)
@@ -58,18 +58,16 @@ def make_policy(folder: Path) -> Path:
 
 def policy_overhead(policy: Path, cfg: dict, reps: int = 2000) -> dict[str, float]:
     """Featurize + π + action set for every round of a T-round request, in-process."""
-    from ccpo.runtime.agent import ConformalAgent, LiveBase, LiveGuide, LiveRound, LiveUsage
+    from ccpo.llm.protocol import live_round
+    from ccpo.runtime.agent import ConformalAgent
 
     agent = ConformalAgent.from_artifact(policy, cfg)
     T = agent.horizon
-    rounds = [
-        LiveRound(
-            t,
-            LiveBase("bench-base", "B", LiveUsage(300, 40), -0.4, -2.0),
-            LiveGuide("bench-guide", "C", "no", 0.3, LiveUsage(350, 4)),
-        )
-        for t in range(1, T + 1)
-    ]
+    base = {"model": "bench-base", "answer": "B", "reasoning": "", "logprob_mean": -0.4,
+            "logprob_min": -2.0, "usage": {"input_tokens": 300, "output_tokens": 40}}  # fmt: skip
+    guide = {"model": "bench-guide", "answer": "C", "verdict": "no", "uncertainty": 0.3,
+             "usage": {"input_tokens": 350, "output_tokens": 4}}  # fmt: skip
+    rounds = [live_round({"round": t, "base": base, "guide": guide}) for t in range(1, T + 1)]
     for t in range(1, T + 1):  # warm-up
         agent.decide(rounds[:t])
     per_round = []

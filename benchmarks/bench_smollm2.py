@@ -26,7 +26,6 @@ from pathlib import Path
 
 from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
-from ccpo.llm.prices import load_prices, write_price_file
 from ccpo.testing.llama_server import (
     MODEL,
     LlamaServer,
@@ -34,6 +33,7 @@ from ccpo.testing.llama_server import (
     llama_server_available,
 )
 from ccpo.traces.io import read_traces
+from ccpo.traces.prices import load_prices, write_price_file
 from ccpo.traces.stats import trace_stats
 
 QUESTIONS = [

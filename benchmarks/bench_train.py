@@ -1,6 +1,7 @@
 """Benchmark: 2,000 CCPO steps (batch 10, 1,000 training traces, T = 4) on this machine.
 
-Target (issue 3): ≤ 60 s. Prints the median of ``--repeats`` runs. Data: SYNTHETIC (ccpo.sim).
+Target (issue 3): ≤ 60 s. Prints the median of ``--repeats`` runs.
+Data: SYNTHETIC (ccpo.traces.sim).
 
     python benchmarks/bench_train.py [--repeats 3] [--steps 2000]
 """
@@ -14,9 +15,9 @@ import time
 import numpy as np
 
 from ccpo.learning.trainers import TrainConfig, train
-from ccpo.llm.prices import load_prices
-from ccpo.sim import SimConfig, generate
 from ccpo.traces.episodes import build_episodes
+from ccpo.traces.prices import load_prices
+from ccpo.traces.sim import SimConfig, generate
 
 
 def main() -> None:

@@ -54,10 +54,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ccpo.llm.prices import ModelPrice, PriceTable
 from ccpo.llm.tasks.loaders import Question, load_mmlu
 from ccpo.traces.answers import exact_match, normalizer_for
 from ccpo.traces.io import dumps_trace
+from ccpo.traces.prices import ModelPrice, PriceTable
 from ccpo.traces.schema import SCHEMA_VERSION, BaseStep, GuideStep, Round, Trace, Usage
 
 TASK = "hotpotqa"

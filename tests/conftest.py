@@ -1,14 +1,15 @@
-"""Shared fixtures: small synthetic trace sets (SYNTHETIC data from ccpo.sim, never LLM output)."""
+"""Shared fixtures: small synthetic trace sets (SYNTHETIC data from ccpo.traces.sim, never LLM
+output)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ccpo.llm.prices import load_prices
-from ccpo.sim import SimConfig, generate
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.io import write_traces
+from ccpo.traces.prices import load_prices
+from ccpo.traces.sim import SimConfig, generate
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Baselines on synthetic traces (SYNTHETIC data, ccpo.sim)."""
+"""Baselines on synthetic traces (SYNTHETIC data, ccpo.traces.sim)."""
 
 from __future__ import annotations
 

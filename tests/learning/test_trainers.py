@@ -17,11 +17,11 @@ from ccpo.errors import CCPOError, PhaseError
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.policy import TrainedPolicy
 from ccpo.learning.trainers import TrainConfig, allowed_actions, target_log_probs, train
-from ccpo.llm.prices import load_prices
 from ccpo.product.api import ConformalPolicy
 from ccpo.product.evaluate import make_splits
-from ccpo.sim import SimConfig, generate
 from ccpo.traces.episodes import build_episodes, conformal_rollout, covering_scores
+from ccpo.traces.prices import load_prices
+from ccpo.traces.sim import SimConfig, generate
 from tests.conftest import random_probs
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ccpo.llm.prices import write_price_file
 from ccpo.testing.scripted_server import ScriptedServer, prompt_text
+from ccpo.traces.prices import write_price_file
 
 MODELS = ("base-m", "guide-m", "policy-m", "exit-m")
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,8 +25,8 @@ from ccpo.llm.client import (
     parse_retry_after,
     worst_case_tokens,
 )
-from ccpo.llm.prices import load_prices
 from ccpo.testing.scripted_server import ScriptedServer
+from ccpo.traces.prices import load_prices
 
 FAST = RetryPolicy(max_retries=10, backoff_base=0.005, backoff_max=0.05, timeout=0.3)
 
@@ -389,3 +391,19 @@ def test_refused_connection_is_not_a_timeout(backend) -> None:
     with ScriptedServer(failure_rate=1.0, failure_kinds=["timeout"], timeout_sleep=1.0) as srv:
         msg = run(go(srv.url))
     assert "last error: timeout)" in msg and "refused" not in msg and key not in msg, msg
+
+
+def test_the_openai_sdk_is_imported_on_first_use_only():
+    """`import ccpo.runtime` (and so `ccpo.llm.client`) leaves the SDK unloaded; the first
+    attribute read loads it and gives the real module's object."""
+    script = (
+        "import sys, ccpo.runtime\n"
+        "from ccpo.llm import client\n"
+        "before = 'openai' in sys.modules\n"
+        "cls = client.openai.AsyncOpenAI\n"
+        "import openai\n"
+        "print(before, cls is openai.AsyncOpenAI)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]

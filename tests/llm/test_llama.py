@@ -16,7 +16,6 @@ import pytest
 
 from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
-from ccpo.llm.prices import write_price_file
 from ccpo.testing.llama_server import (
     MODEL,
     LlamaServer,
@@ -24,6 +23,7 @@ from ccpo.testing.llama_server import (
     llama_server_available,
 )
 from ccpo.traces.io import read_traces
+from ccpo.traces.prices import write_price_file
 
 pytestmark = pytest.mark.llama
 

@@ -16,7 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ccpo.errors import CCPOError
-from ccpo.llm.collect import collect, output_lock
+from ccpo.llm.collect import collect
+from ccpo.llm.run import output_lock
 from ccpo.llm.tasks.loaders import Question
 from ccpo.llm.workers import collect_with_workers, deal, shares
 from ccpo.traces.io import read_traces

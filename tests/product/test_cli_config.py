@@ -53,3 +53,39 @@ def test_a_value_the_config_refuses_names_the_option(sim_file, tmp_path, capsys)
     assert main([*argv, "--delta", "0", "--exact-batch-size", "0"]) == 2
     err = capsys.readouterr().err
     assert "--exact-batch-size" in err and "Traceback" not in err
+
+
+def _help(*command: str) -> str:
+    r = subprocess.run(
+        [sys.executable, "-m", "ccpo.product.cli", *command, "--help"],
+        capture_output=True, text=True, timeout=60, env={"COLUMNS": "250", "PATH": ""},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return " ".join(r.stdout.split())
+
+
+def test_collect_and_deploy_options_come_from_their_settings_models():
+    from ccpo.llm.config import CollectConfig
+    from ccpo.runtime.config import DeployConfig, ServerConfig
+    from ccpo.traces.sim import SimConfig
+
+    cases = [
+        (("collect",), CollectConfig, ("base_model", "concurrency", "max_cost", "no_cache"), {}),
+        (("collect-exit",), CollectConfig, ("base_url", "stop_at_exit"), {"base_url": "--url"}),
+        (("ask",), DeployConfig, ("guide_key_env", "max_cost_per_request"),
+         {"max_cost_per_request": "--max-cost"}),
+        (("serve",), DeployConfig, ("base_model", "max_cost_total"), {}),
+        (("serve",), ServerConfig, ("port", "kappa_band", "rate_limit_per_minute"),
+         {"rate_limit_per_minute": "--rate-limit"}),
+        (("sim",), None, ("n", "verdict_noise"), {}),
+    ]  # fmt: skip
+    for command, model, fields, flags in cases:
+        text = _help(*command)
+        for name in fields:
+            flag = flags.get(name, "--" + name.replace("_", "-"))
+            description = (
+                config_help(SimConfig)[name]
+                if model is None
+                else model.model_fields[name].description
+            )
+            assert f"{flag} " in text and description in text, (command, name)

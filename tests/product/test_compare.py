@@ -1,5 +1,5 @@
 """`ccpo compare` trains its policies in worker processes: the rows must not depend on it
-(SYNTHETIC data, ccpo.sim)."""
+(SYNTHETIC data, ccpo.traces.sim)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ccpo.llm.prices import write_price_file
+from ccpo.traces.prices import write_price_file
 from tests.llm.conftest import MODELS, make_world
 
 CCPO = str(Path(sys.executable).with_name("ccpo"))
@@ -113,7 +113,7 @@ def test_help_has_no_python_types_and_marks_required():
 
 
 def test_prices_show_keeps_names_and_has_json():
-    from ccpo.llm.prices import load_prices
+    from ccpo.traces.prices import load_prices
 
     table = load_prices()
     r = ccpo("prices", "show")  # a pipe: rich would fit the table to 80 columns

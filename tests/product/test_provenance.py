@@ -13,8 +13,8 @@ import yaml
 
 from ccpo.product.cli import main
 from ccpo.product.evaluate import file_sha256, full_set_rate
-from ccpo.sim import SimConfig, generate
 from ccpo.traces.io import write_traces
+from ccpo.traces.sim import SimConfig, generate
 from tests.llm.conftest import make_world
 from tests.runtime.conftest import deploy_values, write_prices
 
@@ -115,8 +115,8 @@ def test_deploy_checks_provenance(trained, capsys, tmp_path):
 
 def test_full_set_rate():
     """1.0 when κ = 0 (every action is in C(o) everywhere), 0.0 when κ is above every π."""
-    from ccpo.llm.prices import load_prices
     from ccpo.traces.episodes import build_episodes
+    from ccpo.traces.prices import load_prices
 
     ep = build_episodes(generate(SimConfig(n=40, seed=3)), load_prices())
     rng = np.random.default_rng(0)

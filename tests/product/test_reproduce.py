@@ -144,6 +144,7 @@ def test_summary_opens_the_report(quick_run):
     assert page.count("class='miss'") > 0
 
 
+@pytest.mark.slow
 def test_conformal_rows_cover_on_real_data(quick_run):
     """Batch-calibrated rows keep mean coverage ≥ 1 − α − 0.02 over the 20 quick splits."""
     for a in (0.1, 0.2):

@@ -1,6 +1,6 @@
 """`ccpo train --method auto` (the default) and the stopping methods, through the real entry
 point: the choice and its figures are recorded, and the folder evaluates and loads in the API
-(SYNTHETIC data, ccpo.sim)."""
+(SYNTHETIC data, ccpo.traces.sim)."""
 
 from __future__ import annotations
 

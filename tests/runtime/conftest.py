@@ -9,9 +9,9 @@ import pytest
 
 from ccpo.learning.policy import TrainedPolicy
 from ccpo.learning.trainers import TrainConfig, train
-from ccpo.llm.prices import load_prices, write_price_file
-from ccpo.sim import SimConfig, generate
 from ccpo.traces.episodes import build_episodes
+from ccpo.traces.prices import load_prices, write_price_file
+from ccpo.traces.sim import SimConfig, generate
 from tests.llm.conftest import make_world
 
 MODELS = ("base-m", "guide-m")

@@ -14,7 +14,7 @@ from ccpo.llm.client import BudgetExceeded
 from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
 from ccpo.runtime import AnswerSet, ConformalAgent, RequestBudgetExceeded
-from ccpo.runtime.agent import decide, policy_horizon
+from ccpo.runtime.agent import policy_horizon
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.episodes import NEXT, build_episodes, conformal_rollout, conformal_sets
 from ccpo.traces.io import read_traces
@@ -104,31 +104,6 @@ def test_answer_set_fields_and_async_twin(world, policy_dir, prices_path):
 
     outs = asyncio.run(main())
     assert len({o.id for o in outs}) == 4
-
-
-def test_decide_fallback_and_mask(policy_dir):
-    pol = TrainedPolicy.load(policy_dir)
-
-    class U:
-        input_tokens, output_tokens = 10, 5
-
-    class B:
-        answer, usage, logprob_mean, logprob_min = "A", U(), -0.5, -1.0
-
-    class G:
-        answer, verdict, uncertainty, usage = "B", "no", 0.2, U()
-
-    class R:
-        base, guide = B(), G()
-
-    rounds = [R()] * 4
-    d = decide(pol, "mmlu", 4, rounds, kappa=1.0)  # nothing reaches κ = 1: fallback to argmax
-    assert d.fallback and len(d.actions) == 1 and d.actions[0] != "next" and not d.go_on
-    assert d.probs[NEXT] == 0.0  # `next` masked at round T
-    d0 = decide(pol, "mmlu", 4, rounds[:1], kappa=0.0)
-    assert d0.actions == ("base", "guide", "next") and d0.go_on
-    greedy = decide(pol, "mmlu", 4, rounds[:2], kappa=None)  # point policy: argmax only
-    assert greedy.actions == (("base", "guide", "next")[int(np.argmax(greedy.probs))],)
 
 
 def test_point_policy_acts_greedily(world, prices_path, tmp_path):

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from ccpo.errors import CCPOError, UnknownModelPriceError
-from ccpo.llm.prices import load_prices
 from ccpo.product.cli import main
 from ccpo.product.evaluate import load_episodes
 from ccpo.traces.importer import REQUIRED_COLUMNS, import_table
 from ccpo.traces.io import read_traces
+from ccpo.traces.prices import load_prices
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "import-example.csv"

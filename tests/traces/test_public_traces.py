@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import ccpo
-from ccpo.llm.prices import load_prices, read_price_file
 from ccpo.traces.answers import exact_match
 from ccpo.traces.io import read_traces
+from ccpo.traces.prices import load_prices, read_price_file
 from ccpo.traces.schema import Trace
 
 TRACES_DIR = Path(ccpo.__file__).parent / "data" / "traces"

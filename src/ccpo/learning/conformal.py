@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def _check_alpha(alpha: float) -> None:
+def check_alpha(alpha: float) -> None:
+    """The miscoverage level α must lie in (0, 1): the one check of α (a ValueError; the
+    product turns it into a usage error)."""
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
 
@@ -32,7 +34,7 @@ def split_conformal_threshold(scores: np.ndarray, alpha: float) -> np.ndarray:
 
     ``scores`` [..., n] (may hold +inf for always-covered questions). Returns shape [...].
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     s = np.asarray(scores, dtype=np.float64)
     n = s.shape[-1]
     if n == 0:
@@ -60,7 +62,7 @@ def online_threshold_update(kappa: float, covered: float, alpha: float, eta: flo
     ``covered`` is 1/0 for one episode, or the mean coverage of a batch of episodes. After a
     miss κ falls, so the sets {π ≥ κ} grow: the update moves toward coverage 1 − α.
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     return float(np.clip(kappa + eta * (covered - (1.0 - alpha)), 0.0, 1.0))
 
 

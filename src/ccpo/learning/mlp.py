@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ACTIVATIONS", "Layer", "NumpyMLP"]
+__all__ = ["ACTIVATIONS", "Layer", "NumpyMLP", "torch_layers"]
 
 ACTIVATIONS = ("tanh", "relu")
 Layer = tuple[np.ndarray, np.ndarray, str | None]
@@ -38,12 +38,10 @@ class NumpyMLP:
     def __init__(self, body: Sequence[Layer] | Any, theta: np.ndarray | None = None) -> None:
         """``body``: the layers as :data:`Layer` tuples (copied), or a torch ``nn.Sequential``
         of Linear, Tanh and ReLU (what :mod:`ccpo.learning.nets` builds; converted by
-        :func:`ccpo.learning.nets.torch_layers`). ``theta``: optional float64 1-D buffer of
+        :func:`torch_layers`). ``theta``: optional float64 1-D buffer of
         exactly :attr:`size` elements to live in (e.g. a slice of one vector holding several
         networks, for one optimizer)."""
         if not isinstance(body, (list, tuple)):
-            from ccpo.learning.nets import torch_layers  # a torch module: torch is loaded
-
             body = torch_layers(body)
         for w, b, act in body:
             if w.ndim != 2 or b.shape != (w.shape[1],) or act not in (*ACTIVATIONS, None):
@@ -210,3 +208,22 @@ class NumpyMLP:
         body.load_state_dict(
             {k: torch.from_numpy(v) for k, v in self.state_dict(prefix="").items()}
         )
+
+
+def torch_layers(body: Any) -> list[Layer]:
+    """The layers of ``body`` (Linear with bias, each optionally followed by Tanh or ReLU) as
+    float64 arrays, the input of :class:`NumpyMLP` (imports torch: ``body`` is a torch
+    ``nn.Sequential``, so torch is loaded already)."""
+    from torch import nn
+
+    layers: list[Layer] = []
+    for module in body:
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            w = module.weight.detach().double().numpy().T
+            layers.append((w, module.bias.detach().double().numpy(), None))
+        elif isinstance(module, (nn.Tanh, nn.ReLU)) and layers and layers[-1][2] is None:
+            act = "tanh" if isinstance(module, nn.Tanh) else "relu"
+            layers[-1] = (*layers[-1][:2], act)
+        else:
+            raise TypeError(f"NumpyMLP supports Linear, Tanh and ReLU, not {module}")
+    return layers

@@ -5,9 +5,9 @@
   into π(·|o) with exact zeros on unavailable actions (``next`` at round T).
 - :class:`ValueNet` maps o_t to a scalar; used for both the value critic V_θ and the constraint
   critic V_{C,φ}.
-- :func:`torch_layers` reads a network's layers as arrays for
-  :class:`~ccpo.learning.mlp.NumpyMLP` (re-exported here), the float64 numpy copy the training
-  loop, every evaluation and every live decision run on.
+- :class:`~ccpo.learning.mlp.NumpyMLP` (re-exported here, with :func:`torch_layers`, which
+  reads a network's layers as arrays for it) is the float64 numpy copy the training loop,
+  every evaluation and every live decision run on.
 
 "3 layers × 64" is read as three hidden layers of width 64 (tanh), followed by a linear output
 layer. Initialisation is orthogonal (hidden gain √2; policy head gain 0.01, so the initial
@@ -22,7 +22,7 @@ import math
 import torch
 from torch import nn
 
-from ccpo.learning.mlp import Layer, NumpyMLP
+from ccpo.learning.mlp import NumpyMLP, torch_layers
 from ccpo.traces.schema import ACTIONS
 
 __all__ = [
@@ -135,19 +135,3 @@ def masked_log_probs(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     Beware 0·(−inf) = NaN when forming expectations such as a KL; weight with ``torch.where``.
     """
     return torch.log_softmax(_masked_logits(logits, mask), dim=-1)
-
-
-def torch_layers(body: nn.Sequential) -> list[Layer]:
-    """The layers of ``body`` (Linear with bias, each optionally followed by Tanh or ReLU) as
-    float64 arrays, the input of :class:`~ccpo.learning.mlp.NumpyMLP`."""
-    layers: list[Layer] = []
-    for module in body:
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            w = module.weight.detach().double().numpy().T
-            layers.append((w, module.bias.detach().double().numpy(), None))
-        elif isinstance(module, (nn.Tanh, nn.ReLU)) and layers and layers[-1][2] is None:
-            act = "tanh" if isinstance(module, nn.Tanh) else "relu"
-            layers[-1] = (*layers[-1][:2], act)
-        else:
-            raise TypeError(f"NumpyMLP supports Linear, Tanh and ReLU, not {module}")
-    return layers

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,8 +34,24 @@ from ccpo.learning.mlp import NumpyMLP
 from ccpo.learning.weights import read_weights, write_weights
 from ccpo.traces.featurize import FEATURE_NAMES, FEATURE_SPEC
 
-if TYPE_CHECKING:  # the artifact does not import the trainer (nor torch through it)
-    from ccpo.learning.trainers import TrainResult
+
+class TrainingRun(Protocol):
+    """What :meth:`TrainedPolicy.from_result` reads of a training run
+    (:class:`ccpo.learning.trainers.TrainResult`), stated here so that the artifact never
+    imports the trainer (nor torch through it)."""
+
+    @property
+    def policy(self) -> Any: ...  # the score network; its ``body`` becomes a NumpyMLP
+    @property
+    def obs_mean(self) -> np.ndarray: ...
+    @property
+    def obs_std(self) -> np.ndarray: ...
+    @property
+    def kappa_online(self) -> float: ...
+    @property
+    def config(self) -> TrainConfig: ...
+    @property
+    def log(self) -> list[dict[str, float]]: ...
 
 
 @dataclass
@@ -61,7 +77,7 @@ class TrainedPolicy:
     @classmethod
     def from_result(
         cls,
-        res: TrainResult,
+        res: TrainingRun,
         variant: str | None = None,
         prices: dict[str, Any] | None = None,
         horizon: int | None = None,

@@ -1,1 +1,1 @@
-"""The LLM side: price table, OpenAI-compatible client, cache, agents, tasks and collection."""
+"""The LLM side: OpenAI-compatible client, cache, agents, tasks and collection."""

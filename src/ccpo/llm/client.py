@@ -27,9 +27,8 @@
   without being sent. A question's own budget (:data:`request_budget`) is checked the same
   way, from its first call on (:class:`RequestBudgetExceeded`).
 - HTTP transport: the SDK's aiohttp client (``openai.DefaultAioHttpClient``, the ``aiohttp``
-  extra of ``openai``) by default, its httpx client otherwise (``http_backend``). Measured on the
-  collection benchmark, aiohttp costs about 20% less client CPU per call, which is what bounds
-  throughput at high concurrency against a fast endpoint.
+  extra of ``openai``) by default, its httpx client otherwise (``http_backend``); why, with the
+  measurement: docs/decisions.md.
 - API keys come from the environment (``api_key_env``) or a config file, are passed only to the
   SDK, and are scrubbed from every error message. They are never part of a cache key or value.
 """
@@ -41,6 +40,7 @@ import contextlib
 import contextvars
 import dataclasses
 import email.utils
+import importlib
 import json
 import logging
 import math
@@ -52,11 +52,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import openai
-
 from ccpo.errors import CCPOError
 from ccpo.llm.cache import ResponseCache, cache_key
-from ccpo.llm.prices import PriceTable
+from ccpo.traces.prices import PriceTable
 
 log = logging.getLogger("ccpo.llm")
 
@@ -69,6 +67,28 @@ class LLMCallError(CCPOError):
 
 class BudgetExceeded(CCPOError):
     """``--max-cost`` was reached; no new paid calls are made."""
+
+
+class _Deferred:
+    """A module imported on first use: ``openai`` takes about half a second to import, which
+    ``import ccpo.runtime`` (a policy's decisions, ``ccpo serve --write-openapi``) and every
+    command that calls no LLM need not pay. Attribute access imports it (thread-safe: the
+    import system locks) and reads the real module, so monkeypatching it works as usual."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+openai: Any = _Deferred("openai")
+
+
+def load_sdk() -> None:
+    """Import the ``openai`` SDK now (a long-lived agent does this when it is made, so that its
+    first question does not pay the import)."""
+    importlib.import_module("openai")
 
 
 OPENAI_HOST = "api.openai.com"
@@ -373,18 +393,18 @@ def _causes(e: BaseException) -> list[BaseException]:
     return chain
 
 
-def transport_error(e: openai.APIConnectionError, ep: Endpoint) -> str:
+def transport_error(e: openai.APIConnectionError, endpoint: Endpoint) -> str:
     """What went wrong below HTTP, in a few words: "connection refused by host:port" when
     nothing listens there (the SDK's aiohttp transport reports that as a timeout), "timeout"
     for a real one, else "connection error"."""
     chain = _causes(e)
     if any(isinstance(x, ConnectionRefusedError) for x in chain):
-        return f"connection refused by {host_port(ep.base_url)}"
+        return f"connection refused by {host_port(endpoint.base_url)}"
     # an OSError below the SDK's timeout (a DNS failure, a reset) is no timeout
     other = any(isinstance(x, OSError) and not isinstance(x, TimeoutError) for x in chain)
     if isinstance(e, openai.APITimeoutError) and not other:
         return "timeout"
-    return f"connection error ({host_port(ep.base_url)})"
+    return f"connection error ({host_port(endpoint.base_url)})"
 
 
 def _redact(text: str, secrets: list[str]) -> str:
@@ -483,25 +503,25 @@ class LLMClient:
         self.n_retries = 0
 
     # ------------------------------------------------------------------ plumbing
-    def _sdk_for(self, ep: Endpoint) -> openai.AsyncOpenAI:
-        key = ep.resolve_key()
+    def _sdk_for(self, endpoint: Endpoint) -> openai.AsyncOpenAI:
+        key = endpoint.resolve_key()
         if key not in self._secrets:
             self._secrets.append(key)
-        k = (ep.base_url, key)
+        k = (endpoint.base_url, key)
         if k not in self._sdk:
             self._sdk[k] = openai.AsyncOpenAI(
                 api_key=key,
-                base_url=ep.base_url,
+                base_url=endpoint.base_url,
                 max_retries=0,
                 timeout=self.retry.timeout,
                 http_client=make_http_client(self.http_backend, self.retry.timeout),
             )
         return self._sdk[k]
 
-    def _sem_for(self, ep: Endpoint) -> asyncio.Semaphore:
-        if ep.base_url not in self._sems:
-            self._sems[ep.base_url] = asyncio.Semaphore(self.concurrency)
-        return self._sems[ep.base_url]
+    def _sem_for(self, endpoint: Endpoint) -> asyncio.Semaphore:
+        if endpoint.base_url not in self._sems:
+            self._sems[endpoint.base_url] = asyncio.Semaphore(self.concurrency)
+        return self._sems[endpoint.base_url]
 
     def _cost(self, model: str, res: ChatResult) -> float:
         if self.prices is None:
@@ -518,13 +538,13 @@ class LLMClient:
         self._sdk.clear()
 
     # ------------------------------------------------------------------ public
-    def _as_sent(self, ep: Endpoint, request: ChatRequest) -> ChatRequest:
-        """The request as it goes to ``ep``: without log-probs once ``ep`` refused them."""
-        if request.logprobs and (ep.base_url, ep.model) in self._no_logprobs:
+    def _as_sent(self, endpoint: Endpoint, request: ChatRequest) -> ChatRequest:
+        """The request as it goes to ``endpoint``: without log-probs once it refused them."""
+        if request.logprobs and (endpoint.base_url, endpoint.model) in self._no_logprobs:
             return dataclasses.replace(request, logprobs=False)
         return request
 
-    async def chat(self, ep: Endpoint, request: ChatRequest, sample: int = 0) -> ChatResult:
+    async def chat(self, endpoint: Endpoint, request: ChatRequest, sample: int = 0) -> ChatResult:
         """One completion, from the cache when possible; ``sample`` distinguishes draws.
 
         The cache key is always that of the request actually sent: an endpoint that refuses
@@ -532,20 +552,21 @@ class LLMClient:
         an endpoint that serves them asks again.
         """
         try:
-            return await self._chat_once(ep, self._as_sent(ep, request), sample)
+            return await self._chat_once(endpoint, self._as_sent(endpoint, request), sample)
         except _LogprobsRefused:
-            if (ep.base_url, ep.model) not in self._no_logprobs:
+            if (endpoint.base_url, endpoint.model) not in self._no_logprobs:
                 log.warning(
-                    "%s rejected the log-probs request; continuing without log-probs", ep.where
+                    "%s rejected the log-probs request; continuing without log-probs",
+                    endpoint.where,
                 )
-                self._no_logprobs.add((ep.base_url, ep.model))
-            return await self._chat_once(ep, self._as_sent(ep, request), sample)
+                self._no_logprobs.add((endpoint.base_url, endpoint.model))
+            return await self._chat_once(endpoint, self._as_sent(endpoint, request), sample)
 
-    def worst_cost(self, ep: Endpoint, request: ChatRequest) -> float:
+    def worst_cost(self, endpoint: Endpoint, request: ChatRequest) -> float:
         """The most a request can cost (:func:`worst_case_tokens` at the model's price)."""
         if self.prices is None:
             return 0.0
-        return self.prices.cost(ep.model, *worst_case_tokens(request))
+        return self.prices.cost(endpoint.model, *worst_case_tokens(request))
 
     async def _wait_for_room(self, usd: float, call: bool, admitted: bool = False) -> None:
         """Reserve ``usd`` in the run's ledger, waiting while room may still come free (calls
@@ -642,8 +663,8 @@ class LLMClient:
                 self.ledger.settle(env.free, 0.0)
             env.free = 0.0
 
-    async def _chat_once(self, ep: Endpoint, request: ChatRequest, sample: int) -> ChatResult:
-        fields = request.key_fields(ep.model)
+    async def _chat_once(self, endpoint: Endpoint, request: ChatRequest, sample: int) -> ChatResult:
+        fields = request.key_fields(endpoint.model)
         key = cache_key(fields, sample)
         hit = self.cache.get(key)
         if hit is not None:
@@ -657,13 +678,13 @@ class LLMClient:
         fut = loop.create_future()
         self._inflight[key] = fut
         try:
-            worst = self.worst_cost(ep, request)
+            worst = self.worst_cost(endpoint, request)
             rb = await self._reserve(worst)
             env = _envelope.get()
             cost = 0.0
             try:
-                res = await self._call(ep, request)
-                cost = res.cost_usd = self._cost(ep.model, res)
+                res = await self._call(endpoint, request)
+                cost = res.cost_usd = self._cost(endpoint.model, res)
             finally:
                 self.ledger.settle(worst, cost, call=True)
                 if env is not None:  # what the call did not cost goes back to its question
@@ -689,14 +710,14 @@ class LLMClient:
         finally:
             self._inflight.pop(key, None)
 
-    async def _call(self, ep: Endpoint, request: ChatRequest) -> ChatResult:
-        sdk = self._sdk_for(ep)
+    async def _call(self, endpoint: Endpoint, request: ChatRequest) -> ChatResult:
+        sdk = self._sdk_for(endpoint)
         want_lp = request.logprobs
         attempt = 0
         last = ""
         while True:
             kwargs: dict[str, Any] = {
-                "model": ep.model,
+                "model": endpoint.model,
                 "messages": request.messages,
                 "temperature": request.temperature,
                 "max_tokens": request.max_tokens,
@@ -709,25 +730,22 @@ class LLMClient:
                     kwargs["top_logprobs"] = request.top_logprobs
             self.n_attempts += 1
             try:
-                async with self._sem_for(ep):
+                async with self._sem_for(endpoint):
                     # the SDK's documented raw POST: same request, retries-off client and error
-                    # types as chat.completions.create, without the typed-params transform
-                    # (~10 ms of CPU per call, profiled, on long prompts) and with the body as
-                    # bytes parsed here, instead of the typed response model or the SDK's walk
-                    # over the JSON (~3 ms per call: the client's CPU bounds collection
-                    # throughput at high concurrency)
+                    # types as chat.completions.create, without the typed-params transform and
+                    # with the body as bytes parsed here (why: docs/decisions.md)
                     raw = await sdk.post("/chat/completions", cast_to=bytes, body=kwargs)
                 return _parse_completion(json.loads(raw), request)
             except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
-                env = ep.api_key_env or "OPENAI_API_KEY"
+                env = endpoint.api_key_env or "OPENAI_API_KEY"
                 raise CCPOError(
-                    f"{ep.where}: authentication failed (HTTP {e.status_code}); check the API "
-                    f"key in ${env} or the config file"
+                    f"{endpoint.where}: authentication failed (HTTP {e.status_code}); check the "
+                    f"API key in ${env} or the config file"
                 ) from None
             except openai.NotFoundError:
                 raise CCPOError(
-                    f"{ep.where}: not found (HTTP 404); check the model name and the base URL "
-                    "(it usually ends in /v1)"
+                    f"{endpoint.where}: not found (HTTP 404); check the model name and the base "
+                    "URL (it usually ends in /v1)"
                 ) from None
             except openai.APIStatusError as e:
                 # log-probs refused: an HTTP 400 or 5xx whose message names them (llama_cpp.server
@@ -738,12 +756,12 @@ class LLMClient:
                 if e.status_code not in (408, 409, 429) and e.status_code < 500:
                     msg = _redact(str(e), self._secrets)[:300]
                     raise LLMCallError(
-                        f"{ep.where}: request refused (HTTP {e.status_code}): {msg}"
+                        f"{endpoint.where}: request refused (HTTP {e.status_code}): {msg}"
                     ) from None
                 last = f"HTTP {e.status_code}"
                 retry_after = _retry_after(e)
             except openai.APIConnectionError as e:  # APITimeoutError included
-                last, retry_after = transport_error(e, ep), None
+                last, retry_after = transport_error(e, endpoint), None
             except (
                 _Malformed,
                 openai.APIResponseValidationError,
@@ -755,7 +773,7 @@ class LLMClient:
                 last, retry_after = f"malformed response ({type(e).__name__})", None
             if attempt >= self.retry.max_retries:
                 raise LLMCallError(
-                    f"{ep.where}: giving up after {attempt + 1} attempts (last error: {last})"
+                    f"{endpoint.where}: giving up after {attempt + 1} attempts (last error: {last})"
                 )
             delay = min(self.retry.backoff_max, self.retry.backoff_base * 2**attempt)
             delay = self._rng.uniform(0, delay)
@@ -763,7 +781,7 @@ class LLMClient:
                 delay = max(delay, min(retry_after, self.retry.backoff_max))
             attempt += 1
             self.n_retries += 1
-            log.info("%s: %s; retry %d in %.2fs", ep.where, last, attempt, delay)
+            log.info("%s: %s; retry %d in %.2fs", endpoint.where, last, attempt, delay)
             await asyncio.sleep(delay)
 
 

@@ -30,7 +30,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from ccpo.errors import CCPOError
-from ccpo.llm.client import HTTP_BACKENDS, Endpoint, RetryPolicy
+from ccpo.llm.cache import ResponseCache
+from ccpo.llm.client import HTTP_BACKENDS, Endpoint, LLMClient, RetryPolicy, SpendLedger
+from ccpo.traces.prices import PriceTable
 
 
 def default_cache_path() -> Path:
@@ -60,24 +62,68 @@ class PolicyLLMSpec(BaseModel):
         )
 
 
-class CollectConfig(BaseModel):
-    """Everything ``ccpo collect`` / ``collect-exit`` needs (one line of doc per field)."""
+class EndpointSettings(BaseModel):
+    """The base and guide endpoints and how a round is run: the settings collection
+    (:class:`CollectConfig`) and deployment (:class:`ccpo.runtime.config.DeployConfig`) share,
+    declared once (so a deployed agent runs its rounds exactly as they were collected)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    base_model: str | None = Field(None, description="base model name (collect-exit: its model)")
+    base_url: str | None = Field(None, description="base OpenAI-compatible URL (…/v1)")
+    base_key_env: str | None = Field(None, description="env var with the base API key")
+    base_api_key: SecretStr | None = Field(None, description="base API key (config file only)")
+    guide_model: str | None = Field(None, description="guide model name")
+    guide_url: str | None = Field(None, description="guide OpenAI-compatible URL (…/v1)")
+    guide_key_env: str | None = Field(None, description="env var with the guide API key")
+    guide_api_key: SecretStr | None = Field(None, description="guide API key (config only)")
+    prices: list[str] = Field(default_factory=list, description="price files over bundled")
+    temperature_first: float = Field(0.0, ge=0, description="base temperature in round 1")
+    temperature_later: float = Field(1.0, ge=0, description="base temperature in rounds >= 2")
+    max_steps: int = Field(6, ge=1, description="ReAct steps per round (HotpotQA)")
+    max_tokens: int = Field(512, ge=16, description="base max output tokens per CoT call")
+    search: str = Field("auto", description="HotpotQA search: auto | context | bm25 | wikipedia")
+    corpus: str | None = Field(None, description="JSONL {title,text} corpus for search=bm25")
+    sample_offset: int = Field(0, ge=0, description="change to draw fresh samples")
+    backoff_base: float = Field(0.5, ge=0, description="first backoff (s), doubled per retry")
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _prices(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("search")
+    @classmethod
+    def _search(cls, v: str) -> str:
+        if v not in ("auto", "context", "bm25", "wikipedia"):
+            raise ValueError("must be auto, context, bm25 or wikipedia")
+        return v
+
+    def base_endpoint(self) -> Endpoint:
+        if not self.base_model:
+            raise CCPOError("no base model: pass --base-model (or base_model in the config)")
+        key = self.base_api_key.get_secret_value() if self.base_api_key else None
+        return Endpoint(self.base_model, self.base_url, self.base_key_env, key)
+
+    def guide_endpoint(self) -> Endpoint:
+        if not self.guide_model:
+            raise CCPOError("no guide model: pass --guide-model (or guide_model in the config)")
+        key = self.guide_api_key.get_secret_value() if self.guide_api_key else None
+        return Endpoint(self.guide_model, self.guide_url, self.guide_key_env, key)
+
+    def endpoint_settings(self) -> dict[str, Any]:
+        """These settings' values (secrets kept as they are), to build another config."""
+        return {k: getattr(self, k) for k in EndpointSettings.model_fields}
+
+
+class CollectConfig(EndpointSettings):
+    """Everything ``ccpo collect`` / ``collect-exit`` needs (one line of doc per field)."""
 
     task: str = Field(description="mmlu | hotpotqa | jsonl")
     data: str | None = Field(None, description="question file/folder; default: bundled subset")
     n: int | None = Field(None, ge=1, description="use only the first N questions")
     shuffle_seed: int | None = Field(None, description="shuffle questions with this seed first")
     rounds: int = Field(4, ge=1, le=20, description="T: rounds run per question")
-    base_model: str | None = Field(None, description="base model name (or the EXIT model)")
-    base_url: str | None = Field(None, description="base OpenAI-compatible URL (…/v1)")
-    base_key_env: str | None = Field(None, description="env var with the base API key")
-    base_api_key: SecretStr | None = Field(None, description="base API key (config file only)")
-    guide_model: str | None = Field(None, description="guide model name")
-    guide_url: str | None = Field(None, description="guide OpenAI-compatible URL")
-    guide_key_env: str | None = Field(None, description="env var with the guide API key")
-    guide_api_key: SecretStr | None = Field(None, description="guide API key (config only)")
     policy_llm: list[PolicyLLMSpec] = Field(
         default_factory=list, description="LLM-as-policy models"
     )
@@ -89,18 +135,9 @@ class CollectConfig(BaseModel):
     max_cost: float | None = Field(None, ge=0, description="USD budget of the run (never passed)")
     cache: str | None = Field(None, description="SQLite cache path; default user cache dir")
     no_cache: bool = Field(False, description="disable the response cache")
-    prices: list[str] = Field(default_factory=list, description="price files over bundled")
     out: str | None = Field(None, description="output .jsonl (append-only, resumable)")
-    temperature_first: float = Field(0.0, ge=0, description="base temperature in round 1")
-    temperature_later: float = Field(1.0, ge=0, description="base temperature in rounds >= 2")
-    max_steps: int = Field(6, ge=1, description="ReAct steps per round (HotpotQA)")
-    max_tokens: int = Field(512, ge=16, description="base max output tokens per CoT call")
-    search: str = Field("auto", description="auto | context | bm25 | wikipedia")
-    corpus: str | None = Field(None, description="JSONL {title,text} corpus for search=bm25")
-    sample_offset: int = Field(0, ge=0, description="change to draw fresh samples")
     timeout: float = Field(120.0, gt=0, description="seconds per request")
     max_retries: int = Field(8, ge=0, description="retries per request")
-    backoff_base: float = Field(0.5, ge=0, description="first backoff (s), doubled per retry")
     http_backend: str = Field("auto", description="SDK HTTP transport: auto | aiohttp | httpx")
     stop_at_exit: bool = Field(False, description="LLM-EXIT: stop a question at [EXIT]")
 
@@ -119,29 +156,29 @@ class CollectConfig(BaseModel):
             raise ValueError(f"must be one of {', '.join(HTTP_BACKENDS)}")
         return v
 
-    @field_validator("search")
-    @classmethod
-    def _search(cls, v: str) -> str:
-        if v not in ("auto", "context", "bm25", "wikipedia"):
-            raise ValueError("must be auto, context, bm25 or wikipedia")
-        return v
-
     # -------------------------------------------------------------- derived
-    def base_endpoint(self) -> Endpoint:
-        if not self.base_model:
-            raise CCPOError("no base model: pass --base-model (or base_model in the config)")
-        key = self.base_api_key.get_secret_value() if self.base_api_key else None
-        return Endpoint(self.base_model, self.base_url, self.base_key_env, key)
-
-    def guide_endpoint(self) -> Endpoint:
-        if not self.guide_model:
-            raise CCPOError("no guide model: pass --guide-model (or guide_model in the config)")
-        key = self.guide_api_key.get_secret_value() if self.guide_api_key else None
-        return Endpoint(self.guide_model, self.guide_url, self.guide_key_env, key)
-
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
             max_retries=self.max_retries, backoff_base=self.backoff_base, timeout=self.timeout
+        )
+
+    def client(
+        self,
+        cache: ResponseCache,
+        prices: PriceTable,
+        budget: float | None,
+        ledger: SpendLedger | None = None,
+    ) -> LLMClient:
+        """The LLM client of a run with these settings: ``budget`` USD at most (None: no cap),
+        spending counted in ``ledger`` (None: a fresh one)."""
+        return LLMClient(
+            cache,
+            prices,
+            self.concurrency,
+            self.retry_policy(),
+            budget,
+            http_backend=self.http_backend,
+            ledger=ledger,
         )
 
     def cache_path(self) -> Path | None:

@@ -35,7 +35,10 @@ from typing import Any
 
 from ccpo import __version__
 from ccpo.errors import CCPOError
-from ccpo.llm.agents import (
+from ccpo.llm.client import Endpoint, LLMClient
+from ccpo.llm.config import CollectConfig
+from ccpo.llm.prompts import PROMPT_VERSION, PastRound
+from ccpo.llm.roles import (
     LOGPROB_DEF,
     UNCERTAINTY_DEF,
     BaseOutput,
@@ -46,13 +49,10 @@ from ccpo.llm.agents import (
     exit_decision,
     policy_decision,
 )
-from ccpo.llm.client import Endpoint, LLMClient
-from ccpo.llm.config import CollectConfig
-from ccpo.llm.prompts import PROMPT_VERSION, PastRound
 from ccpo.llm.tasks.loaders import Question
 from ccpo.llm.tasks.scoring import score
-from ccpo.llm.tasks.search import BM25Search, SearchBackend
-from ccpo.traces.schema import SCHEMA_VERSION, Trace
+from ccpo.llm.tasks.search import BM25Search, SearchBackend, WikipediaSearch, load_corpus
+from ccpo.traces.schema import SCHEMA_VERSION, BaseStep, GuideStep, Round, Trace, Usage
 
 
 @dataclass
@@ -83,6 +83,18 @@ class Runner:
     def sample(self, temperature: float, round_: int) -> int:
         return self.cfg.sample_offset + (round_ if temperature > 0 else 0)
 
+    def trace(self, q: Question, rounds: list[dict[str, Any]], kind: str) -> Trace:
+        """The ``ccpo.trace/v1`` record of ``q`` with its ``rounds`` (validated)."""
+        return Trace(
+            schema=SCHEMA_VERSION,
+            id=q.id,
+            task=q.task,
+            question=q.question,
+            gold=q.gold,
+            rounds=rounds,
+            meta=self.meta(q, kind),
+        )
+
     def meta(self, q: Question, kind: str) -> dict[str, Any]:
         cfg = self.cfg
         return {
@@ -105,17 +117,74 @@ class Runner:
         }
 
 
-def _base_step(q: Question, model: str, out: BaseOutput) -> dict[str, Any]:
+def make_runner(cfg: CollectConfig, client: LLMClient, kind: str, source: str) -> Runner:
+    """The :class:`Runner` of ``kind`` (``base-guide`` or ``llm-exit``) for ``cfg``: its endpoints,
+    the task's agent (HotpotQA: ReAct, else chain of thought) and the shared search backend.
+    Used by collection and by the deployed agent, so both run rounds the same way."""
+    base = cfg.base_endpoint()
+    guide = cfg.guide_endpoint() if kind == "base-guide" else None
+    policies = [p.endpoint() for p in cfg.policy_llm] if kind == "base-guide" else []
+    react = cfg.task == "hotpotqa"
+    agent: CoTAgent | ReActAgent = (
+        ReActAgent(max_steps=cfg.max_steps)
+        if react
+        else CoTAgent(cfg.task, max_tokens=cfg.max_tokens)
+    )
+    shared = None
+    if react:
+        mode = cfg.search
+        if mode == "bm25" or (mode == "auto" and cfg.corpus):
+            if not cfg.corpus:
+                raise CCPOError("--search bm25 needs --corpus FILE (JSONL of {title, text})")
+            shared = BM25Search(load_corpus(cfg.corpus))
+        elif mode == "wikipedia":
+            shared = WikipediaSearch()
+    return Runner(cfg, client, base, guide, policies, agent, shared, source)
+
+
+def base_record(out: BaseOutput, model: str, q: Question | None = None) -> dict[str, Any]:
+    """The base step of a ``ccpo.trace/v1`` round; ``correct`` (scored against ``q.gold``) only
+    when the question ``q`` is given (live there is no gold)."""
     mean, mn = out.calls.stats()
-    return {
+    step: dict[str, Any] = {
         "model": model,
         "answer": out.answer,
         "reasoning": out.reasoning,
-        "correct": score(q.task, out.answer, q.gold),
         "usage": out.calls.usage(),
         "logprob_mean": mean,
         "logprob_min": mn,
     }
+    if q is not None:
+        step["correct"] = score(q.task, out.answer, q.gold)
+    return step
+
+
+def guide_record(g: GuideOutput, model: str, q: Question | None = None) -> dict[str, Any]:
+    """The guide step of a ``ccpo.trace/v1`` round (``correct`` as in :func:`base_record`)."""
+    step: dict[str, Any] = {
+        "model": model,
+        "verdict": g.verdict,
+        "answer": g.answer,
+        "uncertainty": g.uncertainty,
+        "usage": g.calls.usage(),
+        "raw": g.raw,
+    }
+    if q is not None:
+        step["correct"] = score(q.task, g.answer, q.gold)
+    return step
+
+
+def live_round(record: dict[str, Any]) -> Round:
+    """A round record without ``correct`` (a live round: there is no gold) as the schema's
+    :class:`~ccpo.traces.schema.Round`, which the featurizer reads; built without validation
+    (the values come from the client, and ``correct`` is absent: reading it fails)."""
+    b, g = record["base"], record["guide"]
+    return Round.model_construct(
+        round=record["round"],
+        base=BaseStep.model_construct(**{**b, "usage": Usage.model_construct(**b["usage"])}),
+        guide=GuideStep.model_construct(**{**g, "usage": Usage.model_construct(**g["usage"])}),
+        policy_llm=record.get("policy_llm"),
+    )
 
 
 @dataclass
@@ -129,6 +198,19 @@ class RoundOutput:
     def past(self) -> PastRound:
         """What later rounds' base prompts see of this round."""
         return PastRound(self.base.reasoning, self.base.answer, self.guide.raw)
+
+    def record(
+        self, base_model: str, guide_model: str, q: Question | None = None
+    ) -> dict[str, Any]:
+        """The round as a ``ccpo.trace/v1`` round record, the one place a round becomes one:
+        collection stores it (scored against ``q.gold``), the deployed agent featurizes it
+        (:func:`live_round`, no ``q``: no ``correct``)."""
+        return {
+            "round": self.round,
+            "base": base_record(self.base, base_model, q),
+            "guide": guide_record(self.guide, guide_model, q),
+            "policy_llm": None,
+        }
 
 
 async def run_round(
@@ -160,20 +242,7 @@ async def run_base_guide(r: Runner, q: Question) -> Trace:
     for t in range(1, r.cfg.rounds + 1):
         ro = await run_round(r, q.question, t, history, backend)
         out, g = ro.base, ro.guide
-        rnd: dict[str, Any] = {
-            "round": t,
-            "base": _base_step(q, r.base.model, out),
-            "guide": {
-                "model": r.guide.model,
-                "verdict": g.verdict,
-                "answer": g.answer,
-                "correct": score(q.task, g.answer, q.gold),
-                "uncertainty": g.uncertainty,
-                "usage": g.calls.usage(),
-                "raw": g.raw,
-            },
-            "policy_llm": None,
-        }
+        rnd = ro.record(r.base.model, r.guide.model, q)
         if r.policies:
             decisions = {}
             for pe in r.policies:
@@ -192,15 +261,7 @@ async def run_base_guide(r: Runner, q: Question) -> Trace:
             rnd["policy_llm"] = decisions
         rounds.append(rnd)
         history.append(ro.past())
-    return Trace(
-        schema=SCHEMA_VERSION,
-        id=q.id,
-        task=q.task,
-        question=q.question,
-        gold=q.gold,
-        rounds=rounds,
-        meta=r.meta(q, "base-guide"),
-    )
+    return r.trace(q, rounds, "base-guide")
 
 
 async def run_exit(r: Runner, q: Question) -> Trace:
@@ -217,7 +278,7 @@ async def run_exit(r: Runner, q: Question) -> Trace:
         )
         answers.append(out.answer)
         d = await exit_decision(r.client, r.base, q.question, answers)
-        base = _base_step(q, m, out)
+        base = base_record(out, m, q)
         rounds.append(
             {
                 "round": t,
@@ -236,12 +297,4 @@ async def run_exit(r: Runner, q: Question) -> Trace:
         history.append(PastRound(out.reasoning, out.answer, None))
         if r.cfg.stop_at_exit and d.action == "base":
             break
-    return Trace(
-        schema=SCHEMA_VERSION,
-        id=q.id,
-        task=q.task,
-        question=q.question,
-        gold=q.gold,
-        rounds=rounds,
-        meta=r.meta(q, "llm-exit"),
-    )
+    return r.trace(q, rounds, "llm-exit")

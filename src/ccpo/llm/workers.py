@@ -1,13 +1,11 @@
 """``collect --workers N``: one collection run spread over N client processes.
 
-Why: one Python process's CPU per call (the ``openai`` SDK builds and parses every request in
-Python, ~7-10 ms a call on a slow core) caps its throughput at roughly 100-150 calls/s, however
-high ``--concurrency`` goes. Against a fast endpoint (a local vLLM or llama.cpp server, or the
-50 ms scripted server of ``benchmarks/bench_collect.py``) that cap, not the endpoint, is the
-limit; N processes lift it N-fold where there are cores for them. Against a hosted API with
-seconds of latency one process is plenty.
+Why: one Python process's CPU per call caps its throughput, however high ``--concurrency``
+goes; against a fast endpoint (a local vLLM or llama.cpp server) that cap, not the endpoint, is
+the limit, and N processes lift it N-fold where there are cores for them (the figures:
+docs/decisions.md). Against a hosted API with seconds of latency one process is plenty.
 
-How, keeping every guarantee of a one-process run (:mod:`ccpo.llm.collect`):
+How, keeping every guarantee of a one-process run (:mod:`ccpo.llm.run`):
 
 - The parent checks the settings, takes the output's lock (:func:`output_lock`), scans the
   output and deals the remaining questions to the workers (:func:`deal`: questions with the
@@ -46,15 +44,15 @@ from typing import Any
 from ccpo.errors import CCPOError
 from ccpo.llm.cache import ResponseCache
 from ccpo.llm.client import SpendLedger
-from ccpo.llm.collect import (
+from ccpo.llm.config import CollectConfig
+from ccpo.llm.run import (
     CollectSummary,
     Plan,
-    _Progress,
+    ProgressBar,
     output_lock,
     plan_collection,
     run_questions,
 )
-from ccpo.llm.config import CollectConfig
 from ccpo.llm.tasks.loaders import Question
 from ccpo.traces.io import TraceWriter
 
@@ -208,7 +206,7 @@ def collect_with_workers(
         counts: dict[int, dict[str, Any]] = {}
         finals: dict[int, tuple[CollectSummary | None, str | None]] = {}
         silent: set[int] = set()  # ended, and no report in the queue at the last look
-        bar = _Progress(progress, summary.total, summary.already, kind)
+        bar = ProgressBar(progress, summary.total, summary.already, kind)
         try:
             with bar:
                 while len(finals) < n:

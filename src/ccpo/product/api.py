@@ -24,11 +24,11 @@ from ccpo.learning.methods import METHODS, resolve_method
 from ccpo.learning.policy import TrainedPolicy, load_policy
 from ccpo.learning.stopping import StoppingPolicy, fit_method
 from ccpo.learning.trainers import TrainConfig, train
-from ccpo.llm.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.product.evaluate import check_alpha
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.episodes import Episodes, build_episodes, conformal_sets, covering_scores
 from ccpo.traces.io import read_traces
+from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.traces.schema import Trace
 
 TracesLike = str | Path | Sequence[Trace]
@@ -168,9 +168,10 @@ class ConformalPolicy:
         pol = load_policy(folder)
         if pol.scoring == "point":
             raise CCPOError(f"{folder} holds a pointwise CPO policy, not a conformal one")
-        prices = load_prices()
-        if pol.prices is not None:
-            prices = prices.merged(prices_from_mapping(pol.prices, f"{folder}/prices.json"))
+        own = (
+            None if pol.prices is None else prices_from_mapping(pol.prices, f"{folder}/prices.json")
+        )
+        prices = load_prices(own)
         if isinstance(pol, StoppingPolicy):
             obj = cls(pol.variant, pol.alpha, prices=prices)
         else:

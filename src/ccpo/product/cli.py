@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ccpo import __version__
 from ccpo.errors import CCPOError
+from ccpo.product.cli_config import build_config, config_options
 from ccpo.product.cli_options import (
     EXIT_FAILED,
     EXIT_OK,
@@ -25,6 +26,7 @@ from ccpo.product.cli_options import (
     check_out_folder,
     warn,
 )
+from ccpo.traces.sim import SimConfig
 
 console = Console()
 err_console = Console(stderr=True)
@@ -126,9 +128,9 @@ def traces_import(
     """Import per-question answers of several models (question_id, question, model, answer,
     correct, input_tokens, output_tokens[, logprob, confidence, gold, reasoning]) as a cascade:
     round t's base is the t-th cheapest model, its guide the next stronger one (or --guide)."""
-    from ccpo.llm.prices import load_prices
     from ccpo.traces.importer import import_table
     from ccpo.traces.io import write_traces
+    from ccpo.traces.prices import load_prices
 
     if out.exists() and not force:
         raise CCPOError(f"{out} exists; pass --force to overwrite it")
@@ -154,7 +156,7 @@ def prices_show(
     ] = False,
 ) -> None:
     """List every model's price (USD per million tokens) with its date and source."""
-    from ccpo.llm.prices import load_prices
+    from ccpo.traces.prices import load_prices
 
     table = load_prices(*(prices or []))
     if as_json:
@@ -177,17 +179,17 @@ def prices_show(
 
 
 @app.command("sim")
+@config_options((SimConfig, (), "The generator (ccpo.traces.sim.SimConfig)"))
 def sim(
     out: Annotated[Path, typer.Option("--out", help="Output .jsonl or .jsonl.gz file.")],
-    n: Annotated[int, typer.Option(help="Number of questions.", min=1)] = 1400,
-    rounds: Annotated[int, typer.Option(help="Rounds per question (T).", min=1, max=32)] = 4,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    config: dict | None = None,
 ) -> None:
     """Write SYNTHETIC traces (for tests and demos; not LLM results)."""
-    from ccpo.sim import SimConfig, generate
     from ccpo.traces.io import write_traces
+    from ccpo.traces.sim import generate
 
-    k = write_traces(out, generate(SimConfig(n=n, rounds=rounds, seed=seed)))
+    cfg = build_config(SimConfig, (config or {}).get(SimConfig, {}))
+    k = write_traces(out, generate(cfg))
     console.print(f"wrote {k} [yellow]synthetic[/yellow] traces to {out}")
 
 

@@ -6,15 +6,16 @@ Wire into the main CLI with ``cli_collect.register(app)``.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from ccpo.llm.collect import CollectSummary, collect
-from ccpo.llm.config import PolicyLLMSpec, build_config
-from ccpo.product.cli_options import EXIT_FAILED, EXIT_OK, PricesOpt
+from ccpo.llm.config import CollectConfig, PolicyLLMSpec, build_config
+from ccpo.product.cli_config import settings_options
+from ccpo.product.cli_options import EXIT_FAILED, EXIT_OK, PricesOpt, quiet_http_logs
 
 _err = Console(stderr=True)
 
@@ -26,7 +27,16 @@ _COMMON_HELP = (
 )
 
 
-EXIT_FLAGS = {"base_model": "--model", "base_url": "--url", "base_key_env": "--key-env"}
+ConfigOpt = Annotated[Path | None, typer.Option(help="YAML config file")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the summary as JSON")]
+QuietOpt = Annotated[bool, typer.Option(help="no progress bar")]
+
+EXIT_FLAGS = {
+    "base_model": "--model",
+    "base_url": "--url",
+    "base_key_env": "--key-env",
+    "stop_at_exit": "--stop-at-exit",
+}
 """``collect-exit``'s flags for the settings of its single model (named after the base's)."""
 
 
@@ -61,147 +71,62 @@ def _print_summary(s: CollectSummary, as_json: bool) -> None:
         c.print("[yellow]stopped at --max-cost; rerun with a larger budget to finish")
 
 
+#: the settings both collect commands take as options (from CollectConfig, help and all)
+_RUN = (
+    "rounds", "n", "shuffle_seed", "concurrency", "workers", "max_cost",
+    "search", "corpus", "max_steps", "max_tokens", "temperature_first", "temperature_later",
+    "sample_offset", "cache", "no_cache", "timeout", "max_retries", "backoff_base",
+    "http_backend", "out",
+)  # fmt: skip
+_BASE = ("base_model", "base_url", "base_key_env")
+_GUIDE = ("guide_model", "guide_url", "guide_key_env", "coverage")
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``collect`` and ``collect-exit`` commands to ``app``."""
 
     @app.command("collect", help="Collect base/guide traces (paper §3). " + _COMMON_HELP)
+    @settings_options(CollectConfig, ("task", "data", *_BASE, *_GUIDE, *_RUN))
     def collect_cmd(
-        task: str = typer.Option(None, help="mmlu | hotpotqa | jsonl"),
-        data: Path = typer.Option(None, help="question file or folder (default: bundled)"),
-        base_model: str = typer.Option(None, help="base model name"),
-        base_url: str = typer.Option(None, help="base endpoint, e.g. http://localhost:8000/v1"),
-        base_key_env: str = typer.Option(None, help="env var with the base API key"),
-        guide_model: str = typer.Option(None, help="guide model name"),
-        guide_url: str = typer.Option(None, help="guide endpoint (default: OpenAI)"),
-        guide_key_env: str = typer.Option(None, help="env var with the guide API key"),
-        rounds: int = typer.Option(None, help="rounds T per question [4]"),
-        n: int = typer.Option(None, help="only the first N questions"),
-        shuffle_seed: int = typer.Option(None, help="shuffle the questions first"),
-        concurrency: int = typer.Option(None, help="parallel questions [8]"),
-        workers: int = typer.Option(
-            None, help="client processes sharing --concurrency, for fast local endpoints [1]"
-        ),
-        max_cost: float = typer.Option(None, help="USD budget of the run (never passed)"),
         policy_llm: str = typer.Option(None, help="also record LLM-as-policy decisions"),
         policy_llm_url: str = typer.Option(None, help="endpoint of the policy LLM"),
         policy_llm_key_env: str = typer.Option(None, help="env var with its API key"),
-        search: str = typer.Option(None, help="HotpotQA: auto | context | bm25 | wikipedia"),
-        corpus: Path = typer.Option(None, help="JSONL {title,text} corpus for --search bm25"),
-        cache: Path = typer.Option(None, help="SQLite response cache path"),
-        no_cache: bool = typer.Option(None, "--no-cache", help="disable the response cache"),
         prices: PricesOpt = None,
-        timeout: float = typer.Option(None, help="seconds per request [120]"),
-        max_retries: int = typer.Option(None, help="retries per request [8]"),
-        http_backend: str = typer.Option(None, help="SDK HTTP transport: auto | aiohttp | httpx"),
-        out: Path = typer.Option(None, help="output .jsonl"),
-        config: Path = typer.Option(None, help="YAML config file"),
-        json_summary: bool = typer.Option(False, "--json", help="print the summary as JSON"),
-        quiet: bool = typer.Option(False, help="no progress bar"),
+        config: ConfigOpt = None,
+        json_summary: JsonOpt = False,
+        quiet: QuietOpt = False,
+        settings: dict | None = None,
     ) -> None:
-        overrides = dict(
-            task=task,
-            data=_s(data),
-            base_model=base_model,
-            base_url=base_url,
-            base_key_env=base_key_env,
-            guide_model=guide_model,
-            guide_url=guide_url,
-            guide_key_env=guide_key_env,
-            rounds=rounds,
-            n=n,
-            shuffle_seed=shuffle_seed,
-            concurrency=concurrency,
-            workers=workers,
-            max_cost=max_cost,
-            search=search,
-            corpus=_s(corpus),
-            cache=_s(cache),
-            no_cache=no_cache,
-            prices=[str(p) for p in prices or []] or None,
-            timeout=timeout,
-            max_retries=max_retries,
-            http_backend=http_backend,
-            out=_s(out),
-        )
-        cfg = build_config(config, overrides)
+        cfg = build_config(config, _overrides(settings, prices))
         if policy_llm:
             spec = PolicyLLMSpec(model=policy_llm, url=policy_llm_url, key_env=policy_llm_key_env)
             cfg.policy_llm = [p for p in cfg.policy_llm if p.model != policy_llm] + [spec]
-        _quiet_logs()
-        s = collect(cfg, "base-guide", progress=not quiet)
-        _print_summary(s, json_summary)
-        raise typer.Exit(exit_code(s))
+        _run(cfg, "base-guide", quiet, json_summary)
 
     @app.command(
         "collect-exit",
         help="Collect LLM-EXIT traces: one model answers each round and decides "
         "[EXIT]/[CONTINUE]. " + _COMMON_HELP,
     )
+    @settings_options(CollectConfig, ("task", "data", *_BASE, "stop_at_exit", *_RUN), EXIT_FLAGS)
     def collect_exit_cmd(
-        task: str = typer.Option(None, help="mmlu | hotpotqa | jsonl"),
-        data: Path = typer.Option(None, help="question file or folder (default: bundled)"),
-        model: str = typer.Option(None, help="the single model"),
-        url: str = typer.Option(None, help="its endpoint"),
-        key_env: str = typer.Option(None, help="env var with its API key"),
-        rounds: int = typer.Option(None, help="rounds T per question [4]"),
-        n: int = typer.Option(None, help="only the first N questions"),
-        shuffle_seed: int = typer.Option(None, help="shuffle the questions first"),
-        concurrency: int = typer.Option(None, help="parallel questions [8]"),
-        workers: int = typer.Option(
-            None, help="client processes sharing --concurrency, for fast local endpoints [1]"
-        ),
-        max_cost: float = typer.Option(None, help="USD budget of the run (never passed)"),
-        stop_at_exit: bool = typer.Option(
-            None, "--stop-at-exit", help="stop a question at its first [EXIT]"
-        ),
-        search: str = typer.Option(None, help="HotpotQA: auto | context | bm25 | wikipedia"),
-        corpus: Path = typer.Option(None, help="JSONL {title,text} corpus for --search bm25"),
-        cache: Path = typer.Option(None, help="SQLite response cache path"),
-        no_cache: bool = typer.Option(None, "--no-cache", help="disable the response cache"),
         prices: PricesOpt = None,
-        timeout: float = typer.Option(None, help="seconds per request [120]"),
-        max_retries: int = typer.Option(None, help="retries per request [8]"),
-        http_backend: str = typer.Option(None, help="SDK HTTP transport: auto | aiohttp | httpx"),
-        out: Path = typer.Option(None, help="output .jsonl"),
-        config: Path = typer.Option(None, help="YAML config file"),
-        json_summary: bool = typer.Option(False, "--json", help="print the summary as JSON"),
-        quiet: bool = typer.Option(False, help="no progress bar"),
+        config: ConfigOpt = None,
+        json_summary: JsonOpt = False,
+        quiet: QuietOpt = False,
+        settings: dict | None = None,
     ) -> None:
-        overrides = dict(
-            task=task,
-            data=_s(data),
-            base_model=model,
-            base_url=url,
-            base_key_env=key_env,
-            rounds=rounds,
-            n=n,
-            shuffle_seed=shuffle_seed,
-            concurrency=concurrency,
-            workers=workers,
-            max_cost=max_cost,
-            stop_at_exit=stop_at_exit,
-            search=search,
-            corpus=_s(corpus),
-            cache=_s(cache),
-            no_cache=no_cache,
-            prices=[str(p) for p in prices or []] or None,
-            timeout=timeout,
-            max_retries=max_retries,
-            http_backend=http_backend,
-            out=_s(out),
-        )
-        cfg = build_config(config, overrides, EXIT_FLAGS)
-        _quiet_logs()
-        s = collect(cfg, "llm-exit", progress=not quiet)
-        _print_summary(s, json_summary)
-        raise typer.Exit(exit_code(s))
+        cfg = build_config(config, _overrides(settings, prices), EXIT_FLAGS)
+        _run(cfg, "llm-exit", quiet, json_summary)
 
 
-def _s(p: Path | None) -> str | None:
-    return None if p is None else str(p)
+def _overrides(settings: dict | None, prices: list[Path] | None) -> dict:
+    return {**(settings or {}), "prices": [str(p) for p in prices or []] or None}
 
 
-def _quiet_logs() -> None:
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("httpx2").setLevel(logging.WARNING)
-    logging.getLogger("openai").setLevel(logging.WARNING)
+def _run(cfg: CollectConfig, kind: str, quiet: bool, json_summary: bool) -> None:
+    """Collect, print the summary, exit with :func:`exit_code`."""
+    quiet_http_logs()
+    s = collect(cfg, kind, progress=not quiet)
+    _print_summary(s, json_summary)
+    raise typer.Exit(exit_code(s))

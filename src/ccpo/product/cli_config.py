@@ -1,5 +1,8 @@
 """The config is the CLI (as in CleanRL): command options derived from the typed configs.
 
+Two kinds of config, one idea: the training configs are dataclasses (:func:`config_options`,
+below), the collection and deployment settings pydantic models (:func:`settings_options`).
+
 Every field of a config dataclass (:class:`ccpo.learning.trainers.TrainConfig`,
 :class:`ccpo.learning.stopping.StopConfig`) becomes an option of the command, with the field's
 type, its default, and its help read from the comment written beside the field in the config
@@ -16,10 +19,12 @@ import functools
 import inspect
 import re
 import typing
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 import typer
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
 from ccpo.errors import CCPOError
 
@@ -126,3 +131,63 @@ def build_config(cls: type[C], values: dict[str, Any]) -> C:
         return cls(**values)
     except (ValueError, TypeError) as e:
         raise CCPOError(f"bad option value: {e}") from None
+
+
+def _scalar(annotation: Any) -> Any:
+    """``X | None`` → ``X`` (the option's type; None is its 'not given')."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return args[0] if len(args) == 1 else annotation
+
+
+def _default_note(default: Any) -> str:
+    if default is None or default is False or default is PydanticUndefined:
+        return ""
+    return f" [{default:g}]" if isinstance(default, float) else f" [{default}]"
+
+
+def settings_options(
+    model: type[BaseModel],
+    fields: Sequence[str],
+    flags: Mapping[str, str] | None = None,
+    panel: str | None = None,
+    prefix: str = "",
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a typer command with one option per field of a pydantic settings ``model``
+    (:class:`~ccpo.llm.config.CollectConfig`, :class:`~ccpo.runtime.config.DeployConfig`, and
+    the endpoint settings they share): the flag is ``--`` + the field (or as ``flags`` says),
+    the help is the field's description and its default. Every option defaults to None, so a
+    value not given on the command line leaves the config file's (or the model's default) in
+    force. The command gets ``settings``: ``prefix`` + field → value given (or None), merged
+    over the ``settings`` of another such decorator (a nested section: ``prefix="server."``);
+    the settings loader validates them and blames a bad value on its flag."""
+    flags = flags or {}
+
+    def deco(func: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(func, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "settings"]
+        extra: list[inspect.Parameter] = []
+        for name in fields:
+            info = model.model_fields[name]
+            flag = flags.get(name, "--" + name.replace("_", "-"))
+            help_text = (info.description or "") + _default_note(info.default)
+            opt = typer.Option(flag, help=help_text, rich_help_panel=panel, show_default=False)
+            kind = _scalar(info.annotation)
+            extra.append(
+                inspect.Parameter(
+                    name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=None,
+                    annotation=Annotated[kind | None, opt],
+                )
+            )
+
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            settings = dict(kwargs.pop("settings", None) or {})
+            settings.update({prefix + name: kwargs.pop(name) for name in fields})
+            return func(**kwargs, settings=settings)
+
+        command.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
+        return command
+
+    return deco

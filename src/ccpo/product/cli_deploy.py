@@ -6,7 +6,6 @@ Wire into the main CLI with ``cli_deploy.register(app)``. See docs/deploy.md.
 from __future__ import annotations
 
 import json
-import logging
 import socket
 import warnings
 from collections.abc import Callable
@@ -19,7 +18,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ccpo.errors import CCPOError
-from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, warn
+from ccpo.product.cli_config import settings_options
+from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, quiet_http_logs, warn
+from ccpo.runtime.config import DeployConfig, ServerConfig, load_deploy_config
 
 _out = Console()
 _err = Console(stderr=True)
@@ -28,10 +29,25 @@ PolicyOpt = Annotated[Path, typer.Option("--policy", help="Trained policy folder
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", help="YAML deploy config (endpoints, prices, rails).")
 ]
-TaskOpt = Annotated[
-    str | None, typer.Option(help="mmlu | hotpotqa | jsonl: the task the policy was trained on.")
-]
-Str = Annotated[str | None, typer.Option()]
+#: the deployment settings ask and serve take as options (DeployConfig's scalar fields, help
+#: and all; the API keys come from the config file only, the prices from --prices)
+_DEPLOY = (
+    "task",
+    *(
+        k
+        for k in DeployConfig.model_fields
+        if k not in ("task", "base_api_key", "guide_api_key", "prices", "server", "max_cost_total")
+    ),
+)
+_ASK_FLAGS = {"max_cost_per_request": "--max-cost"}
+#: the server settings serve takes as options (ServerConfig's scalar fields; the token itself
+#: and the trusted proxies come from the config file only)
+_SERVER = tuple(k for k in ServerConfig.model_fields if k not in ("auth_token", "trusted_proxies"))
+_SERVER_FLAGS = {
+    "adapt_kappa": "--adapt-kappa/--fixed-kappa",
+    "auth_token_env": "--token-env",
+    "rate_limit_per_minute": "--rate-limit",
+}
 T = TypeVar("T")
 
 
@@ -41,11 +57,6 @@ def _overrides(**kw: Any) -> dict[str, Any]:
     if prices:
         out["prices"] = [str(p) for p in prices]
     return out
-
-
-def _quiet_logs() -> None:
-    for name in ("httpx", "openai"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def print_answer_set(s: Any, console: Console = _out) -> None:
@@ -117,27 +128,18 @@ def register(app: typer.Typer) -> None:
     """Add the ``ask`` and ``serve`` commands to ``app``."""
 
     @app.command("ask")
+    @settings_options(DeployConfig, _DEPLOY, _ASK_FLAGS)
     def ask_cmd(
         question: Annotated[str, typer.Argument(help="The question.")],
         policy: PolicyOpt,
         config: ConfigOpt = None,
-        task: TaskOpt = None,
-        base_model: Annotated[str | None, typer.Option(help="Base model name.")] = None,
-        base_url: Annotated[str | None, typer.Option(help="Base endpoint (…/v1).")] = None,
-        base_key_env: Annotated[str | None, typer.Option(help="Env var with its key.")] = None,
-        guide_model: Annotated[str | None, typer.Option(help="Guide model name.")] = None,
-        guide_url: Annotated[str | None, typer.Option(help="Guide endpoint (…/v1).")] = None,
-        guide_key_env: Annotated[str | None, typer.Option(help="Env var with its key.")] = None,
         prices: PricesOpt = None,
-        kappa: Annotated[float | None, typer.Option(help="Override κ (0..1).")] = None,
-        max_cost: Annotated[
-            float | None, typer.Option(help="Per-question budget in USD.", min=0)
-        ] = None,
         context: Annotated[
             Path | None,
             typer.Option(help="JSON file of paragraphs [{title, text}] (hotpotqa search)."),
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the AnswerSet JSON.")] = False,
+        settings: dict | None = None,
     ) -> None:
         """Answer one question with a trained policy and live endpoints: the answer set, its
         cost and the per-round log (base answer, guide verdict, π, the action set)."""
@@ -154,22 +156,9 @@ def register(app: typer.Typer) -> None:
                 ctx = json.loads(context.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError) as e:
                 raise CCPOError(f"{context}: cannot read the context JSON ({e})") from None
-        over = _overrides(
-            task=task,
-            base_model=base_model,
-            base_url=base_url,
-            base_key_env=base_key_env,
-            guide_model=guide_model,
-            guide_url=guide_url,
-            guide_key_env=guide_key_env,
-            prices=prices,
-            kappa=kappa,
-            max_cost_per_request=max_cost,
-        )
-        from ccpo.runtime.config import load_deploy_config
-
-        cfg = load_deploy_config(config, over, {"max_cost_per_request": "--max-cost"})
-        _quiet_logs()
+        over = _overrides(**(settings or {}), prices=prices)
+        cfg = load_deploy_config(config, over, _ASK_FLAGS)
+        quiet_http_logs()
         with printing_provenance(lambda: ConformalAgent.from_artifact(policy, cfg)) as agent:
             try:
                 if as_json:
@@ -185,6 +174,8 @@ def register(app: typer.Typer) -> None:
         print_answer_set(s)
 
     @app.command("serve")
+    @settings_options(DeployConfig, (*_DEPLOY, "max_cost_total"))
+    @settings_options(ServerConfig, _SERVER, _SERVER_FLAGS, "Server", prefix="server.")
     def serve_cmd(
         policy: Annotated[
             Path | None,
@@ -195,41 +186,12 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         config: ConfigOpt = None,
-        host: Annotated[str | None, typer.Option(help="Interface [127.0.0.1].")] = None,
-        port: Annotated[int | None, typer.Option(help="Port [8000].")] = None,
-        state: Annotated[
-            Path | None,
-            typer.Option(help="SQLite state file (κ, coverage, counters); kept across restarts."),
-        ] = None,
-        adapt_kappa: Annotated[
-            bool | None,
-            typer.Option("--adapt-kappa/--fixed-kappa", help="Update κ online from feedback."),
-        ] = None,
-        token_env: Annotated[
-            str | None, typer.Option(help="Env var with the bearer token [CCPO_SERVE_TOKEN].")
-        ] = None,
-        rate_limit: Annotated[
-            float | None, typer.Option(help="Requests per minute per client address.")
-        ] = None,
-        max_cost_per_request: Annotated[
-            float | None, typer.Option(help="USD budget per question.")
-        ] = None,
-        max_cost_total: Annotated[
-            float | None, typer.Option(help="USD budget over the state file's life.")
-        ] = None,
-        task: TaskOpt = None,
-        base_model: Annotated[str | None, typer.Option(help="Base model name.")] = None,
-        base_url: Annotated[str | None, typer.Option(help="Base endpoint (…/v1).")] = None,
-        base_key_env: Annotated[str | None, typer.Option(help="Env var with its key.")] = None,
-        guide_model: Annotated[str | None, typer.Option(help="Guide model name.")] = None,
-        guide_url: Annotated[str | None, typer.Option(help="Guide endpoint (…/v1).")] = None,
-        guide_key_env: Annotated[str | None, typer.Option(help="Env var with its key.")] = None,
         prices: PricesOpt = None,
-        kappa: Annotated[float | None, typer.Option(help="Override κ (0..1).")] = None,
         log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
         write_openapi: Annotated[
             Path | None, typer.Option(help="Write the OpenAPI spec to this file and exit.")
         ] = None,
+        settings: dict | None = None,
     ) -> None:
         """Serve the policy over HTTP: POST /v1/answer, POST /v1/chat/completions
         (OpenAI-compatible, model 'ccpo'), POST /v1/feedback, GET /healthz, GET /metrics
@@ -244,37 +206,11 @@ def register(app: typer.Typer) -> None:
             return
         if policy is None:
             raise CCPOError("--policy DIR is required (a folder written by `ccpo train`)")
-        from ccpo.runtime.config import load_deploy_config
-
-        over = _overrides(
-            task=task,
-            base_model=base_model,
-            base_url=base_url,
-            base_key_env=base_key_env,
-            guide_model=guide_model,
-            guide_url=guide_url,
-            guide_key_env=guide_key_env,
-            prices=prices,
-            kappa=kappa,
-            max_cost_per_request=max_cost_per_request,
-            max_cost_total=max_cost_total,
-        )
-        srv = {
-            "host": host,
-            "port": port,
-            "state": None if state is None else str(state),
-            "adapt_kappa": adapt_kappa,
-            "auth_token_env": token_env,
-            "rate_limit_per_minute": rate_limit,
-        }
-        over.update({f"server.{k}": v for k, v in srv.items() if v is not None})
-        renames = {
-            "server.auth_token_env": "--token-env",
-            "server.rate_limit_per_minute": "--rate-limit",
-        }
+        over = _overrides(**(settings or {}), prices=prices)
+        renames = {f"server.{k}": flag for k, flag in _SERVER_FLAGS.items()}
         cfg = load_deploy_config(config, over, renames)
         check_port_free(cfg.server.host, cfg.server.port)
-        _quiet_logs()
+        quiet_http_logs()
         service = printing_provenance(lambda: server.Service.from_artifact(policy, cfg))
         a = service.agent
         kappa = "greedy" if a.kappa is None else f"κ = {a.kappa:.4g}"

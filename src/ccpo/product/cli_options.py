@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -33,6 +34,13 @@ ForceOpt = Annotated[
 ]
 
 _err = Console(stderr=True)
+
+
+def quiet_http_logs() -> None:
+    """The HTTP clients' per-request log lines off (commands that call LLMs draw their own
+    progress)."""
+    for name in ("httpx", "httpx2", "openai"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def warn(message: str) -> None:

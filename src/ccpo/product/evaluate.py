@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError
+from ccpo.learning import conformal
 from ccpo.learning.baselines import Policy, Splits
-from ccpo.llm.prices import PriceTable, load_prices, read_price_file
 from ccpo.traces.episodes import Episodes, Metrics, build_episodes, conformal_sets
 from ccpo.traces.io import iter_traces, read_traces
+from ccpo.traces.prices import PriceTable, load_prices
 
 PAPER_SIZES = (1000, 200, 200)
 
@@ -121,13 +122,7 @@ def sidecar_prices(traces_path: str | Path) -> Path | None:
 
 def prices_for(traces_path: str | Path, price_files: Sequence[str | Path] = ()) -> PriceTable:
     """Bundled prices, then the trace set's sidecar price file, then each ``--prices`` file."""
-    table = load_prices()
-    side = sidecar_prices(traces_path)
-    if side is not None:
-        table = table.merged(read_price_file(side))
-    for f in price_files:
-        table = table.merged(read_price_file(f))
-    return table
+    return load_prices(sidecar_prices(traces_path), *price_files)
 
 
 def load_episodes(
@@ -139,8 +134,11 @@ def load_episodes(
 
 
 def check_alpha(alpha: float) -> None:
-    if not 0.0 < alpha < 1.0:
-        raise CCPOError(f"alpha must be strictly between 0 and 1, got {alpha}")
+    """:func:`ccpo.learning.conformal.check_alpha` as a usage error (exit code 2)."""
+    try:
+        conformal.check_alpha(alpha)
+    except ValueError:
+        raise CCPOError(f"alpha must be strictly between 0 and 1, got {alpha}") from None
 
 
 def evaluate_policies(

@@ -11,7 +11,8 @@ The live rollout follows DESIGN.md's episode semantics exactly, with the same co
 - o_t = the last row of :func:`ccpo.traces.featurize.featurize_rounds` over rounds 1..t;
 - π(·|o_t) comes from the artifact's network; the action set is
   C(o_t) = {a : e(a|o_t) ≥ κ} with e from :func:`ccpo.traces.episodes.effective_scores`, which
-  builds in the empty-set fallback {argmax π} and masks ``next`` at round T;
+  builds in the empty-set fallback {argmax π} and masks ``next`` at round T
+  (:func:`ccpo.runtime.decision.decide`);
 - answers in C(o_t) join the set (de-duplicated with the task normaliser); the agent goes on to
   round t+1 iff ``next`` ∈ C(o_t), and no model is called once it is not.
 
@@ -37,7 +38,6 @@ import time
 import uuid
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,143 +54,29 @@ from ccpo.llm.client import (
     RequestBudget,
     RequestBudgetExceeded,
     SpendLedger,
+    load_sdk,
     request_budget,
 )
-from ccpo.llm.prices import PriceTable, load_prices, prices_from_mapping
-from ccpo.llm.protocol import RoundOutput, Runner, run_round
+from ccpo.llm.protocol import Runner, live_round, make_runner, run_round
 from ccpo.llm.tasks.loaders import Question, parse_context
 from ccpo.runtime.answer_set import AnswerSet, RoundLog
 from ccpo.runtime.config import DeployConfig, as_deploy_config
+from ccpo.runtime.decision import RoundDecision, decide, policy_horizon
 from ccpo.traces.answers import normalizer_for
-from ccpo.traces.episodes import NEXT, allowed_actions, effective_scores
-from ccpo.traces.featurize import FEATURE_NAMES, featurize_rounds
-from ccpo.traces.schema import ACTIONS
+from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
+from ccpo.traces.schema import ACTIONS, Round
 
 __all__ = [
     "AnswerSet",
     "BudgetExceeded",
     "ConformalAgent",
-    "Decision",
     "LLMCallError",
     "PolicyProvenanceWarning",
     "RequestBudgetExceeded",
+    "RoundDecision",
     "decide",
     "policy_horizon",
 ]
-
-
-# ----------------------------------------------------------------------------- live rounds
-@dataclass(frozen=True)
-class LiveUsage:
-    input_tokens: int
-    output_tokens: int
-
-
-@dataclass(frozen=True)
-class LiveBase:
-    model: str
-    answer: str
-    usage: LiveUsage
-    logprob_mean: float | None
-    logprob_min: float | None
-
-
-@dataclass(frozen=True)
-class LiveGuide:
-    model: str
-    answer: str
-    verdict: str | None
-    uncertainty: float | None
-    usage: LiveUsage
-
-
-@dataclass(frozen=True)
-class LiveRound:
-    """A round as the featurizer reads it (no ``correct``: there is no gold answer live)."""
-
-    round: int
-    base: LiveBase
-    guide: LiveGuide
-
-
-def live_round(ro: RoundOutput, base_model: str, guide_model: str) -> LiveRound:
-    mean, mn = ro.base.calls.stats()
-    b, g = ro.base.calls, ro.guide.calls
-    return LiveRound(
-        ro.round,
-        LiveBase(base_model, ro.base.answer, LiveUsage(b.input_tokens, b.output_tokens), mean, mn),
-        LiveGuide(
-            guide_model,
-            ro.guide.answer,
-            ro.guide.verdict,
-            ro.guide.uncertainty,
-            LiveUsage(g.input_tokens, g.output_tokens),
-        ),
-    )
-
-
-# ----------------------------------------------------------------------------- decisions
-@dataclass(frozen=True)
-class Decision:
-    """The policy's decision after round t: π(·|o_t), C(o_t), and whether to go on."""
-
-    probs: np.ndarray  # [3]
-    actions: tuple[str, ...]
-    fallback: bool
-    go_on: bool
-
-
-def decide(
-    policy: TrainedPolicy,
-    task: str,
-    horizon: int,
-    rounds: Sequence[Any],
-    kappa: float | None,
-) -> Decision:
-    """C(o_t) for the last of ``rounds`` (t = len(rounds)); ``kappa=None``: greedy (point policy).
-
-    The observations are padded to ``[T, F]`` so that ``next`` is masked exactly at round T;
-    row t of π depends on row t of the observations only (the network is per-round).
-    """
-    t = len(rounds)
-    if not 1 <= t <= horizon:
-        raise ValueError(f"need 1..{horizon} rounds, got {t}")
-    obs = np.zeros((horizon, len(FEATURE_NAMES)), dtype=np.float32)
-    obs[:t] = featurize_rounds(task, horizon, rounds)
-    p = policy.probs(obs)[t - 1]
-    allowed = allowed_actions(horizon)[t - 1]
-    e = effective_scores(p, allowed)
-    k = np.inf if kappa is None else float(kappa)
-    members = e >= k
-    raw = allowed & (p >= k)
-    acts = tuple(a for a, m in zip(ACTIONS, members, strict=True) if m)
-    return Decision(p, acts, fallback=not raw.any(), go_on=bool(members[NEXT]))
-
-
-def policy_horizon(policy: TrainedPolicy, rounds: int | None = None) -> int:
-    """T of the traces the policy was trained on, read back from its observation normalisation.
-
-    The mean of the ``is_last_round`` feature over the training rounds is exactly 1/T. A
-    ``rounds`` given by the user must agree with it.
-    """
-    inferred = getattr(policy, "horizon", None)  # stored by the stopping methods
-    if inferred is None:
-        i = FEATURE_NAMES.index("is_last_round")
-        m = float(np.asarray(policy.obs_mean)[i])
-        inferred = round(1.0 / m) if m > 0 else None
-        if inferred is not None and abs(1.0 / inferred - m) > 1e-3:
-            inferred = None
-    if rounds is not None:
-        if inferred is not None and rounds != inferred:
-            raise CCPOError(
-                f"rounds: {rounds} in the config, but the policy was trained on T = {inferred} "
-                "rounds; its observations (round index) only make sense with T = "
-                f"{inferred}"
-            )
-        return rounds
-    if inferred is None:
-        raise CCPOError("cannot tell T from the policy artifact; set rounds: T in the config")
-    return inferred
 
 
 # ----------------------------------------------------------------------------- the agent
@@ -267,6 +153,7 @@ class ConformalAgent:
         self._runners: dict[int, tuple[asyncio.AbstractEventLoop, Runner, ResponseCache]] = {}
         self._closed_spent = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
+        load_sdk()  # now, not on the first question (import ccpo.runtime does not load it)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -283,10 +170,12 @@ class ConformalAgent:
 
     @staticmethod
     def _prices(policy: TrainedPolicy, config: DeployConfig) -> PriceTable:
-        table = load_prices()
-        if policy.prices:
-            table = table.merged(prices_from_mapping(policy.prices, "the policy's prices.json"))
-        return table.merged(load_prices(*config.prices)) if config.prices else table
+        own = (
+            prices_from_mapping(policy.prices, "the policy's prices.json")
+            if policy.prices
+            else None
+        )
+        return load_prices(own, *config.prices)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -314,7 +203,7 @@ class ConformalAgent:
         cap = self.config.max_cost_total
         return cap is None or self.spent_usd < cap
 
-    def decide(self, rounds: Sequence[Any], kappa: float | None = None) -> Decision:
+    def decide(self, rounds: Sequence[Any], kappa: float | None = None) -> RoundDecision:
         """The decision after ``rounds`` (see :func:`decide`) at κ in force or ``kappa``."""
         return decide(
             self.policy, self.task, self.horizon, rounds, self._kappa if kappa is None else kappa
@@ -322,8 +211,6 @@ class ConformalAgent:
 
     # ------------------------------------------------------------------ clients (one per loop)
     def _runner(self) -> Runner:
-        from ccpo.llm.collect import _make_runner
-
         loop = asyncio.get_running_loop()
         for key, (lp, r, cache) in list(self._runners.items()):
             if lp.is_closed():  # a loop that is gone: keep its spending, drop its client
@@ -336,16 +223,9 @@ class ConformalAgent:
         cfg = self.collect_config
         cap = self.config.max_cost_total
         cache = ResponseCache(cfg.cache_path())
-        client = LLMClient(
-            cache,
-            self.prices,
-            cfg.concurrency,
-            cfg.retry_policy(),
-            None if cap is None else max(0.0, cap - self.spent_usd),
-            http_backend=cfg.http_backend,
-            ledger=self.ledger,
-        )
-        runner = _make_runner(cfg, client, "base-guide", "ccpo deploy")
+        budget = None if cap is None else max(0.0, cap - self.spent_usd)
+        client = cfg.client(cache, self.prices, budget, self.ledger)
+        runner = make_runner(cfg, client, "base-guide", "ccpo deploy")
         self._runners[id(loop)] = (loop, runner, cache)
         return runner
 
@@ -447,7 +327,7 @@ class ConformalAgent:
         backend = runner.backend_for(q)
         bm, gm = self.base_endpoint.model, self.guide_endpoint.model
         history: list[Any] = []
-        rounds: list[LiveRound] = []
+        rounds: list[Round] = []
         logs: list[RoundLog] = []
         answers: dict[str, str] = {}
         by_model: dict[str, float] = {bm: 0.0, gm: 0.0}
@@ -463,10 +343,9 @@ class ConformalAgent:
             ro = await run_round(runner, question, t, history, backend)
             self._costliest_round = max(self._costliest_round, env.spent - before)
             history.append(ro.past())
-            lr = live_round(ro, bm, gm)
+            lr = live_round(ro.record(bm, gm))
             rounds.append(lr)
-            cb = self.prices.cost(bm, lr.base.usage.input_tokens, lr.base.usage.output_tokens)
-            cg = self.prices.cost(gm, lr.guide.usage.input_tokens, lr.guide.usage.output_tokens)
+            cb, cg = self.prices.round_costs(lr)
             by_model[bm] += cb
             by_model[gm] += cg
             total += cb + cg

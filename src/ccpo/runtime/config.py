@@ -30,7 +30,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from ccpo.errors import CCPOError
-from ccpo.llm.config import CollectConfig, flag_label, invalid_setting, read_config_file
+from ccpo.llm.config import (
+    CollectConfig,
+    EndpointSettings,
+    flag_label,
+    invalid_setting,
+    read_config_file,
+)
 
 DEFAULT_TOKEN_ENV = "CCPO_SERVE_TOKEN"
 
@@ -101,34 +107,17 @@ class ServerConfig(BaseModel):
         return val or None
 
 
-class DeployConfig(BaseModel):
-    """Everything ``ConformalAgent`` / ``ccpo ask`` / ``ccpo serve`` need."""
-
-    model_config = ConfigDict(extra="forbid")
+class DeployConfig(EndpointSettings):
+    """Everything ``ConformalAgent`` / ``ccpo ask`` / ``ccpo serve`` need: the endpoints and
+    round settings shared with collection (:class:`~ccpo.llm.config.EndpointSettings`), then
+    the deployment's own."""
 
     task: str | None = Field(None, description="mmlu | hotpotqa | jsonl (as trained)")
     rounds: int | None = Field(None, ge=1, le=20, description="T (checked against the policy)")
-    base_model: str | None = Field(None, description="base model name")
-    base_url: str | None = Field(None, description="base OpenAI-compatible URL (…/v1)")
-    base_key_env: str | None = Field(None, description="env var with the base API key")
-    base_api_key: SecretStr | None = Field(None, description="base API key (config only)")
-    guide_model: str | None = Field(None, description="guide model name")
-    guide_url: str | None = Field(None, description="guide OpenAI-compatible URL")
-    guide_key_env: str | None = Field(None, description="env var with the guide API key")
-    guide_api_key: SecretStr | None = Field(None, description="guide API key (config only)")
-    prices: list[str] = Field(default_factory=list, description="price files (win last)")
     kappa: float | None = Field(None, ge=0, le=1, description="override the artifact's κ")
-    temperature_first: float = Field(0.0, ge=0, description="base temperature in round 1")
-    temperature_later: float = Field(1.0, ge=0, description="base temperature in rounds >= 2")
-    max_steps: int = Field(6, ge=1, description="ReAct steps per round (hotpotqa)")
-    max_tokens: int = Field(512, ge=16, description="base max output tokens per CoT call")
-    search: str = Field("auto", description="hotpotqa: auto | context | bm25 | wikipedia")
-    corpus: str | None = Field(None, description="JSONL {title,text} corpus for search=bm25")
-    sample_offset: int = Field(0, ge=0, description="cache-key sample offset (as collect)")
     concurrency: int = Field(16, ge=1, description="parallel requests per endpoint")
     timeout: float = Field(60.0, gt=0, description="seconds per LLM request")
     max_retries: int = Field(4, ge=0, description="retries per LLM request")
-    backoff_base: float = Field(0.5, ge=0, description="first backoff (s), doubled per retry")
     cache: str | None = Field(None, description="SQLite response cache (None: no cache)")
     max_cost_per_request: float | None = Field(None, gt=0, description="USD cap per question")
     max_cost_total: float | None = Field(None, ge=0, description="USD cap over all questions")
@@ -144,11 +133,6 @@ class DeployConfig(BaseModel):
             raise ValueError("must be mmlu, hotpotqa or jsonl")
         return v
 
-    @field_validator("prices", mode="before")
-    @classmethod
-    def _prices(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
-
     def collect_config(self, rounds: int) -> CollectConfig:
         """The collection settings of the same protocol (so rounds are run by the same code)."""
         if not self.task:
@@ -161,31 +145,15 @@ class DeployConfig(BaseModel):
         if not self.guide_model:
             raise CCPOError("no guide model: set guide_model in the config (or --guide-model)")
         return CollectConfig(
+            **self.endpoint_settings(),
             task=self.task,
             rounds=rounds,
-            base_model=self.base_model,
-            base_url=self.base_url,
-            base_key_env=self.base_key_env,
-            base_api_key=self.base_api_key,
-            guide_model=self.guide_model,
-            guide_url=self.guide_url,
-            guide_key_env=self.guide_key_env,
-            guide_api_key=self.guide_api_key,
-            prices=self.prices,
             concurrency=self.concurrency,
             max_cost=self.max_cost_total,
             cache=self.cache,
             no_cache=self.cache is None,
-            temperature_first=self.temperature_first,
-            temperature_later=self.temperature_later,
-            max_steps=self.max_steps,
-            max_tokens=self.max_tokens,
-            search=self.search,
-            corpus=self.corpus,
-            sample_offset=self.sample_offset,
             timeout=self.timeout,
             max_retries=self.max_retries,
-            backoff_base=self.backoff_base,
         )
 
 

@@ -56,9 +56,8 @@ class LlamaServer:
     """``python -m llama_cpp.server`` on 127.0.0.1 (a free port) for the duration of a block.
 
     ``logits_all=False`` makes the server refuse log-probs (HTTP 500, which the client takes as
-    "no log-probs for this endpoint") but runs several times faster: llama-cpp-python keeps the
-    logits of every token and turns them into log-probs in Python (measured on this 2-core
-    machine: 46 output tokens in 20.8 s with log-probs, 2.7 s without).
+    "no log-probs for this endpoint") but runs several times faster (llama-cpp-python turns
+    every token's logits into log-probs in Python; measured: docs/decisions.md).
     """
 
     def __init__(

@@ -1,1 +1,2 @@
-"""The trace side: schema ``ccpo.trace/v1``, streaming I/O, featurizer and the episode engine."""
+"""The trace side: schema ``ccpo.trace/v1``, streaming I/O, prices, featurizer, the episode
+engine and the synthetic generator (``sim``)."""

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError
-from ccpo.llm.prices import PriceTable
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.featurize import FEATURE_SPEC, featurize_trace
+from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import ACTIONS, Trace
 
 BASE, GUIDE, NEXT = 0, 1, 2
@@ -125,16 +125,14 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
             correct[i, t] = (r.base.correct, r.guide.correct)
             answer_id[i, t, 0] = ids.setdefault(norm(r.base.answer), len(ids))
             answer_id[i, t, 1] = ids.setdefault(norm(r.guide.answer), len(ids))
-            round_cost[i, t] = prices.cost(
-                r.base.model, r.base.usage.input_tokens, r.base.usage.output_tokens
-            ) + prices.cost(r.guide.model, r.guide.usage.input_tokens, r.guide.usage.output_tokens)
+            round_cost[i, t] = prices.round_cost(r)
             if r.guide.verdict is not None:
                 verdict[i, t] = float(r.guide.verdict == "yes")
             if r.guide.uncertainty is not None:
                 unc[i, t] = r.guide.uncertainty
             for m, d in (r.policy_llm or {}).items():
                 llm_actions[m][i, t] = ACTION_INDEX[d.action]
-                llm_cost[m][i, t] = prices.cost(m, d.usage.input_tokens, d.usage.output_tokens)
+                llm_cost[m][i, t] = prices.usage_cost(m, d.usage)
     return Episodes(
         ids=[tr.id for tr in traces],
         task=task,

@@ -52,8 +52,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ccpo.errors import CCPOError
-from ccpo.llm.prices import PriceTable
 from ccpo.traces.answers import exact_match, normalizer_for
+from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import SCHEMA_VERSION, BaseStep, GuideStep, Round, Trace, Usage
 
 REQUIRED_COLUMNS = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ccpo.llm.prices import PriceTable
+from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import Trace
 
 
@@ -47,8 +47,9 @@ class TraceStats:
             s.verdict_yes += g.verdict == "yes"
             s.base_tokens += b.usage.input_tokens + b.usage.output_tokens
             s.guide_tokens += g.usage.input_tokens + g.usage.output_tokens
-            s.cost_usd += prices.cost(b.model, b.usage.input_tokens, b.usage.output_tokens)
-            s.cost_usd += prices.cost(g.model, g.usage.input_tokens, g.usage.output_tokens)
+            cb, cg = prices.round_costs(r)
+            s.cost_usd += cb
+            s.cost_usd += cg
 
     def table(self) -> list[dict[str, float]]:
         """Per round: accuracies, yes-rate, mean tokens, mean cost in cents."""

@@ -6,8 +6,8 @@ Price-file format (a contract, DESIGN.md)::
      "models": {"gpt-4o": {"input_usd_per_mtok": 2.5, "output_usd_per_mtok": 10.0}}}
 
 Entries may carry their own ``as_of`` and ``source``. Every command takes ``--prices FILE``,
-merged over the bundled table (:func:`load_prices`). An unknown model is an error
-(:class:`~ccpo.errors.UnknownModelPriceError`), never a silent zero.
+merged over the bundled table (:func:`load_prices`, the one place tables are merged). An
+unknown model is an error (:class:`~ccpo.errors.UnknownModelPriceError`), never a silent zero.
 """
 
 from __future__ import annotations
@@ -63,6 +63,23 @@ class PriceTable:
         """Dollars for one call: tokens × USD per million tokens."""
         p = self.price(model)
         return (input_tokens * p.input_usd_per_mtok + output_tokens * p.output_usd_per_mtok) / 1e6
+
+    def usage_cost(self, model: str, usage: Any) -> float:
+        """Dollars for one step's ``usage`` (``input_tokens``, ``output_tokens``) by ``model``."""
+        return self.cost(model, usage.input_tokens, usage.output_tokens)
+
+    def round_costs(self, r: Any) -> tuple[float, float]:
+        """Dollars of one round (a trace's, or a live one) as (base, guide): the one definition
+        of a round's cost (policy-LLM decisions are priced apart, by the policies that use
+        them)."""
+        return (
+            self.usage_cost(r.base.model, r.base.usage),
+            self.usage_cost(r.guide.model, r.guide.usage),
+        )
+
+    def round_cost(self, r: Any) -> float:
+        """Dollars of one round: base + guide (:meth:`round_costs`)."""
+        return sum(self.round_costs(r))
 
     def check(self, models: Iterable[str]) -> None:
         """Raise for the first model without a price (so errors come before any work)."""
@@ -121,12 +138,17 @@ def prices_from_mapping(obj: Mapping[str, Any], origin: str = "inline prices") -
     return _parse(dict(obj), origin)
 
 
-def load_prices(*files: str | Path | None) -> PriceTable:
-    """The bundled table with each given price file merged over it, in order."""
+def load_prices(*layers: str | Path | PriceTable | None) -> PriceTable:
+    """The price table in force: the bundled table with each layer merged over it, in order
+    (a later layer wins where two name a model). A layer is a price file's path, a table
+    already read (say a policy's or a trace set's own prices), or None (skipped).
+
+    The one place price tables are merged: every command's ``--prices FILE`` files come
+    last, over a trace set's sidecar file or a policy folder's ``prices.json``."""
     table = bundled_prices()
-    for f in files:
-        if f is not None:
-            table = table.merged(read_price_file(f))
+    for layer in layers:
+        if layer is not None:
+            table = table.merged(layer if isinstance(layer, PriceTable) else read_price_file(layer))
     return table
 
 

@@ -96,18 +96,26 @@ _ENTITIES = [
 class SimConfig:
     """Knobs of the synthetic generator (defaults give ~60% round-1 base accuracy)."""
 
-    n: int = 1400  # questions
-    rounds: int = 4  # T
-    seed: int = 0
-    base_model: str = "sim-base"
-    guide_model: str = "sim-guide"
+    n: int = 1400  # number of questions
+    rounds: int = 4  # rounds per question (T), 1..32
+    seed: int = 0  # random seed
+    base_model: str = "sim-base"  # the base model's name in the traces
+    guide_model: str = "sim-guide"  # the guide model's name in the traces
     b0: float = 0.4  # base logit at round 1
     b1: float = 0.45  # base logit gain per extra round
     g0: float = 1.4  # guide logit at round 1
     g1: float = 0.25  # guide logit gain per extra round
     k: float = 1.8  # difficulty slope
-    verdict_noise: float = 0.07
+    verdict_noise: float = 0.07  # probability that a knowing guide's verdict is flipped
     policy_llm: bool = True  # add an LLM-as-policy decision for `guide_model`
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}")
+        if not 1 <= self.rounds <= 32:
+            raise ValueError(f"rounds must be in 1..32, got {self.rounds}")
+        if not 0.0 <= self.verdict_noise <= 1.0:
+            raise ValueError(f"verdict_noise must be in [0, 1], got {self.verdict_noise}")
 
 
 def _sigmoid(x: float) -> float:

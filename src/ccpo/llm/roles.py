@@ -168,7 +168,7 @@ class CoTAgent:
     async def run(
         self,
         client: LLMClient,
-        ep: Endpoint,
+        endpoint: Endpoint,
         question: str,
         history: list[PastRound],
         temperature: float,
@@ -180,7 +180,7 @@ class CoTAgent:
             temperature=temperature,
             max_tokens=self.max_tokens,
         )
-        r = await client.chat(ep, req, sample=sample)
+        r = await client.chat(endpoint, req, sample=sample)
         calls = Calls()
         calls.add(r)
         return BaseOutput(
@@ -210,7 +210,7 @@ class ReActAgent:
     async def run(
         self,
         client: LLMClient,
-        ep: Endpoint,
+        endpoint: Endpoint,
         question: str,
         history: list[PastRound],
         temperature: float,
@@ -230,7 +230,7 @@ class ReActAgent:
                 max_tokens=self.max_tokens,
                 stop=[f"\nObservation {i}:", "\nObservation"],
             )
-            r = await client.chat(ep, req, sample=sample)
+            r = await client.chat(endpoint, req, sample=sample)
             calls.add(r)
             reply = _THOUGHT_PREFIX.sub("", r.text.strip())
             m = _ACTION_IN_REPLY.search(reply) or _BARE_ACTION.search(reply)
@@ -260,7 +260,7 @@ class ReActAgent:
             max_tokens=32,
             stop=["]", "\n"],
         )
-        r = await client.chat(ep, req, sample=sample)
+        r = await client.chat(endpoint, req, sample=sample)
         calls.add(r)
         ans = _clean(r.text.split("]")[0])
         pad += f"{ans}]"
@@ -286,7 +286,7 @@ class Guide:
     async def judge(
         self,
         client: LLMClient,
-        ep: Endpoint,
+        endpoint: Endpoint,
         question: str,
         reasoning: str,
         answer: str,
@@ -295,7 +295,7 @@ class Guide:
         req = ChatRequest(
             guide_messages(question, reasoning, answer), temperature=0.0, max_tokens=self.max_tokens
         )
-        r = await client.chat(ep, req, sample=sample)
+        r = await client.chat(endpoint, req, sample=sample)
         calls = Calls()
         calls.add(r)
         verdict, corrected = parse_verdict(r.text)
@@ -334,7 +334,7 @@ def parse_exit(text: str) -> bool | None:
 
 
 @dataclass
-class Decision:
+class LLMDecision:
     action: str
     raw: str
     parsed: bool
@@ -343,7 +343,7 @@ class Decision:
 
 async def policy_decision(
     client: LLMClient,
-    ep: Endpoint,
+    endpoint: Endpoint,
     question: str,
     base_answer: str,
     verdict: str | None,
@@ -351,7 +351,7 @@ async def policy_decision(
     uncertainty: float | None,
     guide_name: str,
     coverage: float,
-) -> Decision:
+) -> LLMDecision:
     """LLM-as-policy (paper appendix template). Unparseable replies count as ``next``."""
     req = ChatRequest(
         policy_messages(
@@ -361,16 +361,18 @@ async def policy_decision(
         max_tokens=8,
         logprobs=False,
     )
-    r = await client.chat(ep, req)
+    r = await client.chat(endpoint, req)
     calls = Calls()
     calls.add(r)
     act = parse_policy_action(r.text)
-    return Decision(action=act or "next", raw=r.text.strip(), parsed=act is not None, calls=calls)
+    return LLMDecision(
+        action=act or "next", raw=r.text.strip(), parsed=act is not None, calls=calls
+    )
 
 
 async def exit_decision(
-    client: LLMClient, ep: Endpoint, question: str, answers: list[str]
-) -> Decision:
+    client: LLMClient, endpoint: Endpoint, question: str, answers: list[str]
+) -> LLMDecision:
     """LLM-EXIT decision: ``base`` (= exit with this round's answer) or ``next``.
 
     Unparseable replies count as ``next`` (continue).
@@ -378,11 +380,11 @@ async def exit_decision(
     req = ChatRequest(
         exit_messages(question, answers), temperature=0.0, max_tokens=8, logprobs=False
     )
-    r = await client.chat(ep, req)
+    r = await client.chat(endpoint, req)
     calls = Calls()
     calls.add(r)
     ex = parse_exit(r.text)
-    return Decision(
+    return LLMDecision(
         action="base" if ex else "next", raw=r.text.strip(), parsed=ex is not None, calls=calls
     )
 

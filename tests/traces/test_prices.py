@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ccpo.errors import CCPOError, UnknownModelPriceError
-from ccpo.llm.prices import bundled_prices, load_prices
+from ccpo.traces.prices import bundled_prices, load_prices
 
 
 def test_bundled_table_has_dated_sourced_entries():
@@ -74,3 +74,27 @@ def test_bad_price_file(tmp_path, content, match):
     f.write_text(content)
     with pytest.raises(CCPOError, match=match):
         load_prices(f)
+
+
+def test_layers_merge_in_order_tables_and_files_alike(tmp_path):
+    from ccpo.traces.prices import prices_from_mapping, write_price_file
+
+    f = write_price_file(tmp_path / "p.json", {"m": (3.0, 4.0), "gpt-4o": (9.0, 9.0)}, "file")
+    own = prices_from_mapping(
+        {"as_of": "2026-01-01", "source": "own", "models": {"m": {"input_usd_per_mtok": 1.0,
+         "output_usd_per_mtok": 2.0}, "n": {"input_usd_per_mtok": 5.0, "output_usd_per_mtok": 6.0}}}
+    )  # fmt: skip
+    t = load_prices(own, None, f)  # the file comes last and wins
+    assert t.price("m").input_usd_per_mtok == 3.0 and t.price("n").input_usd_per_mtok == 5.0
+    assert t.price("gpt-4o").input_usd_per_mtok == 9.0
+    assert load_prices(f, own).price("m").input_usd_per_mtok == 1.0
+    assert t.sources[0] == "bundled prices" and t.sources[1:] == ["inline prices", str(f)]
+
+
+def test_a_round_costs_its_base_plus_its_guide(sim_traces):
+    t = load_prices()
+    for r in sim_traces[0].rounds:
+        cb, cg = t.round_costs(r)
+        assert cb == t.cost(r.base.model, r.base.usage.input_tokens, r.base.usage.output_tokens)
+        assert cg == t.cost(r.guide.model, r.guide.usage.input_tokens, r.guide.usage.output_tokens)
+        assert t.round_cost(r) == cb + cg and cg > 0

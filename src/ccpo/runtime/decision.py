@@ -1,0 +1,88 @@
+"""The policy's decision after a live round: π(·|o_t), the action set C(o_t), and whether to
+go on; and the horizon T a policy was trained on.
+
+o_t is the last row of :func:`ccpo.traces.featurize.featurize_rounds` over rounds 1..t; the
+action set is C(o_t) = {a : e(a|o_t) ≥ κ} with e from
+:func:`ccpo.traces.episodes.effective_scores`, which builds in the empty-set fallback
+{argmax π} and masks ``next`` at round T (the replay's definition, so the live agent decides as
+the evaluation scores it). A point policy (``kappa=None``) acts greedily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ccpo.errors import CCPOError
+from ccpo.learning.policy import TrainedPolicy
+from ccpo.traces.episodes import NEXT, allowed_actions, effective_scores
+from ccpo.traces.featurize import FEATURE_NAMES, featurize_rounds
+from ccpo.traces.schema import ACTIONS
+
+__all__ = ["RoundDecision", "decide", "policy_horizon"]
+
+
+@dataclass(frozen=True)
+class RoundDecision:
+    """The policy's decision after round t: π(·|o_t), C(o_t), and whether to go on."""
+
+    probs: np.ndarray  # [3]
+    actions: tuple[str, ...]
+    fallback: bool
+    go_on: bool
+
+
+def decide(
+    policy: TrainedPolicy,
+    task: str,
+    horizon: int,
+    rounds: Sequence[Any],
+    kappa: float | None,
+) -> RoundDecision:
+    """C(o_t) for the last of ``rounds`` (t = len(rounds)); ``kappa=None``: greedy (point policy).
+
+    The observations are padded to ``[T, F]`` so that ``next`` is masked exactly at round T;
+    row t of π depends on row t of the observations only (the network is per-round).
+    """
+    t = len(rounds)
+    if not 1 <= t <= horizon:
+        raise ValueError(f"need 1..{horizon} rounds, got {t}")
+    obs = np.zeros((horizon, len(FEATURE_NAMES)), dtype=np.float32)
+    obs[:t] = featurize_rounds(task, horizon, rounds)
+    p = policy.probs(obs)[t - 1]
+    allowed = allowed_actions(horizon)[t - 1]
+    e = effective_scores(p, allowed)
+    k = np.inf if kappa is None else float(kappa)
+    members = e >= k
+    raw = allowed & (p >= k)
+    acts = tuple(a for a, m in zip(ACTIONS, members, strict=True) if m)
+    return RoundDecision(p, acts, fallback=not raw.any(), go_on=bool(members[NEXT]))
+
+
+def policy_horizon(policy: TrainedPolicy, rounds: int | None = None) -> int:
+    """T of the traces the policy was trained on, read back from its observation normalisation.
+
+    The mean of the ``is_last_round`` feature over the training rounds is exactly 1/T. A
+    ``rounds`` given by the user must agree with it.
+    """
+    inferred = getattr(policy, "horizon", None)  # stored by the stopping methods
+    if inferred is None:
+        i = FEATURE_NAMES.index("is_last_round")
+        m = float(np.asarray(policy.obs_mean)[i])
+        inferred = round(1.0 / m) if m > 0 else None
+        if inferred is not None and abs(1.0 / inferred - m) > 1e-3:
+            inferred = None
+    if rounds is not None:
+        if inferred is not None and rounds != inferred:
+            raise CCPOError(
+                f"rounds: {rounds} in the config, but the policy was trained on T = {inferred} "
+                "rounds; its observations (round index) only make sense with T = "
+                f"{inferred}"
+            )
+        return rounds
+    if inferred is None:
+        raise CCPOError("cannot tell T from the policy artifact; set rounds: T in the config")
+    return inferred

@@ -1,0 +1,222 @@
+"""The wire models of ``ccpo serve`` (requests, responses, errors), its OpenAI-compatible
+chat-completion models, and :class:`ApiError`, the error a handler raises. Pydantic only:
+importable without the ``serve`` extra (the app is :mod:`ccpo.runtime.server`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ccpo.runtime.answer_set import AnswerSet
+
+CHAT_MODEL = "ccpo"
+"""The model name of the OpenAI-compatible endpoint."""
+
+
+# ----------------------------------------------------------------------------- native
+class ContextParagraph(BaseModel):
+    """One paragraph for the offline search tool (hotpotqa)."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(min_length=1)
+    text: str
+
+
+class AnswerRequest(BaseModel):
+    """A question to answer."""
+
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1, description="the question (not blank)")
+    id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._:\-]+$",
+        description="your id for it (for feedback); generated when absent",
+    )
+    context: list[ContextParagraph] | None = Field(
+        None, max_length=100, description="paragraphs for the search tool (hotpotqa)"
+    )
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="per-request budget in USD (can only tighten the server's)"
+    )
+
+    @field_validator("question")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the question is blank")
+        return v
+
+
+class FeedbackRequest(BaseModel):
+    """The truth about a served question: its correct answer, or that none was right."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=128, description="the id of the answer set")
+    correct_answer: str | None = Field(
+        None, min_length=1, description="the correct answer (matched with the task normaliser)"
+    )
+    none_of_them: bool = Field(False, description="no returned answer was correct")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> FeedbackRequest:
+        if (self.correct_answer is None) == (not self.none_of_them):
+            raise ValueError("give exactly one of 'correct_answer' or 'none_of_them': true")
+        return self
+
+
+class FeedbackResponse(BaseModel):
+    id: str
+    covered: bool = Field(description="the correct answer was in the returned set")
+    kappa: float | None = Field(description="κ in force after this feedback")
+    coverage: float = Field(description="running coverage over all feedback")
+    feedback: int = Field(description="feedback received so far")
+
+
+class ServerMetrics(BaseModel):
+    """What ``/metrics.json`` reports (and ``/metrics`` in the Prometheus format)."""
+
+    requests: int = Field(description="questions answered")
+    errors: int = Field(description="questions that failed (upstream error, budget)")
+    rejected: int = Field(description="requests refused before any LLM call")
+    dollars_spent: float = Field(description="USD paid to the LLM endpoints (cache hits free)")
+    cost_usd: float = Field(description="Σ cost_usd of answered questions (usage × price)")
+    mean_set_size: float | None
+    mean_rounds: float | None
+    feedback: int
+    coverage: float | None = Field(description="share of feedback that was covered")
+    recent_coverage: float | None = Field(description="the same over the last 200 feedbacks")
+    kappa: float | None = Field(description="κ in force")
+    kappa_artifact: float | None = Field(description="κ of the artifact (or the config)")
+    kappa_lower: float | None = Field(description="the lowest κ feedback may reach")
+    kappa_upper: float | None = Field(description="the highest κ feedback may reach")
+    kappa_moves: int = Field(description="feedbacks that moved κ")
+    kappa_clamped: int = Field(description="κ steps cut short by the step bound or the band")
+    alpha: float
+    adapt_kappa: bool
+    budget_usd: float | None = Field(description="the total budget (max_cost_total)")
+    inflight_usd: float = Field(description="worst case of the LLM calls in flight")
+    uptime_s: float
+
+
+class Health(BaseModel):
+    status: str
+    policy: str
+    horizon: int
+    alpha: float
+    kappa: float | None
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, type_: str, message: str, headers: dict | None = None):
+        self.status, self.type, self.message, self.headers = status, type_, message, headers
+        super().__init__(message)
+
+
+# ----------------------------------------------------------------------------- OpenAI-compatible
+class ChatMessage(BaseModel):
+    """One chat message (text content, or a list of content parts of which text is read)."""
+
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(
+                str(p.get("text", "")) for p in self.content if p.get("type", "text") == "text"
+            )
+        return self.content or ""
+
+
+class CcpoOptions(BaseModel):
+    """The native request fields, passed as ``extra_body={"ccpo": {...}}``."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str | None = AnswerRequest.model_fields["id"]
+    context: list[ContextParagraph] | None = AnswerRequest.model_fields["context"]
+    max_cost_usd: float | None = AnswerRequest.model_fields["max_cost_usd"]
+
+
+class ChatCompletionRequest(BaseModel):
+    """An OpenAI chat-completion request; sampling fields (temperature, ...) are accepted and
+    ignored: the policy decides."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(description="must be 'ccpo'")
+    messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
+    stream: bool = Field(False, description="streaming is not supported")
+    ccpo: CcpoOptions | None = Field(None, description="native fields of POST /v1/answer")
+
+    def answer_request(self) -> AnswerRequest:
+        """The native request: the last user message is the question."""
+        if self.model != CHAT_MODEL:
+            raise ApiError(
+                404, "model_not_found", f"model '{self.model}' does not exist; use '{CHAT_MODEL}'"
+            )
+        if self.stream:
+            raise ApiError(400, "invalid_request", "stream: streaming is not supported")
+        users = [m for m in self.messages if m.role == "user"]
+        if not users:
+            raise ApiError(422, "invalid_request", "messages: no user message (the question)")
+        opts = self.ccpo.model_dump(exclude_none=True) if self.ccpo else {}
+        try:
+            return AnswerRequest.model_validate({"question": users[-1].text(), **opts})
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first.get("loc", ())) or "body"
+            raise ApiError(422, "invalid_request", f"{loc}: {first['msg']}") from None
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: dict[str, str]
+    finish_reason: str
+
+
+class ChatCompletion(BaseModel):
+    """An OpenAI chat completion whose content is the answer set, one answer per line, with the
+    full answer set as ``ccpo``."""
+
+    id: str
+    object: str = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    ccpo: AnswerSet
+
+
+def chat_completion(s: AnswerSet) -> ChatCompletion:
+    """The answer set as an OpenAI chat completion."""
+    return ChatCompletion(
+        id=f"chatcmpl-{s.id}",
+        created=int(time.time()),
+        model=CHAT_MODEL,
+        choices=[
+            ChatChoice(
+                index=0,
+                message={"role": "assistant", "content": "\n".join(s.answers)},
+                finish_reason="stop",
+            )
+        ],
+        ccpo=s,
+    )

@@ -1,0 +1,283 @@
+"""The service behind ``ccpo serve``: the deployed agent, its persistent state (κ, coverage,
+counters, answer sets kept for feedback) and the server's rails, one handler per endpoint. The
+HTTP app around it is :mod:`ccpo.runtime.server`; the wire models are
+:mod:`ccpo.runtime.schemas`."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import sqlite3
+import time
+from pathlib import Path
+
+from ccpo.errors import CCPOError
+from ccpo.learning.conformal import OnlineThreshold
+from ccpo.llm.client import BudgetExceeded, LLMCallError
+from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
+from ccpo.runtime.answer_set import AnswerSet
+from ccpo.runtime.config import DeployConfig
+from ccpo.runtime.feedback import FeedbackError, KappaBounds, StateStore, StoreLedger
+from ccpo.runtime.rails import RateLimiter, check_bearer, check_rate
+from ccpo.runtime.schemas import (
+    AnswerRequest,
+    ApiError,
+    FeedbackRequest,
+    FeedbackResponse,
+    Health,
+    ServerMetrics,
+)
+
+log = logging.getLogger("ccpo.serve")
+
+
+def artifact_fingerprint(folder: str | Path) -> str:
+    """SHA-256 over the artifact's policy.json and model file (ties a state file to it)."""
+    h = hashlib.sha256()
+    for name in ("policy.json", "weights.pt", "model.pkl"):
+        p = Path(folder) / name
+        if p.exists():
+            h.update(name.encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+class Service:
+    """The agent, its persistent state and the server's rails."""
+
+    def __init__(self, agent: ConformalAgent, fingerprint: str) -> None:
+        self.agent = agent
+        self.cfg = cfg = agent.config.server
+        if cfg.adapt_kappa and agent.kappa is None:
+            raise CCPOError(
+                f"adapt_kappa: the policy is a point policy ({agent.policy.variant}) without κ"
+            )
+        self.token = cfg.token()
+        pol = agent.policy
+        self.kappa_artifact = agent.kappa
+        tracker = OnlineThreshold(
+            alpha=pol.alpha,
+            kappa=agent.kappa if agent.kappa is not None else 0.0,
+            # training takes one κ step per batch of questions; here one per question
+            eta0=cfg.kappa_eta0 or pol.config.eta0 / pol.config.batch_size,
+            xi=pol.config.xi,
+        )
+        self.kappa_bounds = KappaBounds.around(
+            agent.kappa if agent.kappa is not None else 0.0,
+            cfg.kappa_band,
+            cfg.kappa_max_delta,
+            cfg.kappa_min_feedback,
+        )
+        self.store = StateStore(cfg.state, fingerprint, tracker, cfg.max_records)
+        if self.store.restored:
+            if cfg.kappa_eta0:  # an explicit step size wins over the stored one
+                self.store.tracker.eta0 = cfg.kappa_eta0
+            if cfg.adapt_kappa:  # a band narrowed by the operator applies at once
+                k = self.store.kappa
+                agent.kappa = min(max(k, self.kappa_bounds.lower), self.kappa_bounds.upper)
+                self.store.tracker.kappa = agent.kappa
+        agent.spent_offset = self.store.counters.spent_usd
+        agent.ledger = StoreLedger(self.store)
+        self.limiter = self._limiter(cfg.rate_limit_per_minute, cfg.rate_burst)
+        self.feedback_limiter = self._limiter(cfg.feedback_per_minute, cfg.feedback_burst)
+        self._answering: dict[str, tuple[str, asyncio.Future[AnswerSet]]] = {}
+        self._upstream = sorted(
+            {u for u in (agent.base_endpoint.base_url, agent.guide_endpoint.base_url) if u},
+            key=len,
+            reverse=True,
+        )
+        self.started = time.monotonic()
+
+    def _limiter(self, per_minute: float | None, burst: int) -> RateLimiter | None:
+        return RateLimiter(per_minute, burst, self.cfg.max_clients) if per_minute else None
+
+    @classmethod
+    def from_artifact(cls, policy: str | Path, config: DeployConfig) -> Service:
+        return cls(ConformalAgent.from_artifact(policy, config), artifact_fingerprint(policy))
+
+    # ------------------------------------------------------------------ guards
+    def check_auth(self, authorization: str | None) -> None:
+        """The ``Authorization`` header must carry the bearer token (if the server has one)."""
+        check_bearer(self.token, authorization)
+
+    def check_rate(self, client: str, feedback: bool = False) -> None:
+        """The client's token bucket (the feedback one for ``/v1/feedback``)."""
+        if feedback:
+            check_rate(self.feedback_limiter, client, "feedbacks")
+        else:
+            check_rate(self.limiter, client, "requests")
+
+    def _reject(self, status: int, type_: str, message: str) -> ApiError:
+        self.store.count_rejected()
+        return ApiError(status, type_, message)
+
+    def public(self, message: str) -> str:
+        """An upstream error as API clients may see it: without the endpoints' URLs."""
+        for url in self._upstream:
+            message = message.replace(url, "<upstream>")
+        return message
+
+    # ------------------------------------------------------------------ handlers
+    async def answer(self, req: AnswerRequest) -> AnswerSet:
+        if len(req.question) > self.cfg.max_question_chars:
+            raise self._reject(
+                422,
+                "invalid_request",
+                f"question: {len(req.question)} characters, more than the "
+                f"{self.cfg.max_question_chars} this server accepts",
+            )
+        if req.id is None:
+            return await self._answer(req)
+        busy = self._answering.get(req.id)
+        if busy is not None:  # a retry while the first is still being answered: its answer
+            if busy[0] != req.question:
+                raise self._reject(
+                    409, "conflict", f"id '{req.id}' is being answered for another question"
+                )
+            return await asyncio.shield(busy[1])
+        old = self.store.lookup(req.id)
+        if old is not None:
+            if old[0] == req.question:
+                return AnswerSet.model_validate(old[1])
+            raise self._reject(
+                409, "conflict", f"id '{req.id}' was already used for another question"
+            )
+        fut: asyncio.Future[AnswerSet] = asyncio.get_running_loop().create_future()
+        self._answering[req.id] = (req.question, fut)
+        try:
+            s = await self._answer(req)
+            fut.set_result(s)
+            return s
+        except BaseException as e:
+            if isinstance(e, Exception):
+                fut.set_exception(e)
+                fut.exception()  # retrieved: waiters re-raise it themselves
+            else:
+                fut.cancel()
+            raise
+        finally:
+            del self._answering[req.id]
+
+    async def _answer(self, req: AnswerRequest) -> AnswerSet:
+        agent = self.agent
+        if (
+            agent.task == "hotpotqa"
+            and not req.context
+            and agent.collect_config.search not in ("bm25", "wikipedia")
+            and not agent.collect_config.corpus
+        ):
+            raise self._reject(
+                422,
+                "invalid_request",
+                "context: this hotpotqa agent has no search corpus; send the question's "
+                "paragraphs as context: [{title, text}, ...]",
+            )
+        if not agent.budget_left():
+            raise self._reject(
+                503,
+                "budget_exhausted",
+                f"the server's total budget of ${agent.config.max_cost_total:.4f} is spent; "
+                "no new LLM calls are made",
+            )
+        ctx = [p.model_dump() for p in req.context] if req.context else None
+        try:
+            s = await agent.aanswer(req.question, id=req.id, context=ctx, max_cost=req.max_cost_usd)
+        except RequestBudgetExceeded as e:
+            self.store.record_error(agent.spent_usd)
+            raise ApiError(402, "request_budget_exceeded", str(e)) from None
+        except BudgetExceeded as e:
+            self.store.record_error(agent.spent_usd)
+            raise ApiError(503, "budget_exhausted", f"total budget reached: {e}") from None
+        except LLMCallError as e:
+            self.store.record_error(agent.spent_usd)
+            log.warning("request %s: %s", req.id, e)
+            raise ApiError(
+                502, "upstream_error", self.public(f"LLM endpoint failed: {e}")
+            ) from None
+        except CCPOError as e:  # e.g. the endpoint refused our key or model name
+            self.store.record_error(agent.spent_usd)
+            log.warning("request %s: %s", req.id, e)
+            msg = self.public(f"LLM endpoint unusable: {e}")
+            raise ApiError(502, "upstream_error", msg) from None
+        try:
+            self.store.record_answer(s.model_dump(mode="json"), agent.spent_usd)
+        except sqlite3.IntegrityError:
+            raise ApiError(
+                409, "conflict", f"id '{s.id}' was used by a concurrent request"
+            ) from None
+        return s
+
+    def feedback(self, req: FeedbackRequest) -> FeedbackResponse:
+        agent = self.agent
+        old = self.store.lookup(req.id)
+        if old is None:
+            raise ApiError(404, "not_found", f"no answered question with id '{req.id}'")
+        answers = old[1]["answers"]
+        if req.none_of_them:
+            covered = False
+        else:
+            truth = agent.normalize(req.correct_answer or "")
+            if not truth:
+                raise ApiError(422, "invalid_request", "correct_answer: empty after normalisation")
+            covered = truth in {agent.normalize(a) for a in answers}
+        try:
+            kappa = self.store.record_feedback(
+                req.id,
+                covered,
+                req.model_dump(exclude={"id"}),
+                self.cfg.adapt_kappa,
+                self.cfg.kappa_max_step,
+                self.kappa_bounds,
+            )
+        except FeedbackError as e:
+            raise ApiError(
+                e.status, "conflict" if e.status == 409 else "not_found", str(e)
+            ) from None
+        if self.cfg.adapt_kappa:
+            agent.kappa = kappa
+        c = self.store.counters
+        return FeedbackResponse(
+            id=req.id,
+            covered=covered,
+            kappa=agent.kappa,
+            coverage=c.covered / c.feedback,
+            feedback=c.feedback,
+        )
+
+    def metrics(self) -> ServerMetrics:
+        c = self.store.counters
+        point = self.agent.kappa is None
+        return ServerMetrics(
+            requests=c.requests,
+            errors=c.errors,
+            rejected=c.rejected,
+            dollars_spent=self.agent.spent_usd,
+            cost_usd=c.cost_usd,
+            mean_set_size=c.set_size_sum / c.requests if c.requests else None,
+            mean_rounds=c.rounds_sum / c.requests if c.requests else None,
+            feedback=c.feedback,
+            coverage=c.covered / c.feedback if c.feedback else None,
+            recent_coverage=sum(c.recent) / len(c.recent) if c.recent else None,
+            kappa=self.agent.kappa,
+            kappa_artifact=self.kappa_artifact,
+            kappa_lower=None if point else self.kappa_bounds.lower,
+            kappa_upper=None if point else self.kappa_bounds.upper,
+            kappa_moves=c.kappa_moves,
+            kappa_clamped=c.kappa_clamped,
+            alpha=self.agent.alpha,
+            adapt_kappa=self.cfg.adapt_kappa,
+            budget_usd=self.agent.config.max_cost_total,
+            inflight_usd=c.inflight_usd,
+            uptime_s=time.monotonic() - self.started,
+        )
+
+    def health(self) -> Health:
+        a = self.agent
+        return Health(
+            status="ok", policy=a.policy.variant, horizon=a.horizon, alpha=a.alpha, kappa=a.kappa
+        )
+
+    async def aclose(self) -> None:
+        await self.agent.aclose()
+        self.store.close()
