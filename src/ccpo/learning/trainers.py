@@ -24,33 +24,34 @@ Everything runs on replayed traces (no LLM calls). Per step k:
    :mod:`ccpo.learning.conformal`): the batch coverage of C_{π_{k+1}, κ_k} (exact set-valued
    rollout) moves κ by η_k (covered − (1 − α)).
 
-Where we depart from the paper, and why (each switchable in :class:`TrainConfig`; measured on
-the synthetic traces of ``ccpo.sim``, α = 0.1, 1000 steps, 100 evaluation splits):
+Where we depart from the paper (each switchable in :class:`TrainConfig`; the measurements
+behind each are in ``docs/decisions.md``, "CCPO and CPO training"):
 
 - ``trust_region="score"``: the KL trust region is on the score policy, KL(π_k ‖ π), not on
   KL(S_k ‖ S) (paper Eq. ``policyupdate``). With a sharp softmask S is a near-step function of π,
-  so KL(S) does not restrain π away from the threshold: π(next) ran to exactly 0 (float32) within
-  ~100 steps, after which neither the softmask gradient nor κ could bring it back (test cost
-  46.7¢ vs 38.0¢ with the score trust region).
+  so KL(S) does not restrain π away from the threshold, and π(next) ran to exactly 0.
 - ``constraint_value="coverage"``: c = (1 − α) − (coverage of C_{π_k,κ_k} on the batch, exact by
   replay) instead of c = (1 − α) − J̄_C. J̄_C counts every correct answer in the set-valued tree
   (Π|C| weights), sits far above 1 − α, and so the constraint never binds and the policy learns
   nothing about correctness. J̄_C is still computed and logged
   (``constraint/surrogate_violation``), and b still comes from the constraint critic.
 - ``eps=0.05`` instead of the paper's 0.01: with ε = 0.01 the softmask saturates and training
-  stalls (the same 38.0¢ after 1000 and 2000 steps); ε = 0.05 reached 27.4¢ at α = 0.1 and 13.8¢
-  at α = 0.2 (cpo-batch: 29.5¢ and 20.4¢).
+  stalls.
+- ``keep_best`` (on, ``select_on="train"``): every ``val_every`` steps the calibrated cost of π
+  on the fitted training questions (κ̂ on random halves, cost on the others: what evaluation
+  does with the final π) is logged as ``select/calibrated_cost``, and training ends at the
+  checkpoint where it was least. The calibration split is never used. It applies to CPO too,
+  so the baselines get the same selection.
 
 **Exact expectations by replay** (``rollouts="exact"``, the default for CCPO): a trace holds
 every round, so steps 1–4 need no sampling and no critics. :mod:`ccpo.learning.replay` gives,
 per question, the exact expected cost, set size and coverage of the soft conformal rollout
 (memberships σ((π − κ)/ε)) and their gradients in logit space; g = ∇(−E[cost] − λ E[size]) and
 b = −∇ P(covered) then enter the same CPO step (trust region on π over every state of the batch),
-and κ moves as in step 6. Measured on the bundled hotpotqa-public set (5 seeds, 100 splits,
-2,000 steps; cost over the oracle floor; ``benchmarks/bench_policy_quality.py``): α = 0.1
-1.65 ± 0.38 (sampled, the paper's loop: 2.17 ± 0.51), α = 0.2 1.16 ± 0.26 (sampled: 1.83 ±
-0.13); ccpo / cpo-batch 0.76 ± 0.19 and 0.75 ± 0.15 (sampled: 0.99 ± 0.22 and 1.24 ± 0.42).
-``rollouts="sampled"`` is the paper's Algorithm 1 as above (and what CPO always uses).
+and κ moves as in step 6. ``rollouts="sampled"`` is the paper's Algorithm 1 as above. CPO
+keeps the sampled loop by default (``cpo_rollouts``; the rows stay the paper's baseline);
+``cpo_rollouts="exact"`` trains it on the point policy's exact expectations
+(:func:`ccpo.learning.replay.point_rollout_expectations`) in the same step.
 
 λ is in units of the mean cost of one round on the training questions, so λ = 1 prices an
 answer in the set like one more average round (paper: λ in raw reward units).
