@@ -17,10 +17,10 @@ the *calibration* (κ̂ from a calibration split of ~70 questions), by scoring t
 
 from __future__ import annotations
 
-import argparse
 import itertools
 
 import numpy as np
+from _sweep import ALPHAS, sweep_parser
 
 from ccpo.learning.baselines import oracle_metrics
 from ccpo.learning.conformal import split_conformal_threshold
@@ -61,17 +61,13 @@ def headroom(ep, alpha: float, seed: int, splits: int) -> dict[str, tuple[float,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", action="append", help="bundled set name or trace file [all]")
-    ap.add_argument("--alpha", type=float, action="append")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--splits", type=int, default=100)
+    ap = sweep_parser(__doc__.split("\n")[0])
     args = ap.parse_args()
     print("| set | α | scoring | cost / oracle (mean ± sd over seeds) | coverage |")
     print("|---|---|---|---|---|")
     for name, path in resolve_data(args.data).items():
         ep, _ = load_episodes(path)
-        for alpha in args.alpha or [0.05, 0.1, 0.2]:
+        for alpha in args.alpha or list(ALPHAS):
             runs = [headroom(ep, alpha, s, args.splits) for s in range(args.seeds)]
             for kind in runs[0]:
                 a = np.array([r[kind] for r in runs])

@@ -20,7 +20,6 @@ cost / oracle. Results go to ``--out`` (JSON) as well.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -28,6 +27,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
+from _sweep import ALPHAS, sweep_parser
 
 from ccpo.learning.baselines import oracle_metrics
 from ccpo.learning.trainers import TrainConfig
@@ -130,11 +130,7 @@ def summarise(name: str, alpha: float, runs: list[dict]) -> tuple[str, dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", action="append", help="bundled set name or trace file [all]")
-    ap.add_argument("--alpha", type=float, action="append")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--splits", type=int, default=100)
+    ap = sweep_parser(__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--methods", default="", help="comma-separated subset [every method]")
     ap.add_argument("--set", action="append", default=[], help="TrainConfig override k=v")
@@ -146,7 +142,7 @@ def main() -> None:
     args.methods += [f"ccpo-lam{lam:g}" for lam in args.lams] if args.methods else []
     if args.methods and "oracle" not in args.methods:
         args.methods.append("oracle")
-    alphas = args.alpha or [0.05, 0.1, 0.2]
+    alphas = args.alpha or list(ALPHAS)
     sets = resolve_data(args.data)
     t0 = time.perf_counter()
     results: dict[str, dict] = {}

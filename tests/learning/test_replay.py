@@ -18,6 +18,19 @@ def _problem(seed: int, B: int = 6, T: int = 4):
     return logits, allowed_actions(T), correct, correct.any(axis=(1, 2)), cost
 
 
+def _numeric_grad(f, logits, allowed, h=1e-6):
+    """Central differences of the scalar f at ``logits`` (0 on masked actions)."""
+    num = np.zeros_like(logits)
+    for idx in np.ndindex(*logits.shape):
+        if not allowed[idx[1], idx[2]]:
+            continue
+        zp, zm = logits.copy(), logits.copy()
+        zp[idx] += h
+        zm[idx] -= h
+        num[idx] = (f(zp) - f(zm)) / (2 * h)
+    return num
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_gradients_match_finite_differences(seed):
     logits, allowed, correct, solvable, cost = _problem(seed)
@@ -29,16 +42,7 @@ def test_gradients_match_finite_differences(seed):
         return w[0] * o.cost.sum() + w[1] * o.size.sum() + w[2] * o.coverage.sum()
 
     _, grad = soft_set_rollout(logits, allowed, correct, solvable, cost, kappa, eps, w)
-    h = 1e-6
-    num = np.zeros_like(logits)
-    for idx in np.ndindex(*logits.shape):
-        if not allowed[idx[1], idx[2]]:
-            continue
-        zp, zm = logits.copy(), logits.copy()
-        zp[idx] += h
-        zm[idx] -= h
-        num[idx] = (f(zp) - f(zm)) / (2 * h)
-    np.testing.assert_allclose(grad, num, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(grad, _numeric_grad(f, logits, allowed), rtol=1e-4, atol=1e-7)
 
 
 def test_small_eps_is_the_hard_rollout(sim_episodes):
@@ -69,16 +73,7 @@ def test_point_gradients_match_finite_differences(seed):
         return w[0] * o.cost.sum() + w[1] * o.coverage.sum()
 
     _, grad = point_rollout_expectations(logits, allowed, correct, solvable, cost, w)
-    h = 1e-6
-    num = np.zeros_like(logits)
-    for idx in np.ndindex(*logits.shape):
-        if not allowed[idx[1], idx[2]]:
-            continue
-        zp, zm = logits.copy(), logits.copy()
-        zp[idx] += h
-        zm[idx] -= h
-        num[idx] = (f(zp) - f(zm)) / (2 * h)
-    np.testing.assert_allclose(grad, num, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(grad, _numeric_grad(f, logits, allowed), rtol=1e-4, atol=1e-7)
 
 
 def test_point_expectations_are_the_mean_of_sampled_point_rollouts(sim_episodes):

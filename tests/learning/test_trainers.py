@@ -1,4 +1,5 @@
-"""The CCPO / CPO training loop, artifacts and the phase-checked API (SYNTHETIC data, ccpo.traces.sim).
+"""The CCPO / CPO training loop, artifacts and the phase-checked API (SYNTHETIC data,
+ccpo.traces.sim).
 
 Training runs here are short (a few hundred steps) to keep the suite fast; the full-length
 comparison lives in the benchmarks and in `ccpo compare`.

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ccpo.learning.conformal import check_alpha
+
 __all__ = ["ConstraintValue", "KappaUpdate", "Method", "Rollouts", "TrainConfig", "TrustRegion"]
 
 Method = Literal["ccpo", "cpo"]
@@ -85,8 +87,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.method not in ("ccpo", "cpo"):
             raise ValueError(f"method must be 'ccpo' or 'cpo', got {self.method!r}")
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+        check_alpha(self.alpha)
         if self.trust_region not in ("score", "target"):
             raise ValueError(f"trust_region must be 'score' or 'target', got {self.trust_region!r}")
         if self.constraint_value not in ("coverage", "surrogate"):

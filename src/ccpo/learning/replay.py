@@ -115,6 +115,18 @@ def soft_set_rollout(
     return out, np.where(allowed, dlogits, 0.0)
 
 
+def calibrate_kappa(
+    ep: Episodes, probs: np.ndarray, alpha: float, cal: np.ndarray | None = None
+) -> np.ndarray:
+    """Split-conformal κ̂ of the membership scores ``probs`` [N, T, 3]: the one place κ̂ is
+    computed (batch calibration, DESIGN.md). The covering score of each calibration question
+    (:func:`ccpo.traces.episodes.covering_scores`) goes to
+    :func:`ccpo.learning.conformal.split_conformal_threshold`. ``cal``: ``None`` (every
+    question of ``ep``: a 0-d array), question indices [n] (0-d) or [K, n] (one κ̂ per row)."""
+    scores = covering_scores(ep, probs)
+    return split_conformal_threshold(scores if cal is None else scores[cal], alpha)
+
+
 def calibrated_cost(
     ep: Episodes, probs: np.ndarray, alpha: float, splits: int = 50, seed: int = 0
 ) -> tuple[float, float]:
@@ -125,12 +137,12 @@ def calibrated_cost(
     rng = np.random.default_rng([seed, 0xCA1])
     n = ep.n
     if n < 4:
-        kappa = float(split_conformal_threshold(covering_scores(ep, probs), alpha))
+        kappa = float(calibrate_kappa(ep, probs, alpha))
         m = conformal_rollout(ep, probs, kappa)
         return float(m.cost.mean()), float(m.covered.mean())
     draws = np.stack([rng.permutation(n) for _ in range(splits)])
     cal, test = draws[:, : n // 2], draws[:, n // 2 :]
-    kappas = split_conformal_threshold(covering_scores(ep, probs)[cal], alpha)
+    kappas = calibrate_kappa(ep, probs, alpha, cal)
     m = conformal_rollout(ep, probs, kappas, test)
     return float(m.cost.mean()), float(m.covered.mean())
 

@@ -64,6 +64,7 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.artifact import read_side_files, write_folder
+from ccpo.learning.conformal import check_alpha
 from ccpo.learning.replay import calibrated_cost
 from ccpo.traces.episodes import NEXT, Episodes
 from ccpo.traces.featurize import FEATURE_NAMES, FEATURE_SPEC
@@ -97,8 +98,7 @@ class StopConfig:
     batch_size: int = 1
 
     def __post_init__(self) -> None:
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+        check_alpha(self.alpha)
         if self.learner not in ("hgb", "logistic"):
             raise ValueError(f"learner must be 'hgb' or 'logistic', got {self.learner!r}")
 

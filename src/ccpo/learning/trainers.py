@@ -82,7 +82,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from ccpo.learning.config import Method, TrainConfig
-from ccpo.learning.conformal import OnlineThreshold, split_conformal_threshold
+from ccpo.learning.conformal import OnlineThreshold
 from ccpo.learning.heads import (
     log_pi,
     log_softmask,
@@ -94,6 +94,7 @@ from ccpo.learning.heads import (
 from ccpo.learning.nets import NumpyMLP, PolicyNet, ValueNet
 from ccpo.learning.optim import Adam
 from ccpo.learning.replay import (
+    calibrate_kappa,
     calibrated_cost,
     point_rollout_expectations,
     soft_set_rollout,
@@ -111,7 +112,6 @@ from ccpo.traces.episodes import (
     Episodes,
     allowed_actions,
     conformal_rollout,
-    covering_scores,
     point_rollout,
 )
 
@@ -206,9 +206,7 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
     for step in range(1, cfg.steps + 1):
         if cfg.kappa_update == "calibrated":  # κ̂ of the current π on every training question
             probs_fit = np.exp(log_pi(pi(obs_all[fit_idx]), allowed))
-            tracker.kappa = float(
-                split_conformal_threshold(covering_scores(fit_ep, probs_fit), cfg.alpha)
-            )
+            tracker.kappa = float(calibrate_kappa(fit_ep, probs_fit, cfg.alpha))
         kappa = tracker.kappa
         batch = rng.choice(fit_idx, size=B, replace=len(fit_idx) < B)
         x = obs_all[batch].reshape(B * T, n_feat)
@@ -516,7 +514,7 @@ def _validate(ep, val_idx, pi, mean, std, kappa, cfg) -> dict[str, float]:
     sub = ep.subset(val_idx)
     m = conformal_rollout(sub, probs, kappa)
     # score quality for the final batch calibration: cost at the κ̂ that reaches 1 − α here
-    kappa_hat = split_conformal_threshold(covering_scores(sub, probs), cfg.alpha)
+    kappa_hat = calibrate_kappa(sub, probs, cfg.alpha)
     mc = conformal_rollout(sub, probs, float(kappa_hat))
     out = {
         "val/calibrated_cost": float(mc.cost.mean() * 100),

@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 
 from ccpo.errors import CCPOError, PhaseError
-from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.methods import METHODS, resolve_method
 from ccpo.learning.policy import TrainedPolicy, load_policy
+from ccpo.learning.replay import calibrate_kappa
 from ccpo.learning.stopping import StoppingPolicy, fit_method
 from ccpo.learning.trainers import TrainConfig, train
 from ccpo.product.evaluate import check_alpha
 from ccpo.traces.answers import normalizer_for
-from ccpo.traces.episodes import Episodes, build_episodes, conformal_sets, covering_scores
+from ccpo.traces.episodes import Episodes, build_episodes, conformal_sets
 from ccpo.traces.io import read_traces
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.traces.schema import Trace
@@ -120,8 +120,8 @@ class ConformalPolicy:
         if self.policy is None:
             raise PhaseError("calibrate() needs a trained policy: call fit(traces) first")
         ep, _ = self._episodes(data)
-        s = covering_scores(ep, self.policy.probs(ep.obs))
-        self.policy.kappa_batch = float(split_conformal_threshold(s, self.config.alpha))
+        probs = self.policy.probs(ep.obs)
+        self.policy.kappa_batch = float(calibrate_kappa(ep, probs, self.config.alpha))
         return self
 
     def predict_set(self, data: TracesLike) -> list[PredictedSet]:

@@ -194,13 +194,13 @@ def warn_degenerate(full: float, kappa: float) -> None:
 def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     """Split-conformal κ̂ on the calibration questions (batch scoring) and the provenance, set
     on ``pol``; returns the calibration figures for summary.json and the full-set rate."""
-    from ccpo.learning.conformal import split_conformal_threshold
+    from ccpo.learning.replay import calibrate_kappa
     from ccpo.product.evaluate import full_set_rate
-    from ccpo.traces.episodes import conformal_rollout, covering_scores
+    from ccpo.traces.episodes import conformal_rollout
 
     probs = pol.probs(ep.obs)
     if pol.scoring == "batch":
-        pol.kappa_batch = float(split_conformal_threshold(covering_scores(ep, probs)[cal], alpha))
+        pol.kappa_batch = float(calibrate_kappa(ep, probs, alpha, cal))
     pol.provenance = provenance
     full = full_set_rate(ep.subset(cal), probs[cal], pol.kappa)
     cal_m = conformal_rollout(ep.subset(cal), probs[cal], pol.kappa)

@@ -19,16 +19,15 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.baselines import BASELINES, Policy, Splits, make_baseline
-from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.methods import compare_rows, resolve_method
 from ccpo.learning.policy import TrainedPolicy, load_policy
+from ccpo.learning.replay import calibrate_kappa
 from ccpo.learning.stopping import AUTO_CANDIDATES, fit_method
 from ccpo.learning.trainers import TrainConfig, train
 from ccpo.traces.episodes import (
     Episodes,
     Metrics,
     conformal_rollout,
-    covering_scores,
     point_rollout,
 )
 
@@ -125,7 +124,7 @@ def conformal_metrics(
 ) -> tuple[Metrics, np.ndarray]:
     """Score {π ≥ κ} on every test split: κ given (online), or split-conformal on each cal split."""
     if kappa is None:
-        kappas = split_conformal_threshold(covering_scores(ep, probs)[splits.cal], alpha)
+        kappas = calibrate_kappa(ep, probs, alpha, splits.cal)
     else:
         kappas = np.full(splits.n_splits, float(kappa))
     return conformal_rollout(ep, probs, kappas, splits.test), kappas
