@@ -29,3 +29,14 @@ def test_help_names_every_method_and_rows_end_with_auto():
     rows = compare_rows()
     assert rows[-1] == "auto" and rows[:4] == ["cpo", "cpo-batch", "cpo-online", "ccpo"]
     assert set(rows) <= set(METHODS)
+
+
+def test_one_name_for_a_trained_policy():
+    """train, compare and the API name a trained (method, λ) through variant_name, and it
+    reads back through resolve_method."""
+    from ccpo.learning.methods import variant_name
+
+    assert variant_name("ccpo") == "ccpo" and variant_name("ccpo", 0.5) == "ccpo-lam0.5"
+    assert variant_name("cpo-batch", 0.5) == "cpo-batch"  # λ prices sets, a point π has none
+    spec, lam = resolve_method(variant_name("ccpo", 0.25))
+    assert spec.name == "ccpo" and lam == 0.25

@@ -59,6 +59,12 @@ assert {s.name for s in _SPECS if s.kind == "score"} == {"auto", *SCORE_METHODS}
 _LAM = re.compile(r"^ccpo-lam(?P<lam>[0-9.eE+-]+)$")
 
 
+def variant_name(method: str, lam: float = 0.0) -> str:
+    """The name a trained policy carries and its row is shown under: the method (``ccpo``,
+    ``cpo``, ``cpo-batch``, …), or ``ccpo-lam<λ>`` for CCPO with a set-size price λ > 0."""
+    return f"{method}-lam{lam:g}" if lam and method == "ccpo" else method
+
+
 def method_names() -> str:
     """``auto, cstop, …, cpo-online`` (for messages)."""
     return ", ".join(METHODS)

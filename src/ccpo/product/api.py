@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ccpo.errors import CCPOError, PhaseError
-from ccpo.learning.methods import METHODS, resolve_method
+from ccpo.learning.methods import METHODS, resolve_method, variant_name
 from ccpo.learning.policy import TrainedPolicy, load_policy
 from ccpo.learning.replay import calibrate_kappa
 from ccpo.learning.stopping import StoppingPolicy, fit_method
@@ -108,9 +108,9 @@ class ConformalPolicy:
             self.policy, _ = fit_method(self.method, ep, idx, alpha, seed)
         else:
             res = train(ep, idx, self.config)
-            variant = self.config.method if self.config.method == "ccpo" else "cpo-batch"
-            if self.config.lam:
-                variant = f"ccpo-lam{self.config.lam:g}"
+            # the API calibrates κ̂ on its calibration data: a CPO π is scored as cpo-batch
+            method = "ccpo" if self.config.method == "ccpo" else "cpo-batch"
+            variant = variant_name(method, self.config.lam)
             self.policy = TrainedPolicy.from_result(res, variant)
         self.policy.prices = self.prices.to_price_file()
         return self

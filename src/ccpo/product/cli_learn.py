@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ccpo.errors import CCPOError
 from ccpo.learning.config import TrainConfig
-from ccpo.learning.methods import method_help, method_names, resolve_method
+from ccpo.learning.methods import method_help, method_names, resolve_method, variant_name
 from ccpo.learning.stopping import StopConfig
 from ccpo.product.cli_config import build_config, config_options
 from ccpo.product.cli_options import ForceOpt, PricesOpt, check_out_folder, warn
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
             )
             return
         steps = cfg.steps
-        variant = spec.name if lam == 0 or spec.name != "ccpo" else f"ccpo-lam{lam:g}"
+        variant = variant_name(spec.name, lam)
         t0 = time.perf_counter()
         with _progress() as prog:
             task = prog.add_task(f"train {variant}", total=steps, info="")

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ccpo.learning.baselines import Policy, Splits
 from ccpo.learning.config import TrainConfig
+from ccpo.learning.methods import variant_name
 from ccpo.product.evaluate import (
     ResultRow,
     check_alpha,
@@ -28,7 +29,6 @@ from ccpo.product.policies import (
     TrainedRow,
     TrainingCache,
     available_policies,
-    policy_label,
     resolve_policies,
 )
 from ccpo.product.report import rich_table, training_curves, write_results
@@ -152,7 +152,7 @@ def run_compare(
         steps=steps,
         sizes=dict(zip(("train", "cal", "test"), sizes, strict=True)),
     )
-    logs = {policy_label(m, lam): p.log for (m, lam), p in cache.trained.items()}
+    logs = {variant_name(m, lam): p.log for (m, lam), p in cache.trained.items()}
     if logs:
         files["curves"] = training_curves(logs, alpha, out / "training_curves.png")
     seconds = time.perf_counter() - t0

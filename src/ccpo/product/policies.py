@@ -19,7 +19,7 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.baselines import BASELINES, Policy, Splits, make_baseline
-from ccpo.learning.methods import compare_rows, resolve_method
+from ccpo.learning.methods import compare_rows, resolve_method, variant_name
 from ccpo.learning.policy import TrainedPolicy, load_policy
 from ccpo.learning.replay import calibrate_kappa
 from ccpo.learning.stopping import AUTO_CANDIDATES, fit_method
@@ -80,7 +80,7 @@ class TrainingCache:
         self.trained[key] = self.pending.pop(key).result()
         if self.progress is not None:
             last = self.trained[key].log[-1] if self.trained[key].log else {}
-            self.progress(policy_label(*key), self.base_config.steps, last)
+            self.progress(variant_name(*key), self.base_config.steps, last)
         return self.trained[key]
 
     def _config(self, method: str, lam: float, alpha: float) -> TrainConfig:
@@ -94,7 +94,7 @@ class TrainingCache:
             return self._finish(key)
         if key not in self.trained:
             cfg = self._config(method, lam, alpha)
-            label = policy_label(method, lam)
+            label = variant_name(method, lam)
             cb = (
                 None
                 if self.progress is None
@@ -104,11 +104,6 @@ class TrainingCache:
         return self.trained[key]
 
 
-def policy_label(method: str, lam: float) -> str:
-    """The row name of a trained (method, λ): ``ccpo``, ``ccpo-lam0.5``, ``cpo``."""
-    return method if lam == 0 else f"{method}-lam{lam:g}"
-
-
 def training_pool(workers: int) -> ProcessPoolExecutor:
     """Processes for training runs (spawned: no fork of a process holding torch threads)."""
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
@@ -116,7 +111,7 @@ def training_pool(workers: int) -> ProcessPoolExecutor:
 
 def _train_one(cfg: TrainConfig, ep: Episodes, train_idx: np.ndarray) -> TrainedPolicy:
     """One training run in a worker process (module level, so that it pickles)."""
-    return TrainedPolicy.from_result(train(ep, train_idx, cfg), policy_label(cfg.method, cfg.lam))
+    return TrainedPolicy.from_result(train(ep, train_idx, cfg), variant_name(cfg.method, cfg.lam))
 
 
 def conformal_metrics(

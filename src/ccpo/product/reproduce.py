@@ -23,9 +23,10 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 
 from ccpo.errors import CCPOError
+from ccpo.learning.methods import variant_name
 from ccpo.product.comparison import run_compare, start_training
 from ccpo.product.evaluate import ResultRow
-from ccpo.product.policies import policy_label, training_pool
+from ccpo.product.policies import training_pool
 from ccpo.product.report import (
     MISS,
     TableData,
@@ -602,7 +603,7 @@ def run_reproduce(
                 cache=cache,
             )
             results = json.loads((folder / "results.json").read_text())
-            kappas = {policy_label(m, lam): p.kappa_online for (m, lam), p in cache.trained.items()}
+            kappas = {variant_name(m, lam): p.kappa_online for (m, lam), p in cache.trained.items()}
             sections.append(Section(name, alpha, folder, results, seed, kappas))
     frontiers = {  # the first seed's runs
         n: frontier_plot(
