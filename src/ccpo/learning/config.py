@@ -73,7 +73,8 @@ class TrainConfig:
     # CPO (the cpo, cpo-batch and cpo-online rows): "sampled", the paper's loop, or "exact"
     # expectations of the point policy by replay (:func:`ccpo.learning.replay.
     # point_rollout_expectations`). Sampled by default so the rows stay the paper's baseline;
-    # exact makes it stronger and steadier (docs/decisions.md, "CPO trained exactly")
+    # exact makes it stronger at α = 0.2 and slower (docs/decisions.md, "CCPO and CPO
+    # training")
     cpo_rollouts: Rollouts = "sampled"
     # κ during training: "online" tracker (paper Eq. ccpo_decay, sign corrected) or
     # "calibrated": the split-conformal κ̂ of the current π on the training questions, exact by

@@ -57,6 +57,23 @@ def _memberships(logits, allowed, kappa, eps):
     return p, s, np.where(is_top, 1.0, s), is_top
 
 
+def _reach(n: np.ndarray) -> np.ndarray:
+    """r_1 = 1, r_{t+1} = r_t n_t: the probability that round t is run ([B, T])."""
+    r = np.ones_like(n)
+    r[:, 1:] = np.cumprod(n[:, :-1], axis=-1)
+    return r
+
+
+def _tail_sums(v: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """X_t = v_t + n_t X_{t+1}, X_{T+1} = 0: the expected sum of v from round t on, given that
+    round t is run ([B, T + 1]; E[cost], E[size] and the point policy's coverage)."""
+    B, T = v.shape
+    X = np.zeros((B, T + 1))
+    for t in range(T - 1, -1, -1):
+        X[:, t] = v[:, t] + n[:, t] * X[:, t + 1]
+    return X
+
+
 def soft_set_rollout(
     logits: np.ndarray,
     allowed: np.ndarray,
@@ -83,12 +100,10 @@ def soft_set_rollout(
     miss = np.where(corr, 1.0 - ans, 1.0)  # per answer: not included, or not correct
     k = miss.prod(-1)  # [B, T]
     v = ans.sum(-1)
-    r = np.ones((B, T))
-    r[:, 1:] = np.cumprod(n[:, :-1], axis=-1)
-    F, G, U = np.zeros((B, T + 1)), np.zeros((B, T + 1)), np.ones((B, T + 1))
+    r = _reach(n)
+    F, G = _tail_sums(round_cost, n), _tail_sums(v, n)
+    U = np.ones((B, T + 1))
     for t in range(T - 1, -1, -1):
-        F[:, t] = round_cost[:, t] + n[:, t] * F[:, t + 1]
-        G[:, t] = v[:, t] + n[:, t] * G[:, t + 1]
         U[:, t] = k[:, t] * (1.0 - n[:, t] + n[:, t] * U[:, t + 1])
     solv = np.asarray(solvable, dtype=bool)
     out = SoftOutcome(cost=F[:, 0], size=G[:, 0], coverage=np.where(solv, 1.0 - U[:, 0], 1.0))
@@ -174,12 +189,8 @@ def point_rollout_expectations(
     n = p[..., NEXT]  # 0 at T (masked)
     corr = np.asarray(correct, dtype=bool)
     a = (p[..., :2] * corr).sum(-1)
-    r = np.ones((B, T))
-    r[:, 1:] = np.cumprod(n[:, :-1], axis=-1)
-    F, V = np.zeros((B, T + 1)), np.zeros((B, T + 1))
-    for t in range(T - 1, -1, -1):
-        F[:, t] = round_cost[:, t] + n[:, t] * F[:, t + 1]
-        V[:, t] = a[:, t] + n[:, t] * V[:, t + 1]
+    r = _reach(n)
+    F, V = _tail_sums(round_cost, n), _tail_sums(a, n)
     solv = np.asarray(solvable, dtype=bool)
     out = SoftOutcome(cost=F[:, 0], size=np.ones(B), coverage=np.where(solv, V[:, 0], 1.0))
     if weights is None:

@@ -202,7 +202,9 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
     avg_start = int(cfg.average_from * cfg.steps)
     theta_sum = np.zeros_like(pi.theta)
 
-    fit_ep = ep.subset(fit_idx) if cfg.kappa_update == "calibrated" else None
+    # the fitted questions as episodes, for the calibrated κ and keep_best's checkpoint score
+    needs_fit_ep = cfg.kappa_update == "calibrated" or (cfg.keep_best and cfg.select_on == "train")
+    fit_ep = ep.subset(fit_idx) if needs_fit_ep else None
     for step in range(1, cfg.steps + 1):
         if cfg.kappa_update == "calibrated":  # κ̂ of the current π on every training question
             probs_fit = np.exp(log_pi(pi(obs_all[fit_idx]), allowed))
@@ -368,7 +370,7 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
             score = entry.get("val/calibrated_cost")  # cents per question
             if cfg.select_on == "train":
                 probs_fit = policy_probs(pi, ep.obs[fit_idx], obs_mean, obs_std)
-                usd = calibrated_cost(ep.subset(fit_idx), probs_fit, cfg.alpha, seed=cfg.seed)[0]
+                usd = calibrated_cost(fit_ep, probs_fit, cfg.alpha, seed=cfg.seed)[0]
                 score = usd * 100
             entry["select/calibrated_cost"] = float(score)
             if best is None or score < best[0]:

@@ -202,8 +202,9 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     if pol.scoring == "batch":
         pol.kappa_batch = float(calibrate_kappa(ep, probs, alpha, cal))
     pol.provenance = provenance
-    full = full_set_rate(ep.subset(cal), probs[cal], pol.kappa)
-    cal_m = conformal_rollout(ep.subset(cal), probs[cal], pol.kappa)
+    cal_ep = ep.subset(cal)
+    full = full_set_rate(cal_ep, probs[cal], pol.kappa)
+    cal_m = conformal_rollout(cal_ep, probs[cal], pol.kappa)
     summary = {
         "kappa": pol.kappa,
         "calibration_coverage": float(cal_m.covered.mean()),
