@@ -254,10 +254,9 @@ def span_conjugate_gradient(
             f"gram must be [N*A, N*A] = {(dim, dim)} and blocks [N, A, A], got {gram.shape} "
             f"and {blocks.shape}"
         )
-    block_diag = np.zeros((n_states, n_actions, n_states, n_actions))
-    idx = np.arange(n_states)
-    block_diag[idx, :, idx, :] = blocks
-    mk = block_diag.reshape(dim, dim) @ gram  # (F + δI) Zᵀa = Zᵀ(mk a + δ a)
+    # (F + δI) Zᵀa = Zᵀ(mk a + δ a), mk = blockdiag(M) K, one A × A block per state
+    mk = np.matmul(blocks, gram.reshape(n_states, n_actions, dim))
+    mk = mk.reshape(dim, dim)
     xi = np.zeros(dim)
     rho = u.reshape(-1).copy()
     pi = rho.copy()
