@@ -196,9 +196,11 @@ class NumpyMLP:
             if deriv is not None:
                 delta = delta * deriv[:, None, :]
             d = delta.reshape(n * o, -1)
-            gram += (d @ d.T).reshape(n, o, n, o) * (h_in @ h_in.T + 1.0)[:, None, :, None]
-            if k:
-                delta = delta @ w.T
+            term = (d @ d.T).reshape(n, o, n, o)
+            term *= (h_in @ h_in.T + 1.0)[:, None, :, None]
+            gram += term
+            if k:  # one (N·O × width) GEMM, not N small ones
+                delta = (d @ w.T).reshape(n, o, -1)
         return gram.reshape(n * o, n * o)
 
     def copy_to(self, body: Any) -> None:
