@@ -166,7 +166,8 @@ def test_auto_picks_the_least_validation_cost_and_records_it(sim_episodes):
 
 def test_calibrated_cost_reaches_the_level(sim_episodes, fitted):
     p = fitted.probs(sim_episodes.obs)
-    cost, cov = calibrated_cost(sim_episodes, p, 0.1)
+    cost, cov, size = calibrated_cost(sim_episodes, p, 0.1)
+    assert 1.0 <= size <= 2 * sim_episodes.horizon  # distinct answers of the rounds run
     assert cov >= 0.9 - 0.02 and cost > 0  # mean over 50 half-splits: E ≥ 1 − α, small noise
     full = sim_episodes.round_cost.sum(-1).mean()
     assert cost < full

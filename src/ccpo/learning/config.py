@@ -52,9 +52,10 @@ class TrainConfig:
     cost_scale: float = 1e4  # rewards in units of 1e-4 USD (numerics only; steps are invariant)
     val_every: int = 100  # validation every N steps (0: never)
     val_frac: float = 0.1  # share of the training split held out for validation
-    # end with the checkpoint (every val_every steps) of least calibrated cost where select_on
-    # says. On by default, scored on "train": CCPO cost / oracle on the bundled sets, 5 seeds,
-    # α = 0.1 / 0.2: hotpotqa-public 1.59 ± 0.33 → 1.48 ± 0.23 and 1.16 ± 0.20 → 1.12 ± 0.11,
+    # end with the checkpoint (every val_every steps) of least calibrated cost (+ λ c̄ · set
+    # size when λ > 0: the objective trained) where select_on says. On by default, scored on
+    # "train": CCPO cost / oracle on the bundled sets, 5 seeds, α = 0.1 / 0.2: hotpotqa-public
+    # 1.59 ± 0.33 → 1.48 ± 0.23 and 1.16 ± 0.20 → 1.12 ± 0.11,
     # mmlu-public 1.29 ± 0.20 → 1.17 ± 0.09 and 1.24 ± 0.17 → 1.07 ± 0.11 (docs/decisions.md)
     keep_best: bool = True
     # where keep_best scores checkpoints: "train" (every fitted training question, calibrated

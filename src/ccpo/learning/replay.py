@@ -31,6 +31,7 @@ differences and, at small ε, against the hard rollout.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -142,11 +143,19 @@ def calibrate_kappa(
     return split_conformal_threshold(scores if cal is None else scores[cal], alpha)
 
 
+class Calibrated(NamedTuple):
+    """What :func:`calibrated_cost` measures: per question, means over its random halves."""
+
+    cost: float  # USD
+    coverage: float
+    set_size: float  # answers returned
+
+
 def calibrated_cost(
     ep: Episodes, probs: np.ndarray, alpha: float, splits: int = 50, seed: int = 0
-) -> tuple[float, float]:
-    """(mean cost in USD, coverage) of C_κ̂ on ``ep`` as the harness would measure it: over
-    ``splits`` random halves, κ̂ split-conformal on one half, cost and coverage on the other.
+) -> Calibrated:
+    """Cost (USD), coverage and set size of C_κ̂ on ``ep`` as the harness would measure them:
+    over ``splits`` random halves, κ̂ split-conformal on one half, measured on the other.
     Used to compare scores on validation questions (averaging over splits smooths the
     α-quantile, which on a few hundred questions rests on a handful of them)."""
     rng = np.random.default_rng([seed, 0xCA1])
@@ -154,12 +163,11 @@ def calibrated_cost(
     if n < 4:
         kappa = float(calibrate_kappa(ep, probs, alpha))
         m = conformal_rollout(ep, probs, kappa)
-        return float(m.cost.mean()), float(m.covered.mean())
-    draws = np.stack([rng.permutation(n) for _ in range(splits)])
-    cal, test = draws[:, : n // 2], draws[:, n // 2 :]
-    kappas = calibrate_kappa(ep, probs, alpha, cal)
-    m = conformal_rollout(ep, probs, kappas, test)
-    return float(m.cost.mean()), float(m.covered.mean())
+    else:
+        draws = np.stack([rng.permutation(n) for _ in range(splits)])
+        cal, test = draws[:, : n // 2], draws[:, n // 2 :]
+        m = conformal_rollout(ep, probs, calibrate_kappa(ep, probs, alpha, cal), test)
+    return Calibrated(float(m.cost.mean()), float(m.covered.mean()), float(m.set_size.mean()))
 
 
 def point_rollout_expectations(

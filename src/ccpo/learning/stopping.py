@@ -384,8 +384,8 @@ def select_method(
             scorer = fit(ep, rest, alpha, seed)
             probs[start : start + held.size] = scorer.probs(ep.obs[held])
             start += held.size
-        cost, cov = calibrated_cost(sub, probs, alpha)
-        figures[name] = {"cost_cents_per_question": cost * 100, "coverage": cov}
+        got = calibrated_cost(sub, probs, alpha)
+        figures[name] = {"cost_cents_per_question": got.cost * 100, "coverage": got.coverage}
     best = min(candidates, key=lambda n: figures[n]["cost_cents_per_question"])
     return Selection(best, figures, k)
 
