@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _timing import median_line, timed
 
 
 def ccpo(*args: str) -> None:
@@ -38,10 +38,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         traces = Path(tmp) / "sim.jsonl.gz"
         ccpo("sim", "--n", "1400", "--out", str(traces))
-        times = []
-        for r in range(args.repeats):
-            t0 = time.perf_counter()
-            ccpo(
+        times = timed(
+            lambda r: ccpo(
                 "compare",
                 "--traces",
                 str(traces),
@@ -53,12 +51,10 @@ def main() -> None:
                 str(r),
                 "--out",
                 str(Path(tmp) / f"compare-{r}"),
-            )
-            times.append(time.perf_counter() - t0)
-    print(
-        f"compare, 1400 questions, α = {args.alpha:g}, {args.steps} steps, 100 splits: median "
-        f"{statistics.median(times):.1f} s (runs: {', '.join(f'{t:.1f}' for t in times)})"
-    )
+            ),
+            args.repeats,
+        )
+    print(f"compare, 1400 questions, α = {args.alpha:g}, {args.steps} steps: {median_line(times)}")
 
 
 if __name__ == "__main__":

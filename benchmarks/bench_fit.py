@@ -10,20 +10,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+
+from _timing import timed
 
 from ccpo.learning.stopping import fit_auto, stopping_fitter
 from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
 from ccpo.product.reproduce import bundled_sets
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    times = []
-    for r in range(repeats):
-        t0 = time.perf_counter()
-        fn(r)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -39,7 +31,7 @@ def main() -> None:
                 "cstop": lambda r, a=alpha, e=ep, t=train: stopping_fitter("cstop")(e, t, a, r),
                 "auto": lambda r, a=alpha, e=ep, t=train: fit_auto(e, t, a, r),
             }
-            cstop, auto = (_median_seconds(f, args.repeats) for f in fits.values())
+            cstop, auto = (statistics.median(timed(f, args.repeats)) for f in fits.values())
             print(f"{name} α = {alpha:g}: cstop median {cstop:.2f} s, auto median {auto:.2f} s")
 
 

@@ -9,10 +9,9 @@ Data: SYNTHETIC (ccpo.traces.sim).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
+from _timing import median_line, timed
 
 from ccpo.learning.trainers import TrainConfig, train
 from ccpo.traces.episodes import build_episodes
@@ -29,19 +28,15 @@ def main() -> None:
     ep = build_episodes(generate(SimConfig(n=1000, seed=2)), load_prices())
     # warm-up: one-time imports and first-call costs, not training time
     train(ep, np.arange(ep.n), TrainConfig(method=args.method, steps=2, val_every=0))
-    times = []
-    for r in range(args.repeats):
-        t0 = time.perf_counter()
-        train(
+    times = timed(
+        lambda r: train(
             ep,
             np.arange(ep.n),
             TrainConfig(method=args.method, steps=args.steps, seed=r, val_every=0),
-        )
-        times.append(time.perf_counter() - t0)
-    print(
-        f"{args.method}: {args.steps} steps, batch 10, 1000 traces, T=4: median "
-        f"{statistics.median(times):.1f} s (runs: {', '.join(f'{t:.1f}' for t in times)})"
+        ),
+        args.repeats,
     )
+    print(f"{args.method}: {args.steps} steps, batch 10, 1000 traces, T=4: {median_line(times)}")
 
 
 if __name__ == "__main__":
