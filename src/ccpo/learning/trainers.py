@@ -37,6 +37,10 @@ behind each are in ``docs/decisions.md``, "CCPO and CPO training"):
   (``constraint/surrogate_violation``), and b still comes from the constraint critic.
 - ``eps=0.05`` instead of the paper's 0.01: with ε = 0.01 the softmask saturates and training
   stalls.
+- ``kappa_update="calibrated"`` (CCPO, off by default): before each step κ is set to the
+  split-conformal κ̂ of the current π on the fitted training questions (exact by replay), the
+  threshold evaluation will put on the trained π; step 6 then only moves it within the step.
+  CPO always keeps the paper's online κ (``cpo-online`` scores it).
 - ``keep_best`` (on, ``select_on="train"``): every ``val_every`` steps the calibrated cost of π
   on the fitted training questions (κ̂ on random halves, cost on the others: what evaluation
   does with the final π) is logged as ``select/calibrated_cost`` (cents per question), and
@@ -212,10 +216,11 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
     theta_sum = np.zeros_like(pi.theta)
 
     # the fitted questions as episodes, for the calibrated κ and keep_best's checkpoint score
-    needs_fit_ep = cfg.kappa_update == "calibrated" or (cfg.keep_best and cfg.select_on == "train")
+    calibrated_kappa = cfg.method == "ccpo" and cfg.kappa_update == "calibrated"
+    needs_fit_ep = calibrated_kappa or (cfg.keep_best and cfg.select_on == "train")
     fit_ep = ep.subset(fit_idx) if needs_fit_ep else None
     for step in range(1, cfg.steps + 1):
-        if cfg.kappa_update == "calibrated":  # κ̂ of the current π on every training question
+        if calibrated_kappa:  # κ̂ of the current π on every training question
             probs_fit = np.exp(log_pi(pi(obs_all[fit_idx]), allowed))
             tracker.kappa = float(calibrate_kappa(fit_ep, probs_fit, cfg.alpha))
         kappa = tracker.kappa
