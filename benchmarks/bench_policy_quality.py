@@ -134,11 +134,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--methods", default="", help="comma-separated subset [every method]")
     ap.add_argument("--set", action="append", default=[], help="TrainConfig override k=v")
-    ap.add_argument("--lams", type=float, nargs="*", default=[0.5], help="ccpo-lam rows (λ)")
+    ap.add_argument(
+        "--lams", type=float, nargs="*", help="ccpo-lam rows (λ) [0.5; none with --methods]"
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("runs/bench_policy_quality.json"))
     args = ap.parse_args()
     args.methods = [m for m in args.methods.split(",") if m]
+    if args.lams is None:  # a --methods subset trains no λ row unless --lams asks for one
+        args.lams = [] if args.methods else [0.5]
     args.methods += [f"ccpo-lam{lam:g}" for lam in args.lams] if args.methods else []
     if args.methods and "oracle" not in args.methods:
         args.methods.append("oracle")
