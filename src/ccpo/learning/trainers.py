@@ -219,10 +219,14 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
     calibrated_kappa = cfg.method == "ccpo" and cfg.kappa_update == "calibrated"
     needs_fit_ep = calibrated_kappa or (cfg.keep_best and cfg.select_on == "train")
     fit_ep = ep.subset(fit_idx) if needs_fit_ep else None
+
+    def fit_probs() -> np.ndarray:
+        """π(·|o) of the current θ on every fitted training question ([n_fit, T, 3])."""
+        return np.exp(log_pi(pi(obs_all[fit_idx]), allowed))
+
     for step in range(1, cfg.steps + 1):
         if calibrated_kappa:  # κ̂ of the current π on every training question
-            probs_fit = np.exp(log_pi(pi(obs_all[fit_idx]), allowed))
-            tracker.kappa = float(calibrate_kappa(fit_ep, probs_fit, cfg.alpha))
+            tracker.kappa = float(calibrate_kappa(fit_ep, fit_probs(), cfg.alpha))
         kappa = tracker.kappa
         batch = rng.choice(fit_idx, size=B, replace=len(fit_idx) < B)
         x = obs_all[batch].reshape(B * T, n_feat)
@@ -382,8 +386,7 @@ def _train(ep, train_idx, cfg, rng, progress) -> TrainResult:
             entry.update(_validate(ep, val_idx, pi, obs_mean, obs_std, tracker.kappa, cfg))
         if at_check and cfg.keep_best and (n_val or cfg.select_on == "train"):
             if cfg.select_on == "train":
-                probs_fit = policy_probs(pi, ep.obs[fit_idx], obs_mean, obs_std)
-                got = calibrated_cost(fit_ep, probs_fit, cfg.alpha, seed=cfg.seed)
+                got = calibrated_cost(fit_ep, fit_probs(), cfg.alpha, seed=cfg.seed)
                 cost, size = got.cost * 100, got.set_size
             else:
                 cost, size = entry["val/calibrated_cost"], entry["val/calibrated_set_size"]
