@@ -26,11 +26,14 @@ def test_a_deployment_runs_its_rounds_with_every_endpoint_setting():
         "guide_api_key": "s2", "prices": ["p.json"], "temperature_first": 0.1,
         "temperature_later": 0.7, "max_steps": 3, "max_tokens": 64, "search": "bm25",
         "corpus": "c.jsonl", "sample_offset": 5, "backoff_base": 0.25,
+        "endpoints": {"*": {"url": "http://any/v1", "key_env": None, "api_key": None}},
     }  # fmt: skip
     assert set(values) == set(EndpointSettings.model_fields)
-    cc = DeployConfig(task="mmlu", **values).collect_config(3)
+    cc = DeployConfig(**values).collect_config("mmlu", 3)
     for k, v in values.items():
         got = getattr(cc, k)
+        if k == "endpoints":
+            got = {m: e.model_dump() for m, e in got.items()}
         assert (got.get_secret_value() if hasattr(got, "get_secret_value") else got) == v, k
     assert (cc.task, cc.rounds) == ("mmlu", 3)
 

@@ -258,7 +258,10 @@ def test_readme_example_runs_as_written_and_feeds_the_harness(tmp_path: Path) ->
         [CCPO, *cmd.split()[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert res.returncode == 0, res.stderr
-    for line in ("wrote 5 traces to imported.jsonl", "│ 3     │ gpt-4.1-mini │ gpt-4o       │"):
+    for line in (
+        "wrote 5 traces to imported.jsonl",
+        "│ 3     │ gpt-4.1-mini (reused, paid once) │ gpt-4o       │ agree   │",
+    ):
         assert line in res.stdout and line in readme
     out = tmp_path / "imported.jsonl"
     assert _cli("traces", "validate", str(out)).returncode == 0

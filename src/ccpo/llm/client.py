@@ -154,6 +154,13 @@ class ChatRequest:
     stop: list[str] | None = None
     logprobs: bool = True
     top_logprobs: int = 5
+    #: which ladder step sends it (``{"round": "2", "role": "guide"}``): sent as ``X-CCPO-*``
+    #: headers, which a replay endpoint reads and real endpoints ignore; not part of the key
+    step: dict[str, str] | None = None
+
+    def headers(self) -> dict[str, str]:
+        """The ``X-CCPO-Round`` / ``X-CCPO-Role`` headers of :attr:`step`."""
+        return {f"X-CCPO-{k.capitalize()}": str(v) for k, v in (self.step or {}).items()}
 
     def key_fields(self, model: str) -> dict[str, Any]:
         return {
@@ -186,9 +193,13 @@ class ChatResult:
     usage_estimated: bool = False
     cached: bool = False
     cost_usd: float = 0.0
+    #: a replay endpoint's recorded parse of this reply (``ccpo_replay``: answer, verdict,
+    #: signals), taken as recorded rather than parsed again; None from a real endpoint
+    recorded: dict[str, Any] | None = None
 
     def to_cache(self) -> dict[str, Any]:
         return {
+            "recorded": self.recorded,
             "text": self.text,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
@@ -212,6 +223,7 @@ class ChatResult:
             finish_reason=d.get("finish_reason"),
             usage_estimated=bool(d.get("usage_estimated", False)),
             cached=True,
+            recorded=d.get("recorded"),
         )
 
 
@@ -450,6 +462,7 @@ def _parse_completion(resp: Any, request: ChatRequest) -> ChatResult:
         estimated = True
         n_in = max(1, sum(len(m["content"]) for m in request.messages) // 4)
         n_out = max(1, len(text) // 4) if text else 0
+    recorded = _get(resp, "ccpo_replay")
     return ChatResult(
         text=text,
         input_tokens=n_in,
@@ -457,6 +470,7 @@ def _parse_completion(resp: Any, request: ChatRequest) -> ChatResult:
         logprobs=lps,
         finish_reason=_get(ch, "finish_reason"),
         usage_estimated=estimated,
+        recorded=recorded if isinstance(recorded, dict) else None,
     )
 
 
@@ -734,7 +748,12 @@ class LLMClient:
                     # the SDK's documented raw POST: same request, retries-off client and error
                     # types as chat.completions.create, without the typed-params transform and
                     # with the body as bytes parsed here (why: docs/decisions.md)
-                    raw = await sdk.post("/chat/completions", cast_to=bytes, body=kwargs)
+                    raw = await sdk.post(
+                        "/chat/completions",
+                        cast_to=bytes,
+                        body=kwargs,
+                        options={"headers": request.headers()} if request.step else {},
+                    )
                 return _parse_completion(json.loads(raw), request)
             except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
                 env = endpoint.api_key_env or "OPENAI_API_KEY"

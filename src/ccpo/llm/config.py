@@ -27,11 +27,21 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ccpo.errors import CCPOError
 from ccpo.llm.cache import ResponseCache
 from ccpo.llm.client import HTTP_BACKENDS, Endpoint, LLMClient, RetryPolicy, SpendLedger
+from ccpo.traces.answers import family_of
+from ccpo.traces.ladder import VERDICT_MODES, Ladder, LadderRound, Role, Step, default_prompt
 from ccpo.traces.prices import PriceTable
 
 
@@ -62,6 +72,19 @@ class PolicyLLMSpec(BaseModel):
         )
 
 
+class EndpointSpec(BaseModel):
+    """Where one model is served: ``endpoints: {MODEL: {url, key_env}}`` in a config."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str | None = Field(None, description="OpenAI-compatible URL (…/v1); none: OpenAI")
+    key_env: str | None = Field(None, description="env var with the API key")
+    api_key: SecretStr | None = Field(None, description="API key (config file only)")
+
+    def endpoint(self, model: str) -> Endpoint:
+        key = self.api_key.get_secret_value() if self.api_key else None
+        return Endpoint(model, self.url, self.key_env, key)
+
+
 class EndpointSettings(BaseModel):
     """The base and guide endpoints and how a round is run: the settings collection
     (:class:`CollectConfig`) and deployment (:class:`ccpo.runtime.config.DeployConfig`) share,
@@ -77,6 +100,10 @@ class EndpointSettings(BaseModel):
     guide_url: str | None = Field(None, description="guide OpenAI-compatible URL (…/v1)")
     guide_key_env: str | None = Field(None, description="env var with the guide API key")
     guide_api_key: SecretStr | None = Field(None, description="guide API key (config only)")
+    endpoints: dict[str, EndpointSpec] = Field(
+        default_factory=dict,
+        description="model name → {url, key_env} for every model of a ladder ('*': any other)",
+    )
     prices: list[str] = Field(default_factory=list, description="price files over bundled")
     temperature_first: float = Field(0.0, ge=0, description="base temperature in round 1")
     temperature_later: float = Field(1.0, ge=0, description="base temperature in rounds >= 2")
@@ -111,15 +138,66 @@ class EndpointSettings(BaseModel):
         key = self.guide_api_key.get_secret_value() if self.guide_api_key else None
         return Endpoint(self.guide_model, self.guide_url, self.guide_key_env, key)
 
+    def endpoint_for(self, model: str) -> Endpoint:
+        """The endpoint of ``model``: its ``endpoints`` entry, else the base/guide shorthand
+        that names it, else the ``'*'`` entry; a clear error naming the model otherwise."""
+        if model in self.endpoints:
+            return self.endpoints[model].endpoint(model)
+        if model == self.base_model:
+            return self.base_endpoint()
+        if model == self.guide_model:
+            return self.guide_endpoint()
+        if "*" in self.endpoints:
+            return self.endpoints["*"].endpoint(model)
+        raise CCPOError(
+            f"model '{model}' has no endpoint: add it under endpoints: in the config (e.g. "
+            f"'{model}: {{url: http://host:8000/v1}}'), or a '*' entry for every model"
+        )
+
     def endpoint_settings(self) -> dict[str, Any]:
         """These settings' values (secrets kept as they are), to build another config."""
         return {k: getattr(self, k) for k in EndpointSettings.model_fields}
 
 
+class LadderRoundSpec(BaseModel):
+    """One round of a ``ladder:`` in a collect config: ``{base: MODEL, guide: MODEL, verdict:
+    judge|agree}`` (a step may be ``{model, prompt}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    base: str | dict[str, str]
+    guide: str | dict[str, str]
+    verdict: str = Field("judge", description="judge | agree")
+
+    @field_validator("verdict")
+    @classmethod
+    def _verdict(cls, v: str) -> str:
+        if v not in VERDICT_MODES:
+            raise ValueError("must be judge or agree")
+        return v
+
+    def ladder_round(self, task: str) -> LadderRound:
+        def step(v: str | dict[str, str], role: Role) -> Step:
+            if isinstance(v, str):
+                return Step(v, default_prompt(task, role, self.verdict))
+            if "model" not in v:
+                raise CCPOError(f"ladder: a {role} step needs a model")
+            return Step(v["model"], v.get("prompt") or default_prompt(task, role, self.verdict))
+
+        return LadderRound(step(self.base, "base"), step(self.guide, "guide"), self.verdict)
+
+
 class CollectConfig(EndpointSettings):
     """Everything ``ccpo collect`` / ``collect-exit`` needs (one line of doc per field)."""
 
-    task: str = Field(description="mmlu | hotpotqa | jsonl")
+    task: str = Field(description="mmlu | hotpotqa | jsonl, or a name of yours with --data")
+    family: str | None = Field(
+        None, description="answer family of a task that is not built in: mcq | short | exact"
+    )
+    ladder: list[LadderRoundSpec] | None = Field(
+        None,
+        description="one entry per round {base, guide, verdict: judge|agree} (default: the "
+        "base/guide pair in every round, judged)",
+    )
     data: str | None = Field(None, description="question file/folder; default: bundled subset")
     n: int | None = Field(None, ge=1, description="use only the first N questions")
     shuffle_seed: int | None = Field(None, description="shuffle questions with this seed first")
@@ -144,10 +222,43 @@ class CollectConfig(EndpointSettings):
     @field_validator("task")
     @classmethod
     def _task(cls, v: str) -> str:
-        v = v.lower()
-        if v not in ("mmlu", "hotpotqa", "jsonl"):
-            raise ValueError("must be mmlu, hotpotqa or jsonl")
+        v = v.strip().lower()
+        if not v:
+            raise ValueError("must name a task (mmlu, hotpotqa, jsonl or your own)")
         return v
+
+    @model_validator(mode="after")
+    def _family_and_ladder(self) -> CollectConfig:
+        family_of(self.task, self.family)  # a ValueError names a bad family
+        if self.ladder is not None:
+            if not self.ladder:
+                raise ValueError("ladder: needs at least one round")
+            if "rounds" in self.model_fields_set and self.rounds != len(self.ladder):
+                raise ValueError(f"rounds {self.rounds} but the ladder has {len(self.ladder)}")
+            self.rounds = len(self.ladder)
+        return self
+
+    def make_ladder(self) -> Ladder:
+        """The ladder this config runs: its ``ladder:`` rounds, else the base/guide pair in
+        every round with the paper's judge (:meth:`Ladder.one_pair`)."""
+        if self.ladder is None:
+            return Ladder.one_pair(
+                self.task,
+                self.base_endpoint().model,
+                self.guide_endpoint().model,
+                self.rounds,
+                self.family,
+            )
+        return Ladder(
+            self.task,
+            family_of(self.task, self.family),
+            tuple(s.ladder_round(self.task) for s in self.ladder),
+        )
+
+    def exit_ladder(self) -> Ladder:
+        """LLM-EXIT's: the one model in both roles (its guide step is never called)."""
+        m = self.base_endpoint().model
+        return Ladder.one_pair(self.task, m, m, self.rounds, self.family)
 
     @field_validator("http_backend")
     @classmethod

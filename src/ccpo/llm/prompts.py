@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ccpo.traces.answers import family_of
+
 PROMPT_VERSION = "ccpo-prompts/1"
 
 
@@ -34,11 +36,29 @@ COT_INSTRUCTION = {
         "Answer the multiple-choice question below. Think step by step, then write the final "
         "answer on the last line as 'Answer: X', where X is one of A, B, C or D."
     ),
+    "mcq": (
+        "Answer the multiple-choice question below. Think step by step, then write the final "
+        "answer on the last line as 'Answer: X', where X is the letter of one option."
+    ),
+    "exact": (
+        "Answer the question below. Think step by step, then write the final answer on the "
+        "last line as 'Answer: <answer>', exactly as it should be returned."
+    ),
     "default": (
         "Answer the question below. Think step by step, then write the final answer on the "
         "last line as 'Answer: <short answer>' (a few words, no explanation)."
     ),
 }
+
+
+def cot_instruction(task: str, family: str | None = None) -> str:
+    """The CoT instruction of a task: MMLU's own, else its family's (mcq, exact), else the
+    short-answer one."""
+    if task == "mmlu":
+        return COT_INSTRUCTION["mmlu"]
+    fam = family_of(task, family)
+    return COT_INSTRUCTION[fam if fam in ("mcq", "exact") else "default"]
+
 
 HISTORY_HEADER_NO_REVIEW = (
     "Your earlier attempts at this question are shown below. Check them and give your own "
@@ -67,8 +87,10 @@ def format_history(history: list[PastRound], react: bool = False) -> str:
     return "\n\n".join(parts) + "\n\n"
 
 
-def cot_messages(task: str, question: str, history: list[PastRound]) -> list[dict[str, str]]:
-    instr = COT_INSTRUCTION["mmlu" if task == "mmlu" else "default"]
+def cot_messages(
+    task: str, question: str, history: list[PastRound], family: str | None = None
+) -> list[dict[str, str]]:
+    instr = cot_instruction(task, family)
     user = f"{instr}\n\n{format_history(history)}Question: {question}\n"
     return [{"role": "system", "content": COT_SYSTEM}, {"role": "user", "content": user}]
 

@@ -1,14 +1,32 @@
 """The per-question protocols that produce ``ccpo.trace/v1`` records.
 
-**Base/guide protocol** (paper §3), every round ``t = 1..T`` is run and stored:
+**A round of any ladder** (:mod:`ccpo.traces.ladder`; the paper's protocol, §3, is the
+one-pair ``judge`` ladder). :func:`run_round` is the one definition of a round, used alike by
+collection (:func:`run_base_guide`, all T rounds), the deployed agent
+(:mod:`ccpo.runtime.agent`, which stops when its policy says so) and so against a replay
+endpoint (:mod:`ccpo.runtime.replay`): same models, prompts, temperatures and sample indices,
+hence the same requests and cache keys. Round t runs the ladder's round t:
 
-1. the base agent answers (MMLU/JSONL: chain of thought; HotpotQA: ReAct with search tools);
-   its context holds every earlier round's reasoning, answer and guide reply;
-   temperature ``temperature_first`` (0) in round 1 and ``temperature_later`` (1.0) after;
-2. the guide sees the question and the base's reasoning + answer and replies ``Yes`` or
-   ``No [correct answer]`` (paper template); its uncertainty is ``1 − p(verdict token)``;
-3. optionally, each LLM-as-policy model picks an action (``base`` / ``guide`` / ``next``);
-   stored in ``policy_llm[model]`` with its usage and raw reply. It never changes the run.
+- ``judge``: the base (round t's model; MMLU/JSONL: chain of thought, HotpotQA: ReAct with
+  search tools) answers with every earlier round's reasoning, answer and guide reply in its
+  context, at temperature ``temperature_first`` (0) in round 1 and ``temperature_later`` (1.0)
+  after; the guide reads the question and the base's reasoning + answer and replies ``Yes`` or
+  ``No [correct answer]`` (paper template); its uncertainty is ``1 − p(verdict token)``;
+- ``agree``: base and guide each answer the question themselves (the family's chain-of-thought
+  prompt, no context, temperature 0); the verdict is ``yes`` iff the answers agree under the
+  task's normaliser; the signals come from the answer's probability p = exp(mean token
+  log-prob) (:func:`ccpo.traces.ladder.agree_signals`: base ``log p``, guide ``1 − p``). A
+  step that repeats an earlier call (:meth:`~ccpo.traces.ladder.Ladder.reused`) is not asked
+  again: its answer is copied with zero usage (paid once). A prompt name the agent has no
+  template for (a log's mode, e.g. ``uala``) runs the chain-of-thought prompt as its own draw
+  (sample index from the name), so that two such steps of one model stay two calls;
+- optionally (collection), each LLM-as-policy model picks an action (``base`` / ``guide`` /
+  ``next``); stored in ``policy_llm[model]`` with its usage and raw reply. It never changes the
+  run.
+
+Every request names its step in ``X-CCPO-Round`` / ``X-CCPO-Role`` headers, which a replay
+endpoint reads (real endpoints ignore them); a replay endpoint's recorded answer and signals
+(``ccpo_replay``) are taken as recorded.
 
 Sample indices (cache keys): a call at temperature 0 uses ``sample_offset``; a call at
 temperature > 0 in round ``t`` uses ``sample_offset + t``, so each round's draw is its own
@@ -29,7 +47,9 @@ All T rounds are run unless ``stop_at_exit`` is set; ``meta.kind`` is ``"llm-exi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import zlib
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,6 +62,7 @@ from ccpo.llm.roles import (
     LOGPROB_DEF,
     UNCERTAINTY_DEF,
     BaseOutput,
+    Calls,
     CoTAgent,
     Guide,
     GuideOutput,
@@ -52,24 +73,57 @@ from ccpo.llm.roles import (
 from ccpo.llm.tasks.loaders import Question
 from ccpo.llm.tasks.scoring import score
 from ccpo.llm.tasks.search import BM25Search, SearchBackend, WikipediaSearch, load_corpus
+from ccpo.traces.answers import exact_match
+from ccpo.traces.ladder import KNOWN_PROMPTS, Ladder, LadderRound, agree_signals, transfer_signal
 from ccpo.traces.schema import SCHEMA_VERSION, BaseStep, GuideStep, Round, Trace, Usage
 
 
 @dataclass
 class Runner:
-    """Everything shared by the questions of one collection run."""
+    """Everything shared by the questions of one collection run (or one deployment): the
+    ladder, the endpoint of each of its models and the base agents."""
 
     cfg: CollectConfig
     client: LLMClient
-    base: Endpoint
-    guide: Endpoint | None
+    ladder: Ladder
+    endpoints: dict[str, Endpoint]
     policies: list[Endpoint]
-    agent: CoTAgent | ReActAgent
     shared_search: SearchBackend | None = None
     source: str = ""
+    agents: dict[str, CoTAgent | ReActAgent] = field(default_factory=dict)
+
+    @property
+    def base(self) -> Endpoint:
+        """Round 1's base endpoint (LLM-EXIT's one model)."""
+        return self.endpoints[self.ladder.round(1).base.model]
+
+    @property
+    def guide(self) -> Endpoint:
+        return self.endpoints[self.ladder.round(1).guide.model]
+
+    @property
+    def agent(self) -> CoTAgent | ReActAgent:
+        """Round 1's base agent."""
+        return self.agent_for(self.ladder.round(1).base.prompt)
+
+    def agent_for(self, prompt: str) -> CoTAgent | ReActAgent:
+        """The agent that writes ``prompt`` (``react``: ReAct; anything else: chain of thought)."""
+        key = "react" if prompt == "react" else "cot"
+        if key not in self.agents:
+            self.agents[key] = (
+                ReActAgent(max_steps=self.cfg.max_steps)
+                if key == "react"
+                else CoTAgent(self.cfg.task, self.cfg.max_tokens, self.ladder.family)
+            )
+        return self.agents[key]
+
+    def uses_react(self) -> bool:
+        return any(
+            r.base.prompt == "react" or r.guide.prompt == "react" for r in self.ladder.rounds
+        )
 
     def backend_for(self, q: Question) -> SearchBackend | None:
-        if not isinstance(self.agent, ReActAgent):
+        if not self.uses_react():
             return None
         if self.shared_search is not None:
             return self.shared_search
@@ -89,6 +143,7 @@ class Runner:
             schema=SCHEMA_VERSION,
             id=q.id,
             task=q.task,
+            family=self.cfg.family,
             question=q.question,
             gold=q.gold,
             rounds=rounds,
@@ -104,7 +159,7 @@ class Runner:
             "collector": f"ccpo {__version__}",
             "prompts": PROMPT_VERSION,
             "base_model": self.base.model,
-            "guide_model": self.guide.model if self.guide else self.base.model,
+            "guide_model": self.guide.model if kind == "base-guide" else self.base.model,
             "policy_llm": [p.model for p in self.policies],
             "rounds_planned": cfg.rounds,
             "temperatures": [cfg.temperature(t) for t in range(1, cfg.rounds + 1)],
@@ -117,21 +172,20 @@ class Runner:
         }
 
 
-def make_runner(cfg: CollectConfig, client: LLMClient, kind: str, source: str) -> Runner:
-    """The :class:`Runner` of ``kind`` (``base-guide`` or ``llm-exit``) for ``cfg``: its endpoints,
-    the task's agent (HotpotQA: ReAct, else chain of thought) and the shared search backend.
-    Used by collection and by the deployed agent, so both run rounds the same way."""
-    base = cfg.base_endpoint()
-    guide = cfg.guide_endpoint() if kind == "base-guide" else None
+def make_runner(
+    cfg: CollectConfig, client: LLMClient, kind: str, source: str, ladder: Ladder | None = None
+) -> Runner:
+    """The :class:`Runner` of ``kind`` (``base-guide`` or ``llm-exit``) for ``cfg``: the ladder
+    (``ladder``, else the config's: its ``ladder:`` rounds or the one base/guide pair), the
+    endpoint of every model of it, and the shared search backend. Used by collection and by
+    the deployed agent, so both run rounds the same way."""
+    if ladder is None:
+        ladder = cfg.make_ladder() if kind == "base-guide" else cfg.exit_ladder()
+    endpoints = {m: cfg.endpoint_for(m) for m in ladder.models()}
     policies = [p.endpoint() for p in cfg.policy_llm] if kind == "base-guide" else []
-    react = cfg.task == "hotpotqa"
-    agent: CoTAgent | ReActAgent = (
-        ReActAgent(max_steps=cfg.max_steps)
-        if react
-        else CoTAgent(cfg.task, max_tokens=cfg.max_tokens)
-    )
     shared = None
-    if react:
+    runner = Runner(cfg, client, ladder, endpoints, policies, None, source)
+    if runner.uses_react():
         mode = cfg.search
         if mode == "bm25" or (mode == "auto" and cfg.corpus):
             if not cfg.corpus:
@@ -139,13 +193,16 @@ def make_runner(cfg: CollectConfig, client: LLMClient, kind: str, source: str) -
             shared = BM25Search(load_corpus(cfg.corpus))
         elif mode == "wikipedia":
             shared = WikipediaSearch()
-    return Runner(cfg, client, base, guide, policies, agent, shared, source)
+    runner.shared_search = shared
+    return runner
 
 
-def base_record(out: BaseOutput, model: str, q: Question | None = None) -> dict[str, Any]:
+def base_record(
+    out: BaseOutput, model: str, q: Question | None = None, family: str | None = None
+) -> dict[str, Any]:
     """The base step of a ``ccpo.trace/v1`` round; ``correct`` (scored against ``q.gold``) only
     when the question ``q`` is given (live there is no gold)."""
-    mean, mn = out.calls.stats()
+    mean, mn = out.logprob_stats()
     step: dict[str, Any] = {
         "model": model,
         "answer": out.answer,
@@ -155,11 +212,13 @@ def base_record(out: BaseOutput, model: str, q: Question | None = None) -> dict[
         "logprob_min": mn,
     }
     if q is not None:
-        step["correct"] = score(q.task, out.answer, q.gold)
+        step["correct"] = score(q.task, out.answer, q.gold, family)
     return step
 
 
-def guide_record(g: GuideOutput, model: str, q: Question | None = None) -> dict[str, Any]:
+def guide_record(
+    g: GuideOutput, model: str, q: Question | None = None, family: str | None = None
+) -> dict[str, Any]:
     """The guide step of a ``ccpo.trace/v1`` round (``correct`` as in :func:`base_record`)."""
     step: dict[str, Any] = {
         "model": model,
@@ -170,7 +229,7 @@ def guide_record(g: GuideOutput, model: str, q: Question | None = None) -> dict[
         "raw": g.raw,
     }
     if q is not None:
-        step["correct"] = score(q.task, g.answer, q.gold)
+        step["correct"] = score(q.task, g.answer, q.gold, family)
     return step
 
 
@@ -184,65 +243,162 @@ def live_round(record: dict[str, Any]) -> Round:
         base=BaseStep.model_construct(**{**b, "usage": Usage.model_construct(**b["usage"])}),
         guide=GuideStep.model_construct(**{**g, "usage": Usage.model_construct(**g["usage"])}),
         policy_llm=record.get("policy_llm"),
+        verdict_mode=record.get("verdict_mode"),
     )
 
 
 @dataclass
 class RoundOutput:
-    """What one base → guide round produced (before any scoring against gold)."""
+    """What one round of a ladder produced (before any scoring against gold)."""
 
     round: int
     base: BaseOutput
     guide: GuideOutput
+    spec: LadderRound | None = None  # None: a one-pair judge round (tests build these)
+    reused: tuple[str, ...] = ()  # the roles that repeat an earlier call (zero usage)
 
     def past(self) -> PastRound:
         """What later rounds' base prompts see of this round."""
         return PastRound(self.base.reasoning, self.base.answer, self.guide.raw)
 
     def record(
-        self, base_model: str, guide_model: str, q: Question | None = None
+        self,
+        base_model: str | None = None,
+        guide_model: str | None = None,
+        q: Question | None = None,
+        family: str | None = None,
     ) -> dict[str, Any]:
         """The round as a ``ccpo.trace/v1`` round record, the one place a round becomes one:
         collection stores it (scored against ``q.gold``), the deployed agent featurizes it
-        (:func:`live_round`, no ``q``: no ``correct``)."""
-        return {
+        (:func:`live_round`, no ``q``: no ``correct``). The models are the ladder's."""
+        spec = self.spec
+        bm = spec.base.model if spec else base_model
+        gm = spec.guide.model if spec else guide_model
+        assert bm is not None and gm is not None
+        rec: dict[str, Any] = {
             "round": self.round,
-            "base": base_record(self.base, base_model, q),
-            "guide": guide_record(self.guide, guide_model, q),
+            "base": base_record(self.base, bm, q, family),
+            "guide": guide_record(self.guide, gm, q, family),
             "policy_llm": None,
         }
+        if spec is not None:
+            rec["verdict_mode"] = spec.verdict
+            for role in ("base", "guide"):
+                rec[role]["prompt"] = spec.step(role).prompt
+                if role in self.reused:
+                    rec[role]["reused"] = True
+        return rec
+
+    def models(self) -> list[str]:
+        """The models this round paid for (a reused step is not asked again)."""
+        assert self.spec is not None
+        return [self.spec.step(ro).model for ro in ("base", "guide") if ro not in self.reused]
+
+
+def _step(t: int, role: str) -> dict[str, str]:
+    return {"round": str(t), "role": role}
+
+
+def _mean_logprob(calls: Calls) -> float | None:
+    lps = calls.logprobs
+    return sum(lps) / len(lps) if lps else None
+
+
+async def _answer_alone(
+    r: Runner, question: str, t: int, role: str, backend: Any
+) -> tuple[BaseOutput, float | None]:
+    """An ``agree`` step: the step's model answers the question itself (no context, T = 0; a
+    prompt without a template is its own draw) and the step's signal: a base's ``log p``, a
+    guide's ``1 − p`` (:func:`agree_signals`), or what a replay endpoint recorded."""
+    spec = r.ladder.round(t).step(role)
+    draw = 0 if spec.prompt in KNOWN_PROMPTS else zlib.crc32(spec.prompt.encode()) % 10_000 + 1
+    out = await r.agent_for(spec.prompt).run(
+        r.client,
+        r.endpoints[spec.model],
+        question,
+        [],
+        0.0,
+        r.cfg.sample_offset + draw,
+        backend,
+        _step(t, role),
+    )
+    if out.recorded is not None:
+        key = "logprob_mean" if role == "base" else "uncertainty"
+        return out, out.recorded.get(key)
+    lps = out.calls.logprobs
+    base_lp, u = agree_signals(math.exp(sum(lps) / len(lps)) if lps else None)
+    out.signals = (base_lp, base_lp)
+    return out, base_lp if role == "base" else u
+
+
+def _answer_of(ro: RoundOutput, role: str) -> tuple[BaseOutput, float | None]:
+    """A step of an earlier round as (answer, signal)."""
+    if role == "base":
+        return ro.base, ro.base.logprob_stats()[0]
+    g = ro.guide
+    return BaseOutput(g.answer, g.raw, g.calls), g.uncertainty
 
 
 async def run_round(
     r: Runner,
     question: str,
     t: int,
-    history: list[PastRound],
+    earlier: list[RoundOutput],
     backend: SearchBackend | None,
 ) -> RoundOutput:
-    """Round ``t`` (1-based) of the base/guide protocol: the base answers, the guide judges.
-
-    The one definition of a round, shared by collection (:func:`run_base_guide`, all T rounds)
-    and the deployed agent (:mod:`ccpo.runtime.agent`, which stops when its policy says so):
-    same prompts, temperatures and sample indices, hence the same cache keys.
-    """
-    assert r.guide is not None
-    temp = r.cfg.temperature(t)
-    out = await r.agent.run(r.client, r.base, question, history, temp, r.sample(temp, t), backend)
-    g = await Guide().judge(r.client, r.guide, question, out.reasoning, out.answer)
-    return RoundOutput(t, out, g)
+    """Round ``t`` (1-based) of the runner's ladder, after the ``earlier`` rounds of the same
+    question (see the module docstring)."""
+    lr = r.ladder.round(t)
+    if lr.verdict == "judge":
+        history = [e.past() for e in earlier]
+        temp = r.cfg.temperature(t)
+        out = await r.agent_for(lr.base.prompt).run(
+            r.client,
+            r.endpoints[lr.base.model],
+            question,
+            history,
+            temp,
+            r.sample(temp, t),
+            backend,
+            _step(t, "base"),
+        )
+        g = await Guide().judge(
+            r.client,
+            r.endpoints[lr.guide.model],
+            question,
+            out.reasoning,
+            out.answer,
+            step=_step(t, "guide"),
+        )
+        return RoundOutput(t, out, g, lr)
+    # agree: each step answers alone, or copies the earlier call it repeats (paid once)
+    steps: dict[str, tuple[BaseOutput, float | None]] = {}
+    reused: list[str] = []
+    for role in ("base", "guide"):
+        src = r.ladder.reused(t, role)
+        if src is None:
+            steps[role] = await _answer_alone(r, question, t, role, backend)
+            continue
+        u, ro = src
+        orig, value = _answer_of(earlier[u - 1], ro) if u < t else steps[ro]
+        sig = transfer_signal(value, ro, role)
+        steps[role] = (BaseOutput(orig.answer, orig.reasoning, Calls(), (sig, sig)), sig)
+        reused.append(role)
+    (b, _), (ga, u_guide) = steps["base"], steps["guide"]
+    same = exact_match(ga.answer, [b.answer], r.ladder.task, r.ladder.family)
+    g = GuideOutput("yes" if same else "no", ga.answer, ga.reasoning, u_guide, ga.calls)
+    return RoundOutput(t, b, g, lr, tuple(reused))
 
 
 async def run_base_guide(r: Runner, q: Question) -> Trace:
-    """All T rounds of base → guide (→ policy LLMs) for one question."""
-    assert r.guide is not None
+    """All T rounds of the ladder (→ policy LLMs) for one question."""
     backend = r.backend_for(q)
-    history: list[PastRound] = []
+    outs: list[RoundOutput] = []
     rounds: list[dict[str, Any]] = []
-    for t in range(1, r.cfg.rounds + 1):
-        ro = await run_round(r, q.question, t, history, backend)
+    for t in range(1, r.ladder.T + 1):
+        ro = await run_round(r, q.question, t, outs, backend)
         out, g = ro.base, ro.guide
-        rnd = ro.record(r.base.model, r.guide.model, q)
+        rnd = ro.record(q=q, family=r.ladder.family)
         if r.policies:
             decisions = {}
             for pe in r.policies:
@@ -254,13 +410,13 @@ async def run_base_guide(r: Runner, q: Question) -> Trace:
                     g.verdict,
                     g.answer,
                     g.uncertainty,
-                    r.guide.model,
+                    ro.spec.guide.model if ro.spec else r.guide.model,
                     r.cfg.coverage,
                 )
                 decisions[pe.model] = {"action": d.action, "usage": d.calls.usage(), "raw": d.raw}
             rnd["policy_llm"] = decisions
         rounds.append(rnd)
-        history.append(ro.past())
+        outs.append(ro)
     return r.trace(q, rounds, "base-guide")
 
 

@@ -31,6 +31,7 @@ from ccpo.llm.prompts import (
     react_messages,
 )
 from ccpo.llm.tasks.search import ReActEnv, SearchBackend
+from ccpo.traces.answers import family_of
 
 UNCERTAINTY_DEF = "1 - p(first verdict token); null without log-probs"
 LOGPROB_DEF = "mean/min token log-prob over the round's generated tokens; null without log-probs"
@@ -81,12 +82,12 @@ _LETTER_CLAIM = re.compile(
 )
 
 
-def extract_answer(text: str, task: str = "jsonl") -> str:
+def extract_answer(text: str, task: str = "jsonl", family: str | None = None) -> str:
     """The final answer of a CoT reply: the last ``Answer: X`` line, else the last line.
 
-    For multiple choice (``mmlu``), when that answer does not start with an option letter, the
-    last letter the reply claims (``the answer is (D)``, ``option B``) is taken instead, so a
-    model that ignores the output format still yields a letter rather than a sentence.
+    For multiple choice (family ``mcq``, e.g. ``mmlu``), when that answer does not start with
+    an option letter, the last letter the reply claims (``the answer is (D)``, ``option B``)
+    is taken instead, so a model that ignores the output format still yields a letter.
     """
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     answer = _clean(lines[-1]) if lines else ""
@@ -95,7 +96,7 @@ def extract_answer(text: str, task: str = "jsonl") -> str:
         if m:
             answer = _clean(m.group(1))
             break
-    if task.lower().startswith("mmlu") and not _LETTER_ANSWER.match(answer):
+    if family_of(task, family) == "mcq" and not _LETTER_ANSWER.match(answer):
         claims = _LETTER_CLAIM.findall(text)
         if claims:
             return claims[-1].upper()
@@ -153,17 +154,43 @@ def verdict_uncertainty(logprobs: list[TokenLogprob] | None) -> float | None:
 # ----------------------------------------------------------------------------- base agents
 @dataclass
 class BaseOutput:
+    """One answer of a round: the base's (or, in an ``agree`` round, the guide's own)."""
+
     answer: str
     reasoning: str
     calls: Calls
+    #: (logprob_mean, logprob_min) when they do not come from the calls' token log-probs (a
+    #: replay endpoint's recorded values; an ``agree`` round's ``log p``)
+    signals: tuple[float | None, float | None] | None = None
+    #: what a replay endpoint recorded for this step (``ccpo_replay``), else None
+    recorded: dict | None = None
+
+    def logprob_stats(self) -> tuple[float | None, float | None]:
+        return self.signals if self.signals is not None else self.calls.stats()
+
+
+def recorded_base(r: ChatResult, reasoning: str, calls: Calls) -> BaseOutput | None:
+    """The base output a replay endpoint recorded (its answer and log-prob signals, taken as
+    recorded: a recorded answer is not parsed again), or None for a real endpoint's reply."""
+    rec = r.recorded
+    if rec is None or not isinstance(rec.get("answer"), str):
+        return None
+    return BaseOutput(
+        answer=rec["answer"],
+        reasoning=reasoning,
+        calls=calls,
+        signals=(rec.get("logprob_mean"), rec.get("logprob_min")),
+        recorded=rec,
+    )
 
 
 @dataclass
 class CoTAgent:
-    """Chain-of-thought base agent (MMLU, generic JSONL)."""
+    """Chain-of-thought base agent (MMLU, generic JSONL, any task family)."""
 
     task: str
     max_tokens: int = 512
+    family: str | None = None
 
     async def run(
         self,
@@ -174,17 +201,21 @@ class CoTAgent:
         temperature: float,
         sample: int,
         context_backend: SearchBackend | None = None,
+        step: dict[str, str] | None = None,
     ) -> BaseOutput:
         req = ChatRequest(
-            cot_messages(self.task, question, history),
+            cot_messages(self.task, question, history, self.family),
             temperature=temperature,
             max_tokens=self.max_tokens,
+            step=step,
         )
         r = await client.chat(endpoint, req, sample=sample)
         calls = Calls()
         calls.add(r)
-        return BaseOutput(
-            answer=extract_answer(r.text, self.task), reasoning=r.text.strip(), calls=calls
+        return recorded_base(r, r.text.strip(), calls) or BaseOutput(
+            answer=extract_answer(r.text, self.task, self.family),
+            reasoning=r.text.strip(),
+            calls=calls,
         )
 
 
@@ -216,6 +247,7 @@ class ReActAgent:
         temperature: float,
         sample: int,
         context_backend: SearchBackend | None = None,
+        step: dict[str, str] | None = None,
     ) -> BaseOutput:
         if context_backend is None:
             raise ValueError("the ReAct agent needs a search backend")
@@ -229,9 +261,13 @@ class ReActAgent:
                 temperature=temperature,
                 max_tokens=self.max_tokens,
                 stop=[f"\nObservation {i}:", "\nObservation"],
+                step=step,
             )
             r = await client.chat(endpoint, req, sample=sample)
             calls.add(r)
+            replayed = recorded_base(r, (pad + r.text).strip(), calls)
+            if replayed is not None:  # a replay endpoint answers the whole step at once
+                return replayed
             reply = _THOUGHT_PREFIX.sub("", r.text.strip())
             m = _ACTION_IN_REPLY.search(reply) or _BARE_ACTION.search(reply)
             if m is None:
@@ -259,6 +295,7 @@ class ReActAgent:
             temperature=temperature,
             max_tokens=32,
             stop=["]", "\n"],
+            step=step,
         )
         r = await client.chat(endpoint, req, sample=sample)
         calls.add(r)
@@ -275,6 +312,7 @@ class GuideOutput:
     raw: str
     uncertainty: float | None
     calls: Calls
+    recorded: dict | None = None
 
 
 @dataclass
@@ -291,13 +329,27 @@ class Guide:
         reasoning: str,
         answer: str,
         sample: int = 0,
+        step: dict[str, str] | None = None,
     ) -> GuideOutput:
         req = ChatRequest(
-            guide_messages(question, reasoning, answer), temperature=0.0, max_tokens=self.max_tokens
+            guide_messages(question, reasoning, answer),
+            temperature=0.0,
+            max_tokens=self.max_tokens,
+            step=step,
         )
         r = await client.chat(endpoint, req, sample=sample)
         calls = Calls()
         calls.add(r)
+        rec = r.recorded
+        if rec is not None and isinstance(rec.get("answer"), str):  # a replay endpoint's
+            return GuideOutput(
+                verdict=rec.get("verdict"),
+                answer=rec["answer"],
+                raw=r.text.strip(),
+                uncertainty=rec.get("uncertainty"),
+                calls=calls,
+                recorded=rec,
+            )
         verdict, corrected = parse_verdict(r.text)
         g_answer = answer if verdict == "yes" else (corrected or "")
         return GuideOutput(

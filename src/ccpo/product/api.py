@@ -138,7 +138,7 @@ class ConformalPolicy:
         reach, included = conformal_sets(ep, self.policy.probs(ep.obs), self.policy.kappa)
         out = []
         for i, tr in enumerate(traces):
-            norm = normalizer_for(tr.task)
+            norm = normalizer_for(tr.task, tr.family)
             answers: dict[str, str] = {}
             for t in np.flatnonzero(reach[i]):
                 r = tr.rounds[t]

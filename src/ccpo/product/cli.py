@@ -117,8 +117,16 @@ def traces_import(
     table: Annotated[Path, typer.Argument(help="A CSV (with header) or JSONL table.")],
     out: Annotated[Path, typer.Option("--out", help="Output .jsonl or .jsonl.gz trace file.")],
     task: Annotated[
-        str, typer.Option(help="Task name; 'mmlu…' compares option letters, others SQuAD-style.")
+        str,
+        typer.Option(help="Task name (any: medqa, ...); mmlu, hotpotqa, jsonl are built in."),
     ],
+    family: Annotated[
+        str | None,
+        typer.Option(
+            help="Answer family of a task that is not built in: mcq (option letters), short "
+            "(SQuAD-style free text; the default) or exact (equal after trimming)."
+        ),
+    ] = None,
     guide: Annotated[
         str | None, typer.Option(help="One model as the guide of every round (default: a cascade).")
     ] = None,
@@ -127,22 +135,29 @@ def traces_import(
 ) -> None:
     """Import per-question answers of several models (question_id, question, model, answer,
     correct, input_tokens, output_tokens[, logprob, confidence, gold, reasoning]) as a cascade:
-    round t's base is the t-th cheapest model, its guide the next stronger one (or --guide)."""
+    round t's base is the t-th cheapest model, its guide the next stronger one (or --guide).
+    The traces record this ladder (verdict = agreement), so a policy trained on them can be
+    served on the same models; an answer a later round repeats is charged once."""
     from ccpo.traces.importer import import_table
     from ccpo.traces.io import write_traces
     from ccpo.traces.prices import load_prices
 
     if out.exists() and not force:
         raise CCPOError(f"{out} exists; pass --force to overwrite it")
-    traces, plan = import_table(table, task, load_prices(*(prices or [])), guide)
+    traces, plan = import_table(table, task, load_prices(*(prices or [])), guide, family)
     order = sorted(plan.cost_per_question, key=lambda m: (plan.cost_per_question[m], m))
     costs = ", ".join(f"{m} {100 * plan.cost_per_question[m]:.4f}" for m in order)
     console.print(f"{table.name}: {len(traces)} questions; mean cost per question (¢): {costs}")
     t = Table()
-    for c in ("round", "base", "guide"):
+    for c in ("round", "base", "guide", "verdict"):
         t.add_column(c)
+    ladder = plan.ladder(task, family)
     for i, (b, g) in enumerate(zip(plan.bases, plan.guides, strict=True), start=1):
-        t.add_row(str(i), b, g)
+        paid = [
+            f"{m} (reused, paid once)" if ladder.reused(i, role) else m
+            for m, role in ((b, "base"), (g, "guide"))
+        ]
+        t.add_row(str(i), *paid, "agree")
     console.print(t)
     n = write_traces(out, traces)
     console.print(f"[green]wrote[/green] {n} traces to {out}")

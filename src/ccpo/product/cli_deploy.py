@@ -216,8 +216,8 @@ def register(app: typer.Typer) -> None:
         kappa = "greedy" if a.kappa is None else f"κ = {a.kappa:.4g}"
         _err.print(
             f"ccpo serve: {a.policy.variant} (T = {a.horizon}, α = {a.alpha:g}, {kappa}"
-            f"{', adaptive' if cfg.server.adapt_kappa else ''}); base {a.base_endpoint.model}, "
-            f"guide {a.guide_endpoint.model}; state {cfg.server.state or '(in memory)'}"
+            f"{', adaptive' if cfg.server.adapt_kappa else ''}); {a.ladder.describe()}; "
+            f"state {cfg.server.state or '(in memory)'}"
             f"{'; restored' if service.store.restored else ''}; auth "
             f"{'on' if service.token else 'off'}; http://{cfg.server.host}:{cfg.server.port}",
             highlight=False,

@@ -22,6 +22,7 @@ from ccpo.learning import conformal
 from ccpo.learning.baselines import Policy, Splits
 from ccpo.traces.episodes import Episodes, Metrics, build_episodes, conformal_sets
 from ccpo.traces.io import iter_traces, read_traces
+from ccpo.traces.ladder import Ladder, ladder_of_trace
 from ccpo.traces.prices import PriceTable, load_prices
 
 PAPER_SIZES = (1000, 200, 200)
@@ -174,12 +175,17 @@ def file_sha256(path: str | Path) -> str:
 def trace_provenance(path: str | Path) -> dict[str, Any]:
     """What a policy trained or evaluated on ``path`` records and checks (see
     :func:`ccpo.learning.policy.check_provenance`): task, file name and sha256, base and guide
-    models, horizon T, whether the traces are synthetic, number of questions."""
+    models, horizon T, whether the traces are synthetic, number of questions, and the
+    **ladder** the traces follow (:mod:`ccpo.traces.ladder`; null when the file mixes ladders),
+    which deployment runs."""
     tasks: set[str] = set()
     base: set[str] = set()
     guide: set[str] = set()
     horizon, n, synthetic = 0, 0, False
+    ladders: set[Ladder] = set()
     for tr in iter_traces(path):
+        if len(ladders) < 2:
+            ladders.add(ladder_of_trace(tr))
         tasks.add(tr.task)
         base.update(r.base.model for r in tr.rounds)
         guide.update(r.guide.model for r in tr.rounds)
@@ -195,6 +201,7 @@ def trace_provenance(path: str | Path) -> dict[str, Any]:
         "horizon": horizon,
         "synthetic": synthetic,
         "questions": n,
+        "ladder": next(iter(ladders)).to_dict() if len(ladders) == 1 else None,
     }
 
 

@@ -6,8 +6,11 @@
 
 The live rollout follows DESIGN.md's episode semantics exactly, with the same code as replay:
 
-- round t is run by :func:`ccpo.llm.protocol.run_round` (the collector's own round: same
-  prompts, temperatures and sample indices);
+- round t is round t of the policy's **ladder** (:mod:`ccpo.traces.ladder`: which model
+  answers as base and as guide, and how the verdict is made), run by
+  :func:`ccpo.llm.protocol.run_round` (the collector's own round: same prompts, temperatures
+  and sample indices; an answer the ladder repeats is reused, not asked again); each model is
+  called at its endpoint from the config (``endpoints:``);
 - o_t = the last row of :func:`ccpo.traces.featurize.featurize_rounds` over rounds 1..t;
 - π(·|o_t) comes from the artifact's network; the action set is
   C(o_t) = {a : e(a|o_t) ≥ κ} with e from :func:`ccpo.traces.episodes.effective_scores`, which
@@ -57,12 +60,13 @@ from ccpo.llm.client import (
     load_sdk,
     request_budget,
 )
-from ccpo.llm.protocol import Runner, live_round, make_runner, run_round
+from ccpo.llm.protocol import RoundOutput, Runner, live_round, make_runner, run_round
 from ccpo.llm.tasks.loaders import Question, parse_context
 from ccpo.runtime.answer_set import AnswerSet, RoundLog
 from ccpo.runtime.config import DeployConfig, as_deploy_config
 from ccpo.runtime.decision import RoundDecision, decide, policy_horizon
 from ccpo.traces.answers import normalizer_for
+from ccpo.traces.ladder import Ladder
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.traces.schema import ACTIONS, Round
 
@@ -86,19 +90,54 @@ class PolicyProvenanceWarning(UserWarning):
 
 
 def deploy_provenance_notes(
-    policy: Any, task: str, horizon: int, base_model: str, guide_model: str, where: str
+    policy: Any, task: str, horizon: int, ladder: Ladder, where: str
 ) -> list[str]:
-    """The policy's recorded provenance against a live deployment (live endpoints: never
-    synthetic): :class:`CCPOError` for another task or horizon, one note per other model or
-    for a policy trained on synthetic traces (see :func:`ccpo.learning.policy.check_provenance`)."""
+    """The policy's recorded provenance against a live deployment of ``ladder`` (live
+    endpoints: never synthetic): :class:`CCPOError` for another task or horizon, one note per
+    other model or for a policy trained on synthetic traces (see
+    :func:`ccpo.learning.policy.check_provenance`)."""
     actual = {
         "task": task,
         "horizon": horizon,
-        "base_models": [base_model],
-        "guide_models": [guide_model],
+        "base_models": sorted({r.base.model for r in ladder.rounds}),
+        "guide_models": sorted({r.guide.model for r in ladder.rounds}),
         "synthetic": False,
     }
     return check_provenance(getattr(policy, "provenance", None) or {}, actual, where)
+
+
+def _one_pair(ladder: Ladder) -> bool:
+    first = ladder.rounds[0]
+    return all(r == first and r.verdict == "judge" for r in ladder.rounds)
+
+
+def deployment_ladder(policy: Any, config: DeployConfig, horizon: int, where: str) -> Ladder:
+    """The ladder a deployment runs: the policy's own (recorded by ``ccpo train``), or, for a
+    policy trained on the paper's one-pair protocol or one without a recorded ladder, the
+    config's ``base_model`` / ``guide_model`` pair in every round. The task is the policy's;
+    ``task:`` in the config, where given, must agree (:func:`deploy_provenance_notes`)."""
+    prov = getattr(policy, "provenance", None) or {}
+    recorded = prov.get("ladder")
+    ladder = Ladder.from_dict(recorded, where) if recorded else None
+    task = prov.get("task") or config.task
+    if not task:
+        raise CCPOError(
+            f"{where}: the policy records no task; set task: in the config (or --task), the "
+            "task it was trained on (it picks the prompts and the answer normaliser)"
+        )
+    if ladder is not None and horizon != ladder.T:
+        raise CCPOError(f"{where}: its ladder has {ladder.T} rounds, the policy T = {horizon}")
+    if ladder is None or (_one_pair(ladder) and (config.base_model or config.guide_model)):
+        first = ladder.rounds[0] if ladder is not None else None
+        base = config.base_model or (first.base.model if first else None)
+        guide = config.guide_model or (first.guide.model if first else None)
+        if not base:
+            raise CCPOError("no base model: set base_model in the config (or --base-model)")
+        if not guide:
+            raise CCPOError("no guide model: set guide_model in the config (or --guide-model)")
+        family = ladder.family if ladder is not None else None
+        return Ladder.one_pair(task, base, guide, horizon, family)
+    return ladder
 
 
 class ConformalAgent:
@@ -121,23 +160,20 @@ class ConformalAgent:
         self.policy = policy
         self.config = config
         self.horizon = policy_horizon(policy, config.rounds)
-        self.collect_config = config.collect_config(self.horizon)  # checks task and models
-        self.task: str = self.collect_config.task
-        self.base_endpoint = self.collect_config.base_endpoint()
-        self.guide_endpoint = self.collect_config.guide_endpoint()
-        self.provenance_warnings = deploy_provenance_notes(
-            policy,
-            self.task,
-            self.horizon,
-            self.base_endpoint.model,
-            self.guide_endpoint.model,
-            where,
+        self.ladder = deployment_ladder(policy, config, self.horizon, where)
+        self.task: str = self.ladder.task
+        self.family: str = self.ladder.family
+        self.collect_config = config.collect_config(self.task, self.horizon, self.family)
+        #: every model of the ladder and where it is served (refused here when one has none)
+        self.endpoints = {m: self.collect_config.endpoint_for(m) for m in self.ladder.models()}
+        self.provenance_warnings = deploy_provenance_notes(  # a config's task: must agree
+            policy, config.task or self.task, self.horizon, self.ladder, where
         )
         for line in self.provenance_warnings:
             warnings.warn(line, PolicyProvenanceWarning, stacklevel=2)
         self.prices = prices if prices is not None else self._prices(policy, config)
-        self.prices.check({self.base_endpoint.model, self.guide_endpoint.model})
-        self._norm = normalizer_for(self.task)
+        self.prices.check(self.ladder.models())
+        self._norm = normalizer_for(self.task, self.family)
         if config.kappa is not None and policy.scoring == "point":
             raise CCPOError(
                 f"the policy is a point policy ({policy.variant}): it has no κ to override"
@@ -179,6 +215,14 @@ class ConformalAgent:
 
     # ------------------------------------------------------------------ properties
     @property
+    def needs_context(self) -> bool:
+        """The ladder runs ReAct rounds with no search corpus: questions must bring their
+        paragraphs (``context``)."""
+        cfg = self.collect_config
+        react = any("react" in (r.base.prompt, r.guide.prompt) for r in self.ladder.rounds)
+        return react and cfg.search not in ("bm25", "wikipedia") and not cfg.corpus
+
+    @property
     def alpha(self) -> float:
         return self.policy.alpha
 
@@ -205,9 +249,8 @@ class ConformalAgent:
 
     def decide(self, rounds: Sequence[Any], kappa: float | None = None) -> RoundDecision:
         """The decision after ``rounds`` (see :func:`decide`) at κ in force or ``kappa``."""
-        return decide(
-            self.policy, self.task, self.horizon, rounds, self._kappa if kappa is None else kappa
-        )
+        k = self._kappa if kappa is None else kappa
+        return decide(self.policy, self.task, self.horizon, rounds, k, self.family)
 
     # ------------------------------------------------------------------ clients (one per loop)
     def _runner(self) -> Runner:
@@ -225,7 +268,7 @@ class ConformalAgent:
         cache = ResponseCache(cfg.cache_path())
         budget = None if cap is None else max(0.0, cap - self.spent_usd)
         client = cfg.client(cache, self.prices, budget, self.ledger)
-        runner = make_runner(cfg, client, "base-guide", "ccpo deploy")
+        runner = make_runner(cfg, client, "base-guide", "ccpo deploy", self.ladder)
         self._runners[id(loop)] = (loop, runner, cache)
         return runner
 
@@ -325,12 +368,11 @@ class ConformalAgent:
         """The set-valued rollout of one admitted question (see :meth:`aanswer`)."""
         q = Question(qid, self.task, question, [], parse_context(context, "context"))
         backend = runner.backend_for(q)
-        bm, gm = self.base_endpoint.model, self.guide_endpoint.model
-        history: list[Any] = []
+        outs: list[RoundOutput] = []
         rounds: list[Round] = []
         logs: list[RoundLog] = []
         answers: dict[str, str] = {}
-        by_model: dict[str, float] = {bm: 0.0, gm: 0.0}
+        by_model: dict[str, float] = dict.fromkeys(self.ladder.models(), 0.0)
         total = worst = 0.0
         for t in range(1, self.horizon + 1):
             if budget is not None and t > 1 and total + worst > budget:
@@ -340,23 +382,26 @@ class ConformalAgent:
                     "another round)"
                 )
             before = env.spent
-            ro = await run_round(runner, question, t, history, backend)
+            ro = await run_round(runner, question, t, outs, backend)
             self._costliest_round = max(self._costliest_round, env.spent - before)
-            history.append(ro.past())
-            lr = live_round(ro.record(bm, gm))
+            outs.append(ro)
+            lr = live_round(ro.record())
             rounds.append(lr)
             cb, cg = self.prices.round_costs(lr)
-            by_model[bm] += cb
-            by_model[gm] += cg
+            by_model[lr.base.model] += cb
+            by_model[lr.guide.model] += cg
             total += cb + cg
             worst = max(worst, cb + cg)
-            d = decide(self.policy, self.task, self.horizon, rounds, k)
+            d = decide(self.policy, self.task, self.horizon, rounds, k, self.family)
             for a, text in (("base", lr.base.answer), ("guide", lr.guide.answer)):
                 if a in d.actions:
                     answers.setdefault(self._norm(text), text)
             logs.append(
                 RoundLog(
                     round=t,
+                    base_model=lr.base.model,
+                    guide_model=lr.guide.model,
+                    models=ro.models(),
                     base_answer=lr.base.answer,
                     guide_verdict=lr.guide.verdict,  # type: ignore[arg-type]
                     guide_answer=lr.guide.answer,

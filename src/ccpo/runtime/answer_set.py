@@ -19,6 +19,13 @@ class RoundLog(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     round: int = Field(description="round index t (1-based)")
+    base_model: str = Field("", description="the round's base model (the ladder's)")
+    guide_model: str = Field("", description="the round's guide model (the ladder's)")
+    models: list[str] = Field(
+        default_factory=list,
+        description="the models called and paid for in this round (an answer the ladder "
+        "repeats from an earlier round is reused, not asked again)",
+    )
     base_answer: str = Field(description="the base model's answer in this round")
     guide_verdict: Literal["yes", "no"] | None = Field(
         description="the guide's verdict on the base answer (null: unreadable reply)"

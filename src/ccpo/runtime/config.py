@@ -2,16 +2,22 @@
 
 A YAML config (``ccpo ask/serve --config FILE``) uses the field names below (``-`` or ``_``)::
 
-    task: mmlu                       # the task the policy was trained on: mmlu | hotpotqa | jsonl
-    base_model: llama-3.2-3b
-    base_url: http://localhost:8080/v1
-    guide_model: gpt-4o
-    guide_key_env: OPENAI_API_KEY    # name of the env var holding the key
+    endpoints:                       # where each model of the policy's ladder is served
+      llama3.1-8b: {url: http://gpu-box:8000/v1}
+      gpt-4o:      {url: https://api.openai.com/v1, key_env: OPENAI_API_KEY}
+      "*":         {url: http://127.0.0.1:9000/v1}   # every model not named above
     prices: [my-prices.json]         # merged over the bundled table and the artifact's prices
     max_cost_per_request: 0.01       # USD
     max_cost_total: 20.0             # USD over the life of the state file (serve) / agent
     server:
       state: serve-state.sqlite
+
+The task and the ladder (which model answers in each round, how the guide's verdict is made)
+come from the policy, so ``endpoints`` (plus prices, keys and rails) is a complete config;
+``task:``, where given, must agree with the policy's. The older keys ``base_model``,
+``base_url``, ``guide_model``, ``guide_url`` (and ``*_key_env``) stay as the shorthand for a
+one-pair ladder: they name the endpoint of those models, and for a policy trained on the
+paper's one-pair protocol they may swap in other models (with a warning).
       auth_token_env: CCPO_SERVE_TOKEN
       adapt_kappa: true
       rate_limit_per_minute: 600
@@ -112,7 +118,9 @@ class DeployConfig(EndpointSettings):
     round settings shared with collection (:class:`~ccpo.llm.config.EndpointSettings`), then
     the deployment's own."""
 
-    task: str | None = Field(None, description="mmlu | hotpotqa | jsonl (as trained)")
+    task: str | None = Field(
+        None, description="the policy's task (it knows it; where given, must agree)"
+    )
     rounds: int | None = Field(None, ge=1, le=20, description="T (checked against the policy)")
     kappa: float | None = Field(None, ge=0, le=1, description="override the artifact's κ")
     concurrency: int = Field(16, ge=1, description="parallel requests per endpoint")
@@ -126,27 +134,15 @@ class DeployConfig(EndpointSettings):
     @field_validator("task")
     @classmethod
     def _task(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        v = v.lower()
-        if v not in ("mmlu", "hotpotqa", "jsonl"):
-            raise ValueError("must be mmlu, hotpotqa or jsonl")
-        return v
+        return None if v is None else v.strip().lower() or None
 
-    def collect_config(self, rounds: int) -> CollectConfig:
-        """The collection settings of the same protocol (so rounds are run by the same code)."""
-        if not self.task:
-            raise CCPOError(
-                "no task: set task: mmlu | hotpotqa | jsonl in the config (or --task), the task "
-                "the policy was trained on (it picks the prompts and the answer normaliser)"
-            )
-        if not self.base_model:
-            raise CCPOError("no base model: set base_model in the config (or --base-model)")
-        if not self.guide_model:
-            raise CCPOError("no guide model: set guide_model in the config (or --guide-model)")
+    def collect_config(self, task: str, rounds: int, family: str | None = None) -> CollectConfig:
+        """The collection settings of the same rounds (so they are run by the same code), for
+        the policy's ``task``, ``family`` and T."""
         return CollectConfig(
             **self.endpoint_settings(),
-            task=self.task,
+            task=task,
+            family=family,
             rounds=rounds,
             concurrency=self.concurrency,
             max_cost=self.max_cost_total,

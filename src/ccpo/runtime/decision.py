@@ -41,6 +41,7 @@ def decide(
     horizon: int,
     rounds: Sequence[Any],
     kappa: float | None,
+    family: str | None = None,
 ) -> RoundDecision:
     """C(o_t) for the last of ``rounds`` (t = len(rounds)); ``kappa=None``: greedy (point policy).
 
@@ -51,7 +52,7 @@ def decide(
     if not 1 <= t <= horizon:
         raise ValueError(f"need 1..{horizon} rounds, got {t}")
     obs = np.zeros((horizon, len(FEATURE_NAMES)), dtype=np.float32)
-    obs[:t] = featurize_rounds(task, horizon, rounds)
+    obs[:t] = featurize_rounds(task, horizon, rounds, family)
     p = policy.probs(obs)[t - 1]
     allowed = allowed_actions(horizon)[t - 1]
     e = effective_scores(p, allowed)

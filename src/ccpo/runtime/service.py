@@ -83,7 +83,7 @@ class Service:
         self.feedback_limiter = self._limiter(cfg.feedback_per_minute, cfg.feedback_burst)
         self._answering: dict[str, tuple[str, asyncio.Future[AnswerSet]]] = {}
         self._upstream = sorted(
-            {u for u in (agent.base_endpoint.base_url, agent.guide_endpoint.base_url) if u},
+            {e.base_url for e in agent.endpoints.values() if e.base_url},
             key=len,
             reverse=True,
         )
@@ -162,7 +162,7 @@ class Service:
     async def _answer(self, req: AnswerRequest) -> AnswerSet:
         agent = self.agent
         if (
-            agent.task == "hotpotqa"
+            agent.needs_context
             and not req.context
             and agent.collect_config.search not in ("bm25", "wikipedia")
             and not agent.collect_config.corpus
@@ -170,7 +170,7 @@ class Service:
             raise self._reject(
                 422,
                 "invalid_request",
-                "context: this hotpotqa agent has no search corpus; send the question's "
+                "context: this agent's ReAct rounds have no search corpus; send the question's "
                 "paragraphs as context: [{title, text}, ...]",
             )
         if not agent.budget_left():

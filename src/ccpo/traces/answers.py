@@ -1,8 +1,16 @@
-"""One answer normaliser for scoring and for answer-set de-duplication.
+"""One answer normaliser for scoring and for answer-set de-duplication, per task **family**.
 
-``normalize_answer`` is SQuAD-style (lower case, drop punctuation and articles, fold white
-space), the HotpotQA exact-match normaliser. Multiple-choice answers are normalised to their
-option letter by :func:`normalize_choice`.
+A task is a name (``mmlu``, ``hotpotqa``, ``jsonl``, or any name of yours, e.g. ``medqa``) plus
+a family that fixes the prompt and the answer normaliser:
+
+- ``mcq``: multiple choice; answers are normalised to their option letter
+  (:func:`normalize_choice`: ``"(b) Paris"`` → ``"B"``);
+- ``short``: short free text, SQuAD/HotpotQA-style (:func:`normalize_answer`: lower case, drop
+  punctuation and articles, fold white space);
+- ``exact``: string equality after trimming white space (:func:`normalize_exact`).
+
+The built-in names have fixed families (``mmlu`` → mcq, ``hotpotqa`` and ``jsonl`` → short); a
+name starting with ``mmlu`` is mcq, and any other name without a family is ``short``.
 """
 
 from __future__ import annotations
@@ -38,13 +46,44 @@ def normalize_choice(text: str) -> str:
     return normalize_answer(text)
 
 
-def normalizer_for(task: str):
-    """The answer normaliser a task uses (``mmlu`` → option letter, else SQuAD-style)."""
-    return normalize_choice if task.lower().startswith("mmlu") else normalize_answer
+def normalize_exact(text: str) -> str:
+    """The ``exact`` family's normaliser: the text with surrounding white space trimmed."""
+    return text.strip()
 
 
-def exact_match(prediction: str, golds: list[str], task: str = "hotpotqa") -> bool:
+FAMILIES: tuple[str, ...] = ("mcq", "short", "exact")
+BUILTIN_TASKS: dict[str, str] = {"mmlu": "mcq", "hotpotqa": "short", "jsonl": "short"}
+_NORMALIZERS = {"mcq": normalize_choice, "short": normalize_answer, "exact": normalize_exact}
+
+
+def family_of(task: str, family: str | None = None) -> str:
+    """The family of ``task``: ``family`` when given (it must be one of :data:`FAMILIES` and
+    agree with a built-in name's), else the built-in name's, else ``short`` (``mcq`` for names
+    starting with ``mmlu``)."""
+    t = task.lower()
+    builtin = BUILTIN_TASKS.get(t)
+    if family is not None:
+        if family not in FAMILIES:
+            raise ValueError(
+                f"unknown task family '{family}'; expected one of {', '.join(FAMILIES)}"
+            )
+        if builtin is not None and family != builtin:
+            raise ValueError(f"task '{task}' is built in with family '{builtin}', not '{family}'")
+        return family
+    if builtin is not None:
+        return builtin
+    return "mcq" if t.startswith("mmlu") else "short"
+
+
+def normalizer_for(task: str, family: str | None = None):
+    """The answer normaliser of a task (see the module docstring): its family's."""
+    return _NORMALIZERS[family_of(task, family)]
+
+
+def exact_match(
+    prediction: str, golds: list[str], task: str = "hotpotqa", family: str | None = None
+) -> bool:
     """Normalised exact match of ``prediction`` against any gold answer."""
-    norm = normalizer_for(task)
+    norm = normalizer_for(task, family)
     p = norm(prediction)
     return bool(p) and any(p == norm(g) for g in golds)

@@ -119,7 +119,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
     llm_actions = {m: np.full((N, T), -1, dtype=np.int8) for m in policy_models}
     llm_cost = {m: np.zeros((N, T)) for m in policy_models}
     for i, tr in enumerate(traces):
-        norm = normalizer_for(tr.task)
+        norm = normalizer_for(tr.task, tr.family)
         ids: dict[str, int] = {}
         for t, r in enumerate(tr.rounds):
             correct[i, t] = (r.base.correct, r.guide.correct)

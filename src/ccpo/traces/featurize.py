@@ -58,19 +58,22 @@ def featurize_trace(trace: Trace) -> np.ndarray:
 
     Row ``t-1`` depends on rounds ``1..t`` only (no peeking at later rounds or at ``correct``).
     """
-    return featurize_rounds(trace.task, trace.n_rounds, trace.rounds)
+    return featurize_rounds(trace.task, trace.n_rounds, trace.rounds, trace.family)
 
 
-def featurize_rounds(task: str, horizon: int, rounds: Sequence[Any]) -> np.ndarray:
+def featurize_rounds(
+    task: str, horizon: int, rounds: Sequence[Any], family: str | None = None
+) -> np.ndarray:
     """Observations of the rounds run so far, shape ``[len(rounds), N_FEATURES]``.
 
     ``rounds`` are :class:`~ccpo.traces.schema.Round` objects or anything with the same
     attributes (``base.answer``, ``base.usage``, ``base.logprob_mean``, ``base.logprob_min``,
     ``guide.answer``, ``guide.verdict``, ``guide.uncertainty``, ``guide.usage``); ``correct``
     is never read, so a live agent can featurize round t as soon as it has run.
-    ``horizon`` is T, the round budget (it sets ``round_frac`` and ``is_last_round``).
+    ``horizon`` is T, the round budget (it sets ``round_frac`` and ``is_last_round``);
+    ``family`` the task's answer family (:func:`ccpo.traces.answers.family_of`).
     """
-    norm = normalizer_for(task)
+    norm = normalizer_for(task, family)
     T = horizon
     out = np.zeros((len(rounds), N_FEATURES), dtype=np.float32)
     base_norm: list[str] = []

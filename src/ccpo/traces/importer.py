@@ -11,7 +11,15 @@ collection, as a **cascade**:
 - with a named guide, that model is the guide of every round and the other models are the
   bases, cheapest first: again T = K − 1;
 - the verdict is ``yes`` iff the guide's answer equals the base's under the task's answer
-  normaliser (:func:`ccpo.traces.answers.normalizer_for`);
+  normaliser (:func:`ccpo.traces.answers.normalizer_for`): an ``agree`` ladder
+  (:mod:`ccpo.traces.ladder`), written into every round (``verdict_mode: agree``, each step's
+  ``prompt: cot``) so that a policy trained on the traces can be deployed on the same models;
+- **paid once**: a model answers a question once in the table, so a step that repeats an
+  earlier step's model (round t + 1's base is round t's guide; a named guide in every round)
+  is stored as ``reused`` with zero usage: it is charged in the round that first asks it, as
+  the deployed agent pays for it (it reuses the answer rather than asking again);
+- the task's family (``--family mcq|short|exact``; built-in names have their own) is written
+  into each trace (``family``) and picks the normaliser;
 - the guide's uncertainty is ``1 − p`` and the base's log-prob score ``log p``, where ``p`` is
   the row's ``confidence``, else ``exp(logprob)``; both are null when the row has neither.
 
@@ -52,7 +60,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ccpo.errors import CCPOError
-from ccpo.traces.answers import exact_match, normalizer_for
+from ccpo.traces.answers import BUILTIN_TASKS, exact_match, family_of, normalizer_for
+from ccpo.traces.ladder import Ladder, LadderRound, Step, agree_signals, transfer_signal
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import SCHEMA_VERSION, BaseStep, GuideStep, Round, Trace, Usage
 
@@ -66,7 +75,6 @@ REQUIRED_COLUMNS = (
     "output_tokens",
 )
 OPTIONAL_COLUMNS = ("logprob", "confidence", "gold", "reasoning")
-MIN_PROBABILITY = 1e-6  # a confidence of 0 becomes log-prob log(1e-6), not −∞
 NO_GOLD = "<no gold: no model answered correctly>"
 _TRUE = {"true", "1", "yes", "y", "t"}
 _FALSE = {"false", "0", "no", "n", "f"}
@@ -138,6 +146,17 @@ class Cascade:
     @property
     def rounds(self) -> int:
         return len(self.bases)
+
+    def ladder(self, task: str, family: str | None = None) -> Ladder:
+        """The ``agree`` ladder of the cascade: every model answers the question itself."""
+        return Ladder(
+            task,
+            family_of(task, family),
+            tuple(
+                LadderRound(Step(b, "cot"), Step(g, "cot"), "agree")
+                for b, g in zip(self.bases, self.guides, strict=True)
+            ),
+        )
 
 
 def _error(path: Path, line: int | None, column: str | None, msg: str) -> CCPOError:
@@ -272,44 +291,84 @@ def _gold(rows: dict[str, Located], norm: Any) -> list[str]:
     return list(seen.values()) or [NO_GOLD]
 
 
-def _round(t: int, base: ImportRow, guide: ImportRow, task: str) -> Round:
-    p_base, p_guide = base.probability(), guide.probability()
-    lp = None if p_base is None else round(math.log(max(p_base, MIN_PROBABILITY)), 9)
-    agree = exact_match(guide.answer, [base.answer], task)
-    return Round(
-        round=t,
-        base=BaseStep(
-            model=base.model,
-            answer=base.answer,
-            reasoning=base.reasoning,
-            correct=base.correct,
-            usage=Usage(input_tokens=base.input_tokens, output_tokens=base.output_tokens),
-            logprob_mean=lp,
-            logprob_min=lp,
-        ),
-        guide=GuideStep(
-            model=guide.model,
-            verdict="yes" if agree else "no",
-            answer=guide.answer,
-            correct=guide.correct,
-            uncertainty=None if p_guide is None else round(1.0 - p_guide, 9),
-            usage=Usage(input_tokens=guide.input_tokens, output_tokens=guide.output_tokens),
-        ),
-    )
+def _usage(row: ImportRow) -> Usage:
+    return Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens)
+
+
+def _steps(rows: dict[str, Located], ladder: Ladder) -> dict[tuple[int, str], dict[str, Any]]:
+    """Every step of one question's ladder as schema fields: a model's row, or for a step that
+    repeats an earlier call, that step's answer and signals (:func:`transfer_signal`) with
+    zero usage: paid once, where first asked."""
+    steps: dict[tuple[int, str], dict[str, Any]] = {}
+    for t, lr in enumerate(ladder.rounds, start=1):
+        for role in ("base", "guide"):
+            spec = lr.step(role)
+            src = ladder.reused(t, role)
+            if src is not None:
+                orig = steps[src]
+                key = "logprob_mean" if src[1] == "base" else "uncertainty"
+                sig = transfer_signal(orig[key], src[1], role)
+                step = {
+                    "model": spec.model,
+                    "answer": orig["answer"],
+                    "reasoning": orig.get("reasoning", ""),
+                    "correct": orig["correct"],
+                    "usage": Usage(input_tokens=0, output_tokens=0),
+                    "reused": True,
+                }
+            else:
+                row = rows[spec.model].row
+                lp, u = agree_signals(row.probability())
+                sig = lp if role == "base" else u
+                step = {
+                    "model": spec.model,
+                    "answer": row.answer,
+                    "reasoning": row.reasoning,
+                    "correct": row.correct,
+                    "usage": _usage(row),
+                }
+            step["prompt"] = spec.prompt
+            if role == "base":
+                step.update(logprob_mean=sig, logprob_min=sig)
+            else:
+                step.pop("reasoning")
+                step["uncertainty"] = sig
+            steps[(t, role)] = step
+    return steps
+
+
+def _rounds(rows: dict[str, Located], ladder: Ladder) -> list[Round]:
+    """One question's rounds: verdict ``yes`` iff the guide's answer is the base's."""
+    steps = _steps(rows, ladder)
+    out = []
+    for t in range(1, ladder.T + 1):
+        b, g = steps[(t, "base")], steps[(t, "guide")]
+        agree = exact_match(g["answer"], [b["answer"]], ladder.task, ladder.family)
+        out.append(
+            Round(
+                round=t,
+                verdict_mode="agree",
+                base=BaseStep(**b),
+                guide=GuideStep(**g, verdict="yes" if agree else "no"),
+            )
+        )
+    return out
 
 
 def build_traces(
-    by_q: dict[str, dict[str, Located]], cascade: Cascade, task: str, source: str
+    by_q: dict[str, dict[str, Located]],
+    cascade: Cascade,
+    task: str,
+    source: str,
+    family: str | None = None,
 ) -> list[Trace]:
-    """One trace per question, rounds as planned by ``cascade``."""
-    norm = normalizer_for(task)
+    """One trace per question, rounds as planned by ``cascade`` (an ``agree`` ladder)."""
+    ladder = cascade.ladder(task, family)
+    norm = normalizer_for(task, ladder.family)
     out = []
     for qid, rows in by_q.items():
         any_row = next(iter(rows.values())).row
-        rounds = [
-            _round(t, rows[b].row, rows[g].row, task)
-            for t, (b, g) in enumerate(zip(cascade.bases, cascade.guides, strict=True), start=1)
-        ]
+        rounds = _rounds(rows, ladder)
         gold = _gold(rows, norm)
         meta: dict[str, Any] = {
             "source": f"imported from {source} by ccpo traces import",
@@ -323,6 +382,7 @@ def build_traces(
                 schema=SCHEMA_VERSION,
                 id=qid,
                 task=task,
+                family=None if task.lower() in BUILTIN_TASKS else ladder.family,
                 question=any_row.question,
                 gold=gold,
                 rounds=rounds,
@@ -333,10 +393,18 @@ def build_traces(
 
 
 def import_table(
-    path: str | Path, task: str, prices: PriceTable, guide: str | None = None
+    path: str | Path,
+    task: str,
+    prices: PriceTable,
+    guide: str | None = None,
+    family: str | None = None,
 ) -> tuple[list[Trace], Cascade]:
     """Read ``path`` and return its traces and the cascade they follow (see module doc)."""
+    try:
+        family_of(task, family)
+    except ValueError as e:
+        raise CCPOError(f"--family: {e}") from None
     p = Path(path)
     by_q = group_rows(read_table(p), p)
     cascade = plan_cascade(by_q, prices, guide)
-    return build_traces(by_q, cascade, task, p.name), cascade
+    return build_traces(by_q, cascade, task, p.name, family), cascade

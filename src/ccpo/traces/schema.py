@@ -9,13 +9,22 @@ silently: every float is finite; log-probs are ≤ 0; the guide's uncertainty is
 [0, ``MAX_UNCERTAINTY``] (``1 − p(verdict)`` is in [0, 1]; converted logs carry entropies,
 which stay far below 32 for any vocabulary of up to 2³² tokens); token counts are at most
 ``MAX_TOKENS`` per call.
+
+**Ladder fields** (optional, backward compatible; see :mod:`ccpo.traces.ladder`): a round's
+``verdict_mode`` (``judge``: the paper's Yes / No [answer] prompt; ``agree``: the guide answers
+the question itself and the verdict is "same answer"), each step's ``prompt`` (the prompt it
+ran with) and ``reused`` (the step is the same call as an earlier step of the ladder: the same
+model on the same question and context; it is paid once, where it was first made, so its
+``usage`` here is zero). A trace's ``family`` (``mcq`` / ``short`` / ``exact``) fixes the answer
+normaliser of a task name that is not built in. Files without these fields read as a ``judge``
+ladder of the models their rounds name.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = "ccpo.trace/v1"
 
@@ -38,7 +47,21 @@ class Usage(_Model):
     output_tokens: int = Field(ge=0, le=MAX_TOKENS)
 
 
-class BaseStep(_Model):
+class _Step(_Model):
+    """What base and guide steps share: the ladder fields."""
+
+    prompt: str | None = Field(None, min_length=1)
+    reused: bool = False
+
+    @model_validator(mode="after")
+    def _reused_is_free(self) -> _Step:
+        u = getattr(self, "usage", None)
+        if self.reused and u is not None and (u.input_tokens or u.output_tokens):
+            raise ValueError("a reused step (the same call as an earlier one) has zero usage")
+        return self
+
+
+class BaseStep(_Step):
     """The base agent's attempt in one round."""
 
     model: str
@@ -50,7 +73,7 @@ class BaseStep(_Model):
     logprob_min: float | None = Field(None, le=0)
 
 
-class GuideStep(_Model):
+class GuideStep(_Step):
     """The guide's reply in one round: a verdict on the base answer and its own answer."""
 
     model: str
@@ -80,6 +103,7 @@ class Round(_Model):
     base: BaseStep
     guide: GuideStep
     policy_llm: dict[str, PolicyLLMDecision] | None = None
+    verdict_mode: Literal["judge", "agree"] | None = None
 
 
 class Trace(_Model):
@@ -88,6 +112,7 @@ class Trace(_Model):
     schema_: Literal["ccpo.trace/v1"] = Field(alias="schema")
     id: str = Field(min_length=1)
     task: str
+    family: Literal["mcq", "short", "exact"] | None = None
     question: str
     gold: list[str] = Field(min_length=1)
     rounds: list[Round] = Field(min_length=1)
@@ -125,5 +150,18 @@ class Trace(_Model):
         return out
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The wire form: ``schema`` first, nulls kept, as DESIGN.md shows it."""
-        return self.model_dump(by_alias=True, mode="json")
+        """The wire form: ``schema`` first, nulls kept, as DESIGN.md shows it; the optional
+        ladder fields only where they are set (so older files round-trip unchanged)."""
+        d = self.model_dump(by_alias=True, mode="json")
+        if d.get("family") is None:
+            d.pop("family", None)
+        for r in d["rounds"]:
+            if r.get("verdict_mode") is None:
+                r.pop("verdict_mode", None)
+            for step in (r["base"], r["guide"]):
+                prompt, reused = step.pop("prompt", None), step.pop("reused", False)
+                if prompt is not None:  # the ladder fields last, after the v1 fields
+                    step["prompt"] = prompt
+                if reused:
+                    step["reused"] = True
+        return d

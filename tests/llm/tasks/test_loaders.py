@@ -100,6 +100,10 @@ def test_bundled_data_loads_and_is_small() -> None:
         assert size < 400_000
 
 
-def test_unknown_task() -> None:
-    with pytest.raises(CCPOError, match="unknown task"):
+def test_a_task_that_is_not_built_in_needs_its_questions(tmp_path) -> None:
+    with pytest.raises(CCPOError, match="task 'gsm8k' is not built in .* pass --data FILE"):
         load_questions("gsm8k")
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"id": "a", "question": "2 + 2?", "gold": "4"}\n')
+    (q,) = load_questions("gsm8k", f)
+    assert (q.task, q.question, q.gold) == ("gsm8k", "2 + 2?", ["4"])

@@ -67,9 +67,13 @@ def default_data_path(task: str) -> Path:
 
 
 def load_questions(task: str, path: str | Path | None = None) -> list[Question]:
-    """Load a task's questions from ``path`` (or the bundled subset)."""
-    if task not in TASKS:
-        raise CCPOError(f"unknown task '{task}'; expected one of {', '.join(TASKS)}")
+    """Load a task's questions from ``path`` (or the bundled subset). A task name that is not
+    built in (``medqa``, ...) reads ``path`` as JSONL questions of that task."""
+    if task not in TASKS and path is None:
+        raise CCPOError(
+            f"task '{task}' is not built in ({', '.join(TASKS)}): pass --data FILE, a JSONL of "
+            "its questions"
+        )
     p = Path(path) if path is not None else default_data_path(task)
     if not p.exists():
         raise CCPOError(f"{p}: no such file or folder")
@@ -77,7 +81,10 @@ def load_questions(task: str, path: str | Path | None = None) -> list[Question]:
         return load_mmlu(p)
     if task == "hotpotqa":
         return load_hotpotqa(p)
-    return load_jsonl(p)
+    qs = load_jsonl(p)
+    for q in qs:
+        q.task = task
+    return qs
 
 
 # ---------------------------------------------------------------------------- MMLU

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ccpo.traces.answers import exact_match
 
 
-def score(task: str, prediction: str, gold: list[str]) -> bool:
-    """True iff ``prediction`` matches some gold answer under the task's normaliser."""
-    return exact_match(prediction or "", list(gold), task)
+def score(task: str, prediction: str, gold: list[str], family: str | None = None) -> bool:
+    """True iff ``prediction`` matches some gold answer under the task's normaliser (its
+    family's: :func:`ccpo.traces.answers.family_of`)."""
+    return exact_match(prediction or "", list(gold), task, family)

@@ -1,0 +1,224 @@
+"""The ladder of a trace set: which model answers in each round, with which prompt, and how
+the guide's verdict is made (DESIGN.md, "Ladders").
+
+A **ladder** is the list of T rounds; round t names its base step and its guide step (a model
+and the prompt it runs with) and its verdict mode:
+
+- ``judge``: the paper's protocol. The base's context holds every earlier round (its reasoning,
+  answer and the guide's reply); the guide reads the base's reasoning and answer and replies
+  ``Yes`` or ``No [answer]``.
+- ``agree``: independent answers, as in imported logs and both bundled sets. Base and guide
+  each answer the question itself (no context); the verdict is ``yes`` iff the two answers are
+  the same under the task's normaliser.
+
+**Paid once.** A call the ladder makes twice is made and paid once: in an ``agree`` round a step
+whose (model, prompt) equals a step of an earlier ``agree`` round (or this round's base) asks
+the same model the same question with the same prompt. In an imported cascade, round t + 1's
+base is round t's guide. :meth:`Ladder.reused` names the step a repeat copies; traces store
+the repeat with zero usage and ``reused: true``, and the deployed agent copies the answer
+instead of asking again, so replay and live charge it alike.
+
+The ladder is data, read from a trace set (:func:`ladder_of`) and copied into every policy
+trained on it; one piece of code runs a round of any ladder (:mod:`ccpo.llm.protocol`). Files
+without ladder fields read as a ``judge`` ladder of the models their rounds name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ccpo.errors import CCPOError
+from ccpo.traces.answers import family_of
+
+VerdictMode = Literal["judge", "agree"]
+VERDICT_MODES: tuple[str, ...] = ("judge", "agree")
+Role = Literal["base", "guide"]
+
+MIN_PROBABILITY = 1e-6  # a probability of 0 becomes log-prob log(1e-6), not −∞
+
+#: the prompts the deployed agent knows how to write; any other name (e.g. a log's mode,
+#: ``uala``) runs the family's chain-of-thought prompt and only tells steps apart
+KNOWN_PROMPTS = ("cot", "react", "judge")
+
+
+def agree_signals(p: float | None) -> tuple[float | None, float | None]:
+    """The signals of an answer with probability ``p`` of being right, in an ``agree`` round:
+    (the base's log-prob score ``log p``, the guide's uncertainty ``1 − p``), rounded to 9
+    digits; (None, None) without a probability. The importer (``p`` = the row's confidence or
+    exp(logprob)) and the live agent (``p`` = exp(mean token log-prob)) use this one
+    definition."""
+    if p is None:
+        return None, None
+    return round(math.log(max(p, MIN_PROBABILITY)), 9), round(1.0 - p, 9)
+
+
+def transfer_signal(value: float | None, source: str, target: str) -> float | None:
+    """A repeated step's signal from its original's (see :meth:`Ladder.reused`): copied
+    within a role; across roles through :func:`agree_signals` (base score ``log p`` ↔ guide
+    uncertainty ``1 − p``)."""
+    if value is None or source == target:
+        return value
+    p = 1.0 - value if source == "guide" else math.exp(value)
+    lp, u = agree_signals(p)
+    return lp if target == "base" else u
+
+
+def default_prompt(task: str, role: Role, verdict: str) -> str:
+    """The prompt a step without a ``prompt`` field ran with: ``judge`` for a judging guide,
+    ReAct for a HotpotQA base in the paper's protocol, chain of thought otherwise."""
+    if verdict == "judge":
+        if role == "guide":
+            return "judge"
+        return "react" if task.lower() == "hotpotqa" else "cot"
+    return "cot"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call of a round: a model and the prompt it answers with."""
+
+    model: str
+    prompt: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"model": self.model, "prompt": self.prompt}
+
+
+@dataclass(frozen=True)
+class LadderRound:
+    """Round t of a ladder: its base step, its guide step and the verdict mode."""
+
+    base: Step
+    guide: Step
+    verdict: str = "judge"
+
+    def step(self, role: str) -> Step:
+        return self.base if role == "base" else self.guide
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """The rounds of a trace set (or of a deployment), with the task they answer."""
+
+    task: str
+    family: str
+    rounds: tuple[LadderRound, ...]
+
+    @property
+    def T(self) -> int:
+        return len(self.rounds)
+
+    def models(self) -> list[str]:
+        """Every model the ladder calls, in order of first use."""
+        seen: dict[str, None] = {}
+        for r in self.rounds:
+            seen.setdefault(r.base.model)
+            seen.setdefault(r.guide.model)
+        return list(seen)
+
+    def round(self, t: int) -> LadderRound:
+        """Round ``t`` (1-based)."""
+        return self.rounds[t - 1]
+
+    def reused(self, t: int, role: str) -> tuple[int, str] | None:
+        """The earlier step (round, role) whose call step (``t``, ``role``) repeats, or None
+        (see the module docstring: only ``agree`` rounds repeat calls)."""
+        r = self.round(t)
+        if r.verdict != "agree":
+            return None
+        me = r.step(role)
+        order = [(u, ro) for u in range(1, t + 1) for ro in ("base", "guide")]
+        for u, ro in order[: order.index((t, role))]:
+            if self.round(u).verdict == "agree" and self.round(u).step(ro) == me:
+                return u, ro
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form kept in a policy's provenance (``ladder``)."""
+        return {
+            "task": self.task,
+            "family": self.family,
+            "rounds": [
+                {"base": r.base.to_dict(), "guide": r.guide.to_dict(), "verdict": r.verdict}
+                for r in self.rounds
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "ladder") -> Ladder:
+        """The ladder of :meth:`to_dict` (a clear :class:`CCPOError` for a malformed one)."""
+        try:
+            task = str(d["task"])
+            rounds = tuple(
+                LadderRound(
+                    Step(str(r["base"]["model"]), str(r["base"]["prompt"])),
+                    Step(str(r["guide"]["model"]), str(r["guide"]["prompt"])),
+                    str(r.get("verdict", "judge")),
+                )
+                for r in d["rounds"]
+            )
+            family = family_of(task, d.get("family"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise CCPOError(f"{where}: malformed ladder ({e})") from None
+        for r in rounds:
+            if r.verdict not in VERDICT_MODES:
+                raise CCPOError(f"{where}: verdict '{r.verdict}' is not judge or agree")
+        if not rounds:
+            raise CCPOError(f"{where}: a ladder needs at least one round")
+        return cls(task, family, rounds)
+
+    @classmethod
+    def one_pair(cls, task: str, base: str, guide: str, rounds: int, family: str | None = None):
+        """The paper's protocol: the same base and guide every round, ``judge`` verdicts."""
+        b = Step(base, default_prompt(task, "base", "judge"))
+        g = Step(guide, "judge")
+        return cls(task, family_of(task, family), tuple(LadderRound(b, g) for _ in range(rounds)))
+
+    def describe(self) -> str:
+        """One line per round, for messages and ``--help`` output."""
+        return "; ".join(
+            f"round {t}: {r.base.model} → {r.guide.model} ({r.verdict})"
+            for t, r in enumerate(self.rounds, start=1)
+        )
+
+
+def ladder_of_trace(tr: Any) -> Ladder:
+    """The ladder one trace followed (defaults for files without ladder fields)."""
+    rounds = []
+    for r in tr.rounds:
+        verdict = getattr(r, "verdict_mode", None) or "judge"
+        b, g = r.base, r.guide
+        rounds.append(
+            LadderRound(
+                Step(
+                    b.model, getattr(b, "prompt", None) or default_prompt(tr.task, "base", verdict)
+                ),
+                Step(
+                    g.model, getattr(g, "prompt", None) or default_prompt(tr.task, "guide", verdict)
+                ),
+                verdict,
+            )
+        )
+    return Ladder(tr.task, family_of(tr.task, getattr(tr, "family", None)), tuple(rounds))
+
+
+def ladder_of(traces: Iterable[Any], where: str = "traces") -> Ladder:
+    """The ladder of a trace set: every trace must follow the same one (a set mixing ladders
+    cannot be deployed as one policy)."""
+    first: Ladder | None = None
+    first_id = ""
+    for tr in traces:
+        lad = ladder_of_trace(tr)
+        if first is None:
+            first, first_id = lad, tr.id
+        elif lad != first:
+            raise CCPOError(
+                f"{where}: trace '{tr.id}' follows another ladder than '{first_id}' "
+                f"({lad.describe()} vs {first.describe()}); a trace set has one ladder"
+            )
+    if first is None:
+        raise CCPOError(f"{where}: no traces")
+    return first
