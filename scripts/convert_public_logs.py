@@ -57,6 +57,7 @@ from typing import Any
 from ccpo.llm.tasks.loaders import Question, load_mmlu
 from ccpo.traces.answers import exact_match, normalizer_for
 from ccpo.traces.io import dumps_trace
+from ccpo.traces.ladder import ladder_of_trace
 from ccpo.traces.prices import ModelPrice, PriceTable
 from ccpo.traces.schema import SCHEMA_VERSION, BaseStep, GuideStep, Round, Trace, Usage
 
@@ -359,6 +360,49 @@ def make_round(
             usage=Usage(input_tokens=count_tokens(prompt), output_tokens=count_tokens(reply)),
         ),
     )
+
+
+#: the prompt (a name for the log's run) of each round's base and guide step: the ladder the
+#: traces record (verdict by agreement); none is a prompt ccpo writes live (cot, react), so a
+#: live deployment runs the family's chain-of-thought prompt for each, one draw per name
+HOTPOTQA_PROMPTS = (
+    ("fireact-react", "gpt35-standard"),
+    ("fireact-react", "gpt35-react"),
+    ("uala-cot", "gpt35-cot"),
+    ("uala-final", "gpt35-uala"),
+)
+MMLU_PROMPTS = (
+    ("gpt35-cot", "gpt35-react"),
+    ("gpt35-react", "gpt35-standard"),
+    ("gpt35-uala-first", "gpt35-uala-final"),
+    ("gpt35-uala-final", "gpt35-uala-final"),
+)
+
+
+def apply_ladder(traces: list[Trace], prompts: tuple[tuple[str, str], ...]) -> list[Trace]:
+    """Record the ladder in every round (``verdict_mode: agree``, each step's ``prompt``) and
+    charge a call the ladder repeats once (:meth:`ccpo.traces.ladder.Ladder.reused`: the
+    same model with the same prompt on the same question): the repeat keeps its answer and
+    signals and gets zero usage and ``reused: true``. In ``mmlu-public`` that is round 4's
+    guide (UALA's final answer, already round 3's guide); ``hotpotqa-public`` repeats none."""
+    for tr in traces:
+        for r, (bp, gp) in zip(tr.rounds, prompts, strict=True):
+            r.verdict_mode = "agree"
+            r.base.prompt, r.guide.prompt = bp, gp
+        ladder = ladder_of_trace(tr)
+        for t, r in enumerate(tr.rounds, start=1):
+            for role in ("base", "guide"):
+                src = ladder.reused(t, role)
+                if src is None:
+                    continue
+                step, orig = getattr(r, role), getattr(tr.rounds[src[0] - 1], src[1])
+                if (step.answer, step.correct) != (orig.answer, orig.correct) or src[1] != role:
+                    raise SystemExit(f"{tr.id} round {t} {role}: not a repeat of {src}")
+                if role == "guide" and step.uncertainty != orig.uncertainty:
+                    raise SystemExit(f"{tr.id} round {t} guide: another uncertainty than {src}")
+                step.usage = Usage(input_tokens=0, output_tokens=0)
+                step.reused = True
+    return traces
 
 
 def build_hotpotqa(logs: Path, hotpotqa_path: Path) -> list[Trace]:
@@ -911,9 +955,10 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
 
-    write_set(out, HOTPOTQA_SPEC, build_hotpotqa(args.logs, args.hotpotqa))
+    hotpotqa = apply_ladder(build_hotpotqa(args.logs, args.hotpotqa), HOTPOTQA_PROMPTS)
+    write_set(out, HOTPOTQA_SPEC, hotpotqa)
     if args.mmlu is not None:
-        write_set(out, MMLU_SPEC, build_mmlu(args.logs, args.mmlu))
+        write_set(out, MMLU_SPEC, apply_ladder(build_mmlu(args.logs, args.mmlu), MMLU_PROMPTS))
 
     lic = out / "licenses"
     lic.mkdir(exist_ok=True)

@@ -761,10 +761,12 @@ class LLMClient:
                     f"{endpoint.where}: authentication failed (HTTP {e.status_code}); check the "
                     f"API key in ${env} or the config file"
                 ) from None
-            except openai.NotFoundError:
+            except openai.NotFoundError as e:
+                said = _redact(str(_error_message(e) or ""), self._secrets)[:300]
                 raise CCPOError(
-                    f"{endpoint.where}: not found (HTTP 404); check the model name and the base "
-                    "URL (it usually ends in /v1)"
+                    f"{endpoint.where}: not found (HTTP 404"
+                    f"{': ' + said if said else ''}); check the model name and the base URL "
+                    "(it usually ends in /v1)"
                 ) from None
             except openai.APIStatusError as e:
                 # log-probs refused: an HTTP 400 or 5xx whose message names them (llama_cpp.server
@@ -802,6 +804,16 @@ class LLMClient:
             self.n_retries += 1
             log.info("%s: %s; retry %d in %.2fs", endpoint.where, last, attempt, delay)
             await asyncio.sleep(delay)
+
+
+def _error_message(e: openai.APIStatusError) -> str | None:
+    """The message of an OpenAI-style error body (``{"error": {"message": ...}}``), if any."""
+    body = e.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        msg = inner.get("message") if isinstance(inner, dict) else None
+        return msg if isinstance(msg, str) else None
+    return None
 
 
 def _names_logprobs(e: openai.APIStatusError) -> bool:

@@ -173,6 +173,35 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(EXIT_FAILED) from None
         print_answer_set(s)
 
+    @app.command("replay-server")
+    def replay_server_cmd(
+        traces: Annotated[
+            Path, typer.Option("--traces", help="Trace file whose recorded outputs answer.")
+        ],
+        host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+        port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 9000,
+        log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+    ) -> None:
+        """An OpenAI-compatible endpoint that answers every model of a trace file from its
+        recorded outputs (found by question text, model and round; recorded usage): dry-run a
+        deployment against your own logs at zero API cost. Point every model at it in the
+        deploy config (endpoints: {"*": {url: http://HOST:PORT/v1}}). A question or model that
+        is not in the file gets HTTP 404, never an invented answer. Needs the serve extra."""
+        import uvicorn
+
+        from ccpo.runtime.replay_server import ReplayIndex, create_replay_app
+
+        check_port_free(host, port)
+        with _err.status(f"indexing {traces}…"):
+            index = ReplayIndex.from_file(traces)
+        _err.print(
+            f"ccpo replay-server: {index.n_questions} questions of {traces.name}; models "
+            f"{', '.join(sorted(index.models))}; http://{host}:{port}/v1",
+            highlight=False,
+            soft_wrap=True,
+        )
+        uvicorn.run(create_replay_app(index), host=host, port=port, log_level=log_level)
+
     @app.command("serve")
     @settings_options(DeployConfig, (*_DEPLOY, "max_cost_total"))
     @settings_options(ServerConfig, _SERVER, _SERVER_FLAGS, "Server", prefix="server.")

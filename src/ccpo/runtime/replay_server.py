@@ -1,0 +1,264 @@
+"""``ccpo replay-server``: an OpenAI-compatible endpoint that answers every model of a trace
+file from its recorded outputs, so a deployment can be dry-run against your own logs at zero
+API cost (and tests run the real HTTP path without inventing answers).
+
+A request is matched to a recorded step by
+
+- the **question**: the trace whose question text the prompt holds (every prompt ccpo writes
+  holds it verbatim: after ``Question:`` or ``Q:``; any other prompt is searched for the longest
+  recorded question it contains);
+- the **model**: the request's ``model``;
+- the **round and role**: the ``X-CCPO-Round`` / ``X-CCPO-Role`` headers that ccpo's client
+  sends with every call of a ladder; without them, the one step of that model on that question
+  (a clear 400 when the model answers it in several rounds).
+
+The reply is the recorded answer (a chat completion whose text a reader can parse: ``Answer:
+…``, or the guide's ``Yes`` / ``No [answer]``) with the recorded ``usage``, and an extra object
+``ccpo_replay`` with the recorded step (answer, verdict, signals), which ccpo's agent takes as
+recorded rather than parsing the text again, so that live answers equal the policy's replay
+exactly. A step the ladder repeats is answered like its original (ccpo never asks for it: it
+reuses the answer). A question, model or step that is not in the file gets HTTP 404 with a
+message saying which; nothing is ever invented.
+
+Needs the serve extra (``pip install 'ccpo[serve]'``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ccpo.errors import CCPOError
+
+try:
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+except ImportError as e:  # pragma: no cover - only without the extra
+    raise CCPOError("ccpo replay-server needs the serve extra: pip install 'ccpo[serve]'") from e
+
+from ccpo.traces.io import iter_traces
+from ccpo.traces.schema import Trace
+
+#: where ccpo's prompts put the question: (prefix, what ends it)
+_QUESTION_MARKS = (("Question: ", ("\nThought ", "\n\nBase answer:")), ("Q: ", ("\nA: ",)))
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One recorded step: what a model said in one round of one question."""
+
+    trace_id: str
+    round: int
+    role: str
+    model: str
+    answer: str
+    text: str
+    input_tokens: int
+    output_tokens: int
+    extra: dict[str, Any]
+
+
+def _step_text(role: str, step: Any, verdict_mode: str) -> str:
+    """A reply a reader can parse: the base's ``Answer: …``; a judging guide's raw reply (else
+    ``Yes`` / ``No [answer]``); an agreeing guide's ``Answer: …``."""
+    if role == "guide" and verdict_mode == "judge":
+        raw = getattr(step, "raw", None) or (step.model_extra or {}).get("raw")
+        if isinstance(raw, str) and raw:
+            return raw
+        return "Yes" if step.verdict == "yes" else f"No [{step.answer}]"
+    reasoning = (getattr(step, "reasoning", "") or "").strip()
+    return f"{reasoning}\nAnswer: {step.answer}" if reasoning else f"Answer: {step.answer}"
+
+
+def recorded_steps(tr: Trace) -> Iterable[Recorded]:
+    """Every step of a trace as a :class:`Recorded` reply."""
+    for r in tr.rounds:
+        mode = r.verdict_mode or "judge"
+        for role in ("base", "guide"):
+            s = getattr(r, role)
+            extra: dict[str, Any] = {"answer": s.answer}
+            if role == "base":
+                extra.update(logprob_mean=s.logprob_mean, logprob_min=s.logprob_min)
+            else:
+                extra.update(verdict=s.verdict, uncertainty=s.uncertainty)
+            yield Recorded(
+                tr.id,
+                r.round,
+                role,
+                s.model,
+                s.answer,
+                _step_text(role, s, mode),
+                s.usage.input_tokens,
+                s.usage.output_tokens,
+                extra,
+            )
+
+
+class ReplayIndex:
+    """Recorded steps by (question text, model, round, role)."""
+
+    def __init__(self, traces: Iterable[Trace], source: str = "traces") -> None:
+        self.source = source
+        self.steps: dict[tuple[str, str, int, str], Recorded] = {}
+        self.by_question: dict[str, dict[str, list[Recorded]]] = {}
+        self.models: set[str] = set()
+        n = 0
+        for tr in traces:
+            q = tr.question.strip()
+            models = self.by_question.setdefault(q, {})
+            for rec in recorded_steps(tr):
+                self.steps.setdefault((q, rec.model, rec.round, rec.role), rec)
+                models.setdefault(rec.model, []).append(rec)
+                self.models.add(rec.model)
+            n += 1
+        if not n:
+            raise CCPOError(f"{source}: holds no traces")
+        self.n_questions = len(self.by_question)
+        # longest first: a question that is part of another never wins over it
+        self._scan = sorted(self.by_question, key=len, reverse=True)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ReplayIndex:
+        return cls(iter_traces(path), str(path))
+
+    def find_question(self, text: str) -> str | None:
+        """The recorded question a prompt holds (see the module docstring)."""
+        for prefix, ends in _QUESTION_MARKS:
+            i = text.rfind(prefix) if prefix.startswith("Question") else text.find(prefix)
+            if i < 0:
+                continue
+            rest = text[i + len(prefix) :]
+            cut = min((j for j in (rest.find(e) for e in ends) if j >= 0), default=len(rest))
+            cand = rest[:cut].strip()
+            if cand in self.by_question:
+                return cand
+        return next((q for q in self._scan if q in text), None)
+
+    def lookup(
+        self, text: str, model: str, round_: int | None, role: str | None
+    ) -> Recorded | tuple[int, str]:
+        """The recorded step of a request, or (HTTP status, message) when there is none."""
+        q = self.find_question(text)
+        if q is None:
+            return 404, f"no question of {self.source} appears in the prompt"
+        models = self.by_question[q]
+        if model not in models:
+            return 404, (
+                f"model '{model}' has no recorded answer to this question in {self.source} "
+                f"(recorded: {', '.join(sorted(models))})"
+            )
+        if round_ is not None and role is not None:
+            rec = self.steps.get((q, model, round_, role))
+            if rec is None:
+                return 404, f"model '{model}' is not the {role} of round {round_} in {self.source}"
+            return rec
+        steps = models[model]
+        if round_ is not None:
+            steps = [s for s in steps if s.round == round_]
+        if role is not None:
+            steps = [s for s in steps if s.role == role]
+        if not steps:
+            return 404, f"model '{model}' has no such step of this question in {self.source}"
+        if len({(s.answer, s.input_tokens, s.output_tokens) for s in steps}) > 1:
+            where = ", ".join(f"round {s.round} {s.role}" for s in steps)
+            return 400, (
+                f"model '{model}' answers this question in several steps ({where}); send the "
+                "X-CCPO-Round and X-CCPO-Role headers to choose one"
+            )
+        return steps[0]
+
+
+def _error(status: int, message: str, type_: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type_}}, status_code=status)
+
+
+def _prompt_text(body: dict[str, Any]) -> str:
+    parts = []
+    for m in body.get("messages") or []:
+        c = m.get("content") if isinstance(m, dict) else None
+        if isinstance(c, str):
+            parts.append(c)
+        elif isinstance(c, list):  # content parts
+            parts.extend(p.get("text", "") for p in c if isinstance(p, dict))
+    return "\n".join(parts)
+
+
+def create_replay_app(index: ReplayIndex) -> FastAPI:
+    """The replay endpoint's app (see the module docstring)."""
+    app = FastAPI(title="ccpo replay-server", description=__doc__)
+    counter = itertools.count(1)
+    stats = {"requests": 0, "answered": 0, "missing": 0}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> JSONResponse:
+        stats["requests"] += 1
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "the body is not JSON", "invalid_request_error")
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            return _error(400, "model: a model name is required", "invalid_request_error")
+        if body.get("stream"):
+            return _error(
+                400, "stream: the replay endpoint does not stream", "invalid_request_error"
+            )
+        h = request.headers
+        try:
+            round_ = int(h["x-ccpo-round"]) if "x-ccpo-round" in h else None
+        except ValueError:
+            return _error(400, "X-CCPO-Round: not an integer", "invalid_request_error")
+        role = h.get("x-ccpo-role")
+        if role is not None and role not in ("base", "guide"):
+            return _error(400, "X-CCPO-Role: must be base or guide", "invalid_request_error")
+        got = index.lookup(_prompt_text(body), body["model"], round_, role)
+        if isinstance(got, tuple):
+            stats["missing"] += 1
+            return _error(got[0], got[1], "not_found" if got[0] == 404 else "invalid_request_error")
+        stats["answered"] += 1
+        return JSONResponse(
+            {
+                "id": f"replay-{next(counter)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": got.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": got.text},
+                        "finish_reason": "stop",
+                        "logprobs": None,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": got.input_tokens,
+                    "completion_tokens": got.output_tokens,
+                    "total_tokens": got.input_tokens + got.output_tokens,
+                },
+                "ccpo_replay": {
+                    "trace_id": got.trace_id,
+                    "round": got.round,
+                    "role": got.role,
+                    **got.extra,
+                },
+            }
+        )
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": m, "object": "model", "owned_by": "ccpo-replay"}
+                for m in sorted(index.models)
+            ],
+        }
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "questions": index.n_questions, **stats}
+
+    return app
