@@ -49,10 +49,21 @@ def test_the_openai_sdk_talks_to_ccpo_serve(world, policy_dir, prices_path, monk
             client.chat.completions.create(
                 model="ccpo", messages=[{"role": "system", "content": "hi"}]
             )
-        with pytest.raises(openai.BadRequestError, match="streaming is not supported"):
+        # stream: true (many chat clients' default) is answered as server-sent events
+        chunks = list(
             client.chat.completions.create(
-                model="ccpo", messages=[{"role": "user", "content": Q}], stream=True
+                model="ccpo",
+                messages=[{"role": "user", "content": Q}],
+                stream=True,
+                extra_body={"ccpo": {"id": "chat-1"}},
             )
+        )
+        assert all(c.object == "chat.completion.chunk" for c in chunks)
+        assert chunks[0].choices[0].delta.role == "assistant"
+        text = "".join(c.choices[0].delta.content or "" for c in chunks)
+        assert text == "\n".join(s["answers"])  # the stored answer set of id chat-1
+        assert [c.choices[0].finish_reason for c in chunks][-1] == "stop"
+        assert chunks[-1].model_extra["ccpo"] == s
         bad = openai.OpenAI(base_url=ls.url + "/v1", api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
             bad.chat.completions.create(model="ccpo", messages=[{"role": "user", "content": Q}])

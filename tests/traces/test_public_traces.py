@@ -19,6 +19,7 @@ import pytest
 import ccpo
 from ccpo.traces.answers import exact_match
 from ccpo.traces.io import read_traces
+from ccpo.traces.ladder import ladder_of_trace
 from ccpo.traces.prices import load_prices, read_price_file
 from ccpo.traces.schema import Trace
 
@@ -132,7 +133,18 @@ def test_rounds_are_internally_consistent(name: str) -> None:
             assert "reward =" not in r.base.reasoning  # no gold leak from the environment
             assert len(r.base.reasoning) <= 1500 + len("[…] ")
             assert r.base.logprob_mean == r.base.logprob_min  # one score, or none
-            assert r.guide.usage.output_tokens >= 1
+            # a guide call is paid where it is first made; a repeat of it is free
+            assert r.guide.usage.output_tokens >= 1 or r.guide.reused
+        # the recorded ladder: agreement verdicts; a repeated call is marked and paid once
+        ladder = ladder_of_trace(tr)
+        assert {r.verdict for r in ladder.rounds} == {"agree"}
+        for t, r in enumerate(tr.rounds, start=1):
+            for role in ("base", "guide"):
+                step, src = getattr(r, role), ladder.reused(t, role)
+                assert step.reused == (src is not None)
+                if src is not None:
+                    orig = getattr(tr.rounds[src[0] - 1], src[1])
+                    assert step.answer == orig.answer and step.usage.input_tokens == 0
 
 
 def _auc(scores: list[float], labels: list[bool]) -> float:
@@ -175,7 +187,8 @@ def test_mmlu_public_works_with_the_harness() -> None:
     ep, _ = load_episodes(TRACES_DIR / "mmlu-public.jsonl.gz")
     assert (ep.n, ep.horizon) == (570, 4)
     assert split_sizes(ep.n) == (408, 81, 81)
-    assert (ep.round_cost > 0).all()
+    # rounds 1-3 pay the guide; round 4's guide is round 3's call (paid once) and its base free
+    assert (ep.round_cost[:, :3] > 0).all() and (ep.round_cost[:, 3] == 0).all()
     stats = stats_of("mmlu-public")
     first = ep.correct.any(-1).argmax(-1)
     oracle = ep.round_cost.cumsum(-1)[range(ep.n), first].mean() * 100

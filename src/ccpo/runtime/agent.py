@@ -135,7 +135,7 @@ def deployment_ladder(policy: Any, config: DeployConfig, horizon: int, where: st
             raise CCPOError("no base model: set base_model in the config (or --base-model)")
         if not guide:
             raise CCPOError("no guide model: set guide_model in the config (or --guide-model)")
-        family = ladder.family if ladder is not None else None
+        family = ladder.family if ladder is not None and ladder.task == task else None
         return Ladder.one_pair(task, base, guide, horizon, family)
     return ladder
 

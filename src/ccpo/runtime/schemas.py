@@ -164,7 +164,11 @@ class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str = Field(description="must be 'ccpo'")
     messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
-    stream: bool = Field(False, description="streaming is not supported")
+    stream: bool = Field(
+        False,
+        description="answer as server-sent events: the answer set as chunks once the policy "
+        "stops, then [DONE] (the policy decides first: nothing streams before it has)",
+    )
     ccpo: CcpoOptions | None = Field(None, description="native fields of POST /v1/answer")
 
     def answer_request(self) -> AnswerRequest:
@@ -173,8 +177,6 @@ class ChatCompletionRequest(BaseModel):
             raise ApiError(
                 404, "model_not_found", f"model '{self.model}' does not exist; use '{CHAT_MODEL}'"
             )
-        if self.stream:
-            raise ApiError(400, "invalid_request", "stream: streaming is not supported")
         users = [m for m in self.messages if m.role == "user"]
         if not users:
             raise ApiError(422, "invalid_request", "messages: no user message (the question)")
@@ -203,6 +205,26 @@ class ChatCompletion(BaseModel):
     model: str
     choices: list[ChatChoice]
     ccpo: AnswerSet
+
+
+def chat_completion_chunks(s: AnswerSet) -> list[dict[str, Any]]:
+    """The answer set as the ``chat.completion.chunk`` events of a streamed completion (as the
+    ``openai`` SDK reads them): the role, one answer per chunk (lines, as the unstreamed
+    content), then an empty delta with ``finish_reason: stop`` and the full answer set as
+    ``ccpo``."""
+    head = {"id": f"chatcmpl-{s.id}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": CHAT_MODEL}  # fmt: skip
+
+    def chunk(delta: dict[str, str], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return {**head, "choices": [choice], **extra}
+
+    parts = [a if i == 0 else "\n" + a for i, a in enumerate(s.answers)]
+    return [
+        chunk({"role": "assistant", "content": ""}),
+        *(chunk({"content": p}) for p in parts),
+        chunk({}, "stop", ccpo=s.model_dump(mode="json")),
+    ]
 
 
 def chat_completion(s: AnswerSet) -> ChatCompletion:

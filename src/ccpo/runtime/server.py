@@ -38,6 +38,7 @@ the service it serves is :mod:`ccpo.runtime.service`, the wire models
 
 from __future__ import annotations
 
+import json
 import logging
 from contextlib import asynccontextmanager
 from typing import Any
@@ -49,7 +50,7 @@ try:
     import uvicorn
     from fastapi import Depends, FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
     from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -72,6 +73,7 @@ from ccpo.runtime.schemas import (
     Health,
     ServerMetrics,
     chat_completion,
+    chat_completion_chunks,
 )
 from ccpo.runtime.service import Service
 
@@ -222,18 +224,31 @@ def create_app(service: Service | None = None) -> FastAPI:
     @app.post(
         "/v1/chat/completions",
         response_model=ChatCompletion,
-        responses={**_ANSWER_ERRORS, 404: {"model": ErrorBody, "description": "unknown model"}},
+        responses={
+            **_ANSWER_ERRORS,
+            200: {
+                "content": {"text/event-stream": {}},
+                "description": "the completion; with stream: true, chat.completion.chunk events "
+                "(the answer set once the policy stops) and [DONE]",
+            },
+            404: {"model": ErrorBody, "description": "unknown model"},
+        },
         summary="The same, OpenAI-compatible: model 'ccpo'; the last user message is the question",
     )
     async def chat_completions(
         req: ChatCompletionRequest, s: Service = Depends(guarded)
-    ) -> ChatCompletion:
+    ) -> ChatCompletion | StreamingResponse:
         try:
             native = req.answer_request()
         except ApiError:
             s.store.count_rejected()
             raise
-        return chat_completion(await s.answer(native))
+        answer_set = await s.answer(native)
+        if not req.stream:
+            return chat_completion(answer_set)
+        events = [f"data: {json.dumps(c)}\n\n" for c in chat_completion_chunks(answer_set)]
+        events.append("data: [DONE]\n\n")
+        return StreamingResponse(iter(events), media_type="text/event-stream")
 
     @app.post(
         "/v1/feedback",

@@ -101,7 +101,7 @@ def test_bundled_data_loads_and_is_small() -> None:
 
 
 def test_a_task_that_is_not_built_in_needs_its_questions(tmp_path) -> None:
-    with pytest.raises(CCPOError, match="task 'gsm8k' is not built in .* pass --data FILE"):
+    with pytest.raises(CCPOError, match=r"task 'gsm8k' is not built in .* pass --data FILE"):
         load_questions("gsm8k")
     f = tmp_path / "q.jsonl"
     f.write_text('{"id": "a", "question": "2 + 2?", "gold": "4"}\n')

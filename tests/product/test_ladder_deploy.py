@@ -1,0 +1,187 @@
+"""Live equals replay, on a ladder (issue 23): a 4-model table imported as traces, policies
+trained on it (``auto`` and ``ccpo``), served by ``ccpo serve`` against ``ccpo replay-server``
+on the same file, asked through the ``openai`` SDK and ``POST /v1/answer``. Every answer set,
+round count, model sequence and cost must equal the policy's replay on the same questions;
+the same for a policy trained on a bundled set. Everything runs through the real entry points
+as subprocesses over real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from ccpo.product.api import ConformalPolicy
+from ccpo.product.reproduce import bundled_sets
+from ccpo.testing import wait_for_http
+from ccpo.testing.ladder_table import write_ladder_table
+from ccpo.traces.io import read_traces
+
+pytestmark = pytest.mark.slow
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    res = subprocess.run(
+        [sys.executable, "-m", "ccpo.product.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(what: str, *args: str) -> tuple[subprocess.Popen, str]:
+    """A ccpo server command on a free port of 127.0.0.1, once its /healthz answers."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ccpo.product.cli", what, *args, "--port", str(port),
+         "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(url + "/healthz", proc, 90, f"ccpo {what}")
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=20)
+        raise
+    return proc, url
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        proc.kill()
+        proc.communicate(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> dict[str, Path]:
+    """The 4-model table imported as traces, and auto and ccpo trained on it."""
+    d = tmp_path_factory.mktemp("ladder")
+    table, prices = write_ladder_table(d, n=280, seed=0)
+    traces = d / "medqa.jsonl"
+    _cli("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
+         "--prices", str(prices), "--out", str(traces))  # fmt: skip
+    out = {"traces": traces, "prices": prices}
+    for method, extra in (("auto", ()), ("ccpo", ("--steps", "300"))):
+        out[method] = d / method
+        _cli("train", "--traces", str(traces), "--method", method, "--alpha", "0.1",
+             "--prices", str(prices), "--out", str(out[method]), *extra)  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def replay(imported) -> Iterator[str]:
+    proc, url = _start("replay-server", "--traces", str(imported["traces"]))
+    yield url
+    _stop(proc)
+
+
+def _paid_models(trace, rounds: int) -> list[list[str]]:
+    """The models a replay pays for in the first ``rounds`` rounds of a trace: every step not
+    stored as a repeat of an earlier call (read from the trace file, not from the agent)."""
+    return [
+        [s.model for s in (r.base, r.guide) if not getattr(s, "reused", False)]
+        for r in trace.rounds[:rounds]
+    ]
+
+
+def _serve_and_compare(policy: Path, traces_file: Path, replay_url: str, tmp: Path,
+                       n: int, prices: Path | None = None) -> dict[str, int]:  # fmt: skip
+    """Serve ``policy`` against the replay endpoint and ask it ``n`` questions of the trace
+    file (half through the openai SDK, half through POST /v1/answer); assert every served
+    answer set equals the policy's replay. Returns how many questions ran 1, 2, ... rounds."""
+    cfg = tmp / f"{policy.name}-deploy.yaml"
+    values: dict = {"endpoints": {"*": {"url": replay_url + "/v1"}}}
+    if prices is not None:
+        values["prices"] = [str(prices)]
+    cfg.write_text(yaml.safe_dump(values))  # a config of endpoints only: task, ladder: the policy's
+    traces = read_traces(traces_file)
+    step = max(1, len(traces) // n)
+    chosen = traces[::step][:n]
+    expected = {p.id: p for p in ConformalPolicy.load(policy).predict_set(chosen)}
+    proc, url = _start("serve", "--policy", str(policy), "--config", str(cfg))
+    depth: dict[int, int] = {}
+    try:
+        sdk = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        for i, tr in enumerate(chosen):
+            if i % 2 == 0:
+                r = sdk.chat.completions.create(
+                    model="ccpo",
+                    messages=[{"role": "user", "content": tr.question}],
+                    extra_body={"ccpo": {"id": tr.id}},
+                )
+                got = r.model_extra["ccpo"]
+                assert r.choices[0].message.content == "\n".join(got["answers"])
+            else:
+                resp = httpx.post(url + "/v1/answer", json={"question": tr.question, "id": tr.id},
+                                  timeout=60)  # fmt: skip
+                assert resp.status_code == 200, resp.text
+                got = resp.json()
+            want = expected[tr.id]
+            assert got["answers"] == want.answers, tr.id
+            assert got["rounds"] == want.rounds, tr.id
+            assert abs(got["cost_usd"] - want.cost_usd) < 1e-12, (tr.id, got["cost_usd"])
+            assert [lg["models"] for lg in got["log"]] == _paid_models(tr, want.rounds), tr.id
+            depth[want.rounds] = depth.get(want.rounds, 0) + 1
+        health = httpx.get(replay_url + "/healthz").json()
+        assert health["missing"] == 0  # every call found its recorded answer
+    finally:
+        _stop(proc)
+    return depth
+
+
+@pytest.mark.parametrize("method", ["auto", "ccpo"])
+def test_served_answers_equal_the_replay_on_an_imported_ladder(imported, replay, method,
+                                                               tmp_path):  # fmt: skip
+    prov = json.loads((imported[method] / "policy.json").read_text())["provenance"]
+    ladder = prov["ladder"]
+    assert [r["verdict"] for r in ladder["rounds"]] == ["agree"] * 3
+    assert (ladder["task"], ladder["family"]) == ("medqa", "mcq")
+    depth = _serve_and_compare(imported[method], imported["traces"], replay, tmp_path, 40)
+    assert sum(depth.values()) == 40
+    assert len(depth) >= 2, depth  # the policy stops at different rounds: a real ladder run
+
+
+def test_the_replay_endpoint_refuses_what_it_has_not_recorded(imported, replay):
+    sdk = openai.OpenAI(base_url=replay + "/v1", api_key="none", max_retries=0)
+    with pytest.raises(openai.NotFoundError, match="no question of"):
+        sdk.chat.completions.create(
+            model="tiny-m", messages=[{"role": "user", "content": "Question: never asked?"}]
+        )
+    q = read_traces(imported["traces"])[0].question
+    with pytest.raises(openai.NotFoundError, match="model 'gpt-4o' has no recorded answer"):
+        sdk.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": q}])
+    # without the round headers, a model's one recorded answer is found by the text alone
+    r = sdk.chat.completions.create(model="big-m", messages=[{"role": "user", "content": q}])
+    assert r.usage.prompt_tokens > 0 and r.choices[0].message.content.startswith("Answer: ")
+
+
+def test_served_answers_equal_the_replay_on_a_bundled_ladder(tmp_path):
+    data = bundled_sets()["mmlu-public"]
+    policy = tmp_path / "mmlu-auto"
+    _cli("train", "--traces", str(data), "--alpha", "0.1", "--out", str(policy))
+    proc, url = _start("replay-server", "--traces", str(data))
+    try:
+        depth = _serve_and_compare(policy, data, url, tmp_path, 30)
+    finally:
+        _stop(proc)
+    assert sum(depth.values()) == 30 and len(depth) >= 2, depth
