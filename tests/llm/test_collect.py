@@ -363,3 +363,41 @@ def test_auth_failure_stops_the_run(tmp_path, prices_file) -> None:
             collect(cfg, progress=False)
         assert srv.n_requests <= cfg.concurrency
     assert not Path(cfg.out).exists() or Path(cfg.out).read_text() == ""
+
+
+def test_collect_runs_an_agree_ladder_and_pays_a_repeated_call_once(world, tmp_path, prices_file):
+    """A ``ladder:`` of three models with agreement verdicts: round 2's base is round 1's guide
+    (the same call), so it is asked once, stored as reused with zero usage, and the traces
+    record the ladder that ``ccpo train`` copies into a policy."""
+    from ccpo.traces.ladder import ladder_of
+
+    ladder = [
+        {"base": "base-m", "guide": "guide-m", "verdict": "agree"},
+        {"base": "guide-m", "guide": "policy-m", "verdict": "agree"},
+    ]
+    cfg = cfg_for(world, tmp_path, prices_file, "mmlu", ladder=ladder, rounds=2, n=3,
+                  base_model=None, guide_model=None,
+                  endpoints={"*": {"url": world.url}})  # fmt: skip
+    s = collect(cfg, progress=False)
+    assert s.complete and s.done == 3
+    traces = read_traces(cfg.out)
+    lad = ladder_of(traces)
+    assert [(r.base.model, r.guide.model, r.verdict) for r in lad.rounds] == [
+        ("base-m", "guide-m", "agree"),
+        ("guide-m", "policy-m", "agree"),
+    ]
+    for t in traces:
+        r1, r2 = t.rounds
+        assert r2.base.reused and r2.base.usage.input_tokens == 0
+        assert r2.base.answer == r1.guide.answer and not r1.guide.reused
+        assert r1.guide.usage.input_tokens > 0 and r2.guide.usage.input_tokens > 0
+        for r in t.rounds:  # agreement: the verdict is "same answer"
+            assert r.guide.verdict == ("yes" if r.guide.answer == r.base.answer else "no")
+    # 3 questions × 3 distinct calls (base-m, guide-m, policy-m): the repeat was not asked
+    assert world.n_completions == 9
+    # a model of the ladder with no endpoint is refused before any call
+    bad = cfg_for(world, tmp_path, prices_file, "mmlu", ladder=ladder, rounds=2, n=3,
+                  base_model=None, guide_model=None, out=str(tmp_path / "bad.jsonl"))  # fmt: skip
+    with pytest.raises(CCPOError, match="model 'base-m' has no endpoint"):
+        collect(bad, progress=False)
+    assert world.n_completions == 9

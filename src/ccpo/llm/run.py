@@ -172,9 +172,13 @@ def plan_collection(cfg: CollectConfig, kind: str) -> Plan:
     if len(set(ids)) != len(ids):
         raise CCPOError("the question file holds duplicate ids")
     prices = load_prices(*cfg.prices)
-    models = [cfg.base_endpoint().model]
     if kind == "base-guide":
-        models += [cfg.guide_endpoint().model] + [p.model for p in cfg.policy_llm]
+        ladder = cfg.make_ladder()
+        models = [*ladder.models(), *(p.model for p in cfg.policy_llm)]
+        for m in ladder.models():
+            cfg.endpoint_for(m)  # a model of the ladder without an endpoint: refused now
+    else:
+        models = [cfg.base_endpoint().model]
     prices.check(models)
     return Plan(Path(cfg.out), kind, questions, prices, source)
 
