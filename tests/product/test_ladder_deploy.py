@@ -185,3 +185,22 @@ def test_served_answers_equal_the_replay_on_a_bundled_ladder(tmp_path):
     finally:
         _stop(proc)
     assert sum(depth.values()) == 30 and len(depth) >= 2, depth
+
+
+def test_a_deployment_missing_a_model_or_another_task_is_refused_before_it_starts(
+    imported, tmp_path
+):
+    """Every model of the policy's ladder needs an endpoint: one without is named before the
+    server starts (exit 2); a config's task must agree with the policy's."""
+    cfg = tmp_path / "partial.yaml"
+    some = {m: {"url": "http://127.0.0.1:9/v1"} for m in ("tiny-m", "small-m", "big-m")}
+    cfg.write_text(yaml.safe_dump({"endpoints": some}))
+    args = [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(imported["auto"]),
+            "--config", str(cfg), "--port", str(_free_port())]  # fmt: skip
+    res = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert "model 'mid-m' has no endpoint" in res.stderr and "Traceback" not in res.stderr
+    cfg.write_text(yaml.safe_dump({"task": "mmlu", "endpoints": {"*": {"url": "http://x/v1"}}}))
+    res = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert "task = 'medqa'" in res.stderr and "task = 'mmlu'" in res.stderr
