@@ -71,6 +71,8 @@ def test_traces_validate_and_stats(sim_file, capsys):
     assert main(["traces", "stats", str(sim_file)]) == 0
     out = capsys.readouterr().out
     assert "solvable" in out and "base acc" in out
+    # the ladder the file records (sim traces: the one-pair judge ladder of their models)
+    assert "ladder: round 1: sim-base → sim-guide (judge); round 2:" in " ".join(out.split())
 
 
 def _one_line_error(capsys, argv, *needles):

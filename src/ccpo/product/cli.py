@@ -96,6 +96,15 @@ def traces_stats(
         f"task {', '.join(sorted(st.tasks))}; solvable {st.solvable_rate:.3f}; "
         f"models {', '.join(sorted(st.models))}"
     )
+    lad = st.ladder()
+    console.print(
+        f"ladder: {lad.describe()}"
+        if lad is not None
+        else f"ladder: the traces follow {len(st.ladders)}+ different ladders (not deployable "
+        "as one policy)",
+        highlight=False,
+        soft_wrap=True,
+    )
     t = Table()
     for c in ("round", "base acc", "guide acc", "guide yes", "base tok", "guide tok", "cost ¢"):
         t.add_column(c, justify="right")

@@ -200,6 +200,12 @@ def register(app: typer.Typer) -> None:
             highlight=False,
             soft_wrap=True,
         )
+        if index.duplicates:
+            warn(
+                f"{index.duplicates} questions of {traces.name} repeat an earlier question's "
+                "text; the replay endpoint finds a question by its text, so the first record "
+                "answers them"
+            )
         uvicorn.run(create_replay_app(index), host=host, port=port, log_level=log_level)
 
     @app.command("serve")

@@ -107,8 +107,10 @@ class ReplayIndex:
         self.by_question: dict[str, dict[str, list[Recorded]]] = {}
         self.models: set[str] = set()
         n = 0
+        self.duplicates = 0  # question texts met again (the first record answers them)
         for tr in traces:
             q = tr.question.strip()
+            self.duplicates += q in self.by_question
             models = self.by_question.setdefault(q, {})
             for rec in recorded_steps(tr):
                 self.steps.setdefault((q, rec.model, rec.round, rec.role), rec)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ccpo.traces.ladder import Ladder, ladder_of_trace
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import Trace
 
@@ -30,9 +31,13 @@ class TraceStats:
     models: set[str] = field(default_factory=set)
     rounds_hist: dict[int, int] = field(default_factory=dict)
     per_round: list[RoundStats] = field(default_factory=list)
+    ladders: dict[Ladder, int] = field(default_factory=dict)  # ladder → traces following it
 
     def add(self, tr: Trace, prices: PriceTable) -> None:
         self.questions += 1
+        lad = ladder_of_trace(tr)
+        if lad in self.ladders or len(self.ladders) < 8:  # a few distinct ones at most
+            self.ladders[lad] = self.ladders.get(lad, 0) + 1
         self.solvable += tr.solvable
         self.tasks.add(tr.task)
         self.models |= tr.models()
@@ -66,6 +71,10 @@ class TraceStats:
             }
             for t, s in enumerate(self.per_round, start=1)
         ]
+
+    def ladder(self) -> Ladder | None:
+        """The ladder every trace follows, or None when they differ."""
+        return next(iter(self.ladders)) if len(self.ladders) == 1 else None
 
     @property
     def solvable_rate(self) -> float:
