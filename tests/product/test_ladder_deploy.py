@@ -204,3 +204,42 @@ def test_a_deployment_missing_a_model_or_another_task_is_refused_before_it_start
     res = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
     assert "task = 'medqa'" in res.stderr and "task = 'mmlu'" in res.stderr
+
+
+def test_dry_run_checks_a_policy_against_its_own_logs(imported, tmp_path):
+    """`ccpo dry-run`: the policy answers the file's questions live against a replay
+    endpoint of the file and every answer set is compared with its replay (exit 0: all
+    equal). A deployment that differs from its traces is caught: here a policy folder whose
+    recorded ladder was edited so that round 2's base is asked again instead of reused (exit 1,
+    each difference listed)."""
+    import re
+    import shutil
+
+    args = ["dry-run", "--policy", str(imported["ccpo"]), "--traces", str(imported["traces"]),
+            "--prices", str(imported["prices"]), "--n", "60"]  # fmt: skip
+    res = _cli(*args)
+    assert "60/60 answer sets equal the policy's replay" in res.stdout
+    live, replay = (float(x) for x in re.findall(r"\$([0-9.]+)", res.stdout))
+    assert live == replay > 0
+    # a κ from the deploy config is the replay's κ too: still equal
+    cfg = tmp_path / "kappa.yaml"
+    cfg.write_text(yaml.safe_dump({"kappa": 0.0}))  # κ = 0: every action, every round
+    res = _cli(*args, "--config", str(cfg))
+    assert "60/60" in res.stdout
+    # break the deployment: round 2's base gets another prompt, so it is a call of its own
+    broken = tmp_path / "broken"
+    shutil.copytree(imported["ccpo"], broken)
+    meta = json.loads((broken / "policy.json").read_text())
+    meta["provenance"]["ladder"]["rounds"][1]["base"]["prompt"] = "another"
+    (broken / "policy.json").write_text(json.dumps(meta))
+    bad = subprocess.run(
+        [sys.executable, "-m", "ccpo.product.cli", "dry-run", "--policy", str(broken),
+         *args[3:], "--config", str(cfg)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert bad.returncode == 1, bad.stderr
+    assert "differs:" in bad.stderr and "models paid [['tiny-m', 'small-m'], ['small-m'" in (
+        " ".join(bad.stderr.split())
+    )
+    n_equal = int(re.search(r"(\d+)/60 answer sets equal", bad.stdout).group(1))
+    assert n_equal < 60

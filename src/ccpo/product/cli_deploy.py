@@ -208,6 +208,56 @@ def register(app: typer.Typer) -> None:
             )
         uvicorn.run(create_replay_app(index), host=host, port=port, log_level=log_level)
 
+    @app.command("dry-run")
+    def dry_run_cmd(
+        policy: PolicyOpt,
+        traces: Annotated[
+            Path, typer.Option("--traces", help="Trace file (your logs) to answer from.")
+        ],
+        config: ConfigOpt = None,
+        prices: PricesOpt = None,
+        n: Annotated[
+            int | None, typer.Option("--n", min=1, help="Ask N questions (evenly spread).")
+        ] = None,
+        concurrency: Annotated[int, typer.Option(min=1, help="Questions in flight.")] = 16,
+    ) -> None:
+        """Answer the questions of a trace file live with a policy, every model of its ladder
+        served from the file's recorded outputs (a replay endpoint in this process, zero API
+        cost), and check each answer set against the policy's replay: answers, rounds, models
+        paid and cost. Exit 0 when all are equal, 1 otherwise (each difference listed). Needs
+        the serve extra."""
+        from ccpo.llm.config import read_config_file
+        from ccpo.product.dry_run import dry_run
+
+        values = read_config_file(config) if config else {}
+        if prices:
+            values["prices"] = [*values.get("prices", []), *(str(p) for p in prices)]
+        values.pop("endpoints", None)
+        quiet_http_logs()
+        with _err.status("asking…") as status:
+            report = printing_provenance(
+                lambda: dry_run(
+                    policy,
+                    traces,
+                    values,
+                    n,
+                    concurrency,
+                    lambda k: status.update(f"asked {k} questions…"),
+                )
+            )
+        _out.print(
+            f"{report.equal}/{report.questions} answer sets equal the policy's replay; "
+            f"{report.calls} LLM calls; cost ${report.live_cost_usd:.6f} live vs "
+            f"${report.replay_cost_usd:.6f} replay; {report.seconds:.1f} s "
+            f"({1000 * report.seconds / max(1, report.questions):.1f} ms per question)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for line in report.differences[:20]:
+            _err.print(f"[red]differs:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+        if not report.ok:
+            raise typer.Exit(EXIT_FAILED)
+
     @app.command("serve")
     @settings_options(DeployConfig, (*_DEPLOY, "max_cost_total"))
     @settings_options(ServerConfig, _SERVER, _SERVER_FLAGS, "Server", prefix="server.")

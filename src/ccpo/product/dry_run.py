@@ -1,0 +1,158 @@
+"""``ccpo dry-run``: a policy answering live against its own logs, checked against its replay.
+
+The last step before going live with a policy trained on your logs. The trace file is served
+by the replay endpoint (:mod:`ccpo.runtime.replay_server`, in this process, on a free port of
+127.0.0.1), every model of the policy's ladder is pointed at it, and the deployed agent
+(:class:`~ccpo.runtime.agent.ConformalAgent`, the code ``ccpo serve`` runs) answers the file's
+questions over real HTTP. Each served answer set is compared with the policy's replay on the
+same question (:meth:`ccpo.product.api.ConformalPolicy.predict_set`): answers, rounds run,
+models paid and cost must be equal. Zero API cost; any difference is a bug to report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ccpo.errors import CCPOError
+from ccpo.product.api import ConformalPolicy
+from ccpo.traces.io import read_traces
+
+
+@dataclass
+class DryRunReport:
+    """What a dry run found: questions asked, how many equal their replay, the differences."""
+
+    questions: int
+    equal: int
+    live_cost_usd: float
+    replay_cost_usd: float
+    calls: int
+    seconds: float
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.equal == self.questions
+
+
+class _ReplayThread:
+    """The replay endpoint's app under uvicorn in a daemon thread on a free loopback port."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/v1"
+        cfg = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self.server = uvicorn.Server(cfg)
+        self._thread = threading.Thread(
+            target=lambda: self.server.run(sockets=[self._sock]), daemon=True
+        )
+
+    def __enter__(self) -> _ReplayThread:
+        self._thread.start()
+        t0 = time.monotonic()
+        while not self.server.started:
+            if time.monotonic() - t0 > 30 or not self._thread.is_alive():
+                raise CCPOError("the replay endpoint did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=20)
+        self._sock.close()
+
+
+def _paid(trace: Any, rounds: int) -> list[list[str]]:
+    return [
+        [s.model for s in (r.base, r.guide) if not getattr(s, "reused", False)]
+        for r in trace.rounds[:rounds]
+    ]
+
+
+def dry_run(
+    policy: str | Path,
+    traces_path: str | Path,
+    config: dict[str, Any] | None = None,
+    n: int | None = None,
+    concurrency: int = 16,
+    progress: Callable[[int], None] | None = None,
+) -> DryRunReport:
+    """Answer ``n`` questions of ``traces_path`` (evenly spread; all by default) live with
+    ``policy`` against the replay endpoint and compare each with the policy's replay.
+    ``config``: deploy settings (prices, rails, κ; endpoints are the replay endpoint's)."""
+    from ccpo.runtime.agent import ConformalAgent
+    from ccpo.runtime.replay_server import ReplayIndex, create_replay_app
+
+    all_traces = read_traces(traces_path)
+    step = max(1, len(all_traces) // n) if n else 1
+    chosen = all_traces[::step][: n or len(all_traces)]
+    with _ReplayThread(create_replay_app(ReplayIndex(all_traces, str(traces_path)))) as rs:
+        models = sorted({m for tr in all_traces for m in tr.models()})
+        values = {
+            **(config or {}),
+            "endpoints": {m: {"url": rs.url} for m in models},
+            "concurrency": concurrency,
+            "cache": None,
+        }
+        agent = ConformalAgent.from_artifact(policy, values)
+        replay = ConformalPolicy.load(policy)
+        replay.prices = agent.prices  # the same table as the live agent's
+        if agent.kappa is not None and replay.policy is not None:
+            replay.policy.kappa_batch = agent.kappa  # and the same κ (a config may set one)
+        expected = replay.predict_set(chosen)
+
+        async def ask_all() -> list[Any]:
+            sem = asyncio.Semaphore(concurrency)
+            done = 0
+
+            async def one(tr: Any) -> Any:
+                nonlocal done
+                async with sem:
+                    s = await agent.aanswer(tr.question, id=tr.id)
+                done += 1
+                if progress is not None:
+                    progress(done)
+                return s
+
+            try:
+                return await asyncio.gather(*(one(tr) for tr in chosen))
+            finally:
+                await agent.aclose()
+
+        t0 = time.perf_counter()
+        served = asyncio.run(ask_all())
+        seconds = time.perf_counter() - t0
+    diffs: list[str] = []
+    for tr, got, want in zip(chosen, served, expected, strict=True):
+        paid = [lg.models for lg in got.log]
+        problems = []
+        if got.answers != want.answers:
+            problems.append(f"answers {got.answers} vs replay {want.answers}")
+        if got.rounds != want.rounds:
+            problems.append(f"rounds {got.rounds} vs replay {want.rounds}")
+        if paid != _paid(tr, want.rounds):
+            problems.append(f"models paid {paid} vs replay {_paid(tr, want.rounds)}")
+        if abs(got.cost_usd - want.cost_usd) > 1e-12:
+            problems.append(f"cost ${got.cost_usd:.8f} vs replay ${want.cost_usd:.8f}")
+        if problems:
+            diffs.append(f"{tr.id}: " + "; ".join(problems))
+    return DryRunReport(
+        questions=len(chosen),
+        equal=len(chosen) - len(diffs),
+        live_cost_usd=sum(s.cost_usd for s in served),
+        replay_cost_usd=sum(p.cost_usd for p in expected),
+        calls=sum(len(lg.models) for s in served for lg in s.log),
+        seconds=seconds,
+        differences=diffs,
+    )
