@@ -243,3 +243,33 @@ def test_dry_run_checks_a_policy_against_its_own_logs(imported, tmp_path):
     )
     n_equal = int(re.search(r"(\d+)/60 answer sets equal", bad.stdout).group(1))
     assert n_equal < 60
+
+
+def test_a_collected_judge_ladder_answers_live_as_it_replays(tmp_path):
+    """The paper's protocol as a ladder: traces collected by `ccpo collect` (one base/guide
+    pair, judge verdicts, the base's context growing every round) record a judge ladder; a
+    policy trained on them answers live against the replay endpoint exactly as it replays."""
+    from ccpo.llm.collect import collect
+    from ccpo.llm.config import build_config
+    from ccpo.traces.ladder import ladder_of
+    from ccpo.traces.prices import write_price_file
+    from tests.llm.conftest import make_world
+
+    prices = tmp_path / "p.json"
+    write_price_file(prices, {"base-m": (0.2, 0.8), "guide-m": (2.5, 10.0)}, "test")
+    out = tmp_path / "judge.jsonl"
+    with make_world() as w:
+        cfg = build_config(None, dict(task="mmlu", n=240, rounds=3, base_model="base-m",
+                                      base_url=w.url, guide_model="guide-m", guide_url=w.url,
+                                      out=str(out), no_cache=True, prices=[str(prices)],
+                                      concurrency=16))  # fmt: skip
+        assert collect(cfg, progress=False).done == 240
+    lad = ladder_of(read_traces(out))
+    assert {(r.base.model, r.base.prompt, r.guide.prompt, r.verdict) for r in lad.rounds} == {
+        ("base-m", "cot", "judge", "judge")
+    }
+    policy = tmp_path / "pol"
+    _cli("train", "--traces", str(out), "--prices", str(prices), "--alpha", "0.1",
+         "--out", str(policy))  # fmt: skip
+    res = _cli("dry-run", "--policy", str(policy), "--traces", str(out), "--prices", str(prices))
+    assert "240/240 answer sets equal the policy's replay" in res.stdout
