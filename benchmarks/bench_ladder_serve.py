@@ -163,7 +163,10 @@ def main() -> int:
     print(f"{len(traces)} questions, concurrency {args.concurrency}, policy {args.method}; "
           f"{calls} LLM calls ({per:.2f} per question); wall {wall:.1f} s")  # fmt: skip
     print(f"served == the policy's replay: {same}/{len(traces)}")
-    for name, xs in (("served", t_served), ("replay only", t_direct), ("overhead", over)):
+    inside = [s["latency_ms"] / 1000.0 for s in served]
+    rows = (("served", t_served), ("  in serve", inside), ("replay only", t_direct),
+            ("overhead", over))  # fmt: skip
+    for name, xs in rows:
         print(f"{name:>12}: median {pct(xs, 50):7.2f} ms   p99 {pct(xs, 99):7.2f} ms")
     print(f"in-process replay (predict_set): {replay_cpu * 1000:.3f} ms per question")
     return 0 if same == len(traces) else 1

@@ -159,6 +159,14 @@ def test_served_answers_equal_the_replay_on_an_imported_ladder(imported, replay,
     depth = _serve_and_compare(imported[method], imported["traces"], replay, tmp_path, 40)
     assert sum(depth.values()) == 40
     assert len(depth) >= 2, depth  # the policy stops at different rounds: a real ladder run
+    # `ccpo ask` on the same policy and endpoints: the same answer set as its replay
+    tr = read_traces(imported["traces"])[1]
+    want = ConformalPolicy.load(imported[method]).predict_set([tr])[0]
+    cfg = tmp_path / f"{imported[method].name}-deploy.yaml"
+    got = json.loads(_cli("ask", tr.question, "--policy", str(imported[method]),
+                          "--config", str(cfg), "--json").stdout)  # fmt: skip
+    assert (got["answers"], got["rounds"]) == (want.answers, want.rounds)
+    assert abs(got["cost_usd"] - want.cost_usd) < 1e-12
 
 
 def test_the_replay_endpoint_refuses_what_it_has_not_recorded(imported, replay):
