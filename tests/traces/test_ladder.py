@@ -21,7 +21,9 @@ from ccpo.traces.ladder import (
 )
 
 
-def _trace(tid: str, rounds: list[tuple[str, str]], task: str = "hotpotqa", **round_fields):
+def _trace(
+    tid: str, rounds: list[tuple[str, str]], task: str = "hotpotqa", meta=None, **round_fields
+):
     import json
 
     rs = [
@@ -33,15 +35,17 @@ def _trace(tid: str, rounds: list[tuple[str, str]], task: str = "hotpotqa", **ro
         for t, (b, g) in enumerate(rounds, start=1)
     ]  # fmt: skip
     line = {"schema": "ccpo.trace/v1", "id": tid, "task": task, "question": "q?",
-            "gold": ["y"], "rounds": rs}  # fmt: skip
+            "gold": ["y"], "rounds": rs, "meta": meta or {}}  # fmt: skip
     return parse_trace_line(json.dumps(line))
 
 
 def test_an_old_file_reads_as_a_judge_ladder_of_its_models():
-    lad = ladder_of_trace(_trace("a", [("b1", "g"), ("b2", "g")]))
+    lad = ladder_of_trace(_trace("a", [("b1", "g"), ("b2", "g")], meta={"agent": "react"}))
     assert [r.verdict for r in lad.rounds] == ["judge", "judge"]
-    # the paper's prompts: a HotpotQA base runs ReAct, the guide judges
+    # the paper's prompts as ccpo collect recorded them: a ReAct base, a judging guide
     assert lad.round(1) == LadderRound(Step("b1", "react"), Step("g", "judge"), "judge")
+    # a file from elsewhere does not say: chain of thought (no search tool it never used)
+    assert ladder_of_trace(_trace("x", [("b", "g")])).round(1).base.prompt == "cot"
     assert lad.models() == ["b1", "g", "b2"] and lad.T == 2
     assert ladder_of_trace(_trace("m", [("b", "g")], task="mmlu")).round(1).base.prompt == "cot"
     # judge rounds never repeat a call: the base's context grows every round

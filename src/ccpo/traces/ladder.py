@@ -186,16 +186,19 @@ class Ladder:
 
 
 def ladder_of_trace(tr: Any) -> Ladder:
-    """The ladder one trace followed (defaults for files without ladder fields)."""
+    """The ladder one trace followed (defaults for files without ladder fields: a ``judge``
+    ladder; the base's prompt is the agent ``ccpo collect`` recorded in ``meta.agent``, and
+    chain of thought for a file that does not say, so that a file from elsewhere never
+    needs a search tool it did not use)."""
     rounds = []
+    agent = (getattr(tr, "meta", None) or {}).get("agent")
     for r in tr.rounds:
         verdict = getattr(r, "verdict_mode", None) or "judge"
         b, g = r.base, r.guide
+        base_default = agent if verdict == "judge" and agent in ("cot", "react") else "cot"
         rounds.append(
             LadderRound(
-                Step(
-                    b.model, getattr(b, "prompt", None) or default_prompt(tr.task, "base", verdict)
-                ),
+                Step(b.model, getattr(b, "prompt", None) or base_default),
                 Step(
                     g.model, getattr(g, "prompt", None) or default_prompt(tr.task, "guide", verdict)
                 ),
