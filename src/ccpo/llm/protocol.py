@@ -299,11 +299,6 @@ def _step(t: int, role: str) -> dict[str, str]:
     return {"round": str(t), "role": role}
 
 
-def _mean_logprob(calls: Calls) -> float | None:
-    lps = calls.logprobs
-    return sum(lps) / len(lps) if lps else None
-
-
 async def _answer_alone(
     r: Runner, question: str, t: int, role: str, backend: Any
 ) -> tuple[BaseOutput, float | None]:
