@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -60,8 +61,23 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
     ] = False,
+    max_line_bytes: Annotated[
+        str | None,
+        typer.Option(
+            "--max-line-bytes",
+            metavar="N",
+            help="Longest line a trace file or table may hold, in bytes (k/M/G: powers of "
+            "1024) [8M, or $CCPO_MAX_LINE_BYTES]; longer lines are refused before being read "
+            "whole.",
+        ),
+    ] = None,
 ) -> None:
     _state["debug"] = debug
+    if max_line_bytes is not None:
+        from ccpo.traces.io import MAX_LINE_BYTES_ENV, parse_bytes
+
+        # the environment, so that worker processes (compare --workers) read with it too
+        os.environ[MAX_LINE_BYTES_ENV] = str(parse_bytes(max_line_bytes, "--max-line-bytes"))
 
 
 @traces_app.command("validate")

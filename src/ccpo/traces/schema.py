@@ -9,6 +9,11 @@ silently: every float is finite; log-probs are ≤ 0; the guide's uncertainty is
 [0, ``MAX_UNCERTAINTY``] (``1 − p(verdict)`` is in [0, 1]; converted logs carry entropies,
 which stay far below 32 for any vocabulary of up to 2³² tokens); token counts are at most
 ``MAX_TOKENS`` per call.
+
+Types are strict: a boolean is a JSON ``true``/``false`` (not ``"false"``, not ``0``), a token
+count or a round number a JSON integer (not ``"812"``, not ``812.0``), a number a JSON number
+(not a string), so that a file written by a sloppy tool is refused rather than read as
+something it does not say.
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ class _Model(BaseModel):
 class Usage(_Model):
     """Token usage of one call, as reported by the endpoint (or counted, for converted logs)."""
 
-    input_tokens: int = Field(ge=0, le=MAX_TOKENS)
-    output_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    input_tokens: int = Field(ge=0, le=MAX_TOKENS, strict=True)
+    output_tokens: int = Field(ge=0, le=MAX_TOKENS, strict=True)
 
 
 class BaseStep(_Model):
@@ -44,10 +49,10 @@ class BaseStep(_Model):
     model: str
     answer: str
     reasoning: str = ""
-    correct: bool
+    correct: bool = Field(strict=True)
     usage: Usage
-    logprob_mean: float | None = Field(None, le=0)
-    logprob_min: float | None = Field(None, le=0)
+    logprob_mean: float | None = Field(None, le=0, strict=True)
+    logprob_min: float | None = Field(None, le=0, strict=True)
 
 
 class GuideStep(_Model):
@@ -56,8 +61,8 @@ class GuideStep(_Model):
     model: str
     verdict: Literal["yes", "no"] | None = None
     answer: str
-    correct: bool
-    uncertainty: float | None = Field(None, ge=0, le=MAX_UNCERTAINTY)
+    correct: bool = Field(strict=True)
+    uncertainty: float | None = Field(None, ge=0, le=MAX_UNCERTAINTY, strict=True)
     usage: Usage
 
     @field_validator("verdict", mode="before")
@@ -76,7 +81,7 @@ class PolicyLLMDecision(_Model):
 class Round(_Model):
     """One round of the base/guide protocol."""
 
-    round: int = Field(ge=1)
+    round: int = Field(ge=1, strict=True)
     base: BaseStep
     guide: GuideStep
     policy_llm: dict[str, PolicyLLMDecision] | None = None
