@@ -4,6 +4,7 @@ shows the traceback)."""
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import os
 import re
@@ -47,6 +48,7 @@ app.add_typer(traces_app, name="traces")
 app.add_typer(prices_app, name="prices")
 
 _state = {"debug": False}
+_NOT_PERMITTED = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 def _version(value: bool) -> None:
@@ -359,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         if _state["debug"]:
             raise
         _error(str(e))
-        return EXIT_USAGE
+        return e.exit_code  # EXIT_USAGE, or EXIT_FAILED for a full disk (OutputWriteError)
     except click_error as e:
         if _state["debug"]:
             raise
@@ -369,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         if _state["debug"]:
             raise
         _error(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""))
-        return EXIT_FAILED
+        # a file that cannot be written or read at all (read-only, no permission) is the
+        # user's to fix: 2; the system refusing part-way (a full disk, ...): 1
+        return EXIT_USAGE if e.errno in _NOT_PERMITTED else EXIT_FAILED
     except (abort, KeyboardInterrupt):
         err_console.print("interrupted")
         return 130

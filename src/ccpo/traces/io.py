@@ -29,7 +29,7 @@ from typing import IO
 
 from pydantic import ValidationError
 
-from ccpo.errors import CCPOError, TraceFormatError
+from ccpo.errors import CCPOError, TraceFormatError, write_error
 from ccpo.traces.schema import SCHEMA_VERSION, Trace
 
 
@@ -210,7 +210,7 @@ def dumps_trace(trace: Trace) -> str:
 
 
 def _write_error(path: Path, e: OSError) -> CCPOError:
-    return CCPOError(f"{path}: cannot write ({e.strerror or e})")
+    return write_error(path, e)  # a full disk: exit 1; a read-only folder: exit 2
 
 
 class TraceWriter:
@@ -235,8 +235,12 @@ class TraceWriter:
     def write(self, trace: Trace) -> None:
         line = dumps_trace(trace) + "\n"
         try:
-            start = self._fh.tell()
-        except OSError:  # pragma: no cover - unseekable (a pipe): no cut-back possible
+            # the file's size, not this handle's position: worker processes of one collect run
+            # append to the file through their own handles (one line at a time, under a lock),
+            # so a handle's position can lag behind the end, and cutting back to it would cut
+            # the other workers' lines
+            start = os.fstat(self._fh.fileno()).st_size
+        except (OSError, ValueError):  # pragma: no cover - no file behind it
             start = None
         try:
             self._fh.write(line)
