@@ -2,9 +2,40 @@
 
 from __future__ import annotations
 
+import errno
+
+#: errno values of a write the system refused part-way for want of room (or a failing disk)
+NO_ROOM = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO})
+
 
 class CCPOError(Exception):
-    """Base class for every error a user can cause and fix (bad input, missing price, ...)."""
+    """Base class for every error a user can cause and fix (bad input, missing price, ...).
+
+    ``exit_code`` is the CLI's: 2 (a usage or input error) unless a subclass says otherwise."""
+
+    exit_code = 2
+
+
+class PartialError(CCPOError):
+    """The run stopped part-way for a reason that is not the user's input (the system refused):
+    exit code 1, as for a partial run; what was done is kept (rerun to finish)."""
+
+    exit_code = 1
+
+
+class OutputWriteError(PartialError):
+    """An output could not be written to the end: the disk is full, a file grew past its limit,
+    the disk failed. Not the user's input: exit code 1 (partial or failed), as for a run
+    stopped part-way. What was written stays whole (``collect``: whole lines, rerun to finish;
+    the other commands: no half-made output)."""
+
+
+def write_error(path: object, e: OSError) -> CCPOError:
+    """``path: cannot write (reason)`` as the error its cause calls for: an
+    :class:`OutputWriteError` (exit 1) when the system ran out of room, else a
+    :class:`CCPOError` (exit 2: an output that cannot be written, e.g. a read-only folder)."""
+    cls = OutputWriteError if e.errno in NO_ROOM else CCPOError
+    return cls(f"{path}: cannot write ({e.strerror or e})")
 
 
 class TraceFormatError(CCPOError):

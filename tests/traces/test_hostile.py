@@ -60,6 +60,21 @@ def _hostile(sim_traces, kind: str) -> tuple[list, int, str]:
         "unc_huge": ("rounds.0.guide.uncertainty", 1e300, "rounds.0.guide.uncertainty"),
         "logprob_positive": ("rounds.1.base.logprob_min", 5.0, "rounds.1.base.logprob_min"),
         "tokens_huge": ("rounds.0.base.usage.input_tokens", 1e300, "input_tokens"),
+        # strict types: a string or a float is not what the schema says, even if it reads as one
+        "correct_string": (
+            "rounds.1.guide.correct",
+            "false",
+            "field 'rounds.1.guide.correct': Input should be a valid boolean",
+        ),
+        "correct_int": ("rounds.0.base.correct", 0, "rounds.0.base.correct"),
+        "tokens_float": (
+            "rounds.0.guide.usage.output_tokens",
+            6.0,
+            "field 'rounds.0.guide.usage.output_tokens': Input should be a valid integer",
+        ),
+        "tokens_string": ("rounds.0.base.usage.input_tokens", "812", "valid integer"),
+        "round_float": ("rounds.0.round", 1.0, "field 'rounds.0.round'"),
+        "logprob_string": ("rounds.0.base.logprob_mean", "-0.5", "valid number"),
     }
     if kind in bad:
         path, value, needle = bad[kind]
@@ -82,6 +97,12 @@ KINDS = [
     "unc_huge",
     "logprob_positive",
     "tokens_huge",
+    "correct_string",
+    "correct_int",
+    "tokens_float",
+    "tokens_string",
+    "round_float",
+    "logprob_string",
     "duplicate_id",
     "mixed_task",
 ]
@@ -98,7 +119,9 @@ def test_validate_and_stats_refuse_with_one_line(kind, sim_traces, tmp_path, cap
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
-@pytest.mark.parametrize("kind", ["deep", "nan", "duplicate_id", "mixed_task", "unc_huge"])
+@pytest.mark.parametrize(
+    "kind", ["deep", "nan", "duplicate_id", "mixed_task", "unc_huge", "correct_string"]
+)
 def test_evaluate_refuses_through_the_console_script(kind, sim_traces, tmp_path):
     rows, line, needle = _hostile(sim_traces, kind)
     f = _write(tmp_path / "bad.jsonl", rows)

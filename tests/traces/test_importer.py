@@ -61,6 +61,14 @@ def _rows() -> list[dict]:
     return out
 
 
+def _typed(row: dict) -> dict:
+    """A row of :func:`_rows` as a JSONL table writes it: typed JSON values, not text."""
+    out = {**row, "correct": row["correct"] == "true"}
+    for k in ("confidence", "logprob"):
+        out[k] = float(row[k]) if row[k] else None
+    return out
+
+
 def _write_csv(path: Path, rows: list[dict], header: list[str] = HEADER) -> Path:
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore")
@@ -77,7 +85,7 @@ def test_happy_path_csv_and_jsonl_give_the_same_cascade(tmp_path: Path) -> None:
     prices = load_prices()
     traces, plan = import_table(_write_csv(tmp_path / "t.csv", _rows()), "mmlu", prices)
     jsonl = tmp_path / "t.jsonl"
-    jsonl.write_text("".join(json.dumps(r) + "\n" for r in _rows()), encoding="utf-8")
+    jsonl.write_text("".join(json.dumps(_typed(r)) + "\n" for r in _rows()), encoding="utf-8")
     traces2, plan2 = import_table(jsonl, "mmlu", prices)
     bom = tmp_path / "bom.csv"  # a spreadsheet's "CSV UTF-8" export starts with a BOM
     bom.write_bytes(b"\xef\xbb\xbf" + (tmp_path / "t.csv").read_bytes())
@@ -269,3 +277,58 @@ def test_readme_example_runs_as_written_and_feeds_the_harness(tmp_path: Path) ->
     assert (ep.n, ep.horizon) == (5, 3)
     assert ep.correct[:, 0, 0].sum() == 1  # gpt-4.1-nano right on 1 of 5
     assert math.isclose(float(ep.uncertainty[0, 0]), 1 - 0.81)  # gpt-4o-mini's confidence
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "needle"),
+    [
+        ("correct", "false", "valid boolean"),
+        ("correct", 0, "valid boolean"),
+        ("input_tokens", "100", "valid integer"),
+        ("output_tokens", 10.0, "valid integer"),
+        ("confidence", "0.8", "valid number"),
+    ],
+)
+def test_jsonl_values_are_typed_json_csv_cells_are_text(tmp_path: Path, column, value, needle):
+    """A CSV's cells are text ("false", "100" are read as what they say); a JSONL table is typed
+    JSON, so the same text there is refused in one line naming the file, row and column."""
+    rows = [_typed(r) for r in _rows()]
+    rows[2][column] = value
+    table = tmp_path / "t.jsonl"
+    table.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = _cli("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / "o"))
+    assert res.returncode == 2, res.stderr
+    err = " ".join(res.stderr.split())
+    assert f"t.jsonl: row 3, column '{column}': Input should be a {needle}" in err, err
+    assert not (tmp_path / "o").exists()
+    # the CSV twin of the same table, with "false"/"100" as its cells, imports
+    assert len(import_table(_write_csv(tmp_path / "t.csv", _rows()), "mmlu", load_prices())[0])
+
+
+def test_a_table_line_over_the_cap_is_refused_before_it_is_read_whole(tmp_path: Path) -> None:
+    """CSV and JSONL (also gzip-compressed): a line over the cap is one line naming the file, the
+    line and the cap (exit 2), through the console script with a 64 kB cap."""
+    import gzip
+
+    huge = {**_typed(_rows()[0]), "question": "x" * 100_000}
+    rows = [json.dumps(_typed(r)) for r in _rows()]
+    rows[1] = json.dumps(huge)
+    jsonl = tmp_path / "t.jsonl.gz"
+    with gzip.open(jsonl, "wt", encoding="utf-8") as fh:
+        fh.write("\n".join(rows) + "\n")
+    csv_rows = _rows()
+    csv_rows[4]["reasoning"] = "y" * 100_000
+    table = _write_csv(tmp_path / "t.csv", csv_rows, [*HEADER, "reasoning"])
+    # the CSV's 5th row (row 6) starts on line 22: each question cell spans five lines
+    for path, line in ((jsonl, 2), (table, 26)):
+        res = _cli("--max-line-bytes", "64k", "traces", "import", str(path), "--task", "mmlu",
+                   "--out", str(tmp_path / "o.jsonl"))  # fmt: skip
+        err = " ".join(res.stderr.split())
+        assert res.returncode == 2, res.stderr
+        assert f"{path.name}:{line}: line longer than the cap of 65536 bytes" in err, err
+        assert "Traceback" not in res.stderr
+    # a gzip-compressed JSONL table within the cap imports
+    ok = tmp_path / "ok.jsonl.gz"
+    with gzip.open(ok, "wt", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps(_typed(r)) + "\n" for r in _rows()))
+    assert len(import_table(ok, "mmlu", load_prices())[0]) == 3

@@ -27,7 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ccpo.errors import CCPOError
+from ccpo.errors import CCPOError, OutputWriteError
+
+#: SQLite's result codes of a full disk (SQLITE_FULL) and a failed write (SQLITE_IOERR)
+_SQLITE_NO_ROOM = frozenset({13, 10})
 
 CACHE_FORMAT = "ccpo.cache/v1"
 
@@ -100,7 +103,9 @@ class ResponseCache:
         try:
             self._put(key, request, sample, response)
         except sqlite3.Error as e:  # disk full, read-only file system, ...
-            raise CCPOError(f"{self.path}: cannot write the response cache ({e})") from None
+            full = (getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF in _SQLITE_NO_ROOM
+            cls = OutputWriteError if full else CCPOError  # exit 1: partial, rerun to finish
+            raise cls(f"{self.path}: cannot write the response cache ({e})") from None
 
     def _put(
         self, key: str, request: dict[str, Any], sample: int, response: dict[str, Any]

@@ -41,7 +41,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ccpo.errors import CCPOError
+from ccpo.errors import CCPOError, PartialError
 from ccpo.llm.cache import ResponseCache
 from ccpo.llm.client import SpendLedger
 from ccpo.llm.config import CollectConfig
@@ -114,6 +114,7 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     assert plan.summary is not None
     error: str | None = None
+    code = CCPOError.exit_code  # the exit code the error calls for
     try:
         with TraceWriter(plan.out, append=True) as writer:
 
@@ -140,14 +141,14 @@ def _worker_main(
                 )
             )
         if fatal is not None:
-            error = str(fatal)
+            error, code = str(fatal), fatal.exit_code
     except CCPOError as e:
-        error = str(e)
+        error, code = str(e), e.exit_code
     except BaseException as e:  # report anything else to the parent rather than die silently
         error = f"worker {index} failed: {type(e).__name__}: {e}"
     if error is not None:
         shared.stop.set()
-    shared.events.put(("final", index, (plan.summary, error)))
+    shared.events.put(("final", index, (plan.summary, (error, code) if error else None)))
     shared.events.close()
     shared.events.join_thread()
 
@@ -204,7 +205,7 @@ def collect_with_workers(
         for p in procs:
             p.start()
         counts: dict[int, dict[str, Any]] = {}
-        finals: dict[int, tuple[CollectSummary | None, str | None]] = {}
+        finals: dict[int, tuple[CollectSummary | None, tuple[str, int] | None]] = {}
         silent: set[int] = set()  # ended, and no report in the queue at the last look
         bar = ProgressBar(progress, summary.total, summary.already, kind)
         try:
@@ -217,7 +218,7 @@ def collect_with_workers(
                             if i in finals or p.exitcode is None:
                                 continue
                             if i in silent:  # ended and still nothing after one more look
-                                finals[i] = (None, _died(i, p.exitcode))
+                                finals[i] = (None, (_died(i, p.exitcode), PartialError.exit_code))
                                 shared.stop.set()
                             silent.add(i)
                         continue
@@ -235,7 +236,7 @@ def collect_with_workers(
         finally:
             for p in procs:
                 p.join(timeout=30)
-    errors = []
+    errors: list[tuple[str, int]] = []
     for i in range(n):
         part, err = finals[i]
         if part is not None:
@@ -243,5 +244,6 @@ def collect_with_workers(
         if err is not None:
             errors.append(err)
     if errors:
-        raise CCPOError(errors[0])
+        message, code = errors[0]
+        raise (PartialError if code == PartialError.exit_code else CCPOError)(message)
     return summary

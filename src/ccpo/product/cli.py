@@ -4,7 +4,9 @@ shows the traceback)."""
 from __future__ import annotations
 
 import difflib
+import errno
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -46,6 +48,7 @@ app.add_typer(traces_app, name="traces")
 app.add_typer(prices_app, name="prices")
 
 _state = {"debug": False}
+_NOT_PERMITTED = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 def _version(value: bool) -> None:
@@ -60,8 +63,23 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
     ] = False,
+    max_line_bytes: Annotated[
+        str | None,
+        typer.Option(
+            "--max-line-bytes",
+            metavar="N",
+            help="Longest line a trace file or table may hold, in bytes (k/M/G: powers of "
+            "1024) [8M, or $CCPO_MAX_LINE_BYTES]; longer lines are refused before being read "
+            "whole.",
+        ),
+    ] = None,
 ) -> None:
     _state["debug"] = debug
+    if max_line_bytes is not None:
+        from ccpo.traces.io import MAX_LINE_BYTES_ENV, parse_bytes
+
+        # the environment, so that worker processes (compare --workers) read with it too
+        os.environ[MAX_LINE_BYTES_ENV] = str(parse_bytes(max_line_bytes, "--max-line-bytes"))
 
 
 @traces_app.command("validate")
@@ -367,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         if _state["debug"]:
             raise
         _error(str(e))
-        return EXIT_USAGE
+        return e.exit_code  # EXIT_USAGE, or EXIT_FAILED for a full disk (OutputWriteError)
     except click_error as e:
         if _state["debug"]:
             raise
@@ -377,7 +395,9 @@ def main(argv: list[str] | None = None) -> int:
         if _state["debug"]:
             raise
         _error(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""))
-        return EXIT_FAILED
+        # a file that cannot be written or read at all (read-only, no permission) is the
+        # user's to fix: 2; the system refusing part-way (a full disk, ...): 1
+        return EXIT_USAGE if e.errno in _NOT_PERMITTED else EXIT_FAILED
     except (abort, KeyboardInterrupt):
         err_console.print("interrupted")
         return 130

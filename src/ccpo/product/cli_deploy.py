@@ -5,7 +5,9 @@ Wire into the main CLI with ``cli_deploy.register(app)``. See docs/deploy.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 import warnings
 from collections.abc import Callable
@@ -17,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ccpo.errors import CCPOError
+from ccpo.errors import CCPOError, write_error
 from ccpo.product.cli_config import settings_options
 from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, quiet_http_logs, warn
 from ccpo.runtime.config import DeployConfig, ServerConfig, load_deploy_config
@@ -122,6 +124,21 @@ def check_port_free(host: str, port: int) -> None:
 def _short(s: str, n: int = 28) -> str:
     s = " ".join(s.split())
     return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (a temporary file beside it, then a rename): a full
+    disk leaves no half-written file (exit 1), a read-only folder is refused (exit 2)."""
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        raise write_error(path, e) from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def register(app: typer.Typer) -> None:
@@ -285,8 +302,7 @@ def register(app: typer.Typer) -> None:
         from ccpo.runtime import server  # a clear CCPOError without the extra (main escapes it)
 
         if write_openapi is not None:
-            write_openapi.parent.mkdir(parents=True, exist_ok=True)
-            write_openapi.write_text(json.dumps(server.openapi_spec(), indent=2) + "\n")
+            _write_whole(write_openapi, json.dumps(server.openapi_spec(), indent=2) + "\n")
             _err.print(f"wrote {write_openapi}")
             return
         if policy is None:

@@ -67,8 +67,6 @@ def register(app: typer.Typer) -> None:
         existing policy folder without --force; warns when the calibrated policy is degenerate
         (C(o) holds every action at every round).
         """
-        from ccpo.learning.policy import TrainedPolicy
-        from ccpo.learning.trainers import train
         from ccpo.product.evaluate import (
             check_alpha,
             load_episodes,
@@ -76,7 +74,6 @@ def register(app: typer.Typer) -> None:
             split_sizes,
             trace_provenance,
         )
-        from ccpo.product.report import staged_folder, training_curves
 
         check_alpha(alpha)
         found = resolve_method(method)
@@ -95,6 +92,11 @@ def register(app: typer.Typer) -> None:
              "seed": seed, "lam": lam},
         )  # fmt: skip
         ep, price_table = load_episodes(traces, prices or [])
+        # the trainer (torch) only once the traces are read: a refused file costs no torch
+        from ccpo.learning.policy import TrainedPolicy
+        from ccpo.learning.trainers import train
+        from ccpo.product.report import staged_folder, training_curves
+
         sizes = split_sizes(ep.n)
         sp = make_splits(ep.n, sizes, 1, seed)
         provenance = {**trace_provenance(traces), "alpha": alpha}

@@ -33,7 +33,7 @@ question_id     yes       the question's id (becomes the trace id)
 question        yes       the question text (the same on every row of a question)
 model           yes       the model's name (it needs a price: bundled or ``--prices``)
 answer          yes       the model's answer (may be empty: no answer, counts as wrong)
-correct         yes       ``true``/``false`` (also ``1``/``0``, ``yes``/``no``)
+correct         yes       ``true``/``false`` (in a CSV also ``1``/``0``, ``yes``/``no``)
 input_tokens    yes       the model's input tokens for this question (integer ≥ 0)
 output_tokens   yes       the model's output tokens (integer ≥ 0)
 logprob         no        mean token log-probability of the answer (≤ 0)
@@ -41,6 +41,13 @@ confidence      no        the model's probability that its answer is right, in [
 gold            no        the reference answer (else: the answers marked correct)
 reasoning       no        the model's reasoning text, kept in ``base.reasoning``
 =============== ========= =========================================================
+
+A CSV cell is text by nature, so a CSV's ``correct`` may be written ``true``/``1``/``yes`` and
+its numbers as digits. A JSONL row is typed JSON and is read strictly: ``correct`` is a JSON
+boolean, the token counts JSON integers, ``logprob``/``confidence`` JSON numbers or null,
+the text columns JSON strings; ``"correct": "false"`` or ``"input_tokens": 12.0`` is refused.
+Lines are read bounded (:func:`ccpo.traces.io.iter_lines`: no line over the cap is held
+whole); a ``.gz`` table is read as it is decompressed.
 
 Other columns are ignored. Every problem is a :class:`~ccpo.errors.CCPOError` of one line that
 names the file, the row (a CSV's header is row 1, as a spreadsheet shows it; a JSONL row is
@@ -52,15 +59,24 @@ from __future__ import annotations
 import csv
 import json
 import math
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from ccpo.errors import CCPOError
 from ccpo.traces.answers import BUILTIN_TASKS, exact_match, family_of, normalizer_for
+from ccpo.traces.io import iter_lines, loads_strict
 from ccpo.traces.ladder import Ladder, LadderRound, Step, agree_signals, transfer_signal
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import SCHEMA_VERSION, BaseStep, GuideStep, Round, Trace, Usage
@@ -99,8 +115,8 @@ class ImportRow(BaseModel):
 
     @field_validator("correct", mode="before")
     @classmethod
-    def _parse_bool(cls, v: Any) -> Any:
-        if isinstance(v, str):
+    def _parse_bool(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, str) and not _typed(info):  # a CSV cell: text by nature
             s = v.strip().lower()
             if s in _TRUE:
                 return True
@@ -109,7 +125,13 @@ class ImportRow(BaseModel):
             raise ValueError(f"expected true or false, found {v!r}")
         return v
 
-    @field_validator("logprob", "confidence", "gold", mode="before")
+    @field_validator("logprob", "confidence", mode="before")
+    @classmethod
+    def _blank_number_is_none(cls, v: Any, info: ValidationInfo) -> Any:
+        blank = isinstance(v, str) and not v.strip() and not _typed(info)
+        return None if blank else v
+
+    @field_validator("gold", mode="before")
     @classmethod
     def _blank_is_none(cls, v: Any) -> Any:
         return None if isinstance(v, str) and not v.strip() else v
@@ -125,6 +147,27 @@ class ImportRow(BaseModel):
         if self.confidence is not None:
             return self.confidence
         return None if self.logprob is None else math.exp(self.logprob)
+
+
+def _typed(info: ValidationInfo) -> bool:
+    """Whether the row came from a typed (JSON) table, whose values are not text to parse."""
+    return bool((info.context or {}).get("typed"))
+
+
+def _is_jsonl(path: Path) -> bool:
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes[-1:] == [".gz"]:
+        suffixes = suffixes[:-1]
+    return suffixes[-1:] in ([".jsonl"], [".json"], [".ndjson"])
+
+
+def _text_lines(path: Path) -> Iterator[str]:
+    """The lines of a CSV file, each bounded (:func:`iter_lines`), decoded, BOM dropped."""
+    for lineno, raw in iter_lines(path):
+        text = raw.decode("utf-8")
+        if lineno == 1:
+            text = text.removeprefix("\ufeff")  # spreadsheets' BOM
+        yield text + "\n"
 
 
 @dataclass(frozen=True)
@@ -168,21 +211,22 @@ def _error(path: Path, line: int | None, column: str | None, msg: str) -> CCPOEr
 def _raw_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(row, record)`` of a CSV (header first: row 1, as a spreadsheet numbers rows; a cell
     may span lines) or JSONL (``.jsonl``/``.json``/``.ndjson``: row = line) table."""
-    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
-        with path.open(encoding="utf-8") as fh:
-            for line, text in enumerate(fh, start=1):
-                if not text.strip():
-                    continue
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise _error(path, line, None, f"malformed JSON ({e.msg})") from None
-                if not isinstance(obj, dict):
-                    raise _error(path, line, None, "expected one JSON object per line")
-                yield line, obj
+    if _is_jsonl(path):
+        for line, raw in iter_lines(path):
+            if not raw.strip():
+                continue
+            try:
+                obj = loads_strict(raw.decode("utf-8"))
+            except json.JSONDecodeError as e:
+                raise _error(path, line, None, f"malformed JSON ({e.msg})") from None
+            except ValueError as e:  # NaN/Infinity, runaway nesting
+                raise _error(path, line, None, f"malformed JSON ({e})") from None
+            if not isinstance(obj, dict):
+                raise _error(path, line, None, "expected one JSON object per line")
+            yield line, obj
         return
-    with path.open(encoding="utf-8-sig", newline="") as fh:  # -sig: spreadsheets' BOM
-        reader = csv.DictReader(fh)
+    reader = csv.DictReader(_text_lines(path))
+    try:
         header = reader.fieldnames or []
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
@@ -193,6 +237,8 @@ def _raw_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if None in rec or any(v is None for v in rec.values()):
                 raise _error(path, line, None, f"expected {len(header)} cells like the header")
             yield line, rec
+    except csv.Error as e:
+        raise _error(path, reader.line_num, None, f"not a readable CSV table ({e})") from None
 
 
 def read_table(path: str | Path) -> list[Located]:
@@ -201,16 +247,20 @@ def read_table(path: str | Path) -> list[Located]:
     if not p.is_file():
         raise CCPOError(f"{p}: no such file")
     out: list[Located] = []
+    typed = _is_jsonl(p)  # JSON values are typed: validated strictly (see the module doc)
     try:
         for line, rec in _raw_records(p):
             try:
-                out.append(Located(ImportRow.model_validate(rec), line))
+                row = ImportRow.model_validate(rec, strict=typed, context={"typed": typed})
+                out.append(Located(row, line))
             except ValidationError as e:
                 err = e.errors()[0]
                 column = ".".join(str(x) for x in err["loc"]) or None
                 raise _error(p, line, column, err["msg"].removeprefix("Value error, ")) from None
     except UnicodeDecodeError as e:
         raise _error(p, None, None, f"not UTF-8 text ({e.reason})") from None
+    except (OSError, EOFError, zlib.error) as e:
+        raise _error(p, None, None, f"cannot be read ({e})") from None
     if not out:
         raise _error(p, None, None, "holds no rows")
     return out

@@ -6,6 +6,12 @@ one validation path of every command that reads traces (``traces validate``, ``t
 ``evaluate``, ``train``, ``reproduce``, the Python API): strict JSON (no ``NaN``/``Infinity``,
 no runaway nesting), the schema's bounds
 (:mod:`ccpo.traces.schema`), unique ids and one task per file.
+
+Memory is bounded by the longest line allowed, never by the file: lines are read in bounded
+pieces (:func:`iter_lines`, also used by ``traces import`` for JSONL tables), a ``.gz`` file is
+decompressed only as far as the line being read, and a line longer than
+:func:`max_line_bytes` (8 MiB unless ``$CCPO_MAX_LINE_BYTES`` or ``ccpo --max-line-bytes``
+says more) is refused, naming the file, the line and the cap, before it is held whole.
 """
 
 from __future__ import annotations
@@ -13,15 +19,17 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import itertools
 import json
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
 from pydantic import ValidationError
 
-from ccpo.errors import CCPOError, TraceFormatError
+from ccpo.errors import CCPOError, TraceFormatError, write_error
 from ccpo.traces.schema import SCHEMA_VERSION, Trace
 
 
@@ -35,6 +43,66 @@ def loads_strict(text: str) -> object:
         return json.loads(text, parse_constant=_no_constant)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+
+
+MAX_LINE_BYTES = 8 * 2**20
+"""The longest line (in bytes, newline excluded) a reader accepts unless told otherwise."""
+MAX_LINE_BYTES_ENV = "CCPO_MAX_LINE_BYTES"
+
+
+def max_line_bytes() -> int:
+    """The line cap in force: ``$CCPO_MAX_LINE_BYTES`` (bytes; a positive integer, with an
+    optional k/M/G suffix of powers of 1024) when set, else :data:`MAX_LINE_BYTES`."""
+    raw = os.environ.get(MAX_LINE_BYTES_ENV, "").strip()
+    if not raw:
+        return MAX_LINE_BYTES
+    return parse_bytes(raw, f"${MAX_LINE_BYTES_ENV}")
+
+
+def parse_bytes(raw: str, origin: str) -> int:
+    """``"8M"`` → 8388608: a positive integer of bytes with an optional k/M/G suffix (powers of
+    1024); a :class:`CCPOError` naming ``origin`` otherwise."""
+    text = raw.strip()
+    scale = {"k": 2**10, "m": 2**20, "g": 2**30}.get(text[-1:].lower(), 1)
+    digits = text[:-1] if scale > 1 else text
+    if not digits.isdigit() or int(digits) <= 0:
+        raise CCPOError(
+            f"{origin} {raw!r}: expected a positive number of bytes (e.g. 8388608 or 8M)"
+        )
+    return int(digits) * scale
+
+
+def _too_long(path: Path, line: int, cap: int) -> TraceFormatError:
+    return TraceFormatError(
+        str(path),
+        line,
+        None,
+        f"line longer than the cap of {cap} bytes; raise it with ccpo --max-line-bytes N "
+        f"(or ${MAX_LINE_BYTES_ENV}) if the file is trusted",
+    )
+
+
+def iter_lines(path: str | Path, cap: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of a text file, ``.gz`` decompressed as it is read, each line
+    without its end (``\\n`` or ``\\r\\n``) and at most ``cap`` bytes (default
+    :func:`max_line_bytes`): a longer line is refused (:class:`TraceFormatError` naming the file,
+    the line and the cap) after at most ``cap + 1`` of its bytes were read or decompressed.
+    Errors of the file itself (``OSError``, a broken gzip stream) propagate."""
+    p = Path(path)
+    limit = max_line_bytes() if cap is None else cap
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rb") as fh:
+        for lineno in itertools.count(1):
+            raw = fh.readline(limit + 2)  # + 2: room for the "\r\n" of a line of `limit` bytes
+            if not raw:
+                return
+            text = raw.rstrip(b"\n")
+            ended = len(text) < len(raw)
+            if text.endswith(b"\r"):
+                text = text[:-1]
+            if len(text) > limit or (not ended and len(raw) == limit + 2):
+                raise _too_long(p, lineno, limit)
+            yield lineno, text
 
 
 def _open_text(path: Path, mode: str) -> IO[str]:
@@ -96,31 +164,36 @@ def iter_traces(path: str | Path) -> Iterator[Trace]:
     first: dict[str, int] = {}  # id -> line
     task: tuple[str, int] | None = None
     try:
-        with _open_text(p, "rt") as fh:
-            for lineno, text in enumerate(fh, start=1):
-                if not text.strip():
-                    continue
-                n += 1
-                tr = parse_trace_line(text, p, lineno)
-                if tr.id in first:
-                    raise TraceFormatError(
-                        str(p),
-                        lineno,
-                        "id",
-                        f"'{tr.id}' appears twice (first on line {first[tr.id]})",
-                    )
-                first[tr.id] = lineno
-                if task is None:
-                    task = (tr.task, lineno)
-                elif tr.task != task[0]:
-                    raise TraceFormatError(
-                        str(p),
-                        lineno,
-                        "task",
-                        f"'{tr.task}', but line {task[1]} holds '{task[0]}' (one task per file)",
-                    )
-                yield tr
-    except (OSError, EOFError, UnicodeDecodeError) as e:
+        for lineno, raw in iter_lines(p):
+            if not raw.strip():
+                continue
+            n += 1
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise TraceFormatError(
+                    str(p), lineno, None, f"not UTF-8 text ({e.reason})"
+                ) from None
+            tr = parse_trace_line(text, p, lineno)
+            if tr.id in first:
+                raise TraceFormatError(
+                    str(p),
+                    lineno,
+                    "id",
+                    f"'{tr.id}' appears twice (first on line {first[tr.id]})",
+                )
+            first[tr.id] = lineno
+            if task is None:
+                task = (tr.task, lineno)
+            elif tr.task != task[0]:
+                raise TraceFormatError(
+                    str(p),
+                    lineno,
+                    "task",
+                    f"'{tr.task}', but line {task[1]} holds '{task[0]}' (one task per file)",
+                )
+            yield tr
+    except (OSError, EOFError, zlib.error) as e:
         raise TraceFormatError(str(p), None, None, f"cannot be read ({e})") from None
     if n == 0:
         raise TraceFormatError(str(p), None, None, "holds no traces (the file is empty)")
@@ -137,7 +210,7 @@ def dumps_trace(trace: Trace) -> str:
 
 
 def _write_error(path: Path, e: OSError) -> CCPOError:
-    return CCPOError(f"{path}: cannot write ({e.strerror or e})")
+    return write_error(path, e)  # a full disk: exit 1; a read-only folder: exit 2
 
 
 class TraceWriter:
@@ -162,8 +235,12 @@ class TraceWriter:
     def write(self, trace: Trace) -> None:
         line = dumps_trace(trace) + "\n"
         try:
-            start = self._fh.tell()
-        except OSError:  # pragma: no cover - unseekable (a pipe): no cut-back possible
+            # the file's size, not this handle's position: worker processes of one collect run
+            # append to the file through their own handles (one line at a time, under a lock),
+            # so a handle's position can lag behind the end, and cutting back to it would cut
+            # the other workers' lines
+            start = os.fstat(self._fh.fileno()).st_size
+        except (OSError, ValueError):  # pragma: no cover - no file behind it
             start = None
         try:
             self._fh.write(line)

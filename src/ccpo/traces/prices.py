@@ -8,6 +8,11 @@ Price-file format (a contract, DESIGN.md)::
 Entries may carry their own ``as_of`` and ``source``. Every command takes ``--prices FILE``,
 merged over the bundled table (:func:`load_prices`, the one place tables are merged). An
 unknown model is an error (:class:`~ccpo.errors.UnknownModelPriceError`), never a silent zero.
+
+Prices are JSON numbers (``"2.5"``, a string, is refused) and the text fields strings; an error
+names the file, the line of the offending field where it can be found, and the field. A price
+file is read whole, so it may hold at most the line cap's bytes
+(:func:`ccpo.traces.io.max_line_bytes`).
 """
 
 from __future__ import annotations
@@ -22,14 +27,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ccpo.errors import CCPOError, UnknownModelPriceError
+from ccpo.traces.io import loads_strict, max_line_bytes
 
 
 class ModelPrice(BaseModel):
     """List price of one model in USD per million tokens."""
 
     model_config = ConfigDict(extra="forbid")
-    input_usd_per_mtok: float = Field(ge=0)
-    output_usd_per_mtok: float = Field(ge=0)
+    input_usd_per_mtok: float = Field(ge=0, strict=True)
+    output_usd_per_mtok: float = Field(ge=0, strict=True)
     as_of: str | None = None
     source: str | None = None
 
@@ -99,14 +105,30 @@ class PriceTable:
         }
 
 
-def _parse(obj: Any, origin: str) -> PriceTable:
+def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
+    """The line of ``text`` (a JSON document) holding the key path ``loc``, found by looking
+    for each key in turn after the previous one (best effort: None when a key is not found)."""
+    pos = 0
+    for key in loc:
+        found = text.find(json.dumps(str(key), ensure_ascii=False), pos)
+        if found < 0:
+            found = text.find(json.dumps(str(key)), pos)  # written with \u escapes
+        if found < 0:
+            return None
+        pos = found
+    return text.count("\n", 0, pos) + 1 if loc else None
+
+
+def _parse(obj: Any, origin: str, text: str | None = None) -> PriceTable:
     try:
         pf = PriceFile.model_validate(obj)
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
+        line = _line_of(text, first["loc"]) if text is not None else None
+        where = origin if line is None else f"{origin}:{line}"
         raise CCPOError(
-            f"{origin}: field '{loc}': {first['msg']} (see the price-file format in the README)"
+            f"{where}: field '{loc}': {first['msg']} (see the price-file format in the README)"
         ) from None
     models = {
         k: v.model_copy(update={"as_of": v.as_of or pf.as_of, "source": v.source or pf.source})
@@ -126,11 +148,24 @@ def read_price_file(path: str | Path) -> PriceTable:
     p = Path(path)
     if not p.is_file():
         raise CCPOError(f"{p}: price file not found")
+    cap = max_line_bytes()
     try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
+        with open(p, "rb") as fh:
+            data = fh.read(cap + 1)
+        if len(data) > cap:
+            raise CCPOError(
+                f"{p}: price file larger than the cap of {cap} bytes (ccpo --max-line-bytes N "
+                "raises it)"
+            )
+        text = data.decode("utf-8")
+        obj = loads_strict(text)
     except json.JSONDecodeError as e:
         raise CCPOError(f"{p}:{e.lineno}: malformed JSON in price file ({e.msg})") from None
-    return _parse(obj, str(p))
+    except UnicodeDecodeError as e:
+        raise CCPOError(f"{p}: price file is not UTF-8 text ({e.reason})") from None
+    except ValueError as e:  # NaN/Infinity, runaway nesting
+        raise CCPOError(f"{p}: malformed JSON in price file ({e})") from None
+    return _parse(obj, str(p), text)
 
 
 def prices_from_mapping(obj: Mapping[str, Any], origin: str = "inline prices") -> PriceTable:

@@ -18,6 +18,11 @@ model on the same question and context; it is paid once, where it was first made
 ``usage`` here is zero). A trace's ``family`` (``mcq`` / ``short`` / ``exact``) fixes the answer
 normaliser of a task name that is not built in. Files without these fields read as a ``judge``
 ladder of the models their rounds name.
+
+Types are strict: a boolean is a JSON ``true``/``false`` (not ``"false"``, not ``0``), a token
+count or a round number a JSON integer (not ``"812"``, not ``812.0``), a number a JSON number
+(not a string), so that a file written by a sloppy tool is refused rather than read as
+something it does not say.
 """
 
 from __future__ import annotations
@@ -43,15 +48,15 @@ class _Model(BaseModel):
 class Usage(_Model):
     """Token usage of one call, as reported by the endpoint (or counted, for converted logs)."""
 
-    input_tokens: int = Field(ge=0, le=MAX_TOKENS)
-    output_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    input_tokens: int = Field(ge=0, le=MAX_TOKENS, strict=True)
+    output_tokens: int = Field(ge=0, le=MAX_TOKENS, strict=True)
 
 
 class _Step(_Model):
     """What base and guide steps share: the ladder fields."""
 
     prompt: str | None = Field(None, min_length=1)
-    reused: bool = False
+    reused: bool = Field(False, strict=True)
 
     @model_validator(mode="after")
     def _reused_is_free(self) -> _Step:
@@ -67,10 +72,10 @@ class BaseStep(_Step):
     model: str
     answer: str
     reasoning: str = ""
-    correct: bool
+    correct: bool = Field(strict=True)
     usage: Usage
-    logprob_mean: float | None = Field(None, le=0)
-    logprob_min: float | None = Field(None, le=0)
+    logprob_mean: float | None = Field(None, le=0, strict=True)
+    logprob_min: float | None = Field(None, le=0, strict=True)
 
 
 class GuideStep(_Step):
@@ -79,8 +84,8 @@ class GuideStep(_Step):
     model: str
     verdict: Literal["yes", "no"] | None = None
     answer: str
-    correct: bool
-    uncertainty: float | None = Field(None, ge=0, le=MAX_UNCERTAINTY)
+    correct: bool = Field(strict=True)
+    uncertainty: float | None = Field(None, ge=0, le=MAX_UNCERTAINTY, strict=True)
     usage: Usage
 
     @field_validator("verdict", mode="before")
@@ -99,7 +104,7 @@ class PolicyLLMDecision(_Model):
 class Round(_Model):
     """One round of the base/guide protocol."""
 
-    round: int = Field(ge=1)
+    round: int = Field(ge=1, strict=True)
     base: BaseStep
     guide: GuideStep
     policy_llm: dict[str, PolicyLLMDecision] | None = None
