@@ -267,6 +267,8 @@ class SpendLedger:
 
     # spent, reserved, calls in flight, admitted questions, admitted questions waiting for room
     SLOTS = 5
+    poll_s = _BUDGET_POLL_S  # how often a call that does not fit looks again
+    absolute = False  # True: ``total`` is all money ever spent (the cap is the whole budget)
     ADMITTED, WAITING = 3, 4
 
     def __init__(self, shared: Any | None = None, spent: float = 0.0) -> None:
@@ -281,9 +283,12 @@ class SpendLedger:
         with self._shared.get_lock():
             yield self._shared.get_obj()
 
-    def try_reserve(self, usd: float, cap: float | None, call: bool = False) -> bool:
+    def try_reserve(
+        self, usd: float, cap: float | None, call: bool = False, sent: float = 0.0
+    ) -> bool:
         """Reserve ``usd`` if it fits under ``cap`` (None: always); False, reserving nothing,
-        if it does not. ``call``: for a call about to be sent (counted as in flight)."""
+        if it does not. ``call``: for a call about to be sent (counted as in flight), whose
+        worst case is ``sent`` (``usd`` plus what its question held for it already)."""
         with self._values() as v:
             if cap is not None and v[0] + v[1] + usd > cap * (1 + 1e-12):
                 return False
@@ -582,24 +587,26 @@ class LLMClient:
             return 0.0
         return self.prices.cost(endpoint.model, *worst_case_tokens(request))
 
-    async def _wait_for_room(self, usd: float, call: bool, admitted: bool = False) -> None:
+    async def _wait_for_room(
+        self, usd: float, call: bool, admitted: bool = False, sent: float = 0.0
+    ) -> None:
         """Reserve ``usd`` in the run's ledger, waiting while room may still come free (calls
         in flight settle, admitted questions finish and release what they hold);
         :class:`BudgetExceeded` once nothing can free room and it still does not fit.
         ``admitted``: the waiter is an admitted question (it counts as waiting meanwhile)."""
-        if self.ledger.try_reserve(usd, self.max_cost, call=call):
+        if self.ledger.try_reserve(usd, self.max_cost, call=call, sent=sent):
             return
         if admitted:
             self.ledger.count(SpendLedger.WAITING, 1)
         try:
-            while not self.ledger.try_reserve(usd, self.max_cost, call=call):
+            while not self.ledger.try_reserve(usd, self.max_cost, call=call, sent=sent):
                 if self.ledger.stuck():
                     raise BudgetExceeded(
                         f"budget of ${self.max_cost:.4f} reached (spent "
                         f"${self.ledger.total:.4f}, ${self.ledger.reserved:.4f} reserved; the "
                         f"next could cost up to ${usd:.6f})"
                     )
-                await asyncio.sleep(_BUDGET_POLL_S)
+                await asyncio.sleep(self.ledger.poll_s)
         finally:
             if admitted:
                 self.ledger.count(SpendLedger.WAITING, -1)
@@ -617,7 +624,7 @@ class LLMClient:
         env = _envelope.get()
         held = min(env.free, usd) if env is not None else 0.0
         try:
-            await self._wait_for_room(usd - held, call=True, admitted=env is not None)
+            await self._wait_for_room(usd - held, call=True, admitted=env is not None, sent=usd)
         except BudgetExceeded:
             if rb is not None:
                 rb.ledger.settle(usd, 0.0)

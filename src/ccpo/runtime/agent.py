@@ -240,6 +240,8 @@ class ConformalAgent:
     @property
     def spent_usd(self) -> float:
         """Dollars actually paid (cache hits are free), including ``spent_offset``."""
+        if self.ledger is not None and self.ledger.absolute:  # the shared state's, all of it
+            return self.ledger.total
         live = sum(r.client.spent_usd for _, r, _ in self._runners.values())
         return self.spent_offset + self._closed_spent + live
 
@@ -266,7 +268,10 @@ class ConformalAgent:
         cfg = self.collect_config
         cap = self.config.max_cost_total
         cache = ResponseCache(cfg.cache_path())
-        budget = None if cap is None else max(0.0, cap - self.spent_usd)
+        if cap is None or (self.ledger is not None and self.ledger.absolute):
+            budget = cap  # the ledger counts all money spent, not this process's
+        else:
+            budget = max(0.0, cap - self.spent_usd)
         client = cfg.client(cache, self.prices, budget, self.ledger)
         runner = make_runner(cfg, client, "base-guide", "ccpo deploy", self.ladder)
         self._runners[id(loop)] = (loop, runner, cache)

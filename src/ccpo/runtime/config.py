@@ -45,6 +45,7 @@ from ccpo.llm.config import (
 )
 
 DEFAULT_TOKEN_ENV = "CCPO_SERVE_TOKEN"
+STATE_ENV = "CCPO_SERVE_STATE"
 
 
 class ServerConfig(BaseModel):
@@ -54,7 +55,21 @@ class ServerConfig(BaseModel):
 
     host: str = Field("127.0.0.1", description="interface to bind")
     port: int = Field(8000, ge=0, le=65535, description="TCP port (0: any free port)")
-    state: str | None = Field(None, description="SQLite state file (κ, coverage, counters)")
+    state: str | None = Field(
+        default_factory=lambda: os.environ.get(STATE_ENV) or None,
+        description="where the state lives (money, κ, counters, answer sets): a SQLite file, "
+        "or postgresql://USER@HOST:PORT/DB shared by several replicas (password from "
+        f"$PGPASSWORD or ~/.pgpass) [${STATE_ENV}; none: in memory]",
+    )
+    replica: str | None = Field(
+        None, description="this replica's id in the state and /metrics [host-pid-random]"
+    )
+    reservation_expiry: float = Field(
+        120.0,
+        gt=0,
+        description="seconds a replica's reservations outlive its last sign of life (a dead "
+        "replica's calls then count as spent at their worst case); above the longest call",
+    )
     auth_token_env: str | None = Field(
         None, description=f"env var with the bearer token [{DEFAULT_TOKEN_ENV} when set]"
     )

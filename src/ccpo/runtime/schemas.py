@@ -106,6 +106,10 @@ class ServerMetrics(BaseModel):
     adapt_kappa: bool
     budget_usd: float | None = Field(description="the total budget (max_cost_total)")
     inflight_usd: float = Field(description="worst case of the LLM calls in flight")
+    reserved_usd: float = Field(
+        0.0, description="all money reserved: calls in flight and questions admitted"
+    )
+    replica: str = Field("", description="this replica's id (the metrics are the shared state's)")
     uptime_s: float
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import sqlite3
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from ccpo.llm.client import BudgetExceeded, LLMCallError
 from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.config import DeployConfig
-from ccpo.runtime.feedback import FeedbackError, KappaBounds, StateStore, StoreLedger
+from ccpo.runtime.feedback import FeedbackError, KappaBounds
 from ccpo.runtime.rails import RateLimiter, check_bearer, check_rate
 from ccpo.runtime.schemas import (
     AnswerRequest,
@@ -28,6 +27,7 @@ from ccpo.runtime.schemas import (
     Health,
     ServerMetrics,
 )
+from ccpo.runtime.state import DuplicateKey, StateStore, StoreLedger
 
 log = logging.getLogger("ccpo.serve")
 
@@ -69,15 +69,25 @@ class Service:
             cfg.kappa_max_delta,
             cfg.kappa_min_feedback,
         )
-        self.store = StateStore(cfg.state, fingerprint, tracker, cfg.max_records)
+        self.store = StateStore(
+            cfg.state,
+            fingerprint,
+            tracker,
+            cfg.max_records,
+            expiry=cfg.reservation_expiry,
+            replica=cfg.replica,
+        )
         if self.store.restored:
-            if cfg.kappa_eta0:  # an explicit step size wins over the stored one
-                self.store.tracker.eta0 = cfg.kappa_eta0
-            if cfg.adapt_kappa:  # a band narrowed by the operator applies at once
-                k = self.store.kappa
-                agent.kappa = min(max(k, self.kappa_bounds.lower), self.kappa_bounds.upper)
-                self.store.tracker.kappa = agent.kappa
-        agent.spent_offset = self.store.counters.spent_usd
+
+            def operator_settings(t: OnlineThreshold) -> None:
+                if cfg.kappa_eta0:  # an explicit step size wins over the stored one
+                    t.eta0 = cfg.kappa_eta0
+                if cfg.adapt_kappa:  # a band narrowed by the operator applies at once
+                    t.kappa = min(max(t.kappa, self.kappa_bounds.lower), self.kappa_bounds.upper)
+
+            self.store.update_tracker(operator_settings)
+            if cfg.adapt_kappa:
+                agent.kappa = self.store.kappa
         agent.ledger = StoreLedger(self.store)
         self.limiter = self._limiter(cfg.rate_limit_per_minute, cfg.rate_burst)
         self.feedback_limiter = self._limiter(cfg.feedback_per_minute, cfg.feedback_burst)
@@ -180,29 +190,31 @@ class Service:
                 f"the server's total budget of ${agent.config.max_cost_total:.4f} is spent; "
                 "no new LLM calls are made",
             )
+        if self.cfg.adapt_kappa:  # κ as feedback at any replica has moved it
+            agent.kappa = self.store.refresh()[0].kappa
         ctx = [p.model_dump() for p in req.context] if req.context else None
         try:
             s = await agent.aanswer(req.question, id=req.id, context=ctx, max_cost=req.max_cost_usd)
         except RequestBudgetExceeded as e:
-            self.store.record_error(agent.spent_usd)
+            self.store.record_error()
             raise ApiError(402, "request_budget_exceeded", str(e)) from None
         except BudgetExceeded as e:
-            self.store.record_error(agent.spent_usd)
+            self.store.record_error()
             raise ApiError(503, "budget_exhausted", f"total budget reached: {e}") from None
         except LLMCallError as e:
-            self.store.record_error(agent.spent_usd)
+            self.store.record_error()
             log.warning("request %s: %s", req.id, e)
             raise ApiError(
                 502, "upstream_error", self.public(f"LLM endpoint failed: {e}")
             ) from None
         except CCPOError as e:  # e.g. the endpoint refused our key or model name
-            self.store.record_error(agent.spent_usd)
+            self.store.record_error()
             log.warning("request %s: %s", req.id, e)
             msg = self.public(f"LLM endpoint unusable: {e}")
             raise ApiError(502, "upstream_error", msg) from None
         try:
-            self.store.record_answer(s.model_dump(mode="json"), agent.spent_usd)
-        except sqlite3.IntegrityError:
+            self.store.record_answer(s.model_dump(mode="json"))
+        except DuplicateKey:
             raise ApiError(
                 409, "conflict", f"id '{s.id}' was used by a concurrent request"
             ) from None
@@ -246,13 +258,16 @@ class Service:
         )
 
     def metrics(self) -> ServerMetrics:
-        c = self.store.counters
+        """The shared state as every replica sees it now, with this replica's id."""
+        tracker, c = self.store.refresh()
+        if self.cfg.adapt_kappa:
+            self.agent.kappa = tracker.kappa
         point = self.agent.kappa is None
         return ServerMetrics(
             requests=c.requests,
             errors=c.errors,
             rejected=c.rejected,
-            dollars_spent=self.agent.spent_usd,
+            dollars_spent=c.spent_usd,
             cost_usd=c.cost_usd,
             mean_set_size=c.set_size_sum / c.requests if c.requests else None,
             mean_rounds=c.rounds_sum / c.requests if c.requests else None,
@@ -269,6 +284,8 @@ class Service:
             adapt_kappa=self.cfg.adapt_kappa,
             budget_usd=self.agent.config.max_cost_total,
             inflight_usd=c.inflight_usd,
+            reserved_usd=c.reserved_usd,
+            replica=self.store.replica,
             uptime_s=time.monotonic() - self.started,
         )
 

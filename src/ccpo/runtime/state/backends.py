@@ -1,0 +1,229 @@
+"""Where ``ccpo serve`` keeps its state: an embedded SQLite file (the default, nothing to start)
+or a PostgreSQL database shared by several replicas (``server.state: postgresql://...``).
+
+Both offer the same three things to :class:`~ccpo.runtime.state.store.StateStore`: a write
+transaction that holds the store's one lock until it commits (:meth:`Backend.write`), a read
+(:meth:`Backend.read`), and the SQL spellings that differ (``lock``: the row-lock clause;
+``now``: the database's clock in epoch seconds). SQL is written once, with ``?`` placeholders.
+
+- **SQLite**: one connection per process, ``BEGIN IMMEDIATE`` takes the file's write lock (so
+  a second process on the same file waits, never interleaves); WAL journal.
+- **PostgreSQL** (``pip install 'ccpo[postgres]'``: psycopg 3 and its pool): a small
+  connection pool; a write transaction locks the store's one state row with ``SELECT ... FOR
+  UPDATE`` (the store does that), which serialises every write of every replica at that row.
+  The URL carries no password: libpq takes it from ``$PGPASSWORD`` or ``~/.pgpass``, and no
+  message ever prints more of the URL than user, host, port and database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from ccpo.errors import CCPOError
+
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+
+class DuplicateKey(CCPOError):
+    """An insert met a row with the same key (e.g. an answer id used by a concurrent request)."""
+
+
+class Tx(Protocol):
+    """One open transaction."""
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None: ...
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int: ...
+
+
+class Backend(Protocol):
+    """A database the state store runs on."""
+
+    kind: str  # "sqlite" | "postgresql"
+    where: str  # printable: a path, or user@host:port/db (never a password)
+    lock: str  # appended to the state row's SELECT in a write transaction
+    now: str  # SQL: the database's clock, epoch seconds
+
+    def write(self) -> contextlib.AbstractContextManager[Tx]: ...
+
+    def read(self) -> contextlib.AbstractContextManager[Tx]: ...
+
+    def close(self) -> None: ...
+
+
+def is_database_url(location: str) -> bool:
+    """True for ``scheme://...`` (a database URL rather than a file path)."""
+    return "://" in location
+
+
+def safe_url(url: str) -> str:
+    """``url`` as it may be printed: scheme, user, host, port and database, no password."""
+    u = urlsplit(url)
+    user = f"{u.username}@" if u.username else ""
+    port = f":{u.port}" if u.port else ""
+    return f"{u.scheme}://{user}{u.hostname or ''}{port}{u.path}"
+
+
+def open_backend(location: str | Path | None) -> Backend:
+    """The backend for ``server.state``: None (in memory), a file path (SQLite) or a
+    ``postgresql://USER@HOST:PORT/DB`` URL. Anything else with ``://`` is refused."""
+    if location is None:
+        return SQLiteBackend(None)
+    loc = str(location)
+    if not is_database_url(loc):
+        return SQLiteBackend(Path(loc))
+    scheme = loc.split("://", 1)[0].lower()
+    if scheme not in POSTGRES_SCHEMES:
+        raise CCPOError(
+            f"server.state: '{scheme}://' is not a store ccpo knows; give a SQLite file path or "
+            "postgresql://USER@HOST:PORT/DB"
+        )
+    return PostgresBackend(loc)
+
+
+# ----------------------------------------------------------------------------- SQLite
+class _SQLiteTx:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        return self.db.execute(sql, tuple(params)).fetchone()
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.db.execute(sql, tuple(params)).fetchall()
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        try:
+            return self.db.execute(sql, tuple(params)).rowcount
+        except sqlite3.IntegrityError as e:
+            raise DuplicateKey(str(e)) from None
+
+
+class SQLiteBackend:
+    """The embedded default: one SQLite file (``path=None``: in memory, lost on exit)."""
+
+    kind = "sqlite"
+    lock = ""
+    now = "((julianday('now') - 2440587.5) * 86400.0)"
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.where = str(path) if path is not None else "(in memory)"
+        self._lock = threading.Lock()
+        try:
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                str(path) if path else ":memory:",
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=30.0,
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        except (sqlite3.DatabaseError, OSError) as e:
+            raise CCPOError(f"{self.where}: not a usable state file ({e})") from None
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Tx]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield _SQLiteTx(self._db)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Tx]:
+        with self._lock:
+            yield _SQLiteTx(self._db)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+# ----------------------------------------------------------------------------- PostgreSQL
+class _PgTx:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    @staticmethod
+    def _sql(sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        return self.conn.execute(self._sql(sql), tuple(params)).fetchone()
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.conn.execute(self._sql(sql), tuple(params)).fetchall()
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        import psycopg
+
+        try:
+            return self.conn.execute(self._sql(sql), tuple(params)).rowcount
+        except psycopg.errors.UniqueViolation as e:
+            raise DuplicateKey(str(e).splitlines()[0]) from None
+
+
+class PostgresBackend:
+    """PostgreSQL through psycopg 3 and a connection pool (shared by the replicas)."""
+
+    kind = "postgresql"
+    lock = " FOR UPDATE"
+    now = "extract(epoch from clock_timestamp())::float8"
+
+    def __init__(self, url: str, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
+        self.where = safe_url(url)
+        u = urlsplit(url)
+        if u.password:
+            raise CCPOError(
+                f"server.state: {self.where}: the URL holds a password; give it in $PGPASSWORD "
+                "or ~/.pgpass instead (it must not be in a config file or on a command line)"
+            )
+        try:
+            import psycopg
+            from psycopg_pool import ConnectionPool
+        except ImportError:
+            raise CCPOError(
+                "a PostgreSQL state needs psycopg 3 and its pool: pip install 'ccpo[postgres]'"
+            ) from None
+        # check the database is there first: one line naming the host, never the password
+        try:
+            psycopg.connect(url, connect_timeout=max(1, round(connect_timeout))).close()
+        except psycopg.Error as e:
+            first = (str(e).strip().splitlines() or ["unknown error"])[0]
+            raise CCPOError(f"cannot reach the state database {self.where}: {first}") from None
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True},
+            timeout=30.0,
+            open=True,
+            name="ccpo-state",
+        )
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Tx]:
+        with self._pool.connection() as conn, conn.transaction():
+            yield _PgTx(conn)
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Tx]:
+        with self._pool.connection() as conn:
+            yield _PgTx(conn)
+
+    def close(self) -> None:
+        self._pool.close()
