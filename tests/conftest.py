@@ -40,3 +40,25 @@ def random_probs(rng: np.random.Generator, n: int, T: int) -> np.ndarray:
     p[:, -1, 2] = 0.0
     p[:, -1] /= p[:, -1].sum(-1, keepdims=True)
     return p
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throw-away PostgreSQL cluster (one per test worker). Skipped where PostgreSQL or
+    psycopg is missing, except under ``CI=true``, where that fails: CI must run these."""
+    import importlib.util
+    import os
+
+    from ccpo.testing.postgres import PostgresCluster, find_pg_bin
+
+    missing = None
+    if find_pg_bin() is None:
+        missing = "no PostgreSQL (pg_ctl, initdb) on this machine"
+    elif importlib.util.find_spec("psycopg") is None:
+        missing = "psycopg is not installed (pip install -e '.[dev]')"
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {missing}: the PostgreSQL tests must run in CI")
+        pytest.skip(missing)
+    with PostgresCluster(fsync=False) as pg:
+        yield pg

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -15,6 +17,60 @@ from ccpo.traces.sim import SimConfig, generate
 from tests.llm.conftest import make_world
 
 MODELS = ("base-m", "guide-m")
+
+# ----------------------------------------------------------------------------- both stores
+#: modules whose tests that start ``ccpo serve`` (make_service, the CLI) run on both stores
+SERVE_MODULES = ("test_server", "test_hardening", "test_openai_compat", "test_rails", "test_cli")
+_SERVES = ("make_service", "_start_serve", "state_at")
+
+
+def pytest_generate_tests(metafunc) -> None:
+    """Every serve test runs twice: on the embedded SQLite store and on PostgreSQL."""
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if module in SERVE_MODULES and "serve_store" in metafunc.fixturenames:
+        src = inspect.getsource(metafunc.function)
+        if any(name in src for name in _SERVES):
+            metafunc.parametrize("serve_store", ["sqlite", "postgresql"], indirect=True)
+
+
+class _Store:
+    """The store of the running test: ``state_at(tmp_path, name)`` is where a state named
+    ``name`` lives (the same place every time within a test, so restarts find it)."""
+
+    kind = "sqlite"
+    pg = None
+    dbs: ClassVar[dict[str, str]] = {}
+
+    def default(self) -> str | None:
+        return None if self.kind == "sqlite" else self.at(None, "default")
+
+    def at(self, tmp_path: Path | None, name: str) -> str:
+        if self.kind == "sqlite":
+            assert tmp_path is not None
+            return str(tmp_path / name)
+        if name not in self.dbs:
+            self.dbs[name] = self.pg.new_database()
+        return self.dbs[name]
+
+
+STORE = _Store()
+
+
+@pytest.fixture(autouse=True)
+def serve_store(request):
+    """The store serve tests run on (parametrised by :func:`pytest_generate_tests`)."""
+    kind = getattr(request, "param", "sqlite")
+    STORE.kind, STORE.dbs = kind, {}
+    if kind == "postgresql":
+        STORE.pg = request.getfixturevalue("pg_cluster")
+    yield kind
+    STORE.kind, STORE.dbs = "sqlite", {}
+
+
+def state_at(tmp_path: Path, name: str = "state.sqlite") -> str:
+    """The state location named ``name`` on the running test's store (a SQLite file in
+    ``tmp_path``, or a PostgreSQL database of the test cluster)."""
+    return STORE.at(tmp_path, name)
 
 
 def write_prices(path: Path, models=MODELS, inp: float = 1.0, out: float = 4.0) -> Path:
@@ -137,5 +193,6 @@ def make_service(policy_dir: Path, srv, prices: Path, server: dict | None = None
     from ccpo.runtime.server import Service
 
     values = deploy_values(srv, prices, **kw)
-    values["server"] = server or {}
+    values["server"] = dict(server or {})
+    values["server"].setdefault("state", STORE.default())
     return Service.from_artifact(policy_dir, load_deploy_config(None, values))

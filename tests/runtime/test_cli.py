@@ -13,7 +13,7 @@ import httpx
 from ccpo.product.cli import main
 from ccpo.testing import wait_for_http
 
-from .conftest import deploy_values
+from .conftest import deploy_values, state_at
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 ENV = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
@@ -56,8 +56,8 @@ def _start_serve(policy, cfg, port: int, *flags: str, env=ENV):
 def test_ask_json_matches_serve(world, any_policy_dir, prices_path, tmp_path):
     cfg = _config(tmp_path, world, prices_path)
     port = _free_port()
-    state = tmp_path / "state.sqlite"
-    proc, url = _start_serve(any_policy_dir, cfg, port, "--state", str(state))
+    state = state_at(tmp_path, "state.sqlite")
+    proc, url = _start_serve(any_policy_dir, cfg, port, "--state", state)
     try:
         api = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=30).json()
         out = subprocess.run(
@@ -70,7 +70,7 @@ def test_ask_json_matches_serve(world, any_policy_dir, prices_path, tmp_path):
             d.pop("id")
             d.pop("latency_ms")
         assert cli == api
-        assert state.exists()
+        assert httpx.get(url + "/metrics.json").json()["requests"] == 1  # in the state
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=20)

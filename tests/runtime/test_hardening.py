@@ -14,7 +14,7 @@ import pytest
 
 from tests.llm.conftest import make_world
 
-from .conftest import LiveServer, make_service
+from .conftest import LiveServer, make_service, state_at
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 
@@ -36,15 +36,23 @@ def send_all(url: str, calls: list[tuple], headers: dict | None = None) -> list[
     return asyncio.run(go())
 
 
-def _state_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+def _state_written(svc, path: Path | None = None) -> object:
+    """What changes when the state is written: the SQLite file's bytes, or the PostgreSQL
+    state row's version (xmin) and the answer count."""
+    if svc.store.db.kind == "sqlite":
+        assert path is not None
+        return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    with svc.store.db.read() as tx:
+        return tx.one(
+            "SELECT xmin::text, (SELECT COUNT(*) FROM ccpo_answers) FROM ccpo_state WHERE id = 1"
+        )
 
 
 def test_a_thousand_adversarial_feedbacks_move_kappa_at_most_the_band(
     world, policy_dir, prices_path, tmp_path
 ):
     """22 'none of them' used to take κ from 0.3 to 0; 1,000 now stay within κ̂ − band."""
-    conf = {"adapt_kappa": True, "feedback_per_minute": None, "state": str(tmp_path / "s.db")}
+    conf = {"adapt_kappa": True, "feedback_per_minute": None, "state": state_at(tmp_path, "s.db")}
     svc = make_service(policy_dir, world, prices_path, conf)
     b = svc.kappa_bounds
     assert (b.lower, b.upper, b.max_delta, b.min_feedback) == pytest.approx((0.2, 0.4, 0.01, 50))
@@ -120,16 +128,16 @@ def test_junk_before_auth_is_refused_without_parsing_or_writing(
 ):
     monkeypatch.setenv("CCPO_SERVE_TOKEN", "tok-123456")
     state = tmp_path / "s.db"
-    svc = make_service(policy_dir, world, prices_path, {"state": str(state)})
+    svc = make_service(policy_dir, world, prices_path, {"state": state_at(tmp_path, "s.db")})
     with LiveServer(svc) as ls, httpx.Client(base_url=ls.url, timeout=30) as http:
-        before = _state_bytes(state)
+        before = _state_written(svc, state)
         # invalid JSON sent as JSON: parsed (422) before auth, and written, before the fix
         as_json = {"Content-Type": "application/json"}
         junk = [("POST", "/v1/answer", {"content": b"{junk" + bytes([i % 256]) * i,
                                         "headers": as_json}) for i in range(200)]  # fmt: skip
         codes = {r.status_code for r in send_all(ls.url, junk)}
         assert codes == {401}  # auth first: junk is never parsed (it was a 422 before)
-        assert _state_bytes(state) == before  # ... nor written to the state database
+        assert _state_written(svc, state) == before  # ... nor written to the state database
         auth = {"Authorization": "Bearer tok-123456"}
         m = http.get("/metrics.json", headers=auth).json()
         assert m["rejected"] == 200
@@ -224,14 +232,14 @@ def test_a_kill_mid_call_never_forgets_the_money(world, policy_dir, prices_path,
     from .conftest import deploy_values
     from .test_cli import ENV, _free_port
 
-    state = tmp_path / "s.db"
+    state = state_at(tmp_path, "s.db")
     with make_world(latency=30.0) as slow:
         cfg = tmp_path / "deploy.yaml"
         cfg.write_text(yaml.safe_dump(deploy_values(slow, prices_path, timeout=60.0)))
         port = _free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(policy_dir),
-             "--config", str(cfg), "--port", str(port), "--state", str(state),
+             "--config", str(cfg), "--port", str(port), "--state", state,
              "--log-level", "warning"],
             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -244,7 +252,7 @@ def test_a_kill_mid_call_never_forgets_the_money(world, policy_dir, prices_path,
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=20)
-    restarted = make_service(policy_dir, world, prices_path, {"state": str(state)})
+    restarted = make_service(policy_dir, world, prices_path, {"state": state})
     m = restarted.metrics()
     restarted.store.close()
     assert m.dollars_spent > 0  # the in-flight call's worst case, counted as paid
@@ -256,7 +264,7 @@ def test_covered_floods_are_bounded_too_and_a_narrower_band_applies_on_restart(
 ):
     """The other direction (κ up: smaller sets, lower coverage), at the state store: 1,000
     'covered' feedbacks stop at κ̂ + band; an operator who narrows the band sees it at once."""
-    conf = {"adapt_kappa": True, "state": str(tmp_path / "s.db")}
+    conf = {"adapt_kappa": True, "state": state_at(tmp_path, "s.db")}
     svc = make_service(policy_dir, world, prices_path, conf)
     answer = {"id": "q0", "question": Q, "answers": ["C"], "cost_usd": 0.0, "rounds": 1}
     kappas = []

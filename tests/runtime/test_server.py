@@ -12,7 +12,7 @@ import pytest
 from ccpo.runtime.server import openapi_spec
 from tests.llm.conftest import make_world
 
-from .conftest import LiveServer, make_service
+from .conftest import LiveServer, make_service, state_at
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def test_survives_a_flaky_endpoint(policy_dir, prices_path):
 def test_dead_endpoint_is_502_and_nothing_half_written(policy_dir, prices_path, tmp_path):
     with make_world(failure_rate=1.0, failure_kinds=("500",)) as dead:
         svc = make_service(
-            policy_dir, dead, prices_path, {"state": str(tmp_path / "s.sqlite")}, max_retries=1
+            policy_dir, dead, prices_path, {"state": state_at(tmp_path, "s.sqlite")}, max_retries=1
         )
         with LiveServer(svc) as ls:
             r = post(ls.url, "/v1/answer", {"question": Q, "id": "dead-1"})
@@ -159,7 +159,7 @@ def _stream(ls: LiveServer, n: int, feedback, start: int = 0) -> list[dict]:
 
 
 def test_feedback_moves_kappa_and_persists(world, policy_dir, prices_path, tmp_path):
-    state = str(tmp_path / "state.sqlite")
+    state = state_at(tmp_path, "state.sqlite")
     # the operator widened every bound: κ free in [0, 1], any step, from the first feedback
     conf = {
         "state": state,
@@ -218,7 +218,7 @@ def test_state_file_of_another_policy_is_refused(world, policy_dir, prices_path,
 
     from .conftest import make_policy
 
-    state = {"state": str(tmp_path / "s.sqlite")}
+    state = {"state": state_at(tmp_path, "s.sqlite")}
     make_service(policy_dir, world, prices_path, state).store.close()
     other = make_policy(tmp_path / "other", steps=3)
     with pytest.raises(CCPOError, match="another policy"):
