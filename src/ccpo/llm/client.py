@@ -296,8 +296,12 @@ class SpendLedger:
             v[2] += float(call)
             return True
 
-    def settle(self, reserved: float, spent: float, call: bool = False) -> None:
-        """Release a reservation of ``reserved`` and record the ``spent`` it really cost."""
+    def settle(
+        self, reserved: float, spent: float, call: bool = False, sent: float | None = None
+    ) -> None:
+        """Release a reservation of ``reserved`` and record the ``spent`` it really cost.
+        ``call``: a call is back (no longer in flight), whose worst case was ``sent``
+        (default ``reserved``; more when part of it stays held for its question)."""
         with self._values() as v:
             v[1] = max(0.0, v[1] - reserved)
             v[0] += spent
@@ -707,12 +711,12 @@ class LLMClient:
                 res = await self._call(endpoint, request)
                 cost = res.cost_usd = self._cost(endpoint.model, res)
             finally:
-                self.ledger.settle(worst, cost, call=True)
-                if env is not None:  # what the call did not cost goes back to its question
+                if env is None:
+                    self.ledger.settle(worst, cost, call=True)
+                else:  # what the call did not cost stays held, for its question (one step)
+                    self.ledger.settle(cost, cost, call=True, sent=worst)
                     env.spent += cost
-                    back = worst - cost
-                    if back > 0 and self.ledger.try_reserve(back, self.max_cost):
-                        env.free += back
+                    env.free += worst - cost
                 if rb is not None:
                     rb.ledger.settle(worst, cost)
             self.spent_usd += cost

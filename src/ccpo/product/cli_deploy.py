@@ -318,8 +318,8 @@ def register(app: typer.Typer) -> None:
         _err.print(
             f"ccpo serve: {a.policy.variant} (T = {a.horizon}, α = {a.alpha:g}, {kappa}"
             f"{', adaptive' if cfg.server.adapt_kappa else ''}); {a.ladder.describe()}; "
-            f"state {cfg.server.state or '(in memory)'}"
-            f"{'; restored' if service.store.restored else ''}; auth "
+            f"state {service.store.where}{' (restored)' if service.store.restored else ''}, "
+            f"replica {service.store.replica}; auth "
             f"{'on' if service.token else 'off'}; http://{cfg.server.host}:{cfg.server.port}",
             highlight=False,
         )

@@ -36,8 +36,11 @@ class StoreLedger(SpendLedger):
             v[2] += float(call)
         return True
 
-    def settle(self, reserved: float, spent: float, call: bool = False) -> None:
-        self.store.settle(reserved, spent, inflight=reserved if call else 0.0)
+    def settle(
+        self, reserved: float, spent: float, call: bool = False, sent: float | None = None
+    ) -> None:
+        worst = reserved if sent is None else sent
+        self.store.settle(reserved, spent, inflight=worst if call else 0.0)
         with self._values() as v:
             v[2] = max(0.0, v[2] - float(call))
 

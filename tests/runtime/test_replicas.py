@@ -1,0 +1,159 @@
+"""Several replicas of ``ccpo serve`` on one PostgreSQL state (issue 24): one budget, one κ,
+feedback at any replica, leases that end, a schema version; and the SQLite file of the older
+one-process format converted in place. Replicas are real servers on 127.0.0.1 (uvicorn in
+threads), the state a real PostgreSQL cluster started by the tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+
+import httpx
+import pytest
+
+from ccpo.errors import CCPOError
+from ccpo.learning.conformal import OnlineThreshold
+from ccpo.runtime.state import SCHEMA_VERSION, StateStore
+
+from .conftest import LiveServer, make_service
+
+Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
+
+
+def _replicas(n, policy_dir, world, prices_path, url, server=None, **kw):
+    return [
+        make_service(
+            policy_dir, world, prices_path, {"state": url, "replica": f"r{i}", **(server or {})},
+            **kw,
+        )
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_two_replicas_spend_one_budget(pg_cluster, world, policy_dir, prices_path):
+    """64 questions at once over two replicas with a $0.02 budget (each replica alone could
+    spend it all): together they never pass it, and what they paid is what they answered."""
+    cap, url = 0.02, pg_cluster.new_database()
+    a, b = _replicas(2, policy_dir, world, prices_path, url, max_cost_total=cap, kappa=0.0)
+
+    async def burst(urls: list[str]) -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as http:
+            return await asyncio.gather(
+                *(
+                    http.post(urls[i % 2] + "/v1/answer", json={"question": f"{Q} #{i}"})
+                    for i in range(64)
+                )
+            )
+
+    with LiveServer(a) as la, LiveServer(b) as lb:
+        rs = asyncio.run(burst([la.url, lb.url]))
+        ma = httpx.get(la.url + "/metrics.json").json()
+        mb = httpx.get(lb.url + "/metrics.json").json()
+    assert {r.status_code for r in rs} <= {200, 503}
+    answered = [r.json() for r in rs if r.status_code == 200]
+    assert len(answered) >= 5
+    assert ma["dollars_spent"] == mb["dollars_spent"] <= cap
+    assert ma["dollars_spent"] >= 0.8 * cap  # the budget bought answers, not refusals
+    assert ma["dollars_spent"] == pytest.approx(sum(x["cost_usd"] for x in answered), rel=1e-9)
+    assert ma["requests"] == mb["requests"] == len(answered)
+    assert ma["inflight_usd"] == ma["reserved_usd"] == 0.0
+    assert {ma["replica"], mb["replica"]} == {"r0", "r1"}
+
+
+def test_feedback_at_any_replica_moves_one_kappa_once(pg_cluster, world, policy_dir, prices_path):
+    """Answers from replica A, feedback alternately at A and B: both report the same κ and
+    counts; a repeated feedback id at the other replica is refused and changes nothing."""
+    url = pg_cluster.new_database()
+    conf = {"adapt_kappa": True, "kappa_min_feedback": 0, "feedback_per_minute": None}
+    a, b = _replicas(2, policy_dir, world, prices_path, url, conf)
+    k0 = a.agent.kappa
+    with LiveServer(a) as la, LiveServer(b) as lb, httpx.Client(timeout=30) as http:
+        for i in range(6):
+            r = http.post(la.url + "/v1/answer", json={"question": f"{Q} {i}", "id": f"q{i}"})
+            assert r.status_code == 200
+        for i in range(6):
+            at = (la, lb)[i % 2].url
+            r = http.post(at + "/v1/feedback", json={"id": f"q{i}", "none_of_them": True})
+            assert r.status_code == 200, r.text
+        ma = http.get(la.url + "/metrics.json").json()
+        mb = http.get(lb.url + "/metrics.json").json()
+        again = http.post(lb.url + "/v1/feedback", json={"id": "q0", "none_of_them": True})
+        after = http.get(la.url + "/metrics.json").json()
+        # the next answer at B runs with the κ feedback at A and B made
+        nxt = http.post(lb.url + "/v1/answer", json={"question": Q, "id": "next"}).json()
+    assert ma["kappa"] == mb["kappa"] < k0  # six misses lowered the one κ
+    assert ma["kappa"] == pytest.approx(k0 - 6 * 0.01)  # one step of max_delta each, once
+    assert ma["feedback"] == mb["feedback"] == 6 and ma["coverage"] == 0.0
+    assert again.status_code == 409
+    assert after["kappa"] == ma["kappa"] and after["feedback"] == 6
+    assert nxt["kappa"] == pytest.approx(ma["kappa"])
+
+
+def test_a_dead_replicas_lease_expires_into_spent_money(pg_cluster):
+    """A replica that stops renewing (another host: it cannot be checked for life) keeps its
+    money reserved until its lease expires; then its calls count as spent at the worst case
+    and what it held for questions is free again. Nothing is held forever."""
+    url = pg_cluster.new_database()
+    tr = OnlineThreshold(alpha=0.1, kappa=0.3)
+    ghost = StateStore(url, "fp", tr, expiry=600.0, replica="ghost")
+    assert ghost.reserve(0.5, 1.0, inflight=0.2)  # 0.2 in a call, 0.3 held for a question
+    ghost._stop.set()  # it dies: no heartbeat, no more writes
+    with ghost.db.write() as tx:  # ... on another host, its lease good for a while yet
+        tx.run("UPDATE ccpo_leases SET host = 'elsewhere' WHERE replica = 'ghost'")
+    live = StateStore(url, "fp", tr, expiry=600.0, replica="live")
+    assert not live.reserve(0.6, 1.0)  # the ghost's 0.5 still counts against the budget
+    with live.db.write() as tx:
+        tx.run("UPDATE ccpo_leases SET expires = 0 WHERE replica = 'ghost'")
+    assert live.reserve(0.6, 1.0)  # expired: 0.2 spent, 0.3 released
+    c = live.counters
+    assert c.spent_usd == pytest.approx(0.2)
+    assert c.reserved_usd == pytest.approx(0.6) and c.inflight_usd == pytest.approx(0.0)
+    assert [row[0] for row in live.leases()] == ["live"]
+    assert not live.reserve(0.21, 1.0)  # 0.2 spent + 0.6 reserved: 0.2 left
+    live.close()
+    ghost.db.close()
+
+
+def test_a_newer_schema_is_refused(pg_cluster):
+    url = pg_cluster.new_database()
+    tr = OnlineThreshold(alpha=0.1)
+    s = StateStore(url, "fp", tr)
+    with s.db.write() as tx:
+        tx.run("UPDATE ccpo_meta SET value = ? WHERE key = 'schema_version'", (str(99),))
+    s.close()
+    with pytest.raises(
+        CCPOError, match=f"schema version 99, newer than this ccpo's \\({SCHEMA_VERSION}"
+    ):
+        StateStore(url, "fp", tr)
+
+
+def test_a_one_process_state_file_is_converted(tmp_path):
+    """A SQLite state file of the older format (v1: tables kv, answers) keeps its κ, counters
+    and answers; what it had in flight when it stopped counts as spent."""
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    db.execute(
+        "CREATE TABLE answers (id TEXT PRIMARY KEY, question TEXT NOT NULL, answer TEXT NOT "
+        "NULL, created REAL NOT NULL, feedback TEXT)"
+    )
+    tracker = {"alpha": 0.1, "kappa": 0.27, "eta0": 0.01, "xi": 0.1, "step": 5}
+    counters = {"requests": 3, "spent_usd": 0.5, "inflight_usd": 0.25, "feedback": 1,
+                "covered": 1, "recent": [1]}  # fmt: skip
+    kv = {"format": "ccpo.serve-state/v1", "fingerprint": "fp", "tracker": json.dumps(tracker),
+          "counters": json.dumps(counters)}  # fmt: skip
+    for k, v in kv.items():
+        db.execute("INSERT INTO kv VALUES (?, ?)", (k, v))
+    db.execute("INSERT INTO answers VALUES ('q1', 'Q?', '{\"answers\": [\"A\"]}', 1.0, NULL)")
+    db.commit()
+    db.close()
+    s = StateStore(str(path), "fp", OnlineThreshold(alpha=0.1))
+    assert s.restored and s.kappa == 0.27 and s.tracker.step == 5
+    assert s.counters.requests == 3 and s.counters.spent_usd == pytest.approx(0.75)
+    assert s.counters.inflight_usd == 0.0
+    assert s.lookup("q1") == ("Q?", {"answers": ["A"]}, None)
+    s.close()
+    again = StateStore(str(path), "fp", OnlineThreshold(alpha=0.1))  # now the current format
+    assert again.counters.spent_usd == pytest.approx(0.75)
+    again.close()
