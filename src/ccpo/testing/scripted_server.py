@@ -92,6 +92,10 @@ class ScriptedServer:
     n_completions: int = 0
     n_failures: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: tokens billed per model, [input, output], counted when a completion is made (as an
+    #: endpoint bills it, whether or not the client is still there to read it); GET
+    #: ``/ccpo-billing`` returns it
+    billed: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.logprobs_mode not in ("ok", "ignore", "reject", "reject500"):
@@ -127,7 +131,10 @@ class ScriptedServer:
                 pass
 
             def do_GET(self) -> None:
-                if self.path.rstrip("/").endswith("/models"):
+                if self.path.rstrip("/").endswith("/ccpo-billing"):
+                    with server._lock:
+                        self._send(200, {m: list(v) for m, v in server.billed.items()})
+                elif self.path.rstrip("/").endswith("/models"):
                     self._send(200, {"object": "list", "data": []})
                 else:
                     self._send(404, {"error": {"message": "not found"}})
@@ -183,6 +190,7 @@ class ScriptedServer:
         with self._lock:
             self.n_requests = self.n_completions = self.n_failures = 0
             self.requests.clear()
+            self.billed.clear()
             self.failure_log.clear()
 
     # ------------------------------------------------------------------ replies
@@ -275,4 +283,7 @@ class ScriptedServer:
         }
         with self._lock:
             self.n_completions += 1
+            b = self.billed.setdefault(str(req.get("model", "scripted")), [0, 0])
+            b[0] += n_in
+            b[1] += len(toks)
         h._send(200, body)
