@@ -101,3 +101,7 @@ def test_metrics_in_prometheus_text_format(world, policy_dir, prices_path):
     assert samples["ccpo_kappa"] == 0.3 and samples["ccpo_kappa_lower"] == pytest.approx(0.2)
     assert samples["ccpo_kappa_moves_total"] == 0 and samples["ccpo_alpha"] == 0.1
     assert "ccpo_budget_usd" not in samples  # no total budget: left out, not a fake 0
+    labels = {
+        s.labels.get("replica") for f in text_string_to_metric_families(r.text) for s in f.samples
+    }
+    assert labels == {js["replica"]} and js["replica"]  # every sample names its replica

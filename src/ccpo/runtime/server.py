@@ -129,6 +129,7 @@ _GAUGES = {
     "adapt_kappa": ("ccpo_adapt_kappa", "1 if kappa is updated from feedback"),
     "budget_usd": ("ccpo_budget_usd", "the total budget in USD"),
     "inflight_usd": ("ccpo_inflight_usd", "worst case of the LLM calls in flight (USD)"),
+    "reserved_usd": ("ccpo_reserved_usd", "USD reserved: calls in flight and admitted questions"),
     "uptime_s": ("ccpo_uptime_seconds", "seconds since the server started"),
 }
 
@@ -141,11 +142,16 @@ class _MetricsCollector:
 
     def collect(self) -> Any:
         d = self.m.model_dump()
+        label = [self.m.replica]  # the shared state's values, as this replica reports them
         for field_, (name, doc) in _COUNTERS.items():
-            yield CounterMetricFamily(name, doc, value=float(d[field_]))
+            family = CounterMetricFamily(name, doc, labels=["replica"])
+            family.add_metric(label, float(d[field_]))
+            yield family
         for field_, (name, doc) in _GAUGES.items():
             if d[field_] is not None:
-                yield GaugeMetricFamily(name, doc, value=float(d[field_]))
+                family = GaugeMetricFamily(name, doc, labels=["replica"])
+                family.add_metric(label, float(d[field_]))
+                yield family
 
 
 def prometheus_text(m: ServerMetrics) -> bytes:
