@@ -5,9 +5,7 @@ Wire into the main CLI with ``cli_deploy.register(app)``. See docs/deploy.md.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import socket
 import warnings
 from collections.abc import Callable
@@ -19,10 +17,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ccpo.errors import CCPOError, write_error
+from ccpo.errors import CCPOError
 from ccpo.product.cli_config import settings_options
 from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, quiet_http_logs, warn
 from ccpo.runtime.config import DeployConfig, ServerConfig, load_deploy_config
+from ccpo.traces.io import written_whole
 
 _out = Console()
 _err = Console(stderr=True)
@@ -129,16 +128,8 @@ def _short(s: str, n: int = 28) -> str:
 def _write_whole(path: Path, text: str) -> None:
     """Write ``path`` whole or not at all (a temporary file beside it, then a rename): a full
     disk leaves no half-written file (exit 1), a read-only folder is refused (exit 2)."""
-    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    with written_whole(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as e:
-        raise write_error(path, e) from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
 
 
 def register(app: typer.Typer) -> None:

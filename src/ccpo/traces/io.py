@@ -270,6 +270,23 @@ class TraceWriter:
         self.close()
 
 
+@contextlib.contextmanager
+def written_whole(path: Path) -> Iterator[Path]:
+    """``with written_whole(p) as tmp:`` write ``tmp`` (beside ``p``, same suffix); it replaces
+    ``p`` only once the block ends without error, so a failure (a full disk: exit 1; a
+    read-only folder: exit 2) leaves no half-made file and an older ``p`` untouched."""
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")  # keeps the suffix (.gz)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as e:
+        raise _write_error(path, e) from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 def write_traces(path: str | Path, traces: Iterable[Trace]) -> int:
     """Write traces to a new file (overwriting) and return how many were written.
 
@@ -277,17 +294,9 @@ def write_traces(path: str | Path, traces: Iterable[Trace]) -> int:
     a failure (disk full, say) leaves no half-made file and an older file untouched.
     """
     p = Path(path)
-    tmp = p.with_name(f".tmp-{os.getpid()}-{p.name}")  # keeps the suffix (.gz)
     n = 0
-    try:
-        with TraceWriter(tmp, append=False, shown_as=p) as w:
-            for t in traces:
-                w.write(t)
-                n += 1
-        os.replace(tmp, p)
-    except OSError as e:
-        raise _write_error(p, e) from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    with written_whole(p) as tmp, TraceWriter(tmp, append=False, shown_as=p) as w:
+        for t in traces:
+            w.write(t)
+            n += 1
     return n
