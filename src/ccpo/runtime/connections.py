@@ -11,12 +11,13 @@ as ``http="auto"`` picks it), with the settings of :class:`~ccpo.runtime.config.
   else the client gets a 408 and the connection is closed;
 - ``body_timeout``: a request body must arrive in full within this many seconds of the end of
   its head, else 408 and closed (the time the app then takes to answer is not limited here);
-- ``max_connections``: a connection over this many open at once gets a 503 and is closed at
-  once, so that its file descriptor is free again. The cap is kept :data:`RESERVED_FDS` below
-  the process's open-file limit (``ulimit -n``; the soft limit is first raised towards the
-  hard one, as far as the cap needs), and uvicorn accepts at most :data:`BACKLOG` connections
-  per turn of the event loop, so that a burst of new connections cannot run the process out
-  of descriptors before the over-the-cap ones are closed;
+- ``max_connections``: a connection over this many open at once gets a 503 and is closed
+  (as soon as its request's first bytes are read, so that the client sees the 503 rather than
+  a reset), so that its file descriptor is free again. The cap is kept below the process's
+  open-file limit (``ulimit -n``; the soft limit is first raised towards the hard one, as far
+  as the cap needs), and uvicorn accepts only a bounded number of connections per turn of the
+  event loop, so that a burst of new connections cannot run the process out of descriptors
+  before the over-the-cap ones are closed (:func:`connection_limits`);
 - ``keep_alive_timeout``: an idle kept-alive connection is closed after this many seconds
   (uvicorn's own timer, ``timeout_keep_alive``).
 
@@ -48,6 +49,9 @@ BASE_FDS = 64
 #: kernel's queue of connections not yet accepted); uvicorn's default, 2048, could overrun the
 #: cap by that many descriptors at once
 MAX_BACKLOG = 128
+#: seconds a connection refused over the cap waits for its request's first bytes before it is
+#: closed (see ``GuardedHTTPProtocol.connection_made``)
+REFUSE_LINGER = 0.1
 
 
 @dataclass(frozen=True)
@@ -74,9 +78,10 @@ def connection_limits(wanted: int) -> ConnectionLimits:
     """``wanted`` connections, or fewer: past the open-file limit (``ulimit -n``) uvicorn
     cannot accept any connection at all. The soft limit is raised first, within the hard one,
     as far as ``wanted`` needs (as Go and nginx do; the hard limit, ``ulimit -Hn``, is the
-    operator's). Kept free: :data:`BASE_FDS` for the rest of the process, and two turns of
-    accepted connections (``backlog`` each, at most :data:`MAX_BACKLOG`, less under a low
-    limit), which are open before the cap can close them."""
+    operator's). Kept free: :data:`BASE_FDS` for the rest of the process, and room for two
+    turns of accepted connections (``backlog`` each, at most :data:`MAX_BACKLOG`, less under a
+    low limit): those open before the cap can close them and those refused but lingering for
+    their request (at most ``backlog``)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = wanted + BASE_FDS + 2 * MAX_BACKLOG
     if soft != resource.RLIM_INFINITY and soft < need:
@@ -96,11 +101,11 @@ def connection_limits(wanted: int) -> ConnectionLimits:
 def guarded_protocol(
     header_timeout: float,
     body_timeout: float,
-    cap: int,
+    limits: ConnectionLimits,
     on_body_timeout: Callable[[], None] | None = None,
 ) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol class (as ``http="auto"`` picks it) with a deadline for each
-    request head and body and at most ``cap`` open connections (see the module doc; the cap:
+    request head and body and at most ``limits.cap`` open connections (see the module doc and
     :func:`connection_limits`). ``on_body_timeout()`` is called for each request refused for a
     slow body (to count it)."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -115,7 +120,7 @@ def guarded_protocol(
         503,
         "Service Unavailable",
         "busy",
-        f"too many open connections ({cap}); retry shortly",
+        f"too many open connections ({limits.cap}); retry shortly",
     )
     full = [False]  # the cap was reached (warned once until a connection fits again)
 
@@ -125,19 +130,28 @@ def guarded_protocol(
         attributes in h11 and httptools): no cycle, or its response complete → waiting for a
         head; a cycle still receiving its body → the body's deadline; otherwise none."""
 
-        max_open = cap
+        max_open = limits.cap
+        max_lingering = limits.backlog  # refused connections waiting for their request
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)  # joins uvicorn's server_state.connections
             self._deadline: asyncio.TimerHandle | None = None
             self._phase: str | None = None  # "head" | "body" | None: what the timer waits for
             self._cycle_seen: Any = None
-            if len(self.connections) > self.max_open:
+            self._refused = len(self.connections) > self.max_open
+            if self._refused:
                 if not full[0]:
                     full[0] = True
                     log.warning("%d connections open: refusing more (503)", self.max_open)
                 transport.write(busy_reply)
-                transport.close()  # connection_lost (next turn) frees the place and the fd
+                # closed once the request's first bytes are read (closing with them unread
+                # would reset the connection, and the client might never see the 503), or
+                # after REFUSE_LINGER s; at once if too many are lingering already.
+                # connection_lost then frees the place and the file descriptor.
+                if len(self.connections) > self.max_open + self.max_lingering:
+                    transport.close()
+                else:
+                    self._deadline = self.loop.call_later(REFUSE_LINGER, transport.close)
                 return
             full[0] = False
             self._arm("head")
@@ -175,6 +189,9 @@ def guarded_protocol(
                 self._arm(want)
 
         def data_received(self, data: bytes) -> None:
+            if self._refused:  # the 503 is written: the request is read, unparsed, and closed
+                self.transport.close()
+                return
             super().data_received(data)
             if self._ours():
                 self._track()

@@ -319,7 +319,7 @@ def uvicorn_config(service: Service, log_level: str = "info") -> uvicorn.Config:
         # slow and idle clients (connections.py): deadlines for each request head and body, a
         # cap on open connections, the idle time of a kept-alive one
         http=guarded_protocol(
-            cfg.header_timeout, cfg.body_timeout, limits.cap, service.store.count_rejected
+            cfg.header_timeout, cfg.body_timeout, limits, service.store.count_rejected
         ),
         timeout_keep_alive=cfg.keep_alive_timeout,  # type: ignore[arg-type]
         backlog=limits.backlog,
