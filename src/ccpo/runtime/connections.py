@@ -45,10 +45,10 @@ log = logging.getLogger("ccpo.serve")
 #: (the listening socket, the state file, the LLM endpoints' connections, logs), besides the
 #: connections accepted in one turn of the event loop (see :func:`connection_limits`)
 BASE_FDS = 64
-#: the most connections asyncio accepts in one turn of its loop (uvicorn's ``backlog``, also the
-#: kernel's queue of connections not yet accepted); uvicorn's default, 2048, could overrun the
-#: cap by that many descriptors at once
-MAX_BACKLOG = 128
+#: uvicorn's ``backlog`` (its default): the kernel's queue of connections not yet accepted, and
+#: the most asyncio accepts in one turn of its loop; lowered under a low open-file limit, where
+#: that many at once could run the process out of descriptors before the cap closes them
+MAX_BACKLOG = 2048
 #: seconds a connection refused over the cap waits for its request's first bytes before it is
 #: closed (see ``GuardedHTTPProtocol.connection_made``)
 REFUSE_LINGER = 0.1
@@ -79,9 +79,11 @@ def connection_limits(wanted: int) -> ConnectionLimits:
     cannot accept any connection at all. The soft limit is raised first, within the hard one,
     as far as ``wanted`` needs (as Go and nginx do; the hard limit, ``ulimit -Hn``, is the
     operator's). Kept free: :data:`BASE_FDS` for the rest of the process, and room for two
-    turns of accepted connections (``backlog`` each, at most :data:`MAX_BACKLOG`, less under a
-    low limit): those open before the cap can close them and those refused but lingering for
-    their request (at most ``backlog``)."""
+    turns of accepted connections, ``backlog`` each: those open before the cap can close them,
+    and those refused but lingering for their request (at most ``backlog``). ``backlog`` is
+    uvicorn's default (:data:`MAX_BACKLOG`) when the limit leaves room for it, else a
+    sixteenth of the limit (at least 16): a shorter queue costs a client arriving in a burst a
+    retried SYN (about a second), never a file descriptor the process does not have."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = wanted + BASE_FDS + 2 * MAX_BACKLOG
     if soft != resource.RLIM_INFINITY and soft < need:
@@ -94,7 +96,7 @@ def connection_limits(wanted: int) -> ConnectionLimits:
                 pass
     if soft == resource.RLIM_INFINITY:
         return ConnectionLimits(wanted, MAX_BACKLOG, None)
-    backlog = max(8, min(MAX_BACKLOG, soft // 16))
+    backlog = min(MAX_BACKLOG, max(16, soft // 16, (soft - BASE_FDS - wanted) // 2))
     return ConnectionLimits(max(1, min(wanted, soft - BASE_FDS - 2 * backlog)), backlog, soft)
 
 
