@@ -237,6 +237,10 @@ def main() -> None:
             out["server_alive"] = proc.poll() is None
             log = (Path(d) / "serve.log").read_text(errors="replace")
             out["log_too_many_open_files"] = log.count("Too many open files")
+            lines = log.splitlines()  # what ran out (the line before each, deduplicated)
+            out["log_too_many_open_files_first"] = sorted({
+                lines[i - 1][:160] for i, x in enumerate(lines) if "Too many open files" in x
+            })[:5]  # fmt: skip
         finally:
             proc.terminate()
             try:

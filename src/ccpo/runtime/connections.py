@@ -78,14 +78,16 @@ def connection_limits(wanted: int) -> ConnectionLimits:
     """``wanted`` connections, or fewer: past the open-file limit (``ulimit -n``) uvicorn
     cannot accept any connection at all. The soft limit is raised first, within the hard one,
     as far as ``wanted`` needs (as Go and nginx do; the hard limit, ``ulimit -Hn``, is the
-    operator's). Kept free: :data:`BASE_FDS` for the rest of the process, and room for two
-    turns of accepted connections, ``backlog`` each: those open before the cap can close them,
-    and those refused but lingering for their request (at most ``backlog``). ``backlog`` is
-    uvicorn's default (:data:`MAX_BACKLOG`) when the limit leaves room for it, else a
-    sixteenth of the limit (at least 16): a shorter queue costs a client arriving in a burst a
-    retried SYN (about a second), never a file descriptor the process does not have."""
+    operator's). Kept free: :data:`BASE_FDS` for the rest of the process, and four times
+    ``backlog``: connections refused but lingering for their request (at most ``backlog``)
+    and three turns of the event loop's accepting (``backlog`` each), which are open before
+    the cap can close them (asyncio accepts in one turn, makes the transport in the next,
+    calls ``connection_made`` in the one after). ``backlog`` is uvicorn's default
+    (:data:`MAX_BACKLOG`) when the limit leaves room for it, else a 32nd of the limit (at least
+    8): a shorter queue costs a client arriving in a burst a retried SYN (a second or more),
+    never a file descriptor the process does not have."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = wanted + BASE_FDS + 2 * MAX_BACKLOG
+    need = wanted + BASE_FDS + 4 * MAX_BACKLOG
     if soft != resource.RLIM_INFINITY and soft < need:
         raised = need if hard == resource.RLIM_INFINITY else min(need, hard)
         if raised > soft:
@@ -96,8 +98,8 @@ def connection_limits(wanted: int) -> ConnectionLimits:
                 pass
     if soft == resource.RLIM_INFINITY:
         return ConnectionLimits(wanted, MAX_BACKLOG, None)
-    backlog = min(MAX_BACKLOG, max(16, soft // 16, (soft - BASE_FDS - wanted) // 2))
-    return ConnectionLimits(max(1, min(wanted, soft - BASE_FDS - 2 * backlog)), backlog, soft)
+    backlog = min(MAX_BACKLOG, max(8, soft // 32, (soft - BASE_FDS - wanted) // 4))
+    return ConnectionLimits(max(1, min(wanted, soft - BASE_FDS - 4 * backlog)), backlog, soft)
 
 
 def guarded_protocol(
