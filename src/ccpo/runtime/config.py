@@ -75,6 +75,27 @@ class ServerConfig(BaseModel):
     )
     auth_token: SecretStr | None = Field(None, description="bearer token (config file only)")
     max_body_bytes: int = Field(65536, ge=256, description="largest request body accepted")
+    header_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="seconds a request head may take to arrive (from the connection, or from the "
+        "first byte of the next request on a kept-alive one); slower: 408 and closed",
+    )
+    body_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="seconds a request body may take to arrive in full (from the end of its "
+        "head); slower: 408 and closed",
+    )
+    keep_alive_timeout: float = Field(
+        5.0, gt=0, description="seconds an idle kept-alive connection stays open"
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        description="connections open at once (more: 503 and closed at once); lowered, with a "
+        "warning, to fit the open-file limit (ulimit -n)",
+    )
     max_question_chars: int = Field(8000, ge=1, description="longest question accepted")
     rate_limit_per_minute: float | None = Field(
         None, gt=0, description="requests per minute per client address (None: no limit)"

@@ -23,7 +23,10 @@ Rails, all checked before a request body is read: optional bearer token
 time, never logged); per-client token-bucket rate limits (requests and, separately, feedbacks)
 → 429, keyed by the peer's address (``X-Forwarded-For`` is believed only from
 ``server.trusted_proxies``; the limiters remember at most ``max_clients`` addresses); bodies
-over ``max_body_bytes`` → 413. Then: questions over ``max_question_chars`` → 422; per-request
+over ``max_body_bytes`` → 413. Before those, in the connection itself
+(:mod:`ccpo.runtime.connections`): a request head slower than ``header_timeout`` or a body
+slower than ``body_timeout`` → 408 and closed; connections over ``max_connections`` → 503 and
+closed. Then: questions over ``max_question_chars`` → 422; per-request
 budget → 402; total budget spent → 503; an LLM endpoint that still fails after its retries →
 502 (the message never shows the upstream URL), with nothing recorded for that request but the
 dollars it paid. A retry of an id still being answered waits for that answer. Every error body
@@ -61,6 +64,7 @@ except ImportError:  # pragma: no cover - exercised in a subprocess test
     ) from None
 
 from ccpo.runtime.answer_set import AnswerSet
+from ccpo.runtime.connections import connection_limits, guarded_protocol
 from ccpo.runtime.rails import Guard, error_response
 from ccpo.runtime.schemas import (
     AnswerRequest,
@@ -297,18 +301,34 @@ def openapi_spec() -> dict[str, Any]:
 
 def uvicorn_config(service: Service, log_level: str = "info") -> uvicorn.Config:
     """uvicorn's settings for the app: ``X-Forwarded-For`` / ``-Proto`` are believed only from
-    ``server.trusted_proxies`` (uvicorn's default would trust them from 127.0.0.1)."""
-    trusted = service.cfg.trusted_proxies
+    ``server.trusted_proxies`` (uvicorn's default would trust them from 127.0.0.1); slow and
+    idle clients are bounded by ``header_timeout``, ``body_timeout``, ``keep_alive_timeout``
+    and ``max_connections`` (:mod:`ccpo.runtime.connections`)."""
+    cfg = service.cfg
+    trusted = cfg.trusted_proxies
+    limits = connection_limits(cfg.max_connections)
+    if limits.cap < cfg.max_connections:
+        log.warning(
+            "max_connections lowered from %d to %d: the open-file limit (ulimit -n) is %s",
+            cfg.max_connections, limits.cap, limits.nofile,
+        )  # fmt: skip
     return uvicorn.Config(
         create_app(service),
-        host=service.cfg.host,
-        port=service.cfg.port,
+        host=cfg.host,
+        port=cfg.port,
         log_level=log_level,
         lifespan="on",
         proxy_headers=bool(trusted),
         forwarded_allow_ips=list(trusted) if trusted else None,
         server_header=False,
         timeout_graceful_shutdown=10,
+        # slow and idle clients (connections.py): deadlines for each request head and body, a
+        # cap on open connections, the idle time of a kept-alive one
+        http=guarded_protocol(
+            cfg.header_timeout, cfg.body_timeout, limits, service.store.count_rejected
+        ),
+        timeout_keep_alive=cfg.keep_alive_timeout,  # type: ignore[arg-type]
+        backlog=limits.backlog,
     )
 
 
