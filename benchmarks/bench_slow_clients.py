@@ -12,14 +12,15 @@ deadlines, no connection cap, its default backlog), i.e. the fix disabled and no
 
 Half of the slow clients trickle a request head one byte every ``--trickle`` seconds, the other
 half send a whole head and then a body one byte at a time. All of them are started at once;
-none reconnects. ``/healthz`` is probed on a fresh connection once a second (an answer slower
-than 5 s counts as none). Nothing runs past ``--duration`` seconds. This process raises its own
-open-file soft limit to its hard limit (it holds every connection); it needs
-``--connections`` + 100. Prints one JSON object: for the slow connections, how many were
-opened (or failed to connect), closed by the server with which status and after how long
-(median / max), and still open at the end; for ``/healthz``, every probe (time into the run,
-status, seconds), the first 200 and its latency after that; the server's most open file
-descriptors and the ``Too many open files`` lines in its log.
+none reconnects. ``/healthz`` is probed on a fresh connection every ``--probe-every`` seconds
+(an answer slower than 5 s counts as none). Nothing runs past ``--duration`` seconds. This
+process raises its own open-file soft limit to its hard limit (it holds every connection); it
+needs ``--connections`` + 100. Prints one JSON object: for the slow connections, how many
+were closed by the server, with which status and after how long (median / max), how many were
+still open at the end (or failed to connect), and when the last was closed; for ``/healthz``,
+every probe (time into the run, status, seconds), their statuses and latency while slow
+connections were held and after, and the time from the last close to the first 200; the
+server's most open file descriptors and the ``Too many open files`` lines in its log.
 """
 
 from __future__ import annotations
@@ -111,11 +112,12 @@ def start_serve(
 
 
 async def slow_client(
-    port: int, body: bool, trickle: float, end: float
+    port: int, body: bool, trickle: float, end: float, closes: list[float]
 ) -> tuple[str, float | None]:
     """How this slow connection ended: ``("connect_failed", None)``, ``("open", None)`` (still
     open at ``end``), or the status the server sent before closing it (``"408"``, ``"503"``;
-    ``"none"``: closed without a reply) with the seconds it was held."""
+    ``"none"``: closed without a reply) with the seconds it was held (the loop time of the
+    close is appended to ``closes``)."""
     loop = asyncio.get_running_loop()
     try:
         r, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 10)
@@ -134,12 +136,14 @@ async def slow_client(
                 await w.drain()
                 continue
             if not data:  # the server closed it
+                closes.append(loop.time())
                 return (got[9:12].decode() if got.startswith(b"HTTP/1.1 ") else "none"), (
                     loop.time() - t0
                 )
             got += data
         return "open", None
     except OSError:  # reset by the server
+        closes.append(loop.time())
         return (got[9:12].decode() if got.startswith(b"HTTP/1.1 ") else "none"), loop.time() - t0
     finally:
         w.close()
@@ -170,11 +174,16 @@ def open_fds(pid: int) -> int | None:
         return None
 
 
-async def attack(pid: int, port: int, n: int, trickle: float, duration: float) -> dict:
+async def attack(
+    pid: int, port: int, n: int, trickle: float, duration: float, every: float
+) -> dict:
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     end = t0 + duration
-    clients = [asyncio.create_task(slow_client(port, i % 2 == 1, trickle, end)) for i in range(n)]
+    closes: list[float] = []
+    clients = [
+        asyncio.create_task(slow_client(port, i % 2 == 1, trickle, end, closes)) for i in range(n)
+    ]
     probes: list[tuple[float, str, float | None]] = []
     fds: list[int] = []
     await asyncio.sleep(1.0)
@@ -182,8 +191,8 @@ async def attack(pid: int, port: int, n: int, trickle: float, duration: float) -
         at = loop.time() - t0
         fds.append(open_fds(pid) or 0)
         status, secs = await probe(port)
-        probes.append((round(at, 1), status, None if secs is None else round(secs, 3)))
-        await asyncio.sleep(max(0.0, 1.0 - (loop.time() - t0 - at)))
+        probes.append((round(at, 2), status, None if secs is None else round(secs, 4)))
+        await asyncio.sleep(max(0.0, every - (loop.time() - t0 - at)))
     ends = await asyncio.gather(*clients)
     by_status: dict[str, list[float]] = {}
     for status, held in ends:
@@ -195,20 +204,29 @@ async def attack(pid: int, port: int, n: int, trickle: float, duration: float) -
         return {"n": len(h), "held_s_median": round(statistics.median(h), 2),
                 "held_s_max": round(max(h), 2)}  # fmt: skip
 
-    ok = [(at, s) for at, st, s in probes if st == "200"]
-    after_first = [s for at, s in ok[1:]]  # the first 200's own latency is not "after" it
+    last = max(closes) - t0 if len(closes) == n else None  # all closed by the server: when
+    during = [p for p in probes if last is None or p[0] < last]
+    after = [p for p in probes if last is not None and p[0] >= last]
+
+    def summary(ps: list[tuple[float, str, float | None]]) -> dict:
+        secs = [p[2] for p in ps if p[2] is not None]
+        return {
+            "statuses": {st: sum(1 for p in ps if p[1] == st) for st in sorted({p[1] for p in ps})},
+            "s_median": round(statistics.median(secs), 4) if secs else None,
+            "s_max": round(max(secs), 4) if secs else None,
+        }
+
+    first_ok = next((p for p in after if p[1] == "200"), None)
     return {
         "connections": n,
         "slow_connections": {st: held(st, h) for st, h in sorted(by_status.items())},
+        "slow_all_closed_at_s": None if last is None else round(last, 2),
         "healthz_probes": probes,
-        "healthz_first_200_at_s": ok[0][0] if ok else None,
-        "healthz_200_s_median_after_first": (
-            round(statistics.median(after_first), 4) if after_first else None
+        "healthz_while_slow_held": summary(during),
+        "healthz_after_all_closed": summary(after),
+        "healthz_first_200_after_all_closed_s": (  # from the last close to that 200's answer
+            None if first_ok is None else round(first_ok[0] + first_ok[2] - last, 3)  # type: ignore[operator]
         ),
-        "healthz_200_s_max_after_first": round(max(after_first), 4) if after_first else None,
-        "healthz_statuses": {
-            st: sum(1 for p in probes if p[1] == st) for st in sorted({p[1] for p in probes})
-        },
         "server_max_open_fds": max(fds) if fds else None,
     }
 
@@ -219,6 +237,7 @@ def main() -> None:
     ap.add_argument("--nofile", type=int, default=1024)
     ap.add_argument("--duration", type=float, default=40.0)
     ap.add_argument("--trickle", type=float, default=2.0, help="seconds between slow bytes")
+    ap.add_argument("--probe-every", type=float, default=0.25, help="seconds between probes")
     ap.add_argument("--unguarded", action="store_true", help="before: uvicorn's plain settings")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
@@ -231,7 +250,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         proc, port = start_serve(Path(d), args.nofile, settings, args.unguarded)
         try:
-            out = asyncio.run(attack(proc.pid, port, args.connections, args.trickle, args.duration))
+            out = asyncio.run(
+                attack(
+                    proc.pid, port, args.connections, args.trickle, args.duration, args.probe_every
+                )
+            )
             status, secs = asyncio.run(probe(port))
             out["healthz_after_attack"] = [status, None if secs is None else round(secs, 4)]
             out["server_alive"] = proc.poll() is None

@@ -218,10 +218,10 @@ def guarded_protocol(
                 return
             client = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
             if phase == "body":
-                if on_body_timeout is not None:
-                    on_body_timeout()
                 if not self.cycle.response_started:  # never a 408 in the middle of an answer
                     self.transport.write(body_reply)
+                    if on_body_timeout is not None:
+                        on_body_timeout()
                 log.info("%s: request body not received within %g s: closed", client, body_timeout)
             else:
                 self.transport.write(head_reply)
