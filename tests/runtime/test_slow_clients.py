@@ -80,17 +80,30 @@ def closed_all(socks: list[socket.socket], limit: float) -> list[tuple[bytes, fl
     return [(got[s], when[s]) for s in socks]
 
 
+_unread: dict[int, bytes] = {}  # bytes read past a response, by socket (pipelined replies)
+
+
 def response(sock: socket.socket) -> bytes:
-    """One whole response (by its content-length) read from ``sock``."""
-    got = b""
-    while b"\r\n\r\n" not in got or len(got.partition(b"\r\n\r\n")[2]) < int(
-        got.lower().partition(b"content-length: ")[2].split(b"\r\n")[0] or 0
-    ):
+    """One whole response (by its content-length) read from ``sock``; bytes that belong to
+    the next response (pipelined requests can be answered in one segment) are kept for it."""
+    got = _unread.pop(sock.fileno(), b"")
+
+    def whole() -> int:  # length of the first whole response in ``got``, 0 if incomplete
+        head, sep, body = got.partition(b"\r\n\r\n")
+        if not sep:
+            return 0
+        size = int(head.lower().partition(b"content-length: ")[2].split(b"\r\n")[0] or 0)
+        return len(head) + len(sep) + size if len(body) >= size else 0
+
+    while not whole():
         assert select.select([sock], [], [], 5)[0], got
         data = sock.recv(65536)
         assert data, got
         got += data
-    return got
+    end = whole()
+    if got[end:]:
+        _unread[sock.fileno()] = got[end:]
+    return got[:end]
 
 
 def parse(raw: bytes) -> tuple[int, dict[str, str], dict]:
