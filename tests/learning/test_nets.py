@@ -217,3 +217,25 @@ def test_policy_probs_numpy_equals_torch_masked_probs() -> None:
     np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-12)
     with pytest.raises(ValueError, match="obs must have shape"):
         policy_probs(net, obs[..., :4], mean[:4], std[:4])
+
+
+def test_policy_probs_of_a_question_do_not_depend_on_its_batch() -> None:
+    """Replay scores every question in one batch [N, T, F] (κ̂ is one of those scores); live,
+    ``decide`` scores a question alone ([T, F]). Bit for bit equal, so a question whose π is
+    exactly κ̂ gets the same action set both ways (BLAS can round a row by its place in
+    a batch: test_stopping's batch test found it for a matrix-vector product)."""
+    from ccpo.learning.heads import policy_probs
+    from ccpo.traces.featurize import N_FEATURES
+
+    torch.manual_seed(0)
+    net = PolicyNet(N_FEATURES)
+    for p in net.parameters():  # away from the tiny head init, so rounding shows
+        p.data.normal_(0.0, 0.5)
+    mlp = NumpyMLP(net.body)
+    rng = np.random.default_rng(0)
+    mean, std = rng.normal(size=N_FEATURES), rng.uniform(0.5, 2.0, N_FEATURES)
+    for n, T in ((257, 4), (500, 3), (33, 6)):
+        obs = rng.normal(size=(n, T, N_FEATURES)).astype(np.float32)
+        batch = policy_probs(mlp, obs, mean, std)
+        for i in range(0, n, 7):
+            np.testing.assert_array_equal(policy_probs(mlp, obs[i], mean, std), batch[i])

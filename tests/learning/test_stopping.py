@@ -97,6 +97,27 @@ def test_the_classifier_learns_the_signal(sim_episodes, fitted):
     assert roc_auc_score(y, g) > 0.7
 
 
+@pytest.mark.parametrize("learner", ["hgb", "logistic"])
+def test_a_questions_score_does_not_depend_on_its_batch(sim_episodes, learner):
+    """κ̂ is one calibration question's score, computed in a batch of all of them; live, a
+    question is scored alone (its rounds so far, zero-padded to T, as ``decide`` does). The two
+    must agree bit for bit, or a question whose score is exactly κ̂ goes on in replay and stops
+    live (``ccpo dry-run`` found one with the logistic learner: 0.20527032811123155 live vs
+    κ̂ = ...158, BLAS rounding a row by its place in the batch)."""
+    from ccpo.traces.featurize import N_FEATURES
+
+    pol = fit_stopping(sim_episodes, np.arange(200), StopConfig(alpha=0.1, seed=0, learner=learner))
+    obs = sim_episodes.obs
+    T = obs.shape[1]
+    batch = pol.continuation(obs)
+    for i in range(0, sim_episodes.n, 3):
+        for t in range(1, T):
+            alone = np.zeros((T, N_FEATURES), dtype=np.float32)
+            alone[:t] = obs[i, :t]
+            assert pol.continuation(alone)[t - 1] == batch[i, t - 1], (i, t)
+            assert pol.continuation(obs[i : i + 2])[0, t - 1] == batch[i, t - 1], (i, t)
+
+
 def test_depth_k_picks_the_least_depth_that_covers(sim_episodes):
     ep = sim_episodes
     pol = stopping_fitter("depth-k")(ep, np.arange(10), 0.2, 0)

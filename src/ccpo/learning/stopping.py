@@ -127,6 +127,35 @@ def fixable_labels(correct: np.ndarray, solvable: np.ndarray) -> np.ndarray:
     return ~so_far & np.asarray(solvable)[:, None]
 
 
+def fixable_probability(model: Any, rows: np.ndarray) -> np.ndarray:
+    """P̂(fixable) for classifier rows ``[n, 2F]``, each row's value independent of the others.
+
+    A row's score must not depend on which rows share its batch: κ̂ is the score of a
+    calibration question (computed in a batch of all of them), and a live question (a batch
+    of its own rounds) whose score equals κ̂ must compare equal to it. BLAS matrix-vector
+    products round a row differently by its position and the batch size (OpenBLAS's gemv
+    blocks rows), so the logistic learner's z = ((x − μ)/σ)·w + b is summed here row by row
+    (an elementwise product reduced along the row) instead of by ``predict_proba``. The
+    gradient-boosted learner walks each row's trees on its own already.
+    """
+    from scipy.special import expit
+    from sklearn.pipeline import Pipeline
+
+    if isinstance(model, Pipeline) and [n for n, _ in model.steps] == [
+        "standardscaler",
+        "logisticregression",
+    ]:
+        scaler, lr = model.named_steps["standardscaler"], model.named_steps["logisticregression"]
+        x = np.asarray(rows, dtype=np.float64)
+        if scaler.with_mean:
+            x = x - scaler.mean_
+        if scaler.with_std:
+            x = x / scaler.scale_
+        z = (x * lr.coef_[0]).sum(axis=-1) + lr.intercept_[0]
+        return expit(z)
+    return model.predict_proba(rows)[:, 1]
+
+
 def membership_scores(g: np.ndarray) -> np.ndarray:
     """[..., T, 3] membership scores (1, 1, g_t): C_κ = {base, guide} ∪ {next iff g_t ≥ κ}."""
     g = np.clip(np.asarray(g, dtype=np.float64), 0.0, 1.0)
@@ -220,7 +249,7 @@ class StoppingPolicy:
         if isinstance(self.model, float):
             g = np.full(rows.shape[0], self.model)
         else:
-            g = self.model.predict_proba(rows)[:, 1]
+            g = fixable_probability(self.model, rows)
         out = np.zeros((*lead, self.horizon))
         out[..., :-1] = g.reshape(*lead, self.horizon - 1)
         return out
