@@ -407,3 +407,28 @@ def test_the_openai_sdk_is_imported_on_first_use_only():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_scripted_world_is_quiet_when_a_client_resets(capfd) -> None:
+    """A client killed mid-request (a replica under kill -9 in bench_replicas) resets its
+    connection: the world keeps serving and prints no traceback for it."""
+    import socket
+    import struct
+
+    import httpx
+
+    with ScriptedServer(fallback="A") as srv:
+        port = int(srv.url.rsplit(":", 1)[1].split("/")[0])
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")  # half a request head
+            s.close()  # SO_LINGER 0: a reset, not a FIN
+        time.sleep(0.3)
+        r = httpx.post(
+            srv.url + "/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert r.status_code == 200
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "ConnectionResetError" not in err

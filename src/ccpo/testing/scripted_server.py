@@ -37,6 +37,7 @@ import hashlib
 import json
 import random
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -167,6 +168,11 @@ class ScriptedServer:
 
         class Server(ThreadingHTTPServer):
             request_queue_size = 256  # the default 5 resets bursts of concurrent connects
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # a client that went away (a killed replica) is not the world's error
+                if not isinstance(sys.exc_info()[1], ConnectionError):
+                    super().handle_error(request, client_address)
 
         self._httpd = Server(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
