@@ -148,19 +148,29 @@ class StateStore:
                     )
                 restored = True
             else:
-                for k, v in (
-                    ("schema_version", str(SCHEMA_VERSION)),
-                    ("format", STATE_FORMAT),
-                    ("fingerprint", fingerprint),
-                ):
-                    tx.run("INSERT INTO ccpo_meta (key, value) VALUES (?, ?)", (k, v))
-                tx.run(
-                    "INSERT INTO ccpo_state (id, tracker, counters) VALUES (1, ?, ?)",
-                    (json.dumps(asdict(tracker)), json.dumps(Counters().to_json())),
-                )
+                self._create(tx, fingerprint, tracker, Counters())
                 restored = False
         self._mutate(self._beat_once)
         return restored
+
+    @staticmethod
+    def _create(
+        tx: Tx, fingerprint: str, tracker: OnlineThreshold, counters: Counters
+    ) -> dict[str, str]:
+        """Write the meta rows (schema version, format, the policy's fingerprint) and the one
+        state row of a new store; returns the meta rows."""
+        meta = {
+            "schema_version": str(SCHEMA_VERSION),
+            "format": STATE_FORMAT,
+            "fingerprint": fingerprint,
+        }
+        for k, v in meta.items():
+            tx.run("INSERT INTO ccpo_meta (key, value) VALUES (?, ?)", (k, v))
+        tx.run(
+            "INSERT INTO ccpo_state (id, tracker, counters) VALUES (1, ?, ?)",
+            (json.dumps(asdict(tracker)), json.dumps(counters.to_json())),
+        )
+        return meta
 
     def _read_v1(self, tx: Tx) -> dict[str, str] | None:
         """The key/value table of a one-process SQLite state file (format v1), if this is one."""
@@ -184,17 +194,7 @@ class StateStore:
         counters = Counters.from_json(json.loads(kv["counters"]))
         counters.spent_usd += counters.inflight_usd
         counters.inflight_usd = counters.reserved_usd = 0.0
-        meta = {
-            "schema_version": str(SCHEMA_VERSION),
-            "format": STATE_FORMAT,
-            "fingerprint": fingerprint,
-        }
-        for k, v in meta.items():
-            tx.run("INSERT INTO ccpo_meta (key, value) VALUES (?, ?)", (k, v))
-        tx.run(
-            "INSERT INTO ccpo_state (id, tracker, counters) VALUES (1, ?, ?)",
-            (json.dumps(asdict(tracker)), json.dumps(counters.to_json())),
-        )
+        meta = self._create(tx, fingerprint, tracker, counters)
         tx.run(
             "INSERT INTO ccpo_answers (id, question, answer, created, feedback) "
             "SELECT id, question, answer, created, feedback FROM answers"
@@ -203,6 +203,12 @@ class StateStore:
         tx.run("DROP TABLE kv")
         log.warning("%s: converted from the one-process state format (v1)", self.where)
         return meta
+
+    def _parse(self, row: tuple[Any, ...] | None) -> tuple[OnlineThreshold, Counters]:
+        """κ's tracker and the counters of the state row (tracker, counters, ...)."""
+        if row is None:
+            raise CCPOError(f"{self.where}: the state row is missing; was it cleared?")
+        return OnlineThreshold(**json.loads(row[0])), Counters.from_json(json.loads(row[1]))
 
     # ------------------------------------------------------------------ the one write path
     def _mutate(self, change: Callable[[Tx, OnlineThreshold, Counters, float], T]) -> T:
@@ -213,11 +219,8 @@ class StateStore:
                 f"SELECT tracker, counters, {self.db.now} FROM ccpo_state WHERE id = 1"
                 f"{self.db.lock}"
             )
-            if row is None:
-                raise CCPOError(f"{self.where}: the state row is missing; was it cleared?")
-            tracker = OnlineThreshold(**json.loads(row[0]))
-            c = Counters.from_json(json.loads(row[1]))
-            now = float(row[2])
+            tracker, c = self._parse(row)
+            now = float(row[2])  # type: ignore[index]
             self._expire(tx, c, now)
             pending = self._pending_rejected
             c.rejected += pending
@@ -356,10 +359,7 @@ class StateStore:
         refused requests not yet written)."""
         with self.db.read() as tx:
             row = tx.one("SELECT tracker, counters FROM ccpo_state WHERE id = 1")
-        if row is None:
-            raise CCPOError(f"{self.where}: the state row is missing; was it cleared?")
-        self.tracker = OnlineThreshold(**json.loads(row[0]))
-        self.counters = Counters.from_json(json.loads(row[1]))
+        self.tracker, self.counters = self._parse(row)
         self.counters.rejected += self._pending_rejected
         return self.tracker, self.counters
 
