@@ -89,20 +89,30 @@ def open_backend(location: str | Path | None) -> Backend:
     return PostgresBackend(loc)
 
 
-# ----------------------------------------------------------------------------- SQLite
-class _SQLiteTx:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
+class _Tx:
+    """:class:`Tx` over a DB-API connection; subclasses say how a statement is executed."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> Any:
+        raise NotImplementedError
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        return self.db.execute(sql, tuple(params)).fetchone()
+        return self._execute(sql, params).fetchone()
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self.db.execute(sql, tuple(params)).fetchall()
+        return self._execute(sql, params).fetchall()
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._execute(sql, params).rowcount
+
+
+# ----------------------------------------------------------------------------- SQLite
+class _SQLiteTx(_Tx):
+    def _execute(self, sql: str, params: Sequence[Any]) -> Any:
         try:
-            return self.db.execute(sql, tuple(params)).rowcount
+            return self.conn.execute(sql, tuple(params))
         except sqlite3.IntegrityError as e:
             raise DuplicateKey(str(e)) from None
 
@@ -154,25 +164,12 @@ class SQLiteBackend:
 
 
 # ----------------------------------------------------------------------------- PostgreSQL
-class _PgTx:
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    @staticmethod
-    def _sql(sql: str) -> str:
-        return sql.replace("?", "%s")
-
-    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        return self.conn.execute(self._sql(sql), tuple(params)).fetchone()
-
-    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self.conn.execute(self._sql(sql), tuple(params)).fetchall()
-
-    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+class _PgTx(_Tx):
+    def _execute(self, sql: str, params: Sequence[Any]) -> Any:
         import psycopg
 
-        try:
-            return self.conn.execute(self._sql(sql), tuple(params)).rowcount
+        try:  # the SQL is written with ? placeholders; psycopg's are %s
+            return self.conn.execute(sql.replace("?", "%s"), tuple(params))
         except psycopg.errors.UniqueViolation as e:
             raise DuplicateKey(str(e).splitlines()[0]) from None
 
