@@ -125,13 +125,6 @@ def _short(s: str, n: int = 28) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def _write_whole(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all (a temporary file beside it, then a rename): a full
-    disk leaves no half-written file (exit 1), a read-only folder is refused (exit 2)."""
-    with written_whole(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
 def register(app: typer.Typer) -> None:
     """Add the ``ask`` and ``serve`` commands to ``app``."""
 
@@ -293,7 +286,8 @@ def register(app: typer.Typer) -> None:
         from ccpo.runtime import server  # a clear CCPOError without the extra (main escapes it)
 
         if write_openapi is not None:
-            _write_whole(write_openapi, json.dumps(server.openapi_spec(), indent=2) + "\n")
+            with written_whole(write_openapi) as tmp:  # a full disk leaves no half a file
+                tmp.write_text(json.dumps(server.openapi_spec(), indent=2) + "\n", "utf-8")
             _err.print(f"wrote {write_openapi}")
             return
         if policy is None:

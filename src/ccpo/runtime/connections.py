@@ -32,12 +32,13 @@ Headers larger than h11's limit (16 kB) are refused by uvicorn itself (400); bod
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ccpo.runtime.rails import error_response
 
 log = logging.getLogger("ccpo.serve")
 
@@ -66,7 +67,7 @@ class ConnectionLimits:
 
 def _raw_error(status: int, reason: str, type_: str, message: str) -> bytes:
     """A whole HTTP/1.1 error response (the one JSON error body) that closes the connection."""
-    body = json.dumps({"error": {"type": type_, "message": message}}).encode()
+    body = bytes(error_response(status, type_, message).body)
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"

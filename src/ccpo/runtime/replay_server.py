@@ -40,6 +40,7 @@ try:
 except ImportError as e:  # pragma: no cover - only without the extra
     raise CCPOError("ccpo replay-server needs the serve extra: pip install 'ccpo[serve]'") from e
 
+from ccpo.runtime.rails import error_response
 from ccpo.traces.io import iter_traces
 from ccpo.traces.schema import Trace
 
@@ -175,7 +176,7 @@ class ReplayIndex:
 
 
 def _error(status: int, message: str, type_: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": type_}}, status_code=status)
+    return error_response(status, type_, message)  # the body every ccpo server refuses with
 
 
 def _prompt_text(body: dict[str, Any]) -> str:

@@ -147,15 +147,12 @@ class _MetricsCollector:
     def collect(self) -> Any:
         d = self.m.model_dump()
         label = [self.m.replica]  # the shared state's values, as this replica reports them
-        for field_, (name, doc) in _COUNTERS.items():
-            family = CounterMetricFamily(name, doc, labels=["replica"])
-            family.add_metric(label, float(d[field_]))
-            yield family
-        for field_, (name, doc) in _GAUGES.items():
-            if d[field_] is not None:
-                family = GaugeMetricFamily(name, doc, labels=["replica"])
-                family.add_metric(label, float(d[field_]))
-                yield family
+        for kind, table in ((CounterMetricFamily, _COUNTERS), (GaugeMetricFamily, _GAUGES)):
+            for field_, (name, doc) in table.items():
+                if d[field_] is not None:  # a gauge with no value yet (counters always have one)
+                    family = kind(name, doc, labels=["replica"])
+                    family.add_metric(label, float(d[field_]))
+                    yield family
 
 
 def prometheus_text(m: ServerMetrics) -> bytes:

@@ -209,10 +209,6 @@ def dumps_trace(trace: Trace) -> str:
     return json.dumps(trace.to_json_dict(), ensure_ascii=False, separators=(",", ":"))
 
 
-def _write_error(path: Path, e: OSError) -> CCPOError:
-    return write_error(path, e)  # a full disk: exit 1; a read-only folder: exit 2
-
-
 class TraceWriter:
     """Append-only writer: each trace is one flushed line, so a killed run loses nothing written.
 
@@ -230,7 +226,7 @@ class TraceWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = _open_text(self.path, "at" if append else "wt")
         except OSError as e:
-            raise _write_error(self.shown_as, e) from None
+            raise write_error(self.shown_as, e) from None
 
     def write(self, trace: Trace) -> None:
         line = dumps_trace(trace) + "\n"
@@ -247,7 +243,7 @@ class TraceWriter:
             self._fh.flush()
         except OSError as e:
             self._cut(start)
-            raise _write_error(self.shown_as, e) from None
+            raise write_error(self.shown_as, e) from None
 
     def _cut(self, start: int | None) -> None:
         """Drop a partly written line (best effort: the reader of a resumed run cuts it too)."""
@@ -281,7 +277,7 @@ def written_whole(path: Path) -> Iterator[Path]:
         yield tmp
         os.replace(tmp, path)
     except OSError as e:
-        raise _write_error(path, e) from None
+        raise write_error(path, e) from None
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
