@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,15 +34,9 @@ import yaml
 
 from ccpo.llm.prompts import cot_messages
 from ccpo.product.api import ConformalPolicy
-from ccpo.testing import wait_for_http
+from ccpo.testing import free_port, wait_for_http
 from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.io import read_traces
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cli(*args: str) -> None:

@@ -33,9 +33,9 @@ import httpx
 import numpy as np
 import yaml
 from _world import start_world
-from bench_serve import free_port, make_policy
+from bench_serve import make_policy
 
-from ccpo.testing import wait_for_http
+from ccpo.testing import free_port, wait_for_http
 from ccpo.testing.postgres import PostgresCluster
 from ccpo.traces.prices import read_price_file, write_price_file
 

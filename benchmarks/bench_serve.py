@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,14 +30,8 @@ import httpx
 import numpy as np
 from _world import start_world
 
-from ccpo.testing import wait_for_http
+from ccpo.testing import free_port, wait_for_http
 from ccpo.traces.prices import write_price_file
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_policy(folder: Path) -> Path:

@@ -39,8 +39,9 @@ from pathlib import Path
 
 import httpx
 import yaml
-from bench_serve import free_port, make_policy
+from bench_serve import make_policy
 
+from ccpo.testing import free_port
 from ccpo.traces.prices import write_price_file
 
 HEAD = b"POST /v1/answer HTTP/1.1\r\nHost: 127.0.0.1\r\n"

@@ -25,6 +25,7 @@ from ccpo.llm.client import (
     parse_retry_after,
     worst_case_tokens,
 )
+from ccpo.testing import free_port
 from ccpo.testing.scripted_server import ScriptedServer
 from ccpo.traces.prices import load_prices
 
@@ -358,15 +359,6 @@ def test_retry_after_ms_is_honoured_over_http() -> None:
         assert elapsed >= 0.3 * len(srv.failure_log)
 
 
-def _free_port() -> int:
-    """A port of 127.0.0.1 nothing listens on (bound, read, released)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("backend", ["aiohttp", "httpx"])
 def test_refused_connection_is_not_a_timeout(backend) -> None:
     """Nothing listening: "connection refused by 127.0.0.1:PORT" (the aiohttp transport raises
@@ -384,7 +376,7 @@ def test_refused_connection_is_not_a_timeout(backend) -> None:
             await c.aclose()
         raise AssertionError("the call succeeded")
 
-    port = _free_port()
+    port = free_port()
     msg = run(go(f"http://127.0.0.1:{port}/v1"))
     assert f"last error: connection refused by 127.0.0.1:{port})" in msg, msg
     assert "timeout" not in msg and key not in msg

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ccpo.testing import free_port
 from ccpo.traces.prices import write_price_file
 from tests.llm.conftest import MODELS, make_world
 
@@ -160,14 +161,6 @@ def test_ask_exit_1_when_the_endpoint_fails_and_2_for_bad_input(tmp_path):
     assert_usage_error(r, "not a trained policy folder")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_collect_reports_a_refused_connection(tmp_path):
     """Nothing listens on the port: each failed question says "connection refused by
     127.0.0.1:PORT" (not "timeout"), and never shows the API key of the config file."""
@@ -178,7 +171,7 @@ def test_collect_reports_a_refused_connection(tmp_path):
     key = "sk-test-refused-0123456789"
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"base_api_key": key, "guide_api_key": key}))
-    port = _free_port()
+    port = free_port()
     r = _collect(types.SimpleNamespace(url=f"http://127.0.0.1:{port}/v1"), tmp_path, "--config",
                  str(cfg))  # fmt: skip
     assert r.returncode == 1, r.stderr

@@ -8,7 +8,6 @@ as subprocesses over real HTTP on 127.0.0.1."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ import yaml
 
 from ccpo.product.api import ConformalPolicy
 from ccpo.product.reproduce import bundled_sets
-from ccpo.testing import wait_for_http
+from ccpo.testing import free_port, wait_for_http
 from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.io import read_traces
 
@@ -39,15 +38,9 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return res
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(what: str, *args: str) -> tuple[subprocess.Popen, str]:
     """A ccpo server command on a free port of 127.0.0.1, once its /healthz answers."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ccpo.product.cli", what, *args, "--port", str(port),
          "--log-level", "warning"],
@@ -204,7 +197,7 @@ def test_a_deployment_missing_a_model_or_another_task_is_refused_before_it_start
     some = {m: {"url": "http://127.0.0.1:9/v1"} for m in ("tiny-m", "small-m", "big-m")}
     cfg.write_text(yaml.safe_dump({"endpoints": some}))
     args = [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(imported["auto"]),
-            "--config", str(cfg), "--port", str(_free_port())]  # fmt: skip
+            "--config", str(cfg), "--port", str(free_port())]  # fmt: skip
     res = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
     assert "model 'mid-m' has no endpoint" in res.stderr and "Traceback" not in res.stderr

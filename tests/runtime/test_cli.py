@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from ccpo.product.cli import main
-from ccpo.testing import wait_for_http
+from ccpo.testing import free_port, wait_for_http
 
 from .conftest import deploy_values, state_at
 
@@ -25,14 +25,6 @@ def _config(tmp_path: Path, world, prices: Path, **kw) -> Path:
     p = tmp_path / "deploy.yaml"
     p.write_text(yaml.safe_dump(deploy_values(world, prices, **kw)))
     return p
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start_serve(policy, cfg, port: int, *flags: str, env=ENV):
@@ -55,7 +47,7 @@ def _start_serve(policy, cfg, port: int, *flags: str, env=ENV):
 
 def test_ask_json_matches_serve(world, any_policy_dir, prices_path, tmp_path):
     cfg = _config(tmp_path, world, prices_path)
-    port = _free_port()
+    port = free_port()
     state = state_at(tmp_path, "state.sqlite")
     proc, url = _start_serve(any_policy_dir, cfg, port, "--state", state)
     try:
@@ -111,7 +103,7 @@ def test_serve_takes_the_key_flags_of_ask(policy_dir, prices_path, tmp_path):
 
     with make_world(api_key="the-upstream-key") as locked:
         cfg = _config(tmp_path, locked, prices_path)
-        port = _free_port()
+        port = free_port()
         proc, url = _start_serve(
             policy_dir, cfg, port, "--base-key-env", "UP_KEY", "--guide-key-env", "UP_KEY",
             "--kappa", "0.25", env={**ENV, "UP_KEY": "the-upstream-key"},

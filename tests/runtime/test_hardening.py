@@ -227,16 +227,16 @@ def test_a_kill_mid_call_never_forgets_the_money(world, policy_dir, prices_path,
 
     import yaml
 
-    from ccpo.testing import wait_for_http
+    from ccpo.testing import free_port, wait_for_http
 
     from .conftest import deploy_values
-    from .test_cli import ENV, _free_port
+    from .test_cli import ENV
 
     state = state_at(tmp_path, "s.db")
     with make_world(latency=30.0) as slow:
         cfg = tmp_path / "deploy.yaml"
         cfg.write_text(yaml.safe_dump(deploy_values(slow, prices_path, timeout=60.0)))
-        port = _free_port()
+        port = free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(policy_dir),
              "--config", str(cfg), "--port", str(port), "--state", state,

@@ -20,10 +20,10 @@ import httpx
 import pytest
 import yaml
 
-from ccpo.testing import wait_for_http
+from ccpo.testing import free_port, wait_for_http
 
 from .conftest import LiveServer, deploy_values, make_service
-from .test_cli import ENV, _free_port
+from .test_cli import ENV
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 FAST = {"header_timeout": 0.5, "body_timeout": 0.5, "keep_alive_timeout": 1.0}
@@ -245,7 +245,7 @@ def test_ccpo_serve_under_a_low_ulimit_survives_more_slow_clients_than_files(
     values["server"] = {"header_timeout": 2.0, "body_timeout": 2.0}
     cfg = tmp_path / "deploy.yaml"
     cfg.write_text(yaml.safe_dump(values))
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
 
     def low_ulimit() -> None:

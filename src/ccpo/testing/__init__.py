@@ -1,9 +1,10 @@
 """Test and benchmark helpers that ship with the package: a scripted OpenAI-compatible server
 (:mod:`ccpo.testing.scripted_server`), a ``llama_cpp.server`` launcher
-(:mod:`ccpo.testing.llama_server`), and :func:`wait_for_http`."""
+(:mod:`ccpo.testing.llama_server`), :func:`wait_for_http` and :func:`free_port`."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 
@@ -27,3 +28,10 @@ def wait_for_http(
         if time.monotonic() - t0 > timeout:
             raise RuntimeError(f"{what} did not answer {url} within {timeout:.0f} s")
         time.sleep(0.1)
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 nothing listens on (bound, read, released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

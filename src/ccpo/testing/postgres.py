@@ -10,11 +10,12 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 from pathlib import Path
+
+from ccpo.testing import free_port
 
 
 def find_pg_bin() -> Path | None:
@@ -29,12 +30,6 @@ def find_pg_bin() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PostgresCluster:
     """``with PostgresCluster() as pg: pg.new_database()`` → a ``postgresql://`` URL of an
     empty database. ``fsync=False`` (tests): faster, loses data only if the machine crashes."""
@@ -46,7 +41,7 @@ class PostgresCluster:
         self.bin = bin_
         self.user = user
         self.fsync = fsync
-        self.port = _free_port()
+        self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="ccpo-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
