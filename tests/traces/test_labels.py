@@ -29,5 +29,5 @@ def test_gold_is_the_default_and_reference_round_trips():
 def test_mixed_or_malformed_labels_are_refused():
     with pytest.raises(CCPOError, match="mixes labels"):
         labels_of([T({}), T({"labels": reference_labels("m")})])
-    with pytest.raises(CCPOError, match="meta.labels"):
+    with pytest.raises(CCPOError, match=r"meta\.labels"):
         trace_labels(T({"labels": "silver"}))
