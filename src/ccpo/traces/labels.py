@@ -37,7 +37,7 @@ def trace_labels(trace: Any) -> str:
     labels = meta.get("labels", GOLD) if isinstance(meta, dict) else GOLD
     if not isinstance(labels, str) or not (labels == GOLD or reference_model(labels)):
         raise CCPOError(
-            f"trace {getattr(trace, 'id', '?')!r}: meta.labels must be \"gold\" or "
+            f'trace {getattr(trace, "id", "?")!r}: meta.labels must be "gold" or '
             f'"reference:<model>", got {labels!r}'
         )
     return labels
