@@ -31,7 +31,7 @@ CCPO = str(_BESIDE) if _BESIDE.is_file() else (shutil.which("ccpo") or "ccpo")
 
 # per-token prices (bundled table): nano < 4o-mini < 4.1-mini < 4o, names not in that order
 MODELS = ("gpt-4o", "gpt-4.1-nano", "gpt-4.1-mini", "gpt-4o-mini")
-HEADER = [*REQUIRED_COLUMNS, "confidence", "logprob"]
+HEADER = [*REQUIRED_COLUMNS, "correct", "confidence", "logprob"]
 
 
 def _rows() -> list[dict]:
@@ -216,9 +216,9 @@ def test_bad_tables_are_one_line_errors(capsys, tmp_path: Path) -> None:
         tmp_path,
         rows,
         "row 1",
-        "column 'correct'",
+        "column 'answer'",
         "missing",
-        header=[h for h in HEADER if h != "correct"],
+        header=[h for h in HEADER if h != "answer"],
     )
     _bad(capsys, tmp_path, [*rows, dict(rows[0])], "row 14", "column 'model'", "twice (row 2)")
     _bad(

@@ -101,9 +101,11 @@ def traces_stats(
     file: Annotated[Path, typer.Argument(help="A .jsonl or .jsonl.gz trace file.")],
     prices: PricesOpt = None,
 ) -> None:
-    """Questions, rounds, per-round accuracy, solvable rate, mean tokens and cost per round."""
+    """Questions, rounds, per-round accuracy (or agreement with the reference model that
+    labelled the traces), solvable rate, mean tokens and cost per round."""
     from ccpo.product.evaluate import prices_for
     from ccpo.traces.io import iter_traces
+    from ccpo.traces.labels import GOLD, against_text
     from ccpo.traces.stats import trace_stats
 
     table = prices_for(file, prices or [])
@@ -123,8 +125,19 @@ def traces_stats(
         highlight=False,
         soft_wrap=True,
     )
+    labels = sorted(st.labels) or [GOLD]
+    console.print(
+        "correct = "
+        + " / ".join(
+            "gold answers (accuracy)" if lab == GOLD else against_text(lab) for lab in labels
+        )
+        + (" (mixed labels: one guarantee needs one)" if len(labels) > 1 else ""),
+        highlight=False,
+    )
+    acc = "acc" if labels == [GOLD] else "agree"
     t = Table()
-    for c in ("round", "base acc", "guide acc", "guide yes", "base tok", "guide tok", "cost ¢"):
+    for c in ("round", f"base {acc}", f"guide {acc}", "guide yes", "base tok", "guide tok",
+              "cost ¢"):  # fmt: skip
         t.add_column(c, justify="right")
     for r in st.table():
         t.add_row(
@@ -157,37 +170,89 @@ def traces_import(
     guide: Annotated[
         str | None, typer.Option(help="One model as the guide of every round (default: a cascade).")
     ] = None,
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODEL",
+            help="Label by agreement with this model of the table: a row is correct iff its "
+            "answer equals MODEL's on that question (task normaliser). A table without a "
+            "'correct' column is labelled so anyway, against its most expensive model unless "
+            "named; with 'correct' present, agreement replaces it.",
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing --out file.")] = False,
     prices: PricesOpt = None,
 ) -> None:
     """Import per-question answers of several models (question_id, question, model, answer,
-    correct, input_tokens, output_tokens[, logprob, confidence, gold, reasoning]) as a cascade:
-    round t's base is the t-th cheapest model, its guide the next stronger one (or --guide).
-    The traces record this ladder (verdict = agreement), so a policy trained on them can be
-    served on the same models; an answer a later round repeats is charged once."""
-    from ccpo.traces.importer import import_table
+    input_tokens, output_tokens[, correct, logprob, confidence, gold, reasoning]) as a
+    cascade: round t's base is the t-th cheapest model, its guide the next stronger one (or
+    --guide). The traces record this ladder (verdict = agreement), so a policy trained on them
+    can be served on the same models; an answer a later round repeats is charged once. Without
+    'correct' (or with --reference) the labels are agreement with a reference model; a
+    question whose reference answer is empty is dropped (counted). With --prices, the prices
+    of the table's models are written beside the output (OUT.prices.json), where stats, train
+    and compare find them. The table is streamed (memory: one question at a time)."""
+    from ccpo.product.evaluate import sidecar_path
+    from ccpo.traces.importer import open_table
     from ccpo.traces.io import write_traces
+    from ccpo.traces.labels import against_text
     from ccpo.traces.prices import load_prices
 
     if out.exists() and not force:
         raise CCPOError(f"{out} exists; pass --force to overwrite it")
-    traces, plan = import_table(table, task, load_prices(*(prices or [])), guide, family)
-    order = sorted(plan.cost_per_question, key=lambda m: (plan.cost_per_question[m], m))
-    costs = ", ".join(f"{m} {100 * plan.cost_per_question[m]:.4f}" for m in order)
-    console.print(f"{table.name}: {len(traces)} questions; mean cost per question (¢): {costs}")
-    t = Table()
-    for c in ("round", "base", "guide", "verdict"):
-        t.add_column(c)
-    ladder = plan.ladder(task, family)
-    for i, (b, g) in enumerate(zip(plan.bases, plan.guides, strict=True), start=1):
-        paid = [
-            f"{m} (reused, paid once)" if ladder.reused(i, role) else m
-            for m, role in ((b, "base"), (g, "guide"))
-        ]
-        t.add_row(str(i), *paid, "agree")
-    console.print(t)
-    n = write_traces(out, traces)
+    price_table = load_prices(*(prices or []))
+    with open_table(table, task, price_table, guide, family, reference) as imp:
+        plan = imp.cascade
+        costs = ", ".join(f"{m} {100 * plan.cost_per_question[m]:.4f}" for m in plan.order())
+        console.print(
+            f"{table.name}: {imp.questions} questions; mean cost per question (¢): {costs}"
+        )
+        ref = imp.reference
+        if ref is not None:
+            why = (
+                "named with --reference"
+                if imp.reference_named
+                else ("the most expensive model of the table; name another with --reference")
+            )
+            console.print(f"labels: {against_text(imp.labels)} ({why})", highlight=False)
+            if imp.replaced:
+                console.print(
+                    f"note: agreement with {ref} replaces the table's correct/gold labels",
+                    highlight=False,
+                )
+        t = Table()
+        for c in ("round", "base", "guide", "verdict"):
+            t.add_column(c)
+        ladder = imp.ladder()
+        for i, (b, g) in enumerate(zip(plan.bases, plan.guides, strict=True), start=1):
+            paid = [
+                f"{m} (reused, paid once)" if ladder.reused(i, role) else m
+                for m, role in ((b, "base"), (g, "guide"))
+            ]
+            t.add_row(str(i), *paid, "agree")
+        console.print(t)
+        n = write_traces(out, imp.traces())
+        dropped = imp.dropped
+    if dropped:
+        shown = ", ".join(dropped[:5]) + (" …" if len(dropped) > 5 else "")
+        console.print(
+            f"dropped {len(dropped)} of {imp.questions} questions: {ref}'s answer is empty "
+            f"(nothing to agree with): {shown}",
+            highlight=False,
+        )
     console.print(f"[green]wrote[/green] {n} traces to {out}")
+    if prices:
+        from ccpo.traces.io import written_whole
+        from ccpo.traces.prices import PriceTable
+
+        own = PriceTable({m: price_table.price(m) for m in plan.order()}, price_table.sources)
+        side = sidecar_path(out)
+        with written_whole(side) as tmp:
+            tmp.write_text(json.dumps(own.to_price_file(), indent=1) + "\n", encoding="utf-8")
+        console.print(
+            f"[green]wrote[/green] the prices of its models to {side} (read beside the traces "
+            "by stats, train and compare)"
+        )
 
 
 @prices_app.command("show")

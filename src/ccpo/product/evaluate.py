@@ -111,13 +111,19 @@ def row_from_metrics(name: str, m: Metrics, kind: str = "point", **extra: Any) -
     )
 
 
-def sidecar_prices(traces_path: str | Path) -> Path | None:
-    """A trace set's own price file ``<stem>.prices.json`` beside it, if any."""
+def sidecar_path(traces_path: str | Path) -> Path:
+    """Where a trace set's own price file is: ``<stem>.prices.json`` beside it (the stem
+    without ``.gz`` and ``.jsonl``)."""
     p = Path(traces_path)
     stem = p.name
     for suffix in (".gz", ".jsonl"):
         stem = stem.removesuffix(suffix)
-    side = p.with_name(f"{stem}.prices.json")
+    return p.with_name(f"{stem}.prices.json")
+
+
+def sidecar_prices(traces_path: str | Path) -> Path | None:
+    """A trace set's own price file ``<stem>.prices.json`` beside it, if any."""
+    side = sidecar_path(traces_path)
     return side if side.is_file() else None
 
 

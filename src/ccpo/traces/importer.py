@@ -33,7 +33,8 @@ question_id     yes       the question's id (becomes the trace id)
 question        yes       the question text (the same on every row of a question)
 model           yes       the model's name (it needs a price: bundled or ``--prices``)
 answer          yes       the model's answer (may be empty: no answer, counts as wrong)
-correct         yes       ``true``/``false`` (in a CSV also ``1``/``0``, ``yes``/``no``)
+correct         no        ``true``/``false`` (in a CSV also ``1``/``0``, ``yes``/``no``);
+                          without it, labels by agreement with a reference model
 input_tokens    yes       the model's input tokens for this question (integer ≥ 0)
 output_tokens   yes       the model's output tokens (integer ≥ 0)
 logprob         no        mean token log-probability of the answer (≤ 0)
@@ -49,6 +50,24 @@ the text columns JSON strings; ``"correct": "false"`` or ``"input_tokens": 12.0`
 Lines are read bounded (:func:`ccpo.traces.io.iter_lines`: no line over the cap is held
 whole); a ``.gz`` table is read as it is decompressed.
 
+**Labels from a reference model** (DESIGN.md, *Labels from a reference*; the contract is
+:mod:`ccpo.traces.labels`). A table without ``correct`` (a CSV header without it, or a JSONL
+table whose first row has none), or any table imported with ``reference=MODEL``
+(``--reference``), is labelled by agreement: a row is correct iff its answer equals the
+reference model's answer on that question under the task family's normaliser; the reference's
+own answer is therefore correct, every question is solvable, the trace's ``gold`` is the
+reference's answer and ``meta.labels`` is ``"reference:<model>"``. The reference is the named
+model, else the most expensive model of the table (the last of the cascade). A question whose
+reference answer is empty (after normalisation) has nothing to agree with: it is **dropped**,
+and counted (:attr:`TableImport.dropped`). With ``correct`` (or ``gold``) in the table and a
+reference named, agreement replaces the table's labels (:attr:`TableImport.replaced`).
+
+**Streaming.** The table is read once, row by row, into a temporary SQLite file (validated as
+it goes: duplicates, question texts, token sums per model), then each question's rows are read
+back in first-seen order and its trace is built and handed on (:meth:`TableImport.traces`):
+memory holds one question at a time, not the table. A file whose lines end with a bare CR
+(classic Mac OS exports) is read as such (:func:`ccpo.traces.io.cr_only`).
+
 Other columns are ignored. Every problem is a :class:`~ccpo.errors.CCPOError` of one line that
 names the file, the row (a CSV's header is row 1, as a spreadsheet shows it; a JSONL row is
 its line) and the column.
@@ -56,12 +75,16 @@ its line) and the column.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
+import sqlite3
+import tempfile
 import zlib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +99,8 @@ from pydantic import (
 
 from ccpo.errors import CCPOError
 from ccpo.traces.answers import BUILTIN_TASKS, exact_match, family_of, normalizer_for
-from ccpo.traces.io import iter_lines, loads_strict
+from ccpo.traces.io import cr_only, iter_lines, loads_strict
+from ccpo.traces.labels import GOLD, reference_labels, reference_model
 from ccpo.traces.ladder import Ladder, LadderRound, Step, agree_signals, transfer_signal
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import SCHEMA_VERSION, BaseStep, GuideStep, Round, Trace, Usage
@@ -86,18 +110,18 @@ REQUIRED_COLUMNS = (
     "question",
     "model",
     "answer",
-    "correct",
     "input_tokens",
     "output_tokens",
 )
-OPTIONAL_COLUMNS = ("logprob", "confidence", "gold", "reasoning")
+OPTIONAL_COLUMNS = ("correct", "logprob", "confidence", "gold", "reasoning")
 NO_GOLD = "<no gold: no model answered correctly>"
 _TRUE = {"true", "1", "yes", "y", "t"}
 _FALSE = {"false", "0", "no", "n", "f"}
 
 
 class ImportRow(BaseModel):
-    """One row of an import table: one model's answer to one question."""
+    """One row of an import table: one model's answer to one question (``correct`` is None
+    in a table without labels)."""
 
     model_config = ConfigDict(extra="ignore", str_strip_whitespace=True)
 
@@ -105,7 +129,7 @@ class ImportRow(BaseModel):
     question: str = Field(min_length=1)
     model: str = Field(min_length=1)
     answer: str = ""
-    correct: bool
+    correct: bool | None = None
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
     logprob: float | None = Field(None, le=0)
@@ -161,9 +185,9 @@ def _is_jsonl(path: Path) -> bool:
     return suffixes[-1:] in ([".jsonl"], [".json"], [".ndjson"])
 
 
-def _text_lines(path: Path) -> Iterator[str]:
+def _text_lines(path: Path, cr: bool) -> Iterator[str]:
     """The lines of a CSV file, each bounded (:func:`iter_lines`), decoded, BOM dropped."""
-    for lineno, raw in iter_lines(path):
+    for lineno, raw in iter_lines(path, cr=cr):
         text = raw.decode("utf-8")
         if lineno == 1:
             text = text.removeprefix("\ufeff")  # spreadsheets' BOM
@@ -190,6 +214,10 @@ class Cascade:
     def rounds(self) -> int:
         return len(self.bases)
 
+    def order(self) -> list[str]:
+        """The models, cheapest per question first (ties by name)."""
+        return sorted(self.cost_per_question, key=lambda m: (self.cost_per_question[m], m))
+
     def ladder(self, task: str, family: str | None = None) -> Ladder:
         """The ``agree`` ladder of the cascade: every model answers the question itself."""
         return Ladder(
@@ -210,9 +238,11 @@ def _error(path: Path, line: int | None, column: str | None, msg: str) -> CCPOEr
 
 def _raw_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(row, record)`` of a CSV (header first: row 1, as a spreadsheet numbers rows; a cell
-    may span lines) or JSONL (``.jsonl``/``.json``/``.ndjson``: row = line) table."""
+    may span lines) or JSONL (``.jsonl``/``.json``/``.ndjson``: row = line) table; lines may
+    end with LF, CRLF or (the whole file) a bare CR."""
+    cr = cr_only(path)
     if _is_jsonl(path):
-        for line, raw in iter_lines(path):
+        for line, raw in iter_lines(path, cr=cr):
             if not raw.strip():
                 continue
             try:
@@ -225,7 +255,7 @@ def _raw_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise _error(path, line, None, "expected one JSON object per line")
             yield line, obj
         return
-    reader = csv.DictReader(_text_lines(path))
+    reader = csv.DictReader(_text_lines(path, cr))
     try:
         header = reader.fieldnames or []
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
@@ -238,89 +268,164 @@ def _raw_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise _error(path, line, None, f"expected {len(header)} cells like the header")
             yield line, rec
     except csv.Error as e:
-        raise _error(path, reader.line_num, None, f"not a readable CSV table ({e})") from None
+        msg = f"not a readable CSV table ({e})"
+        if "new-line character" in str(e):
+            msg = (
+                "a bare CR (\\r) inside a line: the file mixes line ends; save it with LF or "
+                "CRLF line ends (e.g. as 'CSV UTF-8' from a spreadsheet)"
+            )
+        raise _error(path, max(reader.line_num, 1), None, msg) from None
 
 
-def read_table(path: str | Path) -> list[Located]:
-    """Parse and validate every row of an import table (CSV or JSONL)."""
-    p = Path(path)
-    if not p.is_file():
-        raise CCPOError(f"{p}: no such file")
-    out: list[Located] = []
-    typed = _is_jsonl(p)  # JSON values are typed: validated strictly (see the module doc)
+def _validated(path: Path) -> Iterator[tuple[Located, bool]]:
+    """Every row of ``path`` parsed and validated, with whether the table has a ``correct``
+    column (the CSV header's, or the first JSONL row's keys)."""
+    typed = _is_jsonl(path)  # JSON values are typed: validated strictly (see the module doc)
+    has_correct: bool | None = None
     try:
-        for line, rec in _raw_records(p):
+        for line, rec in _raw_records(path):
+            if has_correct is None:
+                has_correct = "correct" in rec
             try:
                 row = ImportRow.model_validate(rec, strict=typed, context={"typed": typed})
-                out.append(Located(row, line))
             except ValidationError as e:
                 err = e.errors()[0]
                 column = ".".join(str(x) for x in err["loc"]) or None
-                raise _error(p, line, column, err["msg"].removeprefix("Value error, ")) from None
+                raise _error(path, line, column, err["msg"].removeprefix("Value error, ")) from None
+            yield Located(row, line), has_correct
     except UnicodeDecodeError as e:
-        raise _error(p, None, None, f"not UTF-8 text ({e.reason})") from None
+        raise _error(path, None, None, f"not UTF-8 text ({e.reason})") from None
     except (OSError, EOFError, zlib.error) as e:
-        raise _error(p, None, None, f"cannot be read ({e})") from None
+        raise _error(path, None, None, f"cannot be read ({e})") from None
+
+
+def read_table(path: str | Path) -> list[Located]:
+    """Parse and validate every row of an import table (CSV or JSONL), held in memory (the
+    import itself streams: :func:`open_table`)."""
+    p = Path(path)
+    if not p.is_file():
+        raise CCPOError(f"{p}: no such file")
+    out = [loc for loc, _ in _validated(p)]
     if not out:
         raise _error(p, None, None, "holds no rows")
     return out
 
 
-def group_rows(rows: Sequence[Located], path: str | Path) -> dict[str, dict[str, Located]]:
-    """question id → model → row, in first-seen order; checks that every question has one row
-    per model (the same models for every question) and one question text."""
-    p = Path(path)
-    by_q: dict[str, dict[str, Located]] = {}
-    for loc in rows:
-        r = loc.row
-        models = by_q.setdefault(r.question_id, {})
-        if r.model in models:
-            first = models[r.model].line
-            raise _error(
-                p, loc.line, "model", f"'{r.model}' answers '{r.question_id}' twice (row {first})"
-            )
-        if models:
-            other = next(iter(models.values()))
-            if other.row.question != r.question:
+_COLUMNS = (
+    "answer", "correct", "input_tokens", "output_tokens", "logprob", "confidence", "gold",
+    "reasoning",
+)  # fmt: skip
+_SCHEMA = f"""
+CREATE TABLE questions (qid TEXT PRIMARY KEY, ord INTEGER NOT NULL, question TEXT NOT NULL,
+                        line INTEGER NOT NULL);
+CREATE TABLE rows (qid TEXT NOT NULL, model TEXT NOT NULL, line INTEGER NOT NULL,
+                   {", ".join(_COLUMNS)}, PRIMARY KEY (qid, model)) WITHOUT ROWID;
+"""
+
+
+class _Spill:
+    """The table's rows in a temporary SQLite file, so that the import holds one question at
+    a time: :meth:`add` checks a row against the rows before it, :meth:`groups` reads the
+    questions back in first-seen order."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._dir = tempfile.TemporaryDirectory(prefix="ccpo-import-")
+        self.db = sqlite3.connect(Path(self._dir.name) / "rows.sqlite")
+        self.db.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
+        self.questions = 0
+        self.tokens: dict[str, list[int]] = {}  # model -> [input, output] summed
+
+    def add(self, loc: Located) -> None:
+        r, db = loc.row, self.db
+        cur = db.execute(
+            "INSERT INTO questions VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (r.question_id, self.questions, r.question, loc.line),
+        )
+        if cur.rowcount:
+            self.questions += 1
+        else:
+            text, first = db.execute(
+                "SELECT question, line FROM questions WHERE qid = ?", (r.question_id,)
+            ).fetchone()
+            if text != r.question:
                 raise _error(
-                    p,
+                    self.path,
                     loc.line,
                     "question",
-                    f"differs from row {other.line} for the same question_id '{r.question_id}'",
+                    f"differs from row {first} for the same question_id '{r.question_id}'",
                 )
-        models[r.model] = loc
-    all_models = sorted({r.row.model for r in rows})
-    for qid, models in by_q.items():
-        lacking = [m for m in all_models if m not in models]
-        if lacking:
-            last = max(loc.line for loc in models.values())
+        try:
+            db.execute(
+                f"INSERT INTO rows VALUES (?, ?, ?, {', '.join('?' * len(_COLUMNS))})",
+                (r.question_id, r.model, loc.line, *(getattr(r, c) for c in _COLUMNS)),
+            )
+        except sqlite3.IntegrityError:
+            (first,) = db.execute(
+                "SELECT line FROM rows WHERE qid = ? AND model = ?", (r.question_id, r.model)
+            ).fetchone()
             raise _error(
-                p,
+                self.path,
+                loc.line,
+                "model",
+                f"'{r.model}' answers '{r.question_id}' twice (row {first})",
+            ) from None
+        tok = self.tokens.setdefault(r.model, [0, 0])
+        tok[0] += r.input_tokens
+        tok[1] += r.output_tokens
+
+    def check_complete(self) -> list[str]:
+        """Every question has one row per model (the same models for every question); the
+        models, sorted."""
+        models = sorted(self.tokens)
+        lacking = self.db.execute(
+            "SELECT q.qid, MAX(r.line) FROM questions q JOIN rows r ON r.qid = q.qid "
+            "GROUP BY q.qid HAVING COUNT(*) < ? ORDER BY MIN(q.ord) LIMIT 1",
+            (len(models),),
+        ).fetchone()
+        if lacking is not None:
+            qid, last = lacking
+            have = {m for (m,) in self.db.execute("SELECT model FROM rows WHERE qid = ?", (qid,))}
+            gap = next(m for m in models if m not in have)
+            raise _error(
+                self.path,
                 last,
                 "model",
-                f"question '{qid}' has no row for model '{lacking[0]}' (every question needs "
-                f"one row per model: {', '.join(all_models)})",
+                f"question '{qid}' has no row for model '{gap}' (every question needs one row "
+                f"per model: {', '.join(models)})",
             )
-    if len(all_models) < 2:
-        raise _error(p, None, "model", "a cascade needs at least two models; found one")
-    return by_q
+        if len(models) < 2:
+            raise _error(self.path, None, "model", "a cascade needs at least two models; found one")
+        return models
+
+    def groups(self) -> Iterator[dict[str, Located]]:
+        """Each question's rows (model → row, in table order), questions in first-seen order."""
+        cur = self.db.execute(
+            f"SELECT q.qid, q.question, r.model, r.line, {', '.join('r.' + c for c in _COLUMNS)} "
+            "FROM questions q JOIN rows r ON r.qid = q.qid ORDER BY q.ord, r.line"
+        )
+        for _, rows in groupby(cur, key=lambda rec: rec[0]):
+            group: dict[str, Located] = {}
+            for qid, question, model, line, *values in rows:
+                fields = dict(zip(_COLUMNS, values, strict=True))
+                if fields["correct"] is not None:
+                    fields["correct"] = bool(fields["correct"])
+                row = ImportRow.model_construct(
+                    question_id=qid, question=question, model=model, **fields
+                )
+                group[model] = Located(row, line)
+            yield group
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.db.close()
+        self._dir.cleanup()
 
 
-def plan_cascade(
-    by_q: dict[str, dict[str, Located]], prices: PriceTable, guide: str | None = None
-) -> Cascade:
-    """Order the models by mean cost per question (cheapest first) and pair them in rounds.
-
-    Raises :class:`~ccpo.errors.UnknownModelPriceError` for a model without a price, and a
-    :class:`CCPOError` for a named guide that is not in the table.
-    """
-    models = sorted(next(iter(by_q.values())))
-    prices.check(models)
-    cost = {
-        m: sum(prices.cost(m, q[m].row.input_tokens, q[m].row.output_tokens) for q in by_q.values())
-        / len(by_q)
-        for m in models
-    }
+def plan_cascade(cost: dict[str, float], guide: str | None = None) -> Cascade:
+    """Order the models by mean cost per question (``cost``, USD; cheapest first, ties by
+    name) and pair them in rounds; a named guide must be a model of the table."""
+    models = sorted(cost)
     order = sorted(models, key=lambda m: (cost[m], m))
     if guide is None:
         return Cascade(tuple(order[:-1]), tuple(order[1:]), cost)
@@ -405,41 +510,175 @@ def _rounds(rows: dict[str, Located], ladder: Ladder) -> list[Round]:
     return out
 
 
-def build_traces(
-    by_q: dict[str, dict[str, Located]],
-    cascade: Cascade,
-    task: str,
-    source: str,
-    family: str | None = None,
-) -> list[Trace]:
-    """One trace per question, rounds as planned by ``cascade`` (an ``agree`` ladder)."""
-    ladder = cascade.ladder(task, family)
-    norm = normalizer_for(task, ladder.family)
-    out = []
-    for qid, rows in by_q.items():
-        any_row = next(iter(rows.values())).row
-        rounds = _rounds(rows, ladder)
-        gold = _gold(rows, norm)
-        meta: dict[str, Any] = {
-            "source": f"imported from {source} by ccpo traces import",
-            "collected_at": "unknown (imported table)",
-            "imported": True,
-        }
-        if gold == [NO_GOLD]:
-            meta["gold_unknown"] = True
-        out.append(
-            Trace(
-                schema=SCHEMA_VERSION,
-                id=qid,
-                task=task,
-                family=None if task.lower() in BUILTIN_TASKS else ladder.family,
-                question=any_row.question,
-                gold=gold,
-                rounds=rounds,
-                meta=meta,
-            )
+def agreement_labels(
+    rows: dict[str, Located], reference: str, task: str, family: str | None = None
+) -> dict[str, Located] | None:
+    """The rows of one question labelled by agreement with ``reference``'s answer (correct iff
+    equal under the task family's normaliser; the reference's own answer is correct); None
+    when the reference's answer is empty after normalisation (nothing to agree with)."""
+    ref = rows[reference].row.answer
+    if not normalizer_for(task, family)(ref):
+        return None
+    return {
+        m: Located(
+            loc.row.model_copy(
+                update={
+                    "correct": m == reference or exact_match(loc.row.answer, [ref], task, family)
+                }
+            ),
+            loc.line,
         )
-    return out
+        for m, loc in rows.items()
+    }
+
+
+def build_trace(rows: dict[str, Located], ladder: Ladder, source: str, labels: str = GOLD) -> Trace:
+    """One question's trace, its rounds as ``ladder`` plans them (an ``agree`` ladder).
+    ``labels``: ``"gold"`` (the rows' ``correct``) or ``"reference:<model>"`` (rows already
+    labelled by :func:`agreement_labels`; the gold is the reference's answer)."""
+    norm = normalizer_for(ladder.task, ladder.family)
+    first = next(iter(rows.values()))
+    ref = reference_model(labels)
+    gold = [rows[ref].row.answer] if ref is not None else _gold(rows, norm)
+    meta: dict[str, Any] = {
+        "source": f"imported from {source} by ccpo traces import",
+        "collected_at": "unknown (imported table)",
+        "imported": True,
+    }
+    if ref is not None:
+        meta["labels"] = labels
+    elif gold == [NO_GOLD]:
+        meta["gold_unknown"] = True
+    task = ladder.task
+    return Trace(
+        schema=SCHEMA_VERSION,
+        id=first.row.question_id,
+        task=task,
+        family=None if task.lower() in BUILTIN_TASKS else ladder.family,
+        question=first.row.question,
+        gold=gold,
+        rounds=_rounds(rows, ladder),
+        meta=meta,
+    )
+
+
+@dataclass
+class TableImport:
+    """An import table read and checked (:func:`open_table`); :meth:`traces` builds its traces
+    one question at a time. Close it (or use it as a context manager) to drop its temporary
+    file."""
+
+    path: Path
+    task: str
+    family: str | None
+    cascade: Cascade
+    questions: int
+    labels: str  # "gold" or "reference:<model>"
+    reference_named: bool  # the reference was named (else: the most expensive model)
+    replaced: bool  # the table's correct/gold labels are replaced by agreement
+    _spill: _Spill
+    dropped: list[str] = field(default_factory=list)  # ids without a reference answer
+
+    @property
+    def reference(self) -> str | None:
+        return reference_model(self.labels)
+
+    def ladder(self) -> Ladder:
+        return self.cascade.ladder(self.task, self.family)
+
+    def traces(self) -> Iterator[Trace]:
+        """The traces, in the table's question order; questions without a reference answer
+        are skipped and listed in :attr:`dropped`. Refused when none is left."""
+        ladder = self.ladder()
+        ref = self.reference
+        self.dropped = []
+        n = 0
+        for rows in self._spill.groups():
+            if ref is not None:
+                labelled = agreement_labels(rows, ref, ladder.task, ladder.family)
+                if labelled is None:
+                    self.dropped.append(next(iter(rows.values())).row.question_id)
+                    continue
+                rows = labelled
+            n += 1
+            yield build_trace(rows, ladder, self.path.name, self.labels)
+        if n == 0:
+            raise CCPOError(
+                f"{self.path}: the reference model '{ref}' answered none of the "
+                f"{self.questions} questions: nothing to agree with (name another with "
+                "--reference)"
+            )
+
+    def close(self) -> None:
+        self._spill.close()
+
+    def __enter__(self) -> TableImport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_table(
+    path: str | Path,
+    task: str,
+    prices: PriceTable,
+    guide: str | None = None,
+    family: str | None = None,
+    reference: str | None = None,
+) -> TableImport:
+    """Read and check ``path`` (streamed into a temporary file), plan its cascade and its
+    labels (see the module doc). Raises :class:`~ccpo.errors.UnknownModelPriceError` for a
+    model without a price and a one-line :class:`CCPOError` for any other problem."""
+    try:
+        family_of(task, family)
+    except ValueError as e:
+        raise CCPOError(f"--family: {e}") from None
+    p = Path(path)
+    if not p.is_file():
+        raise CCPOError(f"{p}: no such file")
+    spill = _Spill(p)
+    try:
+        has_correct = has_gold = False
+        n = 0
+        for loc, has_correct in _validated(p):
+            n += 1
+            if has_correct and reference is None and loc.row.correct is None:
+                raise _error(
+                    p,
+                    loc.line,
+                    "correct",
+                    "missing or empty; every row needs it (or label by agreement: "
+                    "--reference MODEL)",
+                )
+            has_gold |= loc.row.gold is not None
+            spill.add(loc)
+        if n == 0:
+            raise _error(p, None, None, "holds no rows")
+        models = spill.check_complete()
+        prices.check(models)
+        cost = {m: prices.cost(m, *spill.tokens[m]) / spill.questions for m in models}
+        cascade = plan_cascade(cost, guide)
+        if reference is not None and reference not in models:
+            raise CCPOError(
+                f"--reference '{reference}' is not a model of the table ({', '.join(models)})"
+            )
+        labelled = has_correct and reference is None
+        ref = None if labelled else (reference or cascade.order()[-1])
+        return TableImport(
+            p,
+            task,
+            family,
+            cascade,
+            spill.questions,
+            GOLD if ref is None else reference_labels(ref),
+            reference is not None,
+            ref is not None and (has_correct or has_gold),
+            spill,
+        )
+    except BaseException:
+        spill.close()
+        raise
 
 
 def import_table(
@@ -448,13 +687,9 @@ def import_table(
     prices: PriceTable,
     guide: str | None = None,
     family: str | None = None,
+    reference: str | None = None,
 ) -> tuple[list[Trace], Cascade]:
-    """Read ``path`` and return its traces and the cascade they follow (see module doc)."""
-    try:
-        family_of(task, family)
-    except ValueError as e:
-        raise CCPOError(f"--family: {e}") from None
-    p = Path(path)
-    by_q = group_rows(read_table(p), p)
-    cascade = plan_cascade(by_q, prices, guide)
-    return build_traces(by_q, cascade, task, p.name, family), cascade
+    """Read ``path`` and return its traces (in memory) and the cascade they follow (see the
+    module doc; ``ccpo traces import`` streams them with :func:`open_table`)."""
+    with open_table(path, task, prices, guide, family, reference) as imp:
+        return list(imp.traces()), imp.cascade

@@ -82,16 +82,56 @@ def _too_long(path: Path, line: int, cap: int) -> TraceFormatError:
     )
 
 
-def iter_lines(path: str | Path, cap: int | None = None) -> Iterator[tuple[int, bytes]]:
+CR_SNIFF_BYTES = 1 << 16
+"""How much of a file :func:`cr_only` reads to tell its line ends."""
+
+
+def cr_only(path: str | Path) -> bool:
+    """Whether a text file ends its lines with a bare CR (``\\r``, classic Mac OS and some
+    spreadsheet exports): its first :data:`CR_SNIFF_BYTES` bytes hold a CR and no LF."""
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rb") as fh:
+        head = fh.read(CR_SNIFF_BYTES)
+    return b"\r" in head and b"\n" not in head
+
+
+def _cr_lines(fh: IO[bytes], path: Path, limit: int) -> Iterator[tuple[int, bytes]]:
+    """:func:`iter_lines` for a file whose lines end with a bare CR (read in 64 KiB pieces)."""
+    lineno, rest = 0, b""
+    while True:
+        chunk = fh.read(1 << 16)
+        parts = (rest + chunk).split(b"\r")
+        rest = parts.pop()
+        for part in parts:
+            lineno += 1
+            if len(part) > limit:
+                raise _too_long(path, lineno, limit)
+            yield lineno, part
+        if len(rest) > limit:
+            raise _too_long(path, lineno + 1, limit)
+        if not chunk:
+            if rest:
+                yield lineno + 1, rest
+            return
+
+
+def iter_lines(
+    path: str | Path, cap: int | None = None, cr: bool = False
+) -> Iterator[tuple[int, bytes]]:
     """``(line number, bytes)`` of a text file, ``.gz`` decompressed as it is read, each line
-    without its end (``\\n`` or ``\\r\\n``) and at most ``cap`` bytes (default
-    :func:`max_line_bytes`): a longer line is refused (:class:`TraceFormatError` naming the file,
-    the line and the cap) after at most ``cap + 1`` of its bytes were read or decompressed.
-    Errors of the file itself (``OSError``, a broken gzip stream) propagate."""
+    without its end (``\\n`` or ``\\r\\n``; with ``cr``, a bare ``\\r``: see
+    :func:`cr_only`) and at most ``cap`` bytes (default :func:`max_line_bytes`): a longer line
+    is refused (:class:`TraceFormatError` naming the file, the line and the cap) after at most
+    ``cap + 1`` of its bytes (``cr``: 64 KiB more) were read or decompressed. Errors of the
+    file itself (``OSError``, a broken gzip stream) propagate."""
     p = Path(path)
     limit = max_line_bytes() if cap is None else cap
     opener = gzip.open if p.suffix == ".gz" else open
     with opener(p, "rb") as fh:
+        if cr:
+            yield from _cr_lines(fh, p, limit)
+            return
         for lineno in itertools.count(1):
             raw = fh.readline(limit + 2)  # + 2: room for the "\r\n" of a line of `limit` bytes
             if not raw:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ccpo.traces.labels import trace_labels
 from ccpo.traces.ladder import Ladder, ladder_of_trace
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import Trace
@@ -32,6 +33,7 @@ class TraceStats:
     rounds_hist: dict[int, int] = field(default_factory=dict)
     per_round: list[RoundStats] = field(default_factory=list)
     ladders: dict[Ladder, int] = field(default_factory=dict)  # ladder → traces following it
+    labels: set[str] = field(default_factory=set)  # "gold" / "reference:<model>" (traces.labels)
 
     def add(self, tr: Trace, prices: PriceTable) -> None:
         self.questions += 1
@@ -39,6 +41,7 @@ class TraceStats:
         if lad in self.ladders or len(self.ladders) < 8:  # a few distinct ones at most
             self.ladders[lad] = self.ladders.get(lad, 0) + 1
         self.solvable += tr.solvable
+        self.labels.add(trace_labels(tr))
         self.tasks.add(tr.task)
         self.models |= tr.models()
         self.rounds_hist[tr.n_rounds] = self.rounds_hist.get(tr.n_rounds, 0) + 1
