@@ -179,3 +179,21 @@ def test_import_streams_rows_in_any_order_in_memory_that_does_not_grow(tmp_path:
         peaks[n] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     assert peaks[400] < 2 * peaks[100], peaks
+
+
+def test_a_policy_trained_on_agreement_labels_records_against(tmp_path: Path) -> None:
+    """provenance.against (policy.json) is the traces' meta.labels: the reference, or gold."""
+    table, prices = write_ladder_table(tmp_path, n=80, seed=5)
+    for name, extra, against in (
+        ("ref", ("--reference", "mid-m"), "reference:mid-m"),
+        ("gold", (), "gold"),
+    ):
+        out = tmp_path / f"{name}.jsonl"
+        res = _cli("traces", "import", str(table), "--task", "mmlu", "--out", str(out),
+                   "--prices", str(prices), *extra)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        res = _cli("train", "--traces", str(out), "--alpha", "0.2", "--method", "cstop",
+                   "--out", str(tmp_path / f"pol-{name}"))  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        meta = json.loads((tmp_path / f"pol-{name}" / "policy.json").read_text())
+        assert meta["provenance"]["against"] == against

@@ -22,6 +22,7 @@ from ccpo.learning import conformal
 from ccpo.learning.baselines import Policy, Splits
 from ccpo.traces.episodes import Episodes, Metrics, build_episodes, conformal_sets
 from ccpo.traces.io import iter_traces, read_traces
+from ccpo.traces.labels import one_label, trace_labels
 from ccpo.traces.ladder import Ladder, ladder_of_trace
 from ccpo.traces.prices import PriceTable, load_prices
 
@@ -181,10 +182,12 @@ def file_sha256(path: str | Path) -> str:
 def trace_provenance(path: str | Path) -> dict[str, Any]:
     """What a policy trained or evaluated on ``path`` records and checks (see
     :func:`ccpo.learning.policy.check_provenance`): task, file name and sha256, base and guide
-    models, horizon T, whether the traces are synthetic, number of questions, and the
+    models, horizon T, whether the traces are synthetic, number of questions, the
     **ladder** the traces follow (:mod:`ccpo.traces.ladder`; null when the file mixes ladders),
-    which deployment runs."""
+    which deployment runs, and what ``correct`` is measured **against** (``"gold"`` or
+    ``"reference:<model>"``, :mod:`ccpo.traces.labels`; a file mixing them is refused)."""
     tasks: set[str] = set()
+    labels: set[str] = set()
     base: set[str] = set()
     guide: set[str] = set()
     horizon, n, synthetic = 0, 0, False
@@ -197,7 +200,9 @@ def trace_provenance(path: str | Path) -> dict[str, Any]:
         guide.update(r.guide.model for r in tr.rounds)
         horizon = tr.n_rounds
         synthetic |= bool(tr.meta.get("synthetic"))
+        labels.add(trace_labels(tr))
         n += 1
+    against = one_label(labels, str(path))
     return {
         "task": ",".join(sorted(tasks)),
         "traces": Path(path).name,
@@ -208,6 +213,7 @@ def trace_provenance(path: str | Path) -> dict[str, Any]:
         "synthetic": synthetic,
         "questions": n,
         "ladder": next(iter(ladders)).to_dict() if len(ladders) == 1 else None,
+        "against": against,
     }
 
 

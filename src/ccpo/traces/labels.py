@@ -45,12 +45,16 @@ def trace_labels(trace: Any) -> str:
 
 def labels_of(traces: Iterable[Any]) -> str:
     """The labels of a whole trace set; a set mixing gold and reference labels is refused."""
-    seen = {trace_labels(t) for t in traces}
+    return one_label({trace_labels(t) for t in traces})
+
+
+def one_label(seen: set[str], where: str = "the trace set") -> str:
+    """The one label source among ``seen`` (``"gold"`` when empty); several are refused."""
     if len(seen) > 1:
         raise CCPOError(
-            f"the trace set mixes labels {sorted(seen)}: a guarantee must be against one thing"
+            f"{where} mixes labels {sorted(seen)}: a guarantee must be against one thing"
         )
-    return seen.pop() if seen else GOLD
+    return next(iter(seen)) if seen else GOLD
 
 
 def against_text(labels: str) -> str:
