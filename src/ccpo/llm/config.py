@@ -206,6 +206,13 @@ class CollectConfig(EndpointSettings):
         default_factory=list, description="LLM-as-policy models"
     )
     coverage: float = Field(0.9, gt=0, lt=1, description="1-alpha shown to the policy LLM")
+    reference: str | None = Field(
+        None,
+        description="label by agreement with this model: it answers every question (chain of "
+        "thought, T = 0; reused when the ladder already asked it so) and a step is correct iff "
+        "its answer equals the reference's (task normaliser); questions need no gold, and "
+        "gold, if any, is not used; needs an endpoint and a price",
+    )
     concurrency: int = Field(8, ge=1, description="parallel questions / requests per endpoint")
     workers: int = Field(
         1, ge=1, le=64, description="client processes sharing the concurrency (fast endpoints)"

@@ -24,6 +24,17 @@ hence the same requests and cache keys. Round t runs the ladder's round t:
   ``next``); stored in ``policy_llm[model]`` with its usage and raw reply. It never changes the
   run.
 
+**Labels from a reference model** (collection only, ``reference:`` / ``--reference MODEL``;
+DESIGN.md, *Labels from a reference*). After a question's rounds, the reference answers it
+alone, as an ``agree`` step of its own (the chain-of-thought prompt, no context, temperature
+0: :func:`reference_answer`), or, when the ladder already made that very call (an ``agree``
+step of the same model with prompt ``cot``), its answer is reused (paid once). Every step is
+then scored against the reference's answer instead of the question's gold (the trace's
+``gold`` is that answer, ``meta.labels`` is ``reference:<model>``, ``meta.reference`` its
+answer and usage); a reference answer that is empty after normalisation leaves the question
+without a label (:class:`NoReferenceAnswer`: it is not written). The same code labels both
+protocols below.
+
 Every request names its step in ``X-CCPO-Round`` / ``X-CCPO-Role`` headers, which a replay
 endpoint reads (real endpoints ignore them); a replay endpoint's recorded answer and signals
 (``ccpo_replay``) are taken as recorded.
@@ -47,6 +58,7 @@ All T rounds are run unless ``stop_at_exit`` is set; ``meta.kind`` is ``"llm-exi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -73,8 +85,16 @@ from ccpo.llm.roles import (
 from ccpo.llm.tasks.loaders import Question
 from ccpo.llm.tasks.scoring import score
 from ccpo.llm.tasks.search import BM25Search, SearchBackend, WikipediaSearch, load_corpus
-from ccpo.traces.answers import exact_match
-from ccpo.traces.ladder import KNOWN_PROMPTS, Ladder, LadderRound, agree_signals, transfer_signal
+from ccpo.traces.answers import exact_match, normalizer_for
+from ccpo.traces.labels import reference_labels
+from ccpo.traces.ladder import (
+    KNOWN_PROMPTS,
+    Ladder,
+    LadderRound,
+    Step,
+    agree_signals,
+    transfer_signal,
+)
 from ccpo.traces.schema import SCHEMA_VERSION, BaseStep, GuideStep, Round, Trace, Usage
 
 
@@ -137,8 +157,19 @@ class Runner:
     def sample(self, temperature: float, round_: int) -> int:
         return self.cfg.sample_offset + (round_ if temperature > 0 else 0)
 
-    def trace(self, q: Question, rounds: list[dict[str, Any]], kind: str) -> Trace:
-        """The ``ccpo.trace/v1`` record of ``q`` with its ``rounds`` (validated)."""
+    def trace(
+        self,
+        q: Question,
+        rounds: list[dict[str, Any]],
+        kind: str,
+        reference: dict[str, Any] | None = None,
+    ) -> Trace:
+        """The ``ccpo.trace/v1`` record of ``q`` with its ``rounds`` (validated); with the
+        ``reference`` call that labelled them (:func:`labels_for`), ``meta.labels`` says so."""
+        meta = self.meta(q, kind)
+        if reference is not None:
+            meta["labels"] = reference_labels(reference["model"])
+            meta["reference"] = reference
         return Trace(
             schema=SCHEMA_VERSION,
             id=q.id,
@@ -147,7 +178,7 @@ class Runner:
             question=q.question,
             gold=q.gold,
             rounds=rounds,
-            meta=self.meta(q, kind),
+            meta=meta,
         )
 
     def meta(self, q: Question, kind: str) -> dict[str, Any]:
@@ -181,7 +212,8 @@ def make_runner(
     the deployed agent, so both run rounds the same way."""
     if ladder is None:
         ladder = cfg.make_ladder() if kind == "base-guide" else cfg.exit_ladder()
-    endpoints = {m: cfg.endpoint_for(m) for m in ladder.models()}
+    called = [*ladder.models(), *([cfg.reference] if cfg.reference else [])]
+    endpoints = {m: cfg.endpoint_for(m) for m in called}
     policies = [p.endpoint() for p in cfg.policy_llm] if kind == "base-guide" else []
     shared = None
     runner = Runner(cfg, client, ladder, endpoints, policies, None, source)
@@ -299,15 +331,13 @@ def _step(t: int, role: str) -> dict[str, str]:
     return {"round": str(t), "role": role}
 
 
-async def _answer_alone(
-    r: Runner, question: str, t: int, role: str, backend: Any
-) -> tuple[BaseOutput, float | None]:
-    """An ``agree`` step: the step's model answers the question itself (no context, T = 0; a
-    prompt without a template is its own draw) and the step's signal: a base's ``log p``, a
-    guide's ``1 − p`` (:func:`agree_signals`), or what a replay endpoint recorded."""
-    spec = r.ladder.round(t).step(role)
+async def _ask_alone(
+    r: Runner, question: str, spec: Step, step: dict[str, str] | None, backend: Any
+) -> BaseOutput:
+    """``spec``'s model answers the question itself (no context, T = 0; a prompt without a
+    template is its own draw): an ``agree`` step, or the reference of :func:`labels_for`."""
     draw = 0 if spec.prompt in KNOWN_PROMPTS else zlib.crc32(spec.prompt.encode()) % 10_000 + 1
-    out = await r.agent_for(spec.prompt).run(
+    return await r.agent_for(spec.prompt).run(
         r.client,
         r.endpoints[spec.model],
         question,
@@ -315,8 +345,16 @@ async def _answer_alone(
         0.0,
         r.cfg.sample_offset + draw,
         backend,
-        _step(t, role),
+        step,
     )
+
+
+async def _answer_alone(
+    r: Runner, question: str, t: int, role: str, backend: Any
+) -> tuple[BaseOutput, float | None]:
+    """An ``agree`` step (:func:`_ask_alone`) and its signal: a base's ``log p``, a guide's
+    ``1 − p`` (:func:`agree_signals`), or what a replay endpoint recorded."""
+    out = await _ask_alone(r, question, r.ladder.round(t).step(role), _step(t, role), backend)
     if out.recorded is not None:
         key = "logprob_mean" if role == "base" else "uncertainty"
         return out, out.recorded.get(key)
@@ -332,6 +370,51 @@ def _answer_of(ro: RoundOutput, role: str) -> tuple[BaseOutput, float | None]:
         return ro.base, ro.base.logprob_stats()[0]
     g = ro.guide
     return BaseOutput(g.answer, g.raw, g.calls), g.uncertainty
+
+
+class NoReferenceAnswer(Exception):
+    """The reference model's answer to a question is empty after normalisation: the question
+    has nothing to agree with and no label (collection leaves it out and counts it)."""
+
+
+async def reference_answer(
+    r: Runner, question: str, outs: list[RoundOutput], backend: SearchBackend | None
+) -> tuple[BaseOutput, bool]:
+    """The reference model's answer to ``question`` and whether it was reused: the ``agree``
+    step ``(reference, cot)`` of the rounds run, if the ladder made that call, else a call of
+    its own (:func:`_ask_alone`; no round/role headers: a replay endpoint finds it by model)."""
+    assert r.cfg.reference is not None
+    spec = Step(r.cfg.reference, "cot")
+    for t, ro in enumerate(outs, start=1):
+        lr = r.ladder.round(t)
+        for role in ("base", "guide"):
+            if lr.verdict == "agree" and lr.step(role) == spec:
+                return _answer_of(ro, role)[0], True
+    return await _ask_alone(r, question, spec, None, backend), False
+
+
+async def labels_for(
+    r: Runner,
+    q: Question,
+    outs: list[RoundOutput],
+    backend: SearchBackend | None,
+) -> tuple[Question, dict[str, Any] | None]:
+    """The question as its rounds are scored: ``q`` itself (its gold), or with a reference
+    model (``cfg.reference``) ``q`` with the reference's answer as its only gold, and the
+    reference call for ``meta.reference``. Raises :class:`NoReferenceAnswer` when that answer
+    is empty after normalisation."""
+    if not r.cfg.reference:
+        return q, None
+    out, reused = await reference_answer(r, q.question, outs, backend)
+    if not normalizer_for(r.ladder.task, r.ladder.family)(out.answer):
+        raise NoReferenceAnswer(f"{r.cfg.reference} gave no answer to {q.id}")
+    call = {
+        "model": r.cfg.reference,
+        "answer": out.answer,
+        "usage": Calls().usage() if reused else out.calls.usage(),
+        "reused": reused,
+    }
+    return dataclasses.replace(q, gold=[out.answer]), call
 
 
 async def run_round(
@@ -389,11 +472,11 @@ async def run_base_guide(r: Runner, q: Question) -> Trace:
     """All T rounds of the ladder (→ policy LLMs) for one question."""
     backend = r.backend_for(q)
     outs: list[RoundOutput] = []
-    rounds: list[dict[str, Any]] = []
+    chosen: list[dict[str, Any] | None] = []
     for t in range(1, r.ladder.T + 1):
         ro = await run_round(r, q.question, t, outs, backend)
         out, g = ro.base, ro.guide
-        rnd = ro.record(q=q, family=r.ladder.family)
+        decisions = None
         if r.policies:
             decisions = {}
             for pe in r.policies:
@@ -409,10 +492,15 @@ async def run_base_guide(r: Runner, q: Question) -> Trace:
                     r.cfg.coverage,
                 )
                 decisions[pe.model] = {"action": d.action, "usage": d.calls.usage(), "raw": d.raw}
-            rnd["policy_llm"] = decisions
-        rounds.append(rnd)
+        chosen.append(decisions)
         outs.append(ro)
-    return r.trace(q, rounds, "base-guide")
+    scored, reference = await labels_for(r, q, outs, backend)
+    rounds = []
+    for ro, decisions in zip(outs, chosen, strict=True):
+        rnd = ro.record(q=scored, family=r.ladder.family)
+        rnd["policy_llm"] = decisions
+        rounds.append(rnd)
+    return r.trace(scored, rounds, "base-guide", reference)
 
 
 async def run_exit(r: Runner, q: Question) -> Trace:
@@ -421,7 +509,7 @@ async def run_exit(r: Runner, q: Question) -> Trace:
     m = r.base.model
     history: list[PastRound] = []
     answers: list[str] = []
-    rounds: list[dict[str, Any]] = []
+    said: list[tuple[BaseOutput, Any]] = []
     for t in range(1, r.cfg.rounds + 1):
         temp = r.cfg.temperature(t)
         out = await r.agent.run(
@@ -429,7 +517,14 @@ async def run_exit(r: Runner, q: Question) -> Trace:
         )
         answers.append(out.answer)
         d = await exit_decision(r.client, r.base, q.question, answers)
-        base = base_record(out, m, q)
+        said.append((out, d))
+        history.append(PastRound(out.reasoning, out.answer, None))
+        if r.cfg.stop_at_exit and d.action == "base":
+            break
+    scored, reference = await labels_for(r, q, [], backend)
+    rounds: list[dict[str, Any]] = []
+    for t, (out, d) in enumerate(said, start=1):
+        base = base_record(out, m, scored)
         rounds.append(
             {
                 "round": t,
@@ -445,7 +540,4 @@ async def run_exit(r: Runner, q: Question) -> Trace:
                 "policy_llm": {m: {"action": d.action, "usage": d.calls.usage(), "raw": d.raw}},
             }
         )
-        history.append(PastRound(out.reasoning, out.answer, None))
-        if r.cfg.stop_at_exit and d.action == "base":
-            break
-    return r.trace(q, rounds, "llm-exit")
+    return r.trace(scored, rounds, "llm-exit", reference)

@@ -34,9 +34,10 @@ from ccpo.errors import CCPOError
 from ccpo.llm.cache import ResponseCache
 from ccpo.llm.client import BudgetExceeded, LLMCallError, SpendLedger
 from ccpo.llm.config import CollectConfig
-from ccpo.llm.protocol import make_runner, run_base_guide, run_exit
+from ccpo.llm.protocol import NoReferenceAnswer, make_runner, run_base_guide, run_exit
 from ccpo.llm.tasks.loaders import Question, default_data_path, load_questions
 from ccpo.traces.io import TraceWriter
+from ccpo.traces.labels import GOLD, reference_labels
 from ccpo.traces.prices import PriceTable, load_prices
 from ccpo.traces.schema import Trace
 
@@ -52,6 +53,8 @@ class CollectSummary:
     already: int = 0  # found in the output file at start
     done: int = 0  # written by this run
     failed: list[str] = field(default_factory=list)  # ids whose calls failed for good
+    dropped: list[str] = field(default_factory=list)  # ids the reference did not answer
+    labels: str = "gold"  # what correct is measured against (ccpo.traces.labels)
     stopped_by_budget: bool = False
     spent_usd: float = 0.0
     calls: int = 0  # paid (network) calls
@@ -61,7 +64,9 @@ class CollectSummary:
 
     @property
     def complete(self) -> bool:
-        return self.already + self.done == self.total
+        """Every question is in the output, or has no label (``dropped``: the reference gave
+        no answer; a rerun asks it again, from the cache)."""
+        return self.already + self.done + len(self.dropped) == self.total
 
     def to_dict(self) -> dict[str, object]:
         return {**self.__dict__, "complete": self.complete}
@@ -80,6 +85,7 @@ class CollectSummary:
         """Add one worker's part of the run (``collect --workers``)."""
         self.done += part.done
         self.failed += part.failed
+        self.dropped += part.dropped
         self.stopped_by_budget |= part.stopped_by_budget
         self.spent_usd += part.spent_usd
         self.calls += part.calls
@@ -127,7 +133,7 @@ def scan_output(path: Path, task: str, kind: str) -> tuple[set[str], bool]:
 
 
 def select_questions(cfg: CollectConfig) -> tuple[list[Question], str]:
-    qs = load_questions(cfg.task, cfg.data)
+    qs = load_questions(cfg.task, cfg.data, need_gold=cfg.reference is None)
     source = cfg.data or f"bundled:{default_data_path(cfg.task).name}"
     if cfg.shuffle_seed is not None:
         qs = list(qs)
@@ -147,6 +153,7 @@ class Plan:
     questions: list[Question]
     prices: PriceTable
     source: str
+    reference: str | None = None
     todo: list[Question] = field(default_factory=list)
     summary: CollectSummary | None = None
 
@@ -159,7 +166,13 @@ class Plan:
             total=len(self.questions),
             already=len(self.questions) - len(self.todo),
             truncated_partial_line=truncated,
+            labels=self.labels,
         )
+
+    @property
+    def labels(self) -> str:
+        """What the run's ``correct`` fields are measured against (``meta.labels``)."""
+        return reference_labels(self.reference) if self.reference else GOLD
 
 
 def plan_collection(cfg: CollectConfig, kind: str) -> Plan:
@@ -179,8 +192,11 @@ def plan_collection(cfg: CollectConfig, kind: str) -> Plan:
             cfg.endpoint_for(m)  # a model of the ladder without an endpoint: refused now
     else:
         models = [cfg.base_endpoint().model]
+    if cfg.reference:
+        cfg.endpoint_for(cfg.reference)  # the reference answers every question: needs one
+        models.append(cfg.reference)
     prices.check(models)
-    return Plan(Path(cfg.out), kind, questions, prices, source)
+    return Plan(Path(cfg.out), kind, questions, prices, source, cfg.reference)
 
 
 @contextlib.contextmanager
@@ -283,6 +299,12 @@ async def run_questions(
                 summary.stopped_by_budget = True
                 stop.set()
                 return
+            except NoReferenceAnswer as e:  # no label: left out, counted
+                log.info("question %s left out: %s", q.id, e)
+                summary.dropped.append(q.id)
+                tally()
+                report(summary)
+                continue
             except LLMCallError as e:
                 log.warning("question %s failed: %s", q.id, e)
                 summary.failed.append(q.id)

@@ -190,7 +190,7 @@ def collect_with_workers(
         procs = []
         hands = deal(plan.todo, n)
         for i, conc in enumerate(shares(cfg.concurrency, n)):
-            sub = Plan(plan.out, kind, plan.questions, plan.prices, plan.source)
+            sub = Plan(plan.out, kind, plan.questions, plan.prices, plan.source, plan.reference)
             sub.todo = hands[i]
             sub.summary = CollectSummary(out=summary.out, total=len(sub.todo))
             wcfg = cfg.model_copy(update={"concurrency": conc, "workers": 1})

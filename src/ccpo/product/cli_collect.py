@@ -16,6 +16,7 @@ from ccpo.llm.collect import CollectSummary, collect
 from ccpo.llm.config import CollectConfig, PolicyLLMSpec, build_config
 from ccpo.product.cli_config import settings_options
 from ccpo.product.cli_options import EXIT_FAILED, EXIT_OK, PricesOpt, quiet_http_logs
+from ccpo.traces.labels import GOLD, against_text
 
 _err = Console(stderr=True)
 
@@ -60,6 +61,18 @@ def _print_summary(s: CollectSummary, as_json: bool) -> None:
         f"spent ${s.spent_usd:.4f} on {s.calls} calls; {s.cached} served by the cache; "
         f"{s.retries} retries"
     )
+    if s.labels != GOLD:
+        c.print(
+            f"labels: {against_text(s.labels)} (it answered every question; any gold answers "
+            "of the questions are not used)",
+            highlight=False,
+        )
+    if s.dropped:
+        c.print(
+            f"[yellow]{len(s.dropped)} questions left out: the reference gave no answer "
+            f"(nothing to agree with): {', '.join(s.dropped[:5])}"
+            f"{' …' if len(s.dropped) > 5 else ''}"
+        )
     if s.truncated_partial_line:
         c.print("removed a half-written last line (that question was redone)")
     if s.failed:
@@ -80,13 +93,14 @@ _RUN = (
 )  # fmt: skip
 _BASE = ("base_model", "base_url", "base_key_env")
 _GUIDE = ("guide_model", "guide_url", "guide_key_env", "coverage")
+_LABELS = ("reference",)
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``collect`` and ``collect-exit`` commands to ``app``."""
 
     @app.command("collect", help="Collect base/guide traces (paper §3). " + _COMMON_HELP)
-    @settings_options(CollectConfig, ("task", "data", *_BASE, *_GUIDE, *_RUN))
+    @settings_options(CollectConfig, ("task", "data", *_BASE, *_GUIDE, *_LABELS, *_RUN))
     def collect_cmd(
         policy_llm: str = typer.Option(None, help="also record LLM-as-policy decisions"),
         policy_llm_url: str = typer.Option(None, help="endpoint of the policy LLM"),
@@ -108,7 +122,9 @@ def register(app: typer.Typer) -> None:
         help="Collect LLM-EXIT traces: one model answers each round and decides "
         "[EXIT]/[CONTINUE]. " + _COMMON_HELP,
     )
-    @settings_options(CollectConfig, ("task", "data", *_BASE, "stop_at_exit", *_RUN), EXIT_FLAGS)
+    @settings_options(
+        CollectConfig, ("task", "data", *_BASE, "stop_at_exit", *_LABELS, *_RUN), EXIT_FLAGS
+    )
     def collect_exit_cmd(
         prices: PricesOpt = None,
         config: ConfigOpt = None,

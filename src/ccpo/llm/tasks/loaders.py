@@ -10,8 +10,9 @@ Every loader returns :class:`Question` objects in file order; problems in the in
   context]}``. ``context`` (distractor setting) may be ``{"title": [...], "sentences":
   [[...], ...]}`` or the original ``[[title, [sentences]], ...]``; it feeds the offline search
   tool. Ids: ``hotpotqa-<_id>``, or ``hotpotqa-dev-<index>`` without one.
-- **JSONL**: one ``{"id", "question", "gold"}`` object a line (``gold`` a string or a list);
-  an optional ``context`` as in HotpotQA or as ``[{"title", "text"}]``.
+- **JSONL**: one ``{"id", "question", "gold"}`` object a line (``gold`` a string or a list;
+  it may be left out when the traces are labelled by a reference model, ``collect
+  --reference``); an optional ``context`` as in HotpotQA or as ``[{"title", "text"}]``.
 
 Without ``--data``, the small subsets bundled in ``ccpo/data/`` are used (see their README).
 """
@@ -66,9 +67,12 @@ def default_data_path(task: str) -> Path:
     raise CCPOError(f"task '{task}' has no bundled data; pass --data PATH")
 
 
-def load_questions(task: str, path: str | Path | None = None) -> list[Question]:
+def load_questions(
+    task: str, path: str | Path | None = None, need_gold: bool = True
+) -> list[Question]:
     """Load a task's questions from ``path`` (or the bundled subset). A task name that is not
-    built in (``medqa``, ...) reads ``path`` as JSONL questions of that task."""
+    built in (``medqa``, ...) reads ``path`` as JSONL questions of that task; with
+    ``need_gold=False`` (labels from a reference model) their ``gold`` may be absent."""
     if task not in TASKS and path is None:
         raise CCPOError(
             f"task '{task}' is not built in ({', '.join(TASKS)}): pass --data FILE, a JSONL of "
@@ -81,7 +85,7 @@ def load_questions(task: str, path: str | Path | None = None) -> list[Question]:
         return load_mmlu(p)
     if task == "hotpotqa":
         return load_hotpotqa(p)
-    qs = load_jsonl(p)
+    qs = load_jsonl(p, need_gold)
     for q in qs:
         q.task = task
     return qs
@@ -197,7 +201,7 @@ def load_hotpotqa(path: str | Path) -> list[Question]:
 
 
 # ---------------------------------------------------------------------------- JSONL
-def load_jsonl(path: str | Path) -> list[Question]:
+def load_jsonl(path: str | Path, need_gold: bool = True) -> list[Question]:
     p = Path(path)
     opener = gzip.open if p.suffix == ".gz" else open
     out: list[Question] = []
@@ -213,12 +217,14 @@ def load_jsonl(path: str | Path) -> list[Question]:
                 raise CCPOError(f"{where}: malformed JSON ({e.msg})") from None
             if not isinstance(rec, dict):
                 raise CCPOError(f"{where}: expected a JSON object")
-            for k in ("id", "question", "gold"):
+            for k in ("id", "question", "gold") if need_gold else ("id", "question"):
                 if k not in rec:
-                    raise CCPOError(f"{where}: field '{k}' is required but missing")
-            gold = rec["gold"]
+                    hint = " (or label by agreement: --reference MODEL)" if k == "gold" else ""
+                    raise CCPOError(f"{where}: field '{k}' is required but missing{hint}")
+            gold = rec.get("gold")
+            gold = [] if gold is None else gold
             gold = [str(g) for g in gold] if isinstance(gold, list) else [str(gold)]
-            if not gold or not all(g.strip() for g in gold):
+            if (need_gold or gold) and (not gold or not all(g.strip() for g in gold)):
                 raise CCPOError(f"{where}: field 'gold' must hold at least one non-empty answer")
             qid = str(rec["id"])
             if qid in seen:
