@@ -125,7 +125,8 @@ class ConformalPolicy:
         return self
 
     def predict_set(self, data: TracesLike) -> list[PredictedSet]:
-        """The answer set, rounds run and cost of each question, by replaying its trace."""
+        """The answer set (never an empty answer, as served), rounds run and cost of each
+        question, by replaying its trace."""
         if self.policy is None:
             raise PhaseError("predict_set() needs a trained policy: call fit(traces) first")
         if self.policy.kappa_batch is None:
@@ -143,8 +144,9 @@ class ConformalPolicy:
             for t in np.flatnonzero(reach[i]):
                 r = tr.rounds[t]
                 for j, step in enumerate((r.base, r.guide)):
-                    if included[i, t, j]:
-                        answers.setdefault(norm(step.answer), step.answer)
+                    key = norm(step.answer)
+                    if included[i, t, j] and key:  # an empty answer is never a member
+                        answers.setdefault(key, step.answer)
             hit = (included[i] & ep.correct[i]).any() or not ep.solvable[i]
             out.append(
                 PredictedSet(

@@ -62,10 +62,22 @@ def _overrides(**kw: Any) -> dict[str, Any]:
 
 def print_answer_set(s: Any, console: Console = _out) -> None:
     """The answer set, its cost and a compact per-round table."""
-    answers = ", ".join(repr(a) for a in s.answers) or "(none)"
+    g = s.guarantee
+    single = g is not None and g.answer == "single"
+    one = "(none)" if s.answer is None else repr(s.answer)
     console.print(
-        f"[bold]answers[/bold] ({len(s.answers)}): {answers}", highlight=False, soft_wrap=True
+        f"[bold]answer[/bold]: {one}"
+        + ("" if single else f" (the most likely of {len(s.answers)})"),
+        highlight=False,
+        soft_wrap=True,
     )
+    if not single:
+        answers = ", ".join(repr(a) for a in s.answers) or "(none)"
+        console.print(
+            f"[bold]answers[/bold] ({len(s.answers)}): {answers}", highlight=False, soft_wrap=True
+        )
+    if g is not None:
+        console.print(f"guarantee: {g.statement}", highlight=False, soft_wrap=True)
     by_model = ", ".join(f"{m} ${c:.6f}" for m, c in s.cost_by_model.items())
     kappa = "greedy (point policy)" if s.kappa is None else f"κ = {s.kappa:.4f}"
     console.print(

@@ -16,8 +16,13 @@ The live rollout follows DESIGN.md's episode semantics exactly, with the same co
   C(o_t) = {a : e(a|o_t) ≥ κ} with e from :func:`ccpo.traces.episodes.effective_scores`, which
   builds in the empty-set fallback {argmax π} and masks ``next`` at round T
   (:func:`ccpo.runtime.decision.decide`);
-- answers in C(o_t) join the set (de-duplicated with the task normaliser); the agent goes on to
-  round t+1 iff ``next`` ∈ C(o_t), and no model is called once it is not.
+- answers in C(o_t) join the set (de-duplicated with the task normaliser; an empty answer
+  never joins); the agent goes on to round t+1 iff ``next`` ∈ C(o_t), and no model is called
+  once it is not. The one ``answer`` is the set's most likely member
+  (:func:`ccpo.runtime.answer_set.one_answer`), which for a single-answer policy
+  (``policy.answer == "single"``: C(o_t) empty while it goes on, one answer action when it
+  stops) is the answer it returned; ``guarantee`` says what is promised against what
+  (:func:`ccpo.runtime.answer_set.guarantee_of`).
 
 A **point** policy (variant ``cpo``) has no κ: it acts greedily (C(o_t) = {argmax π}), which is
 the point rollout of DESIGN.md; ``AnswerSet.kappa`` is then null.
@@ -62,7 +67,7 @@ from ccpo.llm.client import (
 )
 from ccpo.llm.protocol import RoundOutput, Runner, live_round, make_runner, run_round
 from ccpo.llm.tasks.loaders import Question, parse_context
-from ccpo.runtime.answer_set import AnswerSet, RoundLog
+from ccpo.runtime.answer_set import AnswerSet, Guarantee, RoundLog, guarantee_of, one_answer
 from ccpo.runtime.config import DeployConfig, as_deploy_config
 from ccpo.runtime.decision import RoundDecision, decide, policy_horizon
 from ccpo.traces.answers import normalizer_for
@@ -227,6 +232,12 @@ class ConformalAgent:
         return self.policy.alpha
 
     @property
+    def guarantee(self) -> Guarantee:
+        """What the policy promises: one answer or a set, 1 − α, against gold or a reference
+        model (:func:`~ccpo.runtime.answer_set.guarantee_of`)."""
+        return guarantee_of(self.policy)
+
+    @property
     def kappa(self) -> float | None:
         """κ in force (None: point policy, greedy)."""
         return self._kappa
@@ -376,7 +387,8 @@ class ConformalAgent:
         outs: list[RoundOutput] = []
         rounds: list[Round] = []
         logs: list[RoundLog] = []
-        answers: dict[str, str] = {}
+        answers: dict[str, str] = {}  # normalised → first spelling
+        joined: list[tuple[str, float, int, str]] = []  # (normalised, π(a|o_t), t, a)
         by_model: dict[str, float] = dict.fromkeys(self.ladder.models(), 0.0)
         total = worst = 0.0
         for t in range(1, self.horizon + 1):
@@ -398,9 +410,11 @@ class ConformalAgent:
             total += cb + cg
             worst = max(worst, cb + cg)
             d = decide(self.policy, self.task, self.horizon, rounds, k, self.family)
-            for a, text in (("base", lr.base.answer), ("guide", lr.guide.answer)):
-                if a in d.actions:
-                    answers.setdefault(self._norm(text), text)
+            for i, (a, text) in enumerate((("base", lr.base.answer), ("guide", lr.guide.answer))):
+                key = self._norm(text)
+                if a in d.actions and key:  # an empty answer adds none
+                    answers.setdefault(key, text)
+                    joined.append((key, float(d.probs[i]), t, a))
             logs.append(
                 RoundLog(
                     round=t,
@@ -419,10 +433,13 @@ class ConformalAgent:
             )
             if not d.go_on:
                 break
+        best = one_answer(joined)
         return AnswerSet(
             id=qid,
             question=question,
             answers=list(answers.values()),
+            answer=None if best is None else answers[best],
+            guarantee=self.guarantee,
             rounds=len(rounds),
             horizon=self.horizon,
             cost_usd=total,

@@ -2,15 +2,83 @@
 
 The same JSON object is returned by ``ConformalAgent.answer``, ``ccpo ask --json`` and
 ``POST /v1/answer``.
+
+- ``answers``: the set, de-duplicated with the task normaliser; an empty answer (empty after
+  normalisation: a round that produced no answer) is never a member, it simply adds none.
+- ``answer``: the **one answer** an app can use. For a single-answer policy
+  (``policy.answer == "single"``) it is the answer the policy returned; for a set policy the
+  set's most likely member (:func:`one_answer`): the member whose action had the highest
+  π(a|o_t) when it joined the set, ties going to the later (stronger) round, then to the
+  guide's answer over the base's. ``null`` when the set is empty.
+- ``guarantee``: what the policy promises (:class:`Guarantee`): one answer or a set, the
+  target 1 − α, and what "correct" means (``against``: gold labels, or agreement with the
+  reference model the traces were labelled by, :mod:`ccpo.traces.labels`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ccpo.traces.labels import GOLD, reference_model
+
 ANSWER_FORMAT = "ccpo.answer/v1"
+
+
+class Guarantee(BaseModel):
+    """What the policy that answered guarantees, and against what."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    answer: Literal["single", "set"] = Field(
+        description="single: one answer per question; set: an answer set"
+    )
+    target: float = Field(description="1 − α: the promised probability")
+    against: str = Field(
+        description="what correct means: 'gold' (labelled answers) or 'reference:<model>' "
+        "(agreement with that model's answer)"
+    )
+    statement: str = Field(description="the guarantee in words")
+
+
+def guarantee_of(policy: Any) -> Guarantee:
+    """The guarantee of a trained policy: its answer mode (``policy.answer``, ``"set"`` when
+    absent), 1 − α, and ``against`` from its provenance (``"gold"`` when absent)."""
+    mode = getattr(policy, "answer", "set")
+    prov = getattr(policy, "provenance", None) or {}
+    against = prov.get("against") or GOLD
+    target = round(1.0 - float(policy.alpha), 12)
+    ref = reference_model(against)
+    if mode == "single":
+        what = "the answer is correct" if ref is None else f"the answer equals {ref}'s"
+    else:
+        what = (
+            "the answer set contains a correct answer"
+            if ref is None
+            else f"the answer set contains {ref}'s answer"
+        )
+    scope = " on questions some round can answer" if ref is None else ""
+    statement = f"{what} with probability ≥ {target:g}{scope}"
+    if getattr(policy, "scoring", None) == "point":
+        statement = "none: a point policy acts greedily (no calibrated κ); trained for " + (
+            statement
+        )
+    return Guarantee(
+        answer="single" if mode == "single" else "set",
+        target=target,
+        against=against,
+        statement=statement,
+    )
+
+
+def one_answer(members: Iterable[tuple[str, float, int, str]]) -> str | None:
+    """The most likely member of an answer set, from ``(key, π(a|o_t), t, a)`` for each time
+    a member joined it (a = ``base`` or ``guide``): the highest π, ties to the later round,
+    then to the guide; ``None`` when nothing joined. Returns the member's key."""
+    best = max(members, key=lambda m: (m[1], m[2], m[3] == "guide"), default=None)
+    return None if best is None else best[0]
 
 
 class RoundLog(BaseModel):
@@ -49,7 +117,17 @@ class AnswerSet(BaseModel):
     id: str = Field(description="request id (given by the caller, or generated)")
     question: str
     answers: list[str] = Field(
-        description="distinct answers (task normaliser; first spelling kept), in round order"
+        description="distinct answers (task normaliser; first spelling kept), in round order; "
+        "never an empty answer"
+    )
+    answer: str | None = Field(
+        None,
+        description="the one answer: a single-answer policy's answer; for a set policy the "
+        "set's most likely member (highest π(a|o_t) when it joined; ties to the later round, "
+        "then the guide); null when the set is empty",
+    )
+    guarantee: Guarantee | None = Field(
+        None, description="what the policy guarantees (null only in answers stored by old versions)"
     )
     rounds: int = Field(description="rounds run (models were called in exactly these rounds)")
     horizon: int = Field(description="T, the round budget of the policy")

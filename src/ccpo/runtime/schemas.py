@@ -170,8 +170,9 @@ class ChatCompletionRequest(BaseModel):
     messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
     stream: bool = Field(
         False,
-        description="answer as server-sent events: the answer set as chunks once the policy "
-        "stops, then [DONE] (the policy decides first: nothing streams before it has)",
+        description="answer as server-sent events: the content (the one answer, or the set "
+        "one line per chunk) once the policy stops, the full answer set as ccpo in the last "
+        "chunk, then [DONE] (the policy decides first: nothing streams before it has)",
     )
     ccpo: CcpoOptions | None = Field(None, description="native fields of POST /v1/answer")
 
@@ -199,9 +200,19 @@ class ChatChoice(BaseModel):
     finish_reason: str
 
 
+def chat_content(s: AnswerSet) -> str:
+    """The message content of a chat completion: exactly the one answer of a single-answer
+    policy (no newline; empty when it has none), the set of a set policy one answer per line.
+    An empty answer is never in the set, so it never shows as content."""
+    if s.guarantee is not None and s.guarantee.answer == "single":
+        return s.answer or ""
+    return "\n".join(s.answers)
+
+
 class ChatCompletion(BaseModel):
-    """An OpenAI chat completion whose content is the answer set, one answer per line, with the
-    full answer set as ``ccpo``."""
+    """An OpenAI chat completion whose content is the one answer of a single-answer policy, or
+    the answer set, one answer per line, of a set policy (:func:`chat_content`), with the full
+    answer set (set, one answer, guarantee, rounds, models paid, cost) as ``ccpo``."""
 
     id: str
     object: str = "chat.completion"
@@ -213,9 +224,9 @@ class ChatCompletion(BaseModel):
 
 def chat_completion_chunks(s: AnswerSet) -> list[dict[str, Any]]:
     """The answer set as the ``chat.completion.chunk`` events of a streamed completion (as the
-    ``openai`` SDK reads them): the role, one answer per chunk (lines, as the unstreamed
-    content), then an empty delta with ``finish_reason: stop`` and the full answer set as
-    ``ccpo``."""
+    ``openai`` SDK reads them): the role, the content (:func:`chat_content`: a single-answer
+    policy's one answer in one chunk; a set one answer per chunk, as lines), then an empty
+    delta with ``finish_reason: stop`` and the full answer set as ``ccpo``."""
     head = {"id": f"chatcmpl-{s.id}", "object": "chat.completion.chunk",
             "created": int(time.time()), "model": CHAT_MODEL}  # fmt: skip
 
@@ -223,7 +234,8 @@ def chat_completion_chunks(s: AnswerSet) -> list[dict[str, Any]]:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         return {**head, "choices": [choice], **extra}
 
-    parts = [a if i == 0 else "\n" + a for i, a in enumerate(s.answers)]
+    lines = chat_content(s).split("\n")
+    parts = [a if i == 0 else "\n" + a for i, a in enumerate(lines) if a or i]
     return [
         chunk({"role": "assistant", "content": ""}),
         *(chunk({"content": p}) for p in parts),
@@ -240,7 +252,7 @@ def chat_completion(s: AnswerSet) -> ChatCompletion:
         choices=[
             ChatChoice(
                 index=0,
-                message={"role": "assistant", "content": "\n".join(s.answers)},
+                message={"role": "assistant", "content": chat_content(s)},
                 finish_reason="stop",
             )
         ],

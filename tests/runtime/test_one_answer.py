@@ -1,0 +1,137 @@
+"""What the app receives: ``answer`` (one answer) and ``guarantee`` on ``POST /v1/answer``; the
+chat content of a single-answer policy is exactly that answer (one line, streamed too); an
+empty answer is never in a served set. Over real HTTP: ``ccpo serve``'s app under uvicorn,
+the scripted LLM world on 127.0.0.1, the ``openai`` SDK as the chat client.
+
+The single-answer policy here is the tests' tiny trained policy marked ``answer = "single"``
+with κ = 0.99, so that C(o_t) is {argmax π} every round: one action, and so at most one answer,
+per question (the single-answer learning itself is not this module's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import openai
+import pytest
+
+from ccpo.runtime.agent import ConformalAgent
+from ccpo.runtime.answer_set import guarantee_of, one_answer
+from ccpo.runtime.config import load_deploy_config
+from ccpo.runtime.service import Service, artifact_fingerprint
+from ccpo.traces.answers import normalize_choice
+from tests.llm.conftest import cot_reply, make_world
+
+from .conftest import LiveServer, deploy_values
+
+QS = [f"Which is item {i}?\nA. a{i}\nB. b{i}\nC. c{i}\nD. d{i}" for i in range(8)]
+
+
+def _service(policy_dir: Path, srv, prices: Path, answer="set", against=None, **kw) -> Service:
+    values = deploy_values(srv, prices, **kw)
+    values["server"] = {"state": None}
+    agent = ConformalAgent.from_artifact(policy_dir, load_deploy_config(None, values))
+    if answer != "set":
+        agent.policy.answer = answer
+    if against is not None:
+        agent.policy.provenance = {**agent.policy.provenance, "against": against}
+    return Service(agent, artifact_fingerprint(policy_dir))
+
+
+def _most_likely(s: dict) -> str | None:
+    """``answer`` recomputed from the per-round log: the member with the highest π when it
+    joined (ties: later round, then guide)."""
+    joined = []
+    for r in s["log"]:
+        for a in ("base", "guide"):
+            text = r[f"{a}_answer"]
+            if a in r["actions"] and normalize_choice(text):
+                joined.append((normalize_choice(text), r["pi"][a], r["round"], a))
+    key = one_answer(joined)
+    return None if key is None else next(a for a in s["answers"] if normalize_choice(a) == key)
+
+
+def test_one_answer_is_the_highest_pi_then_the_later_round_then_the_guide() -> None:
+    assert one_answer([]) is None
+    assert one_answer([("a", 0.4, 1, "base"), ("b", 0.7, 1, "guide"), ("c", 0.5, 2, "base")]) == "b"
+    assert one_answer([("a", 0.6, 1, "guide"), ("b", 0.6, 2, "base")]) == "b"  # later round
+    assert one_answer([("a", 0.6, 2, "guide"), ("b", 0.6, 2, "base")]) == "a"  # the guide
+
+
+def test_the_guarantee_names_its_answer_mode_target_and_labels() -> None:
+    g = guarantee_of(SimpleNamespace(alpha=0.1, provenance={}))
+    assert (g.answer, g.target, g.against) == ("set", 0.9, "gold")
+    assert "contains a correct answer with probability ≥ 0.9" in g.statement
+    g = guarantee_of(
+        SimpleNamespace(alpha=0.2, answer="single", provenance={"against": "reference:gpt-4o"})
+    )
+    assert (g.answer, g.target, g.against) == ("single", 0.8, "reference:gpt-4o")
+    assert g.statement == "the answer equals gpt-4o's with probability ≥ 0.8"
+    point = guarantee_of(SimpleNamespace(alpha=0.1, scoring="point", provenance={}))
+    assert point.statement.startswith("none: a point policy")
+
+
+def test_v1_answer_adds_answer_and_guarantee(world, policy_dir, prices_path) -> None:
+    with LiveServer(_service(policy_dir, world, prices_path, kappa=0.2)) as ls:
+        sets = [httpx.post(ls.url + "/v1/answer", json={"question": q}).json() for q in QS]
+    assert sum(len(s["answers"]) for s in sets) > len(sets)  # some sets hold several answers
+    for s in sets:
+        assert s["guarantee"] == {
+            "answer": "set",
+            "target": 0.9,
+            "against": "gold",
+            "statement": "the answer set contains a correct answer with probability ≥ 0.9 on "
+            "questions some round can answer",
+        }
+        assert s["answer"] in s["answers"] and s["answer"] == _most_likely(s)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_single_answer_policys_chat_content_is_its_one_answer(
+    world, policy_dir, prices_path, stream
+) -> None:
+    svc = _service(
+        policy_dir, world, prices_path, answer="single", against="reference:guide-m", kappa=0.99
+    )
+    with LiveServer(svc) as ls:
+        client = openai.OpenAI(base_url=ls.url + "/v1", api_key="-", max_retries=0)
+        for q in QS:
+            msgs = [{"role": "user", "content": q}]
+            if stream:
+                chunks = list(client.chat.completions.create(model="ccpo", messages=msgs,
+                                                             stream=True))  # fmt: skip
+                content = "".join(c.choices[0].delta.content or "" for c in chunks)
+                s = chunks[-1].model_extra["ccpo"]
+            else:
+                r = client.chat.completions.create(model="ccpo", messages=msgs)
+                content, s = r.choices[0].message.content, r.model_extra["ccpo"]
+            assert s["guarantee"]["answer"] == "single"
+            assert s["guarantee"]["against"] == "reference:guide-m"
+            assert "equals guide-m's" in s["guarantee"]["statement"]
+            assert s["answer"] and content == s["answer"] and "\n" not in content
+            assert s["answers"] == [s["answer"]]  # the set, rounds and cost stay under ccpo
+            assert s["rounds"] >= 1 and s["cost_usd"] > 0 and s["log"][0]["models"]
+
+
+def test_an_empty_answer_is_never_in_a_served_set_nor_content(policy_dir, prices_path) -> None:
+    """The base model answers nothing; at κ = 0 every action is in C(o_t), so the base's empty
+    answer would join every set: it never does, and no content line is empty."""
+
+    def silent_base(req: dict) -> str:
+        return "" if req["model"] == "base-m" else cot_reply(req)
+
+    with make_world() as srv:
+        srv.fallback = silent_base
+        with LiveServer(_service(policy_dir, srv, prices_path, kappa=0.0)) as ls:
+            client = openai.OpenAI(base_url=ls.url + "/v1", api_key="-", max_retries=0)
+            for q in QS[:4]:
+                r = client.chat.completions.create(
+                    model="ccpo", messages=[{"role": "user", "content": q}]
+                )
+                s, content = r.model_extra["ccpo"], r.choices[0].message.content
+                first = s["log"][0]
+                assert first["base_answer"] == "" and "base" in first["actions"]  # chosen ...
+                assert "" not in s["answers"]  # ... and left out
+                assert "" not in content.split("\n") and content == "\n".join(s["answers"])
+                assert s["answer"] is None or s["answer"] in s["answers"]
