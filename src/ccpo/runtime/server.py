@@ -4,15 +4,18 @@ Endpoints (the OpenAPI spec is served at ``/openapi.json`` and committed as
 ``docs/openapi.json``):
 
 - ``POST /v1/answer`` ``{"question", "id"?, "context"?, "max_cost_usd"?}`` → an
-  :class:`~ccpo.runtime.answer_set.AnswerSet`. Re-sending an id with the same question returns the
-  stored answer set (no new spending); the same id with another question is a 409.
+  :class:`~ccpo.runtime.answer_set.AnswerSet`, with the one ``answer`` and the ``guarantee``
+  (single or set, target 1 − α, against gold or a reference model). Re-sending an id with
+  the same question returns the stored answer set (no new spending); the same id with another
+  question is a 409.
 - ``POST /v1/feedback`` ``{"id", "correct_answer"}`` or ``{"id", "none_of_them": true}`` →
   updates the running coverage estimate and, with ``adapt_kappa``, κ (the training tracker,
   :mod:`ccpo.runtime.feedback`).
 - ``POST /v1/chat/completions``: the same, OpenAI-compatible, so that existing OpenAI clients
   switch by changing ``base_url``: model ``ccpo``, the last user message is the question; the
-  reply's content is the answer set (one answer per line) and the full ``ccpo.answer/v1``
-  object rides alongside as ``ccpo``. ``extra_body={"ccpo": {"id", "context",
+  reply's content is a single-answer policy's one answer, or a set policy's answer set (one
+  answer per line) (:func:`~ccpo.runtime.schemas.chat_content`), and the full
+  ``ccpo.answer/v1`` object rides alongside as ``ccpo``. ``extra_body={"ccpo": {"id", "context",
   "max_cost_usd"}}`` passes the native fields.
 - ``GET /healthz`` (never needs auth), ``GET /metrics`` (Prometheus text format: requests,
   dollars, set size, rounds, coverage on feedback, κ with its band and every move) and
@@ -178,8 +181,8 @@ def create_app(service: Service | None = None) -> FastAPI:
         title="ccpo serve",
         version=__version__,
         description="A cost-effective LLM agent: a cheap base model, an expensive guide model and "
-        "a conformal policy that returns an answer set containing a correct answer with "
-        "probability ≥ 1 − α. See docs/deploy.md.",
+        "a conformal policy that returns one answer, or an answer set, that is correct (or "
+        "agrees with a reference model) with probability ≥ 1 − α. See docs/deploy.md.",
         lifespan=lifespan,
     )
     app.add_middleware(Guard, holder=holder)
