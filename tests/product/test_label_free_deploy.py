@@ -1,0 +1,80 @@
+"""Label-free, end to end, through the real entry points over real HTTP on 127.0.0.1: a
+4-model table without ``correct`` → ``traces import`` (labels by agreement with its most
+expensive model) → ``train`` → ``serve`` against ``replay-server`` on the same traces → the
+app receives one answer and a guarantee against the reference, and every served set equals
+the policy's replay."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from ccpo.product.api import ConformalPolicy
+from ccpo.testing.ladder_table import write_ladder_table
+from ccpo.traces.io import read_traces
+
+from .test_ladder_deploy import _cli, _start, _stop
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_table_without_labels_serves_answers_against_its_reference(tmp_path: Path) -> None:
+    src, prices = write_ladder_table(tmp_path / "src", n=240, seed=7)
+    table = tmp_path / "logs.csv"
+    with src.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    with table.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=[k for k in rows[0] if k != "correct"],
+                           extrasaction="ignore")  # fmt: skip
+        w.writeheader()
+        w.writerows(rows)
+    traces = tmp_path / "logs.jsonl"
+    res = _cli("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
+               "--prices", str(prices), "--out", str(traces))  # fmt: skip
+    assert "labels: agreement with big-m" in " ".join(res.stdout.split())
+    policy = tmp_path / "pol"
+    _cli(
+        "train",
+        "--traces",
+        str(traces),
+        "--method",
+        "cstop",
+        "--alpha",
+        "0.2",
+        "--out",
+        str(policy),
+    )  # fmt: skip  (the prices come from beside the traces)
+    prov = json.loads((policy / "policy.json").read_text())["provenance"]
+    assert prov["against"] == "reference:big-m"
+
+    replay, replay_url = _start("replay-server", "--traces", str(traces))
+    cfg = tmp_path / "deploy.yaml"
+    cfg.write_text(yaml.safe_dump({"endpoints": {"*": {"url": replay_url + "/v1"}},
+                                   "prices": [str(prices)]}))  # fmt: skip
+    chosen = read_traces(traces)[::24][:10]
+    want = {p.id: p for p in ConformalPolicy.load(policy).predict_set(chosen)}
+    serve, url = _start("serve", "--policy", str(policy), "--config", str(cfg))
+    try:
+        sdk = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        for tr in chosen:
+            r = sdk.chat.completions.create(
+                model="ccpo", messages=[{"role": "user", "content": tr.question}]
+            )
+            s = r.model_extra["ccpo"]
+            assert s["guarantee"]["against"] == "reference:big-m"
+            assert s["guarantee"]["answer"] == "set" and s["guarantee"]["target"] == 0.8
+            assert "big-m's answer" in s["guarantee"]["statement"]
+            assert s["answers"] == want[tr.id].answers and s["rounds"] == want[tr.id].rounds
+            assert s["answer"] in s["answers"]
+            assert r.choices[0].message.content == "\n".join(s["answers"])
+        native = httpx.post(url + "/v1/answer", json={"question": chosen[0].question}).json()
+        assert native["guarantee"]["against"] == "reference:big-m" and native["answer"]
+    finally:
+        _stop(serve)
+        _stop(replay)
