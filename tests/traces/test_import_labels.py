@@ -197,3 +197,16 @@ def test_a_policy_trained_on_agreement_labels_records_against(tmp_path: Path) ->
         assert res.returncode == 0, res.stderr
         meta = json.loads((tmp_path / f"pol-{name}" / "policy.json").read_text())
         assert meta["provenance"]["against"] == against
+
+
+def test_a_cr_only_line_over_the_cap_is_refused_naming_its_line(tmp_path: Path) -> None:
+    rows = _rows()
+    rows[4]["reasoning"] = "y" * 100_000
+    lf = _write_csv(tmp_path / "lf.csv", rows, [*HEADER, "reasoning"])
+    cr = tmp_path / "cr.csv"
+    cr.write_bytes(lf.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r"))
+    res = _cli("--max-line-bytes", "64k", "traces", "import", str(cr), "--task", "mmlu",
+               "--out", str(tmp_path / "o.jsonl"))  # fmt: skip
+    assert res.returncode == 2
+    # the 5th row (row 6) starts on line 22: each question cell spans five lines
+    assert "cr.csv:26: line longer than the cap of 65536 bytes" in " ".join(res.stderr.split())
