@@ -75,6 +75,11 @@ def test_a_table_without_labels_serves_answers_against_its_reference(tmp_path: P
             assert r.choices[0].message.content == "\n".join(s["answers"])
         native = httpx.post(url + "/v1/answer", json={"question": chosen[0].question}).json()
         assert native["guarantee"]["against"] == "reference:big-m" and native["answer"]
+        # ccpo ask says the same in words
+        out = _cli("ask", chosen[0].question, "--policy", str(policy), "--config", str(cfg))
+        flat = " ".join(out.stdout.split())
+        assert f"answer: {native['answer']!r} (the most likely of" in flat
+        assert "guarantee: the answer set contains big-m's answer with probability ≥ 0.8" in flat
     finally:
         _stop(serve)
         _stop(replay)
