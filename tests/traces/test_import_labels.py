@@ -100,6 +100,16 @@ def test_gold_labels_keep_needing_correct_on_every_jsonl_row(tmp_path: Path) -> 
     assert res.returncode == 2
     assert "t.jsonl: row 5, column 'correct': missing or empty" in " ".join(res.stderr.split())
     assert "--reference" in res.stderr
+    # a CSV's blank cell is no label either: refused with gold labels, ignored with a reference
+    rows = _rows()
+    rows[3]["correct"] = ""
+    table = _write_csv(tmp_path / "blank.csv", rows)
+    res, _ = _import(tmp_path, table, out="b.jsonl")
+    assert res.returncode == 2
+    assert "blank.csv: row 5, column 'correct': missing or empty" in " ".join(res.stderr.split())
+    res, out = _import(tmp_path, table, "--reference", "gpt-4o", out="r.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert len(read_traces(out)) == 3
 
 
 def test_prices_are_written_beside_the_output_for_stats_train_and_compare(tmp_path: Path) -> None:

@@ -142,6 +142,8 @@ class ImportRow(BaseModel):
     def _parse_bool(cls, v: Any, info: ValidationInfo) -> Any:
         if isinstance(v, str) and not _typed(info):  # a CSV cell: text by nature
             s = v.strip().lower()
+            if not s:  # no label (refused later unless labels come from a reference)
+                return None
             if s in _TRUE:
                 return True
             if s in _FALSE:
