@@ -190,10 +190,19 @@ def span_tree(spans: list[Span], events: bool = True) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run a receiver and print each batch of spans as a tree (Ctrl-C stops it)."""
+    """Run a receiver and print each trace as a tree once its root span arrived (a root ends,
+    and so is exported, last); Ctrl-C stops it."""
     args = sys.argv[1:] if argv is None else argv
+    pending: dict[str, list[Span]] = {}
+
+    def show(got: list[Span]) -> None:
+        for s in got:
+            pending.setdefault(s.trace_id, []).append(s)
+        for trace_id in {s.trace_id for s in got if not s.parent_id}:
+            print(span_tree(pending.pop(trace_id)), flush=True)
+
     with OTLPReceiver(port=int(args[0]) if args else 4318) as rx:
-        rx.on_spans = lambda got: print(span_tree(got), flush=True)
+        rx.on_spans = show
         print(f"OTLP/HTTP receiver: OTEL_EXPORTER_OTLP_ENDPOINT={rx.endpoint}", flush=True)
         try:
             while True:
