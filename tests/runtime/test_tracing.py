@@ -12,8 +12,10 @@ import sys
 import httpx
 import pytest
 
-from ccpo.testing import free_port
+from ccpo.product.cli import main
+from ccpo.testing import free_port, wait_for_http
 from ccpo.testing.otlp_receiver import OTLPReceiver, span_tree
+from ccpo.traces.io import read_traces
 
 from .conftest import without
 from .test_cli import ENV, Q, _config, _start_serve
@@ -193,3 +195,63 @@ def test_what_turns_tracing_on():
     assert wanted({**on, "OTEL_SDK_DISABLED": "true"}) is None
     assert wanted({**on, "OTEL_SDK_DISABLED": "false"}) == "OTEL_EXPORTER_OTLP_ENDPOINT"
     assert wanted({**on, "OTEL_TRACES_EXPORTER": "none"}) is None
+
+
+def test_a_reused_step_has_no_span_and_its_round_says_so(tmp_path):
+    """An imported cascade's round t + 1 base repeats round t's guide (paid once): the round
+    event lists it in ``ccpo.reused`` and no LLM-call span is made for it. (An imported
+    4-model table, a CStop policy, κ = 0 so that every round runs, against replay-server.)"""
+    import yaml
+
+    from ccpo.testing.ladder_table import write_ladder_table
+
+    table, prices = write_ladder_table(tmp_path, n=60, seed=0)
+    traces, pol = tmp_path / "t.jsonl", tmp_path / "pol"
+    for args in (
+        ["traces", "import", str(table), "--task", "medqa", "--family", "mcq",
+         "--prices", str(prices), "--out", str(traces)],
+        ["train", "--traces", str(traces), "--method", "depth-k", "--prices", str(prices),
+         "--out", str(pol)],
+    ):  # fmt: skip
+        assert main(args) == 0
+    port = free_port()
+    replay = subprocess.Popen(
+        [sys.executable, "-m", "ccpo.product.cli", "replay-server", "--traces", str(traces),
+         "--port", str(port), "--log-level", "warning"],
+        env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    cfg = tmp_path / "deploy.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {"endpoints": {"*": {"url": f"http://127.0.0.1:{port}/v1"}}, "kappa": 0.0,
+             "prices": [str(prices)]}
+        )
+    )  # fmt: skip
+    question = read_traces(traces)[0].question
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/healthz", replay, 60, "replay-server")
+        with OTLPReceiver() as rx:
+            proc, url = _start_serve(pol, cfg, free_port(), "--state",
+                                     str(tmp_path / "s.sqlite"), env=_otel_env(rx))  # fmt: skip
+            try:
+                body = {"question": question}
+                ans = httpx.post(url + "/v1/answer", json=body, timeout=30).json()
+            finally:
+                proc.terminate()
+                proc.communicate(timeout=20)
+            spans = rx.wait_for(QUESTION_SPAN)
+    finally:
+        replay.terminate()
+        replay.communicate(timeout=20)
+    root = next(s for s in spans if s.name == QUESTION_SPAN)
+    calls = sorted((s for s in spans if s.parent_id == root.span_id), key=lambda s: s.start_ns)
+    T = ans["horizon"]
+    assert T >= 2 and ans["rounds"] == root.attributes["ccpo.rounds"] == T
+    reused = {ev["ccpo.round"]: ev.get("ccpo.reused", []) for _, ev in root.events}
+    assert reused == {1: [], **{t: ["base"] for t in range(2, T + 1)}}
+    made = sorted((s.attributes["ccpo.round"], s.attributes["ccpo.role"]) for s in calls)
+    assert made == [(1, "base"), *((t, "guide") for t in range(1, T + 1))]
+    assert [lg["models"] for lg in ans["log"]] == [
+        [s.attributes["gen_ai.request.model"] for s in calls if s.attributes["ccpo.round"] == t]
+        for t in range(1, T + 1)
+    ]

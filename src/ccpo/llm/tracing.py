@@ -57,7 +57,7 @@ CONTENT_VAR = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 SERVICE_NAME = "ccpo"
 OPENAI_HOST = "api.openai.com"
 
-_state: dict[str, Any] = {"tracer": None, "content": False, "provider": None}
+_state: dict[str, Any] = {"tracer": None, "content": False}
 _question: contextvars.ContextVar[_Question | None] = contextvars.ContextVar(
     "ccpo_trace_question", default=None
 )
@@ -114,24 +114,10 @@ def configure_from_env(env: dict[str, str] | os._Environ[str] = os.environ) -> s
         # ccpo's own, not the global one: FastAPI's built-in telemetry (which follows the global
         # provider) stays off, so a question's trace is the tree above whatever FastAPI it runs
     _state.update(
-        tracer=provider.get_tracer("ccpo", __version__),
-        content=_truthy(env.get(CONTENT_VAR)),
-        provider=provider,
+        tracer=provider.get_tracer("ccpo", __version__), content=_truthy(env.get(CONTENT_VAR))
     )
     u = urlsplit(env[var].strip())
     return f"{u.scheme}://{u.hostname}{f':{u.port}' if u.port else ''}"
-
-
-def enabled() -> bool:
-    return _state["tracer"] is not None
-
-
-def shutdown() -> None:
-    """Flush and stop (tracing is off afterwards)."""
-    provider = _state["provider"]
-    _state.update(tracer=None, provider=None)
-    if provider is not None and hasattr(provider, "shutdown"):
-        provider.shutdown()
 
 
 def _set(span: Any, attrs: dict[str, Any]) -> None:
