@@ -76,12 +76,14 @@ def wanted(env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
     return next((v for v in ENDPOINT_VARS if env.get(v, "").strip()), None)
 
 
-def configure_from_env(env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
-    """Turn tracing on when the ``OTEL_*`` settings ask for it (module docstring); returns
-    where spans go (``scheme://host:port``, never the path or credentials) or None (off).
+def configure_from_env() -> str | None:
+    """Turn tracing on when the ``OTEL_*`` environment variables ask for it (module docstring;
+    the SDK reads them from the environment too); returns where spans go
+    (``scheme://host:port``, never the path or credentials) or None (off).
 
     :class:`CCPOError` when they ask for something ccpo cannot do (OTLP over gRPC) and
     :class:`~ccpo.errors.MissingExtraError` when the ``otel`` extra is not installed."""
+    env = os.environ
     var = wanted(env)
     if var is None:
         return None

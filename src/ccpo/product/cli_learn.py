@@ -100,6 +100,9 @@ def register(app: typer.Typer) -> None:
              "seed": seed, "lam": lam},
         )  # fmt: skip
         ep, price_table = load_episodes(traces, prices or [])
+        from ccpo.learning.policy import TrainedPolicy
+        from ccpo.product.report import staged_folder, training_curves
+
         sizes = split_sizes(ep.n)
         sp = make_splits(ep.n, sizes, 1, seed)
         provenance = {**trace_provenance(traces), "alpha": alpha}
@@ -108,10 +111,7 @@ def register(app: typer.Typer) -> None:
                 method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings
             )
             return
-        # the trainer (torch) only once the traces are read: a refused file costs no torch
-        from ccpo.learning.policy import TrainedPolicy
-        from ccpo.learning.trainers import train
-        from ccpo.product.report import staged_folder, training_curves
+        from ccpo.learning.trainers import train  # torch: only for CCPO / CPO, once data is read
 
         steps = cfg.steps
         variant = variant_name(spec.name, lam)
