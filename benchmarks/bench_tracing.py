@@ -8,7 +8,8 @@ scripted LLM server (a process of its own), with tracing **off** (the hooks' no-
 when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is unset) and **on** (spans batched and exported over
 OTLP/HTTP to :mod:`ccpo.testing.otlp_receiver`, a process of its own). The two modes alternate
 within each repetition (which goes first alternates too); reported: the median over
-repetitions of the mean ms per question in each mode and their ratio on / off, plus the hooks'
+repetitions of the mean ms per question in each mode, their ratio on / off and the median of
+the repetitions' own ratios (the two modes ran back to back: steadier), plus the hooks'
 own cost per LLM call in each mode, timed alone in-process (steadier on a busy machine).
 Needs the ``dev`` extra (SDK, exporter and proto).
 """
@@ -132,6 +133,10 @@ def run(llm_url: str, port: int, args: argparse.Namespace) -> dict:
         "ms_per_question_median": med,
         "runs_ms": {m: [round(x, 3) for x in v] for m, v in times.items()},
         "ratio_on_over_off": med["on"] / med["off"],
+        # each repetition's on / off (the two ran back to back): steadier under load
+        "ratio_paired_median": statistics.median(
+            a / b for a, b in zip(times["on"], times["off"], strict=True)
+        ),
         "traces_expected": args.reps * args.questions,  # every question of the "on" runs
         "hooks_us_per_llm_call": hooks,
     }
