@@ -283,7 +283,8 @@ def register(app: typer.Typer) -> None:
         """Serve the policy over HTTP: POST /v1/answer, POST /v1/chat/completions
         (OpenAI-compatible, model 'ccpo'), POST /v1/feedback, GET /healthz, GET /metrics
         (Prometheus), GET /metrics.json (needs the extra: pip install 'ccpo[serve]'; see
-        docs/deploy.md)."""
+        docs/deploy.md). With OTEL_EXPORTER_OTLP_ENDPOINT set, exports an OpenTelemetry trace
+        per question over OTLP/HTTP (pip install 'ccpo[otel]')."""
         from ccpo.runtime import server  # a clear CCPOError without the extra (main escapes it)
 
         if write_openapi is not None:
