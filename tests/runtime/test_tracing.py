@@ -37,9 +37,9 @@ def _otel_env(rx: OTLPReceiver, **extra: str) -> dict:
     }
 
 
-def _serve_one(world, policy, prices, tmp_path, env: dict, **config):
-    """Serve ``policy`` with ``env`` (and deploy ``config`` values), answer one question;
-    (answer set, stderr, LLM requests made)."""
+def _serve_one(world, policy, prices, tmp_path, env: dict, headers=None, **config):
+    """Serve ``policy`` with ``env`` (and deploy ``config`` values), answer one question
+    (sent with ``headers``); (answer set, stderr, LLM requests made)."""
     keys = {"base_key_env": "CCPO_TEST_KEY", "guide_key_env": "CCPO_TEST_KEY"}
     cfg = _config(tmp_path, world, prices, **keys, **config)
     before = world.n_requests
@@ -48,7 +48,9 @@ def _serve_one(world, policy, prices, tmp_path, env: dict, **config):
         policy, cfg, free_port(), "--state", str(tmp_path / "state.sqlite"), env=env
     )
     try:
-        r = httpx.post(url + "/v1/answer", json={"question": Q, "id": "q-1"}, timeout=30)
+        r = httpx.post(
+            url + "/v1/answer", json={"question": Q, "id": "q-1"}, headers=headers, timeout=30
+        )
         assert r.status_code == 200, r.text
         calls = world.n_requests - before
     finally:
@@ -121,13 +123,19 @@ def test_one_question_is_one_span_with_a_child_per_llm_call(
 
 def test_message_content_only_when_opted_in(world, policy_dir, prices_path, tmp_path):
     """``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` (the conventions' opt-in)
-    adds the messages to the LLM-call spans; the API key still never leaves."""
+    adds the messages to the LLM-call spans; the API key still never leaves. The request's
+    W3C ``traceparent`` makes the question a child of the caller's span, in its trace."""
+    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     with OTLPReceiver() as rx:
         env = _otel_env(rx, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="true")
-        _serve_one(world, policy_dir, prices_path, tmp_path, env)
+        headers = {"traceparent": f"00-{trace_id}-{parent}-01"}
+        _serve_one(world, policy_dir, prices_path, tmp_path, env, headers)
         spans = rx.wait_for(QUESTION_SPAN)
+    q = next(s for s in spans if s.name == QUESTION_SPAN)
+    assert q.trace_id == trace_id and q.parent_id == parent
+    assert {s.trace_id for s in spans} == {trace_id}
     kids = [s for s in spans if s.name.startswith("chat ")]
-    assert kids
+    assert kids and all(s.parent_id == q.span_id for s in kids)
     for s in kids:
         msgs = json.loads(s.attributes["gen_ai.input.messages"])
         assert msgs[-1]["role"] == "user" and msgs[0]["parts"][0]["type"] == "text"

@@ -31,6 +31,9 @@ no call, no cost) and ``ccpo.cost_usd``. The question span is the conventions'
 ``invoke_agent`` (``gen_ai.agent.name`` "ccpo", its calls' token totals) with ``ccpo.*``
 attributes (see :class:`_Question`).
 
+A request to ``ccpo serve`` that carries a W3C ``traceparent`` header makes its question a
+child of the caller's span (:class:`IncomingContext`), so the question joins the caller's trace.
+
 Privacy: prompts, questions and answers are not exported, unless
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` (the conventions' opt-in) adds
 ``gen_ai.input.messages`` / ``gen_ai.output.messages`` to the LLM-call spans. API keys never
@@ -230,6 +233,29 @@ def question(agent: Any, qid: str, kappa: float | None) -> Iterator[_Question | 
             raise
         finally:
             _question.reset(token)
+
+
+class IncomingContext:
+    """ASGI middleware: the trace context a request brings (W3C ``traceparent`` /
+    ``tracestate`` and ``baggage``, or what ``OTEL_PROPAGATORS`` names) becomes the parent of
+    the spans made while it is answered, so that a question joins its caller's trace. With
+    tracing off it only passes the request on."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if _state["tracer"] is None or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from opentelemetry import context, propagate
+
+        carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        token = context.attach(propagate.extract(carrier))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            context.detach(token)
 
 
 # ----------------------------------------------------------------------------- an LLM call
