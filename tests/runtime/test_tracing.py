@@ -263,3 +263,33 @@ def test_a_reused_step_has_no_span_and_its_round_says_so(tmp_path):
         [s.attributes["gen_ai.request.model"] for s in calls if s.attributes["ccpo.round"] == t]
         for t in range(1, T + 1)
     ]
+
+
+def test_a_failed_call_is_an_error_span_without_its_message(policy_dir, prices_path, tmp_path):
+    """An endpoint that answers 500 until the retries run out: the call's span and the
+    question's are status ERROR with ``error.type``; the error's message (which names the
+    endpoint) is not exported."""
+    from tests.llm.conftest import make_world
+
+    with make_world(failure_rate=1.0, failure_kinds=("500",)) as dead, OTLPReceiver() as rx:
+        cfg = _config(tmp_path, dead, prices_path, max_retries=1)
+        env = {**_otel_env(rx), "CCPO_TEST_KEY": SECRET}
+        proc, url = _start_serve(policy_dir, cfg, free_port(), "--state",
+                                 str(tmp_path / "s.sqlite"), env=env)  # fmt: skip
+        try:
+            r = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=30)
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=20)
+        spans = rx.wait_for(QUESTION_SPAN)
+    assert r.status_code == 502, r.text
+    q = next(s for s in spans if s.name == QUESTION_SPAN)
+    calls = [s for s in spans if s.parent_id == q.span_id]
+    assert len(calls) == 1 and calls[0].name == "chat base-m"
+    for s in (q, calls[0]):
+        assert s.status == "ERROR" and s.attributes["error.type"] == "LLMCallError"
+    assert (
+        "ccpo.rounds" not in q.attributes and "gen_ai.usage.input_tokens" not in calls[0].attributes
+    )
+    raw = b"".join(rx.bodies)
+    assert b"giving up" not in raw and b"HTTP 500" not in raw
