@@ -180,15 +180,20 @@ def test_endpoint_set_without_the_extra_names_it(policy_dir, tmp_path, var):
     assert "pip install 'ccpo[otel]'" in r.stderr
 
 
-def test_grpc_is_refused_with_what_to_do(policy_dir, tmp_path):
-    env = {
-        **ENV,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317",
-        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-    }
+@pytest.mark.parametrize(
+    "settings, needle",
+    [
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: ccpo"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, "must be an http:// or https://"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://u:pw@h:99999"}, "must be an http:// or"),
+    ],
+)
+def test_settings_it_cannot_use_are_refused_with_what_to_do(policy_dir, tmp_path, settings, needle):
+    env = {**ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", **settings}
     r = _serve_fails(env, policy_dir, tmp_path)
     assert r.returncode == 2, r.stderr
-    assert "OTEL_EXPORTER_OTLP_PROTOCOL=grpc" in r.stderr and "(4318)" in r.stderr
+    assert r.stderr.count("\n") == 1 and needle in r.stderr and "Traceback" not in r.stderr
+    assert "pw" not in r.stderr  # a password in the URL is never printed
 
 
 def test_what_turns_tracing_on():

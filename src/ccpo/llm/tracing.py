@@ -47,7 +47,7 @@ import contextlib
 import contextvars
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -70,7 +70,7 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def wanted(env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
+def wanted(env: Mapping[str, str] = os.environ) -> str | None:
     """The OTLP endpoint variable that asks for traces, or None when tracing stays off."""
     if _truthy(env.get("OTEL_SDK_DISABLED")):
         return None
@@ -99,6 +99,9 @@ def configure_from_env() -> str | None:
             )
         if proto:
             break
+    where = _origin(env[var])
+    if where is None:
+        raise CCPOError(f"{var} must be an http:// or https:// URL, e.g. http://collector:4318")
     purpose = f"{var} is set: exporting OpenTelemetry traces"
     for module in ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"):
         require_extra(module, "otel", purpose)
@@ -116,13 +119,24 @@ def configure_from_env() -> str | None:
         provider = TracerProvider(resource=resource)  # OTEL_TRACES_SAMPLER is read here
         exporter = OTLPSpanExporter()  # endpoint, headers, timeout, ... from the environment
         provider.add_span_processor(BatchSpanProcessor(exporter))  # flushed at exit (atexit)
-        # ccpo's own, not the global one: FastAPI's built-in telemetry (which follows the global
-        # provider) stays off, so a question's trace is the tree above whatever FastAPI it runs
+        # ccpo's own, not the global one: FastAPI's built-in telemetry follows the global
+        # provider and so stays off; a question's trace is the tree of the module docstring
     _state.update(
         tracer=provider.get_tracer("ccpo", __version__), content=_truthy(env.get(CONTENT_VAR))
     )
-    u = urlsplit(env[var].strip())
-    return f"{u.scheme}://{u.hostname}{f':{u.port}' if u.port else ''}"
+    return where
+
+
+def _origin(url: str) -> str | None:
+    """``scheme://host[:port]`` of an http(s) URL (no user info, path or query), else None."""
+    u = urlsplit(url.strip())
+    try:
+        port = u.port
+    except ValueError:
+        return None
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return None
+    return f"{u.scheme}://{u.hostname}{f':{port}' if port else ''}"
 
 
 def _set(span: Any, attrs: dict[str, Any]) -> None:
