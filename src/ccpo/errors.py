@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import errno
+import importlib
+import importlib.util
+from types import ModuleType
 
 #: errno values of a write the system refused part-way for want of room (or a failing disk)
 NO_ROOM = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO})
@@ -14,6 +17,31 @@ class CCPOError(Exception):
     ``exit_code`` is the CLI's: 2 (a usage or input error) unless a subclass says otherwise."""
 
     exit_code = 2
+
+
+class MissingExtraError(CCPOError):
+    """An optional dependency is not installed: the message names the ``pip install`` that
+    brings it (exit code 2, like any input the user can fix)."""
+
+
+def require_extra(module: str, extra: str, purpose: str) -> None:
+    """Check, without importing it, that ``module`` is installed, else raise
+    :class:`MissingExtraError`: "<purpose> needs <module>, which is not installed: pip install
+    'ccpo[<extra>]'" (the extras are pyproject.toml's optional dependencies)."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or blocked in sys.modules
+        found = False
+    if not found:
+        raise MissingExtraError(
+            f"{purpose} needs {module}, which is not installed: pip install 'ccpo[{extra}]'"
+        )
+
+
+def import_extra(module: str, extra: str, purpose: str) -> ModuleType:
+    """``import module``, or the :class:`MissingExtraError` of :func:`require_extra`."""
+    require_extra(module, extra, purpose)
+    return importlib.import_module(module)
 
 
 class PartialError(CCPOError):

@@ -196,3 +196,25 @@ def make_service(policy_dir: Path, srv, prices: Path, server: dict | None = None
     values["server"] = dict(server or {})
     values["server"].setdefault("state", STORE.default())
     return Service.from_artifact(policy_dir, load_deploy_config(None, values))
+
+
+def without(tmp_path: Path, *modules: str, env: dict | None = None) -> dict:
+    """The environment of a subprocess in which ``modules`` (and their submodules) cannot be
+    imported, as in an install without the extras that bring them: a ``sitecustomize`` on
+    PYTHONPATH puts a finder first on ``sys.meta_path`` that refuses them as not installed."""
+    import os
+
+    site = tmp_path / "no-extras"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "import sys\n"
+        f"BLOCKED = {tuple(modules)!r}\n"
+        "class NotInstalled:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if any(name == m or name.startswith(m + '.') for m in BLOCKED):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NotInstalled())\n"
+    )
+    base = dict(os.environ if env is None else env)
+    root = str(Path(__file__).resolve().parents[2])
+    return {**base, "COLUMNS": "200", "PYTHONPATH": os.pathsep.join([str(site), root])}

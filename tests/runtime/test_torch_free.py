@@ -1,5 +1,7 @@
 """The live agent decides without torch: importing ccpo.runtime, loading a policy artifact
-and scoring an observation never import it (weights are read as numpy arrays)."""
+and scoring an observation never import it (weights are read as numpy arrays); ``ccpo serve``
+runs in the slim install (``pip install 'ccpo[serve]'``: no torch, matplotlib or
+OpenTelemetry), and a command that needs the train extra says which pip install brings it."""
 
 from __future__ import annotations
 
@@ -7,10 +9,15 @@ import json
 import subprocess
 import sys
 
+import httpx
 import numpy as np
+import pytest
 
 from ccpo.learning.policy import load_policy
+from ccpo.testing import free_port
 from ccpo.traces.featurize import FEATURE_NAMES
+
+from .conftest import without
 
 SCRIPT = """
 import json, sys
@@ -38,3 +45,88 @@ def test_runtime_loads_and_scores_a_policy_without_torch(any_policy_dir):
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["torch"] is False
     np.testing.assert_array_equal(res["scores"], load_policy(any_policy_dir).probs(obs))
+
+
+# ----------------------------------------------------------------------------- the slim install
+#: what `pip install 'ccpo[serve]'` leaves out: the train extra (torch, matplotlib) and the otel
+#: extra (OpenTelemetry's SDK and exporter, imported only when OTEL_EXPORTER_OTLP_ENDPOINT is
+#: set; its API comes with recent FastAPI)
+NOT_IN_SERVE = ("torch", "matplotlib", "opentelemetry.sdk", "opentelemetry.exporter")
+
+
+def test_serve_answers_without_the_train_and_otel_extras(
+    world, any_policy_dir, prices_path, tmp_path
+):
+    """``ccpo serve`` (the real entry point) where torch, matplotlib and OpenTelemetry cannot be
+    imported, as in the slim install: both kinds of policy load and answer over HTTP, so
+    serving never imports any of them."""
+    from .test_cli import Q, _config, _start_serve
+
+    env = without(tmp_path, *NOT_IN_SERVE)
+    cfg = _config(tmp_path, world, prices_path)
+    state = str(tmp_path / "state.sqlite")
+    proc, url = _start_serve(any_policy_dir, cfg, free_port(), "--state", state, env=env)
+    try:
+        r = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=30)
+        chat = httpx.post(
+            url + "/v1/chat/completions",
+            json={"model": "ccpo", "messages": [{"role": "user", "content": Q}]},
+            timeout=30,
+        )
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert r.status_code == 200, r.text
+    assert r.json()["answers"] and r.json()["cost_usd"] > 0
+    assert chat.status_code == 200, chat.text
+    assert "Traceback" not in err and "ModuleNotFoundError" not in err
+
+
+def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ccpo.product.cli", *args],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "missing, args",
+    [
+        ("torch", ["train", "--method", "ccpo"]),
+        ("torch", ["train", "--method", "cpo"]),
+        ("matplotlib", ["train", "--method", "ccpo-lam0.5"]),
+        ("torch", ["compare"]),
+        ("matplotlib", ["evaluate"]),
+        ("torch", ["reproduce", "--quick"]),
+    ],
+)
+def test_a_command_that_needs_torch_names_the_extra(sim_file, tmp_path, missing, args):
+    """Without the train extra, training CCPO / CPO, compare and reproduce stop before any work
+    with one line naming what is missing and the pip install that brings it (exit 2)."""
+    out = tmp_path / "out"
+    io = (
+        ["--out", str(out)]
+        if args[0] == "reproduce"
+        else ["--traces", str(sim_file), "--out", str(out)]
+    )
+    r = _cli(without(tmp_path, missing), *args, *io)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    assert f"needs {missing}, which is not installed: pip install 'ccpo[train]'" in lines[0]
+    assert f"ccpo {args[0]}" in lines[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("method", ["cstop"])
+def test_score_methods_train_without_the_train_extra(sim_file, tmp_path, method):
+    """CStop (and auto, which chooses among the score methods) fits and calibrates in the slim
+    install: the policy folder is written, and it scores as the same folder read here."""
+    out = tmp_path / "pol"
+    args = ["train", "--traces", str(sim_file), "--out", str(out), "--method", method]
+    r = _cli(without(tmp_path, *NOT_IN_SERVE), *args)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((out / "policy.json").read_text())
+    assert meta["method"] in ("cstop", "cstop-lr", "depth-k") and meta["kappa_batch"] is not None
+    obs = np.random.default_rng(1).normal(size=(2, 4, len(FEATURE_NAMES)))
+    assert load_policy(out).probs(obs).shape == (2, 4, 3)

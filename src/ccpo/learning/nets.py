@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import math
 
-import torch
-from torch import nn
-
+from ccpo.errors import import_extra
 from ccpo.learning.mlp import NumpyMLP, torch_layers
 from ccpo.traces.schema import ACTIONS
+
+#: PyTorch is the ``train`` extra: without it, training says which pip install brings it
+torch = import_extra("torch", "train", "training CCPO and CPO")
+nn = torch.nn
 
 __all__ = [
     "ACTIONS",

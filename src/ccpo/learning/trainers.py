@@ -83,7 +83,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 from threadpoolctl import threadpool_limits
 
 from ccpo.learning.config import Method, TrainConfig
@@ -96,7 +95,7 @@ from ccpo.learning.heads import (
     policy_probs,
     softmax_log_jacobian,
 )
-from ccpo.learning.nets import NumpyMLP, PolicyNet, ValueNet
+from ccpo.learning.nets import NumpyMLP, PolicyNet, ValueNet, torch
 from ccpo.learning.optim import Adam
 from ccpo.learning.replay import (
     calibrate_kappa,

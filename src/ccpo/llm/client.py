@@ -53,6 +53,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ccpo.errors import CCPOError
+from ccpo.llm import tracing
 from ccpo.llm.cache import ResponseCache, cache_key
 from ccpo.traces.prices import PriceTable
 
@@ -196,6 +197,7 @@ class ChatResult:
     #: a replay endpoint's recorded parse of this reply (``ccpo_replay``: answer, verdict,
     #: signals), taken as recorded rather than parsed again; None from a real endpoint
     recorded: dict[str, Any] | None = None
+    model: str | None = None  # the model that answered, as the response names it (not cached)
 
     def to_cache(self) -> dict[str, Any]:
         return {
@@ -480,6 +482,7 @@ def _parse_completion(resp: Any, request: ChatRequest) -> ChatResult:
         finish_reason=_get(ch, "finish_reason"),
         usage_estimated=estimated,
         recorded=recorded if isinstance(recorded, dict) else None,
+        model=_get(resp, "model") if isinstance(_get(resp, "model"), str) else None,
     )
 
 
@@ -574,6 +577,10 @@ class LLMClient:
         log-probs has its answers cached under the key without them, so a later run against
         an endpoint that serves them asks again.
         """
+        with tracing.llm_call(endpoint, request) as span:  # a no-op unless tracing is on
+            return span.done(await self._chat(endpoint, request, sample))
+
+    async def _chat(self, endpoint: Endpoint, request: ChatRequest, sample: int) -> ChatResult:
         try:
             return await self._chat_once(endpoint, self._as_sent(endpoint, request), sample)
         except _LogprobsRefused:

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from ccpo.errors import CCPOError, PhaseError
+from ccpo.learning.config import TrainConfig
 from ccpo.learning.methods import METHODS, resolve_method, variant_name
 from ccpo.learning.policy import TrainedPolicy, load_policy
 from ccpo.learning.replay import calibrate_kappa
 from ccpo.learning.stopping import StoppingPolicy, fit_method
-from ccpo.learning.trainers import TrainConfig, train
 from ccpo.product.evaluate import check_alpha
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.episodes import Episodes, build_episodes, conformal_sets
@@ -107,6 +107,8 @@ class ConformalPolicy:
         if self.spec.kind == "score":
             self.policy, _ = fit_method(self.method, ep, idx, alpha, seed)
         else:
+            from ccpo.learning.trainers import train  # torch: the train extra
+
             res = train(ep, idx, self.config)
             # the API calibrates κ̂ on its calibration data: a CPO π is scored as cpo-batch
             method = "ccpo" if self.config.method == "ccpo" else "cpo-batch"

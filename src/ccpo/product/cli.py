@@ -26,6 +26,7 @@ from ccpo.product.cli_options import (
     EXIT_USAGE,
     PricesOpt,
     check_out_folder,
+    require_training,
     warn,
 )
 from ccpo.traces.sim import SimConfig
@@ -323,6 +324,7 @@ def evaluate(
 ) -> None:
     """Score policies on R random calibration/test splits; write results.json/.md/.csv and
     box plots of coverage and cost."""
+    require_training("ccpo evaluate")  # box plots (matplotlib); trainable names (torch)
     from ccpo.product.evaluate import (
         check_alpha,
         evaluate_policies,

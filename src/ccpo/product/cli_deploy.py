@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ccpo.errors import CCPOError
+from ccpo.llm import tracing
 from ccpo.product.cli_config import settings_options
 from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, quiet_http_logs, warn
 from ccpo.runtime.config import DeployConfig, ServerConfig, load_deploy_config
@@ -294,7 +295,8 @@ def register(app: typer.Typer) -> None:
         """Serve the policy over HTTP: POST /v1/answer, POST /v1/chat/completions
         (OpenAI-compatible, model 'ccpo'), POST /v1/feedback, GET /healthz, GET /metrics
         (Prometheus), GET /metrics.json (needs the extra: pip install 'ccpo[serve]'; see
-        docs/deploy.md)."""
+        docs/deploy.md). With OTEL_EXPORTER_OTLP_ENDPOINT set, exports an OpenTelemetry trace
+        per question over OTLP/HTTP (pip install 'ccpo[otel]')."""
         from ccpo.runtime import server  # a clear CCPOError without the extra (main escapes it)
 
         if write_openapi is not None:
@@ -308,6 +310,7 @@ def register(app: typer.Typer) -> None:
         renames = {f"server.{k}": flag for k, flag in _SERVER_FLAGS.items()}
         cfg = load_deploy_config(config, over, renames)
         check_port_free(cfg.server.host, cfg.server.port)
+        traces_to = tracing.configure_from_env()  # OTEL_EXPORTER_OTLP_ENDPOINT: OpenTelemetry
         quiet_http_logs()
         service = printing_provenance(lambda: server.Service.from_artifact(policy, cfg))
         a = service.agent
@@ -320,4 +323,6 @@ def register(app: typer.Typer) -> None:
             f"{'on' if service.token else 'off'}; http://{cfg.server.host}:{cfg.server.port}",
             highlight=False,
         )
+        if traces_to:
+            _err.print(f"ccpo serve: OpenTelemetry traces to {traces_to} (OTLP/HTTP)")
         server.run(service, log_level)

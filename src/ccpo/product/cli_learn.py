@@ -16,7 +16,13 @@ from ccpo.learning.config import TrainConfig
 from ccpo.learning.methods import method_help, method_names, resolve_method, variant_name
 from ccpo.learning.stopping import StopConfig
 from ccpo.product.cli_config import build_config, config_options
-from ccpo.product.cli_options import ForceOpt, PricesOpt, check_out_folder, warn
+from ccpo.product.cli_options import (
+    ForceOpt,
+    PricesOpt,
+    check_out_folder,
+    require_training,
+    warn,
+)
 
 console = Console()
 
@@ -83,6 +89,8 @@ def register(app: typer.Typer) -> None:
             )
         settings = config or {}
         spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
+        if spec.kind != "score":
+            require_training(f"ccpo train --method {method}")
         check_out_folder(out, "policy.json", force)
         stop_settings = settings.get(StopConfig, {})
         build_config(StopConfig, stop_settings)  # a bad value is refused before any work
@@ -92,9 +100,7 @@ def register(app: typer.Typer) -> None:
              "seed": seed, "lam": lam},
         )  # fmt: skip
         ep, price_table = load_episodes(traces, prices or [])
-        # the trainer (torch) only once the traces are read: a refused file costs no torch
         from ccpo.learning.policy import TrainedPolicy
-        from ccpo.learning.trainers import train
         from ccpo.product.report import staged_folder, training_curves
 
         sizes = split_sizes(ep.n)
@@ -105,6 +111,8 @@ def register(app: typer.Typer) -> None:
                 method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings
             )
             return
+        from ccpo.learning.trainers import train  # torch: only for CCPO / CPO, once data is read
+
         steps = cfg.steps
         variant = variant_name(spec.name, lam)
         t0 = time.perf_counter()
@@ -160,6 +168,7 @@ def register(app: typer.Typer) -> None:
         Writes results.json (all rows), results.md/.csv, box plots of coverage and cost, and
         training curves.
         """
+        require_training("ccpo compare")
         from ccpo.product.comparison import run_compare
 
         check_out_folder(out)

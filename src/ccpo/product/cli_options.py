@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ccpo.errors import CCPOError
+from ccpo.errors import CCPOError, require_extra
 
 EXIT_OK = 0
 """The command did everything it was asked."""
@@ -78,3 +78,11 @@ def check_out_folder(out: Path, holds: str | None = None, force: bool = False) -
             f"--out {out} already holds {holds}; pass --force to replace it, or choose "
             "another --out"
         )
+
+
+def require_training(command: str) -> None:
+    """Refuse ``command`` before any work, with the pip install that brings what it needs,
+    when the ``train`` extra is missing: torch (training CCPO / CPO) and matplotlib (their
+    curves and the comparison plots). Serving, asking and the score methods need neither."""
+    for module in ("torch", "matplotlib"):
+        require_extra(module, "train", command)

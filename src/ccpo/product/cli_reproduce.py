@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ccpo.product.cli_options import check_out_folder
+from ccpo.product.cli_options import check_out_folder, require_training
 
 console = Console()
 
@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
         """Run `compare` on every bundled real trace set at α = 0.1 and 0.2 and write one
         report (report.md, report.html with plots inline) with tables, box plots, training
         curves and a cost-vs-coverage frontier. No API key needed."""
+        require_training("ccpo reproduce")
         from ccpo.product.evaluate import check_alpha
         from ccpo.product.reproduce import run_reproduce
 

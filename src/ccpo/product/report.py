@@ -19,14 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from rich.markup import escape
 from rich.table import Table
 
 from ccpo import __version__
+from ccpo.errors import import_extra
 from ccpo.product.evaluate import ResultRow
 
 RESULTS_SCHEMA = "ccpo.results/v1"
@@ -174,8 +171,18 @@ def rich_table(
     return render_rich(results_table(rows, title or "", alpha, n_test))
 
 
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the file-only Agg backend. matplotlib is the ``train`` extra
+    (plots come with training, comparing and reproducing; serving never draws)."""
+    import_extra("matplotlib", "train", "plotting").use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def box_plots(rows: Sequence[ResultRow], alpha: float, out: Path, title: str = "") -> list[Path]:
     """Box plots of coverage and cost over the evaluation splits (1−α line on coverage)."""
+    plt = pyplot()
     out.mkdir(parents=True, exist_ok=True)
     names = [r.policy for r in rows]
     paths = []
@@ -278,6 +285,7 @@ def _smooth(y: list[float], k: int) -> list[float]:
 
 def training_curves(logs: dict[str, list[dict[str, float]]], alpha: float, out: Path) -> Path:
     """Training curves like the paper's appendix figures, one line per trained method."""
+    plt = pyplot()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(2, 3, figsize=(12, 6))
     for ax, (key, label) in zip(axes.ravel(), CURVES, strict=True):

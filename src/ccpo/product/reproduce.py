@@ -16,10 +16,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from rich.console import Console
 
 from ccpo.errors import CCPOError
@@ -35,6 +31,7 @@ from ccpo.product.report import (
     coverage_header,
     misses_target,
     oracle_cost,
+    pyplot,
     render_html,
     render_markdown,
     results_table,
@@ -403,6 +400,7 @@ def frontier_plot(name: str, sections: list[Section], out: Path) -> Path:
     points coincide at every α are named together in the legend (``cpo = guide``)."""
     sections = sorted(sections, key=lambda s: s.alpha)
     alphas = [s.alpha for s in sections]
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     colors = plt.get_cmap("tab20").colors
     for i, (names, pts) in enumerate(frontier_points(sections)):

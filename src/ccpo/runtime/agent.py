@@ -53,6 +53,7 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.policy import TrainedPolicy, check_provenance, load_policy
+from ccpo.llm import tracing
 from ccpo.llm.cache import ResponseCache
 from ccpo.llm.client import (
     BudgetExceeded,
@@ -357,8 +358,11 @@ class ConformalAgent:
         try:
             # admitted when what a question may cost fits what is left of the budget
             client = runner.client
-            async with client.admit(lambda: self._question_estimate(client)) as env:
-                return await self._rollout(runner, env, question, qid, context, k, budget, t0)
+            with tracing.question(self, qid, k) as span:  # a no-op unless tracing is on
+                async with client.admit(lambda: self._question_estimate(client)) as env:
+                    return span.done(
+                        await self._rollout(runner, env, question, qid, context, k, budget, t0)
+                    )
         except RequestBudgetExceeded as e:
             raise RequestBudgetExceeded(f"question '{qid}': {e}") from None
         finally:
@@ -410,6 +414,7 @@ class ConformalAgent:
             total += cb + cg
             worst = max(worst, cb + cg)
             d = decide(self.policy, self.task, self.horizon, rounds, k, self.family)
+            tracing.current().round(t, d, cb + cg, ro.reused)
             for i, (a, text) in enumerate((("base", lr.base.answer), ("guide", lr.guide.answer))):
                 key = self._norm(text)
                 if a in d.actions and key:  # an empty answer adds none

@@ -51,6 +51,7 @@ from typing import Any
 
 from ccpo import __version__
 from ccpo.errors import CCPOError
+from ccpo.llm import tracing
 
 try:
     import uvicorn
@@ -291,6 +292,7 @@ def create_app(service: Service | None = None) -> FastAPI:
     async def healthz() -> Health:
         return svc().health()
 
+    app.add_middleware(tracing.IncomingContext)  # a caller's traceparent (tracing on only)
     return app
 
 
