@@ -192,7 +192,8 @@ def create_app(service: Service | None = None) -> FastAPI:
             raise ApiError(503, "unavailable", "no policy loaded")
         return s
 
-    def guarded(_: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Service:
+    async def guarded(_: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Service:
+        # async: a sync dependency would hop to a worker thread on every request
         return svc()
 
     @app.exception_handler(ApiError)
