@@ -199,7 +199,7 @@ async def load(
                                     errors.append(f"HTTP {r.status}: {body[:200]!r}")
                                     return
                 except aiohttp.ClientError as e:
-                    errors.append(type(e).__name__)
+                    errors.append(f"{type(e).__name__}: {str(e)[:120]}")
                     return
                 lat[i] = time.perf_counter() - t0
 

@@ -31,8 +31,8 @@
   without being sent. A question's own budget (:data:`request_budget`) is checked the same
   way, from its first call on (:class:`RequestBudgetExceeded`).
 - HTTP transport: an ``aiohttp`` session by default, an ``httpx`` client otherwise
-  (``http_backend``): one pooled session per client, one total time-out per attempt
-  (``RetryPolicy.timeout``).
+  (``http_backend``): one pooled session per client; ``RetryPolicy.timeout`` bounds each
+  attempt (aiohttp: the whole attempt; httpx: each of connect, write and read).
 - API keys come from the environment (``api_key_env``) or a config file, are sent only as the
   ``Authorization`` header of their endpoint, and are scrubbed from every error message. They
   are never part of a cache key or value.
@@ -797,8 +797,8 @@ class LLMClient:
             self._inflight.pop(key, None)
 
     async def _call(self, endpoint: Endpoint, request: ChatRequest) -> ChatResult:
-        """Send ``request`` until it succeeds, retrying what :func:`status_error` and
-        :func:`transport_error` call passing (the single place a call meets the network)."""
+        """Send ``request`` until it succeeds, retrying the failures :func:`status_error` and
+        :func:`transport_error` deem passing (the one place a call meets the network)."""
         url = chat_url(endpoint.base_url)
         headers = self._headers(endpoint, request)
         want_lp = request.logprobs
