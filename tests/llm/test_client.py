@@ -382,12 +382,14 @@ def test_refused_connection_is_not_a_timeout(backend) -> None:
 
 
 def test_calls_need_neither_the_openai_sdk_nor_an_eager_transport():
-    """`import ccpo.runtime` (and so `ccpo.llm.client`) loads no HTTP transport; a call over
-    real HTTP loads aiohttp and never the ``openai`` SDK (the client speaks the API itself)."""
+    """`import ccpo.runtime` (and so `ccpo.llm.client`) and making a client load no HTTP
+    transport; a call over real HTTP loads aiohttp and never the ``openai`` SDK (the client
+    speaks the API itself)."""
     with ScriptedServer(fallback="Yes", token_logprob=lambda t: -0.25) as srv:
         script = (
             "import asyncio, sys, ccpo.runtime\n"
             "from ccpo.llm import client\n"
+            "client.LLMClient()\n"
             "before = 'aiohttp' in sys.modules\n"
             "async def go():\n"
             "    c = client.LLMClient()\n"

@@ -45,6 +45,7 @@ import contextlib
 import contextvars
 import dataclasses
 import email.utils
+import importlib.util
 import json
 import logging
 import math
@@ -364,27 +365,29 @@ HTTP_BACKENDS = ("auto", "aiohttp", "httpx")
 
 
 class _AiohttpTransport:
-    """POSTs over one pooled ``aiohttp`` session (made on first use, in the running loop)."""
+    """POSTs over one pooled ``aiohttp`` session (aiohttp imported and the session made on
+    first use, in the running loop)."""
 
     name = "aiohttp"
 
     def __init__(self, timeout: float) -> None:
-        import aiohttp
-
-        self._aiohttp = aiohttp
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        if importlib.util.find_spec("aiohttp") is None:
+            raise ImportError("aiohttp")
+        self._timeout = timeout
         self._session: Any = None
-        #: what a failure below HTTP raises (mapped by :func:`transport_error`)
-        self.errors: tuple[type[BaseException], ...] = (aiohttp.ClientError, OSError)
+        #: a failure below HTTP (mapped by :func:`transport_error`)
+        self.errors: tuple[type[BaseException], ...] = (OSError,)
         self.timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, Any, bytes]:
         if self._session is None:
-            self._session = self._aiohttp.ClientSession(
+            import aiohttp
+
+            self.errors = (aiohttp.ClientError, OSError)
+            self._session = aiohttp.ClientSession(
                 # the client's semaphores bound the connections per endpoint
-                connector=self._aiohttp.TCPConnector(limit=0),
-                timeout=self._timeout,
-                auto_decompress=True,
+                connector=aiohttp.TCPConnector(limit=0),
+                timeout=aiohttp.ClientTimeout(total=self._timeout),
             )
         async with self._session.post(url, data=body, headers=headers) as r:
             return r.status, r.headers, await r.read()
@@ -396,25 +399,26 @@ class _AiohttpTransport:
 
 
 class _HttpxTransport:
-    """POSTs over one pooled ``httpx.AsyncClient``."""
+    """POSTs over one pooled ``httpx.AsyncClient`` (made on first use)."""
 
     name = "httpx"
 
     def __init__(self, timeout: float) -> None:
-        import httpx
-
-        self._httpx = httpx
         self._timeout = timeout
         self._client: Any = None
-        self.errors = (httpx.TransportError, OSError)
-        self.timeouts = (TimeoutError, httpx.TimeoutException)
+        self.errors: tuple[type[BaseException], ...] = (OSError,)
+        self.timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, Any, bytes]:
         if self._client is None:
-            self._client = self._httpx.AsyncClient(
+            import httpx
+
+            self.errors = (httpx.TransportError, OSError)
+            self.timeouts = (TimeoutError, httpx.TimeoutException)
+            self._client = httpx.AsyncClient(
                 timeout=self._timeout,
                 follow_redirects=True,
-                limits=self._httpx.Limits(max_connections=None, max_keepalive_connections=256),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
             )
         r = await self._client.post(url, content=body, headers=headers)
         return r.status_code, r.headers, r.content
