@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import openai
 import pytest
 
 from ccpo.errors import CCPOError
@@ -21,7 +20,7 @@ from ccpo.llm.client import (
     LLMCallError,
     LLMClient,
     RetryPolicy,
-    make_http_client,
+    make_transport,
     parse_retry_after,
     worst_case_tokens,
 )
@@ -63,20 +62,17 @@ def test_retries_every_failure_kind(backend) -> None:
 
 
 def test_http_backend_choice(monkeypatch) -> None:
-    # auto takes the SDK's aiohttp client (the openai[aiohttp] extra is a dependency)
-    assert isinstance(make_http_client("auto", 5.0), openai.DefaultAioHttpClient)
-    assert make_http_client("httpx", 5.0) is None  # the SDK's own httpx client
+    # auto takes aiohttp (a dependency); httpx on request
+    assert make_transport("auto", 5.0).name == "aiohttp"
+    assert make_transport("httpx", 5.0).name == "httpx"
     with pytest.raises(CCPOError, match="http backend must be one of"):
         LLMClient(http_backend="curl")
 
-    def missing(**kw):
-        raise RuntimeError("To use the aiohttp client you must have installed ... extra")
-
-    # without the extra: auto falls back to httpx, an explicit aiohttp says what to install
-    monkeypatch.setattr(openai, "DefaultAioHttpClient", missing)
-    assert make_http_client("auto", 5.0) is None
-    with pytest.raises(CCPOError, match=r"pip install 'openai\[aiohttp\]'"):
-        make_http_client("aiohttp", 5.0)
+    # without aiohttp: auto falls back to httpx, an explicit aiohttp says what to install
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # import aiohttp -> ImportError
+    assert make_transport("auto", 5.0).name == "httpx"
+    with pytest.raises(CCPOError, match=r"pip install aiohttp"):
+        make_transport("aiohttp", 5.0)
 
 
 def test_gives_up_after_max_retries() -> None:
@@ -385,20 +381,31 @@ def test_refused_connection_is_not_a_timeout(backend) -> None:
     assert "last error: timeout)" in msg and "refused" not in msg and key not in msg, msg
 
 
-def test_the_openai_sdk_is_imported_on_first_use_only():
-    """`import ccpo.runtime` (and so `ccpo.llm.client`) leaves the SDK unloaded; the first
-    attribute read loads it and gives the real module's object."""
-    script = (
-        "import sys, ccpo.runtime\n"
-        "from ccpo.llm import client\n"
-        "before = 'openai' in sys.modules\n"
-        "cls = client.openai.AsyncOpenAI\n"
-        "import openai\n"
-        "print(before, cls is openai.AsyncOpenAI)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+def test_calls_need_neither_the_openai_sdk_nor_an_eager_transport():
+    """`import ccpo.runtime` (and so `ccpo.llm.client`) and making a client load no HTTP
+    transport; a call over real HTTP loads aiohttp and never the ``openai`` SDK (the client
+    speaks the API itself)."""
+    with ScriptedServer(fallback="Yes", token_logprob=lambda t: -0.25) as srv:
+        script = (
+            "import asyncio, sys, ccpo.runtime\n"
+            "from ccpo.llm import client\n"
+            "client.LLMClient()\n"
+            "before = 'aiohttp' in sys.modules\n"
+            "async def go():\n"
+            "    c = client.LLMClient()\n"
+            "    r = await c.chat(client.Endpoint('m', sys.argv[1]), client.ChatRequest(\n"
+            "        [{'role': 'user', 'content': 'hi'}]))\n"
+            "    await c.aclose()\n"
+            "    return r\n"
+            "r = asyncio.run(go())\n"
+            "print(before, 'aiohttp' in sys.modules, 'openai' in sys.modules, r.text,\n"
+            "      r.logprobs[0].logprob)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", script, srv.url], capture_output=True, text=True, timeout=60
+        )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "True"]
+    assert out.stdout.split() == ["False", "True", "False", "Yes", "-0.25"]
 
 
 def test_scripted_world_is_quiet_when_a_client_resets(capfd) -> None:

@@ -300,3 +300,29 @@ def test_normal_requests_keep_alive_and_pipelining_still_work(world, policy_dir,
             r = http.post("/v1/answer", json={"question": Q})
             assert r.status_code == 200 and r.json()["answers"]
             assert http.get("/healthz").status_code == 200  # the same kept-alive connection
+
+
+def test_a_head_over_the_limit_gets_431_whichever_parser_uvicorn_runs(
+    world, policy_dir, prices_path
+):
+    """httptools (taken when installed) bounds no request head by itself: a head still
+    incomplete after MAX_HEAD_BYTES gets the JSON 431 and the connection is closed, at once
+    (not at the header deadline); a large head that is complete is served."""
+    from ccpo.runtime.connections import MAX_HEAD_BYTES
+
+    with LiveServer(make_service(policy_dir, world, prices_path, FAST)) as ls:
+        with connect(ls.port) as s:  # one header that never ends, in 4 kB pieces
+            got, held = hold(s, HEAD + b"X-Big: ", b"a" * 4096, every=0.01)
+        status, headers, body = parse(got)
+        assert status == 431 and headers["connection"] == "close", got
+        assert body == {
+            "error": {
+                "type": "head_too_large",
+                "message": f"request head over {MAX_HEAD_BYTES} bytes",
+            }
+        }
+        assert held < 0.45  # refused for its size, before the 0.5 s head deadline
+        with connect(ls.port) as s:  # a complete head of 12 kB: answered
+            s.sendall(HEAD + b"X-Big: " + b"a" * 12_000 + b"\r\n\r\n")
+            assert parse(response(s))[0] == 200
+        assert httpx.get(ls.url + "/healthz", timeout=5).status_code == 200

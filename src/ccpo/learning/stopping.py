@@ -66,6 +66,7 @@ from ccpo.errors import CCPOError
 from ccpo.learning.artifact import read_side_files, write_folder
 from ccpo.learning.conformal import check_alpha
 from ccpo.learning.replay import calibrated_cost
+from ccpo.learning.trees import compile_hgb
 from ccpo.traces.episodes import NEXT, Episodes
 from ccpo.traces.featurize import FEATURE_NAMES, FEATURE_SPEC
 
@@ -136,7 +137,8 @@ def fixable_probability(model: Any, rows: np.ndarray) -> np.ndarray:
     products round a row differently by its position and the batch size (OpenBLAS's gemv
     blocks rows), so the logistic learner's z = ((x − μ)/σ)·w + b is summed here row by row
     (an elementwise product reduced along the row) instead of by ``predict_proba``. The
-    gradient-boosted learner walks each row's trees on its own already.
+    gradient-boosted learner's trees are walked row by row from their compiled form
+    (:mod:`ccpo.learning.trees`: scikit-learn's numbers without its per-call overhead).
     """
     from scipy.special import expit
     from sklearn.pipeline import Pipeline
@@ -153,6 +155,9 @@ def fixable_probability(model: Any, rows: np.ndarray) -> np.ndarray:
             x = x / scaler.scale_
         z = (x * lr.coef_[0]).sum(axis=-1) + lr.intercept_[0]
         return expit(z)
+    trees = compile_hgb(model)
+    if trees is not None:
+        return trees.predict_proba(rows)
     return model.predict_proba(rows)[:, 1]
 
 

@@ -1,11 +1,15 @@
 """One OpenAI-compatible chat client for every backend (OpenAI, vLLM, llama.cpp, Ollama, ...).
 
-- Built on the ``openai`` SDK's ``AsyncOpenAI`` with a ``base_url`` per model (endpoint).
+- A raw HTTP POST of ``/chat/completions`` to each model's ``base_url`` (endpoint), the reply's
+  JSON read into the few fields a round needs (text, usage, log-probs): the request and the
+  error statuses are the OpenAI API's, without the ``openai`` SDK's per-call overhead (why,
+  with the measurement: docs/decisions.md). ``collect``, ``ask`` and ``serve`` all call
+  :meth:`LLMClient.chat`.
 - Bounded concurrency: one ``asyncio.Semaphore`` per endpoint URL.
 - Retries with exponential backoff and full jitter on 429, 408/409, 5xx, time-outs, connection
-  errors and malformed responses (the SDK's own retries are switched off so that every attempt
-  is counted and logged here). 401/403/404 are the user's to fix and raise a ``CCPOError`` at
-  once.
+  errors and malformed responses (every attempt is counted and logged here; ``Retry-After`` /
+  ``retry-after-ms`` are honoured). 401/403/404 are the user's to fix and raise a
+  ``CCPOError`` at once. Every HTTP status is mapped in one function, :func:`status_error`.
 - Token usage is taken from the response's ``usage`` (estimated as characters/4, and flagged,
   only when an endpoint does not report it).
 - Log-probs (``logprobs=True, top_logprobs=k``) are requested by default. An endpoint that
@@ -26,11 +30,12 @@
   call that does not fit waits for those in flight, then raises :class:`BudgetExceeded`
   without being sent. A question's own budget (:data:`request_budget`) is checked the same
   way, from its first call on (:class:`RequestBudgetExceeded`).
-- HTTP transport: the SDK's aiohttp client (``openai.DefaultAioHttpClient``, the ``aiohttp``
-  extra of ``openai``) by default, its httpx client otherwise (``http_backend``); why, with the
-  measurement: docs/decisions.md.
-- API keys come from the environment (``api_key_env``) or a config file, are passed only to the
-  SDK, and are scrubbed from every error message. They are never part of a cache key or value.
+- HTTP transport: an ``aiohttp`` session by default, an ``httpx`` client otherwise
+  (``http_backend``): one pooled session per client; ``RetryPolicy.timeout`` bounds each
+  attempt (aiohttp: the whole attempt; httpx: each of connect, write and read).
+- API keys come from the environment (``api_key_env``) or a config file, are sent only as the
+  ``Authorization`` header of their endpoint, and are scrubbed from every error message. They
+  are never part of a cache key or value.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import contextlib
 import contextvars
 import dataclasses
 import email.utils
-import importlib
+import importlib.util
 import json
 import logging
 import math
@@ -70,29 +75,15 @@ class BudgetExceeded(CCPOError):
     """``--max-cost`` was reached; no new paid calls are made."""
 
 
-class _Deferred:
-    """A module imported on first use: ``openai`` takes about half a second to import, which
-    ``import ccpo.runtime`` (a policy's decisions, ``ccpo serve --write-openapi``) and every
-    command that calls no LLM need not pay. Attribute access imports it (thread-safe: the
-    import system locks) and reads the real module, so monkeypatching it works as usual."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(importlib.import_module(self._name), attr)
-
-
-openai: Any = _Deferred("openai")
-
-
-def load_sdk() -> None:
-    """Import the ``openai`` SDK now (a long-lived agent does this when it is made, so that its
-    first question does not pay the import)."""
-    importlib.import_module("openai")
+def load_http() -> None:
+    """Import the default HTTP transport (``aiohttp``) now: a long-lived agent does this when it
+    is made, so that its first question does not pay the import (``import ccpo.runtime`` does
+    not)."""
+    import aiohttp  # noqa: F401
 
 
 OPENAI_HOST = "api.openai.com"
+OPENAI_URL = f"https://{OPENAI_HOST}/v1"
 
 
 def is_openai_api(base_url: str | None) -> bool:
@@ -375,22 +366,91 @@ def worst_case_tokens(request: ChatRequest) -> tuple[int, int]:
 HTTP_BACKENDS = ("auto", "aiohttp", "httpx")
 
 
-def make_http_client(backend: str, timeout: float) -> Any:
-    """The SDK's HTTP client for ``backend`` (``auto`` | ``aiohttp`` | ``httpx``).
+class _AiohttpTransport:
+    """POSTs over one pooled ``aiohttp`` session (aiohttp imported and the session made on
+    first use, in the running loop)."""
 
-    ``auto`` takes aiohttp when the ``openai[aiohttp]`` extra is installed, else httpx;
-    ``None`` means the SDK's own default (httpx).
-    """
+    name = "aiohttp"
+
+    def __init__(self, timeout: float) -> None:
+        if importlib.util.find_spec("aiohttp") is None:
+            raise ImportError("aiohttp")
+        self._timeout = timeout
+        self._session: Any = None
+        #: a failure below HTTP (mapped by :func:`transport_error`)
+        self.errors: tuple[type[BaseException], ...] = (OSError,)
+        self.timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
+
+    async def post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, Any, bytes]:
+        if self._session is None:
+            import aiohttp
+
+            self.errors = (aiohttp.ClientError, OSError)
+            self._session = aiohttp.ClientSession(
+                # the client's semaphores bound the connections per endpoint
+                connector=aiohttp.TCPConnector(limit=0),
+                timeout=aiohttp.ClientTimeout(total=self._timeout),
+            )
+        async with self._session.post(url, data=body, headers=headers) as r:
+            return r.status, r.headers, await r.read()
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class _HttpxTransport:
+    """POSTs over one pooled ``httpx.AsyncClient`` (made on first use)."""
+
+    name = "httpx"
+
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        self._client: Any = None
+        self.errors: tuple[type[BaseException], ...] = (OSError,)
+        self.timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
+
+    async def post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, Any, bytes]:
+        if self._client is None:
+            import httpx
+
+            self.errors = (httpx.TransportError, OSError)
+            self.timeouts = (TimeoutError, httpx.TimeoutException)
+            self._client = httpx.AsyncClient(
+                timeout=self._timeout,
+                follow_redirects=True,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+            )
+        r = await self._client.post(url, content=body, headers=headers)
+        return r.status_code, r.headers, r.content
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def make_transport(backend: str, timeout: float) -> _AiohttpTransport | _HttpxTransport:
+    """The HTTP transport for ``backend`` (``auto`` | ``aiohttp`` | ``httpx``): ``auto`` takes
+    aiohttp when it is installed, else httpx."""
+    if backend not in HTTP_BACKENDS:
+        raise CCPOError(f"http backend must be one of {', '.join(HTTP_BACKENDS)}, not '{backend}'")
     if backend == "httpx":
-        return None
+        return _HttpxTransport(timeout)
     try:
-        return openai.DefaultAioHttpClient(timeout=timeout)
-    except (AttributeError, RuntimeError):  # an older SDK, or the aiohttp extra is missing
+        return _AiohttpTransport(timeout)
+    except ImportError:
         if backend == "aiohttp":
-            raise CCPOError(
-                "the aiohttp HTTP backend needs the SDK's extra: pip install 'openai[aiohttp]'"
-            ) from None
-        return None
+            raise CCPOError("the aiohttp HTTP backend needs aiohttp: pip install aiohttp") from None
+        return _HttpxTransport(timeout)
+
+
+def chat_url(base_url: str | None) -> str:
+    """Where a chat completion is POSTed: ``{base_url}/chat/completions``; without a base URL,
+    ``$OPENAI_BASE_URL`` or the OpenAI API (as the ``openai`` SDK does)."""
+    base = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
+    return base.rstrip("/") + "/chat/completions"
 
 
 def host_port(base_url: str | None) -> str:
@@ -416,16 +476,18 @@ def _causes(e: BaseException) -> list[BaseException]:
     return chain
 
 
-def transport_error(e: openai.APIConnectionError, endpoint: Endpoint) -> str:
+def transport_error(
+    e: BaseException, endpoint: Endpoint, timeouts: tuple[type[BaseException], ...]
+) -> str:
     """What went wrong below HTTP, in a few words: "connection refused by host:port" when
-    nothing listens there (the SDK's aiohttp transport reports that as a timeout), "timeout"
-    for a real one, else "connection error"."""
+    nothing listens there, "timeout" for a real one (``timeouts``: the transport's time-out
+    exceptions), else "connection error"."""
     chain = _causes(e)
     if any(isinstance(x, ConnectionRefusedError) for x in chain):
         return f"connection refused by {host_port(endpoint.base_url)}"
-    # an OSError below the SDK's timeout (a DNS failure, a reset) is no timeout
+    # an OSError below a time-out (a DNS failure, a reset) is no time-out
     other = any(isinstance(x, OSError) and not isinstance(x, TimeoutError) for x in chain)
-    if isinstance(e, openai.APITimeoutError) and not other:
+    if any(isinstance(x, timeouts) for x in chain) and not other:
         return "timeout"
     return f"connection error ({host_port(endpoint.base_url)})"
 
@@ -508,13 +570,9 @@ class LLMClient:
         self.retry = retry or RetryPolicy()
         self.max_cost = max_cost
         self.ledger = ledger if ledger is not None else SpendLedger()
-        if http_backend not in HTTP_BACKENDS:
-            raise CCPOError(
-                f"http backend must be one of {', '.join(HTTP_BACKENDS)}, not '{http_backend}'"
-            )
         self.http_backend = http_backend
+        self._http = make_transport(http_backend, self.retry.timeout)
         self._rng = random.Random(seed)
-        self._sdk: dict[tuple[str | None, str], openai.AsyncOpenAI] = {}
         self._sems: dict[str | None, asyncio.Semaphore] = {}
         self._inflight: dict[str, asyncio.Future[ChatResult]] = {}
         self._no_logprobs: set[tuple[str | None, str]] = set()
@@ -529,20 +587,29 @@ class LLMClient:
         self.n_retries = 0
 
     # ------------------------------------------------------------------ plumbing
-    def _sdk_for(self, endpoint: Endpoint) -> openai.AsyncOpenAI:
+    def _headers(self, endpoint: Endpoint, request: ChatRequest) -> dict[str, str]:
+        """The request's headers: the endpoint's key as a bearer token (remembered, to be
+        scrubbed from every message), the OpenAI organisation / project from
+        ``$OPENAI_ORG_ID`` / ``$OPENAI_PROJECT_ID`` for the OpenAI API, the ladder step."""
         key = endpoint.resolve_key()
         if key not in self._secrets:
             self._secrets.append(key)
-        k = (endpoint.base_url, key)
-        if k not in self._sdk:
-            self._sdk[k] = openai.AsyncOpenAI(
-                api_key=key,
-                base_url=endpoint.base_url,
-                max_retries=0,
-                timeout=self.retry.timeout,
-                http_client=make_http_client(self.http_backend, self.retry.timeout),
-            )
-        return self._sdk[k]
+        h = {
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": _USER_AGENT,
+        }
+        if is_openai_api(endpoint.base_url):
+            for env, name in (
+                ("OPENAI_ORG_ID", "OpenAI-Organization"),
+                ("OPENAI_PROJECT_ID", "OpenAI-Project"),
+            ):
+                if os.environ.get(env):
+                    h[name] = os.environ[env]
+        if request.step:
+            h.update(request.headers())
+        return h
 
     def _sem_for(self, endpoint: Endpoint) -> asyncio.Semaphore:
         if endpoint.base_url not in self._sems:
@@ -558,10 +625,8 @@ class LLMClient:
         return self.max_cost is None or self.ledger.total < self.max_cost
 
     async def aclose(self) -> None:
-        for c in self._sdk.values():
-            with contextlib.suppress(Exception):  # best effort
-                await c.close()
-        self._sdk.clear()
+        with contextlib.suppress(Exception):  # best effort
+            await self._http.aclose()
 
     # ------------------------------------------------------------------ public
     def _as_sent(self, endpoint: Endpoint, request: ChatRequest) -> ChatRequest:
@@ -743,73 +808,28 @@ class LLMClient:
             self._inflight.pop(key, None)
 
     async def _call(self, endpoint: Endpoint, request: ChatRequest) -> ChatResult:
-        sdk = self._sdk_for(endpoint)
+        """Send ``request`` until it succeeds, retrying the failures :func:`status_error` and
+        :func:`transport_error` deem passing (the one place a call meets the network)."""
+        url = chat_url(endpoint.base_url)
+        headers = self._headers(endpoint, request)
         want_lp = request.logprobs
+        body = _request_body(endpoint.model, request, want_lp)
         attempt = 0
-        last = ""
         while True:
-            kwargs: dict[str, Any] = {
-                "model": endpoint.model,
-                "messages": request.messages,
-                "temperature": request.temperature,
-                "max_tokens": request.max_tokens,
-            }
-            if request.stop:
-                kwargs["stop"] = request.stop
-            if want_lp:
-                kwargs["logprobs"] = True
-                if request.top_logprobs:
-                    kwargs["top_logprobs"] = request.top_logprobs
             self.n_attempts += 1
+            retry_after: float | None = None
             try:
                 async with self._sem_for(endpoint):
-                    # the SDK's documented raw POST: same request, retries-off client and error
-                    # types as chat.completions.create, without the typed-params transform and
-                    # with the body as bytes parsed here (why: docs/decisions.md)
-                    raw = await sdk.post(
-                        "/chat/completions",
-                        cast_to=bytes,
-                        body=kwargs,
-                        options={"headers": request.headers()} if request.step else {},
-                    )
-                return _parse_completion(json.loads(raw), request)
-            except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
-                env = endpoint.api_key_env or "OPENAI_API_KEY"
-                raise CCPOError(
-                    f"{endpoint.where}: authentication failed (HTTP {e.status_code}); check the "
-                    f"API key in ${env} or the config file"
-                ) from None
-            except openai.NotFoundError as e:
-                said = _redact(str(_error_message(e) or ""), self._secrets)[:300]
-                raise CCPOError(
-                    f"{endpoint.where}: not found (HTTP 404"
-                    f"{': ' + said if said else ''}); check the model name and the base URL "
-                    "(it usually ends in /v1)"
-                ) from None
-            except openai.APIStatusError as e:
-                # log-probs refused: an HTTP 400 or 5xx whose message names them (llama_cpp.server
-                # started without --logits_all answers 500 "logprobs is not supported ..."); any
-                # other 400 (a context-length error, say) is this request's problem only
-                if want_lp and _names_logprobs(e):
-                    raise _LogprobsRefused from None
-                if e.status_code not in (408, 409, 429) and e.status_code < 500:
-                    msg = _redact(str(e), self._secrets)[:300]
-                    raise LLMCallError(
-                        f"{endpoint.where}: request refused (HTTP {e.status_code}): {msg}"
-                    ) from None
-                last = f"HTTP {e.status_code}"
-                retry_after = _retry_after(e)
-            except openai.APIConnectionError as e:  # APITimeoutError included
-                last, retry_after = transport_error(e, endpoint), None
-            except (
-                _Malformed,
-                openai.APIResponseValidationError,
-                ValueError,
-                TypeError,
-                KeyError,
-                AttributeError,
-            ) as e:
-                last, retry_after = f"malformed response ({type(e).__name__})", None
+                    status, resp_headers, raw = await self._http.post(url, headers, body)
+                if 200 <= status < 300:
+                    return _parse_completion(json.loads(raw), request)
+                last, retry_after = status_error(
+                    endpoint, status, resp_headers, raw, want_lp, self._secrets
+                )
+            except self._http.errors as e:
+                last = transport_error(e, endpoint, self._http.timeouts)
+            except (_Malformed, ValueError, TypeError, KeyError, AttributeError) as e:
+                last = f"malformed response ({type(e).__name__})"
             if attempt >= self.retry.max_retries:
                 raise LLMCallError(
                     f"{endpoint.where}: giving up after {attempt + 1} attempts (last error: {last})"
@@ -824,21 +844,76 @@ class LLMClient:
             await asyncio.sleep(delay)
 
 
-def _error_message(e: openai.APIStatusError) -> str | None:
-    """The message of an OpenAI-style error body (``{"error": {"message": ...}}``), if any."""
-    body = e.body
+_USER_AGENT = "ccpo (OpenAI-compatible chat client)"
+
+
+def _request_body(model: str, request: ChatRequest, want_lp: bool) -> bytes:
+    """The JSON body of a chat-completion request, as the OpenAI API takes it."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": request.messages,
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
+    }
+    if request.stop:
+        body["stop"] = request.stop
+    if want_lp:
+        body["logprobs"] = True
+        if request.top_logprobs:
+            body["top_logprobs"] = request.top_logprobs
+    return json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+
+def _error_body(raw: bytes) -> tuple[str, str | None]:
+    """An error reply's text and the message of an OpenAI-style body (``{"error": {"message":
+    ...}}`` or ``{"message": ...}``), if any."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text, None
     if isinstance(body, dict):
         inner = body.get("error", body)
         msg = inner.get("message") if isinstance(inner, dict) else None
-        return msg if isinstance(msg, str) else None
-    return None
+        return text, msg if isinstance(msg, str) else None
+    return text, None
 
 
-def _names_logprobs(e: openai.APIStatusError) -> bool:
-    """An HTTP 400 or 5xx whose message or ``param`` names log-probs."""
-    if e.status_code != 400 and e.status_code < 500:
-        return False
-    return "logprob" in str(e).lower() or "logprob" in str(getattr(e, "param", "") or "").lower()
+def status_error(
+    endpoint: Endpoint,
+    status: int,
+    headers: Any,
+    raw: bytes,
+    want_lp: bool,
+    secrets: list[str],
+) -> tuple[str, float | None]:
+    """Map an HTTP error reply: raise when retrying cannot help (401/403: the key; 404: the
+    model or URL; another 4xx but 408/409/429: this request only; log-probs refused:
+    :class:`_LogprobsRefused`), else return (what went wrong, seconds the server asked to wait)
+    for a retry. Every message is scrubbed of ``secrets``."""
+    text, said = _error_body(raw)
+    if status in (401, 403):
+        env = endpoint.api_key_env or "OPENAI_API_KEY"
+        raise CCPOError(
+            f"{endpoint.where}: authentication failed (HTTP {status}); check the "
+            f"API key in ${env} or the config file"
+        )
+    if status == 404:
+        said = _redact(str(said or ""), secrets)[:300]
+        raise CCPOError(
+            f"{endpoint.where}: not found (HTTP 404"
+            f"{': ' + said if said else ''}); check the model name and the base URL "
+            "(it usually ends in /v1)"
+        )
+    # log-probs refused: an HTTP 400 or 5xx whose body names them (llama_cpp.server started
+    # without --logits_all answers 500 "logprobs is not supported ..."); any other 400 (a
+    # context-length error, say) is this request's problem only
+    if want_lp and (status == 400 or status >= 500) and "logprob" in text.lower():
+        raise _LogprobsRefused
+    if status not in (408, 409, 429) and status < 500:
+        msg = _redact(said or text, secrets)[:300]
+        raise LLMCallError(f"{endpoint.where}: request refused (HTTP {status}): {msg}")
+    return f"HTTP {status}", parse_retry_after(headers)
 
 
 def parse_retry_after(headers: Any, now: float | None = None) -> float | None:
@@ -864,7 +939,3 @@ def parse_retry_after(headers: Any, now: float | None = None) -> float | None:
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     return max(0.0, when - (time.time() if now is None else now))
-
-
-def _retry_after(e: openai.APIStatusError) -> float | None:
-    return parse_retry_after(getattr(e.response, "headers", None))

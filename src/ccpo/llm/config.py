@@ -223,7 +223,7 @@ class CollectConfig(EndpointSettings):
     out: str | None = Field(None, description="output .jsonl (append-only, resumable)")
     timeout: float = Field(120.0, gt=0, description="seconds per request")
     max_retries: int = Field(8, ge=0, description="retries per request")
-    http_backend: str = Field("auto", description="SDK HTTP transport: auto | aiohttp | httpx")
+    http_backend: str = Field("auto", description="HTTP transport: auto | aiohttp | httpx")
     stop_at_exit: bool = Field(False, description="LLM-EXIT: stop a question at [EXIT]")
 
     @field_validator("task")

@@ -63,7 +63,7 @@ from ccpo.llm.client import (
     RequestBudget,
     RequestBudgetExceeded,
     SpendLedger,
-    load_sdk,
+    load_http,
     request_budget,
 )
 from ccpo.llm.protocol import RoundOutput, Runner, live_round, make_runner, run_round
@@ -195,7 +195,7 @@ class ConformalAgent:
         self._runners: dict[int, tuple[asyncio.AbstractEventLoop, Runner, ResponseCache]] = {}
         self._closed_spent = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
-        load_sdk()  # now, not on the first question (import ccpo.runtime does not load it)
+        load_http()  # now, not on the first question (import ccpo.runtime does not load it)
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -25,8 +25,9 @@ Both 408 and 503 carry the server's one JSON error body and ``connection: close`
 written to the socket directly, as no request is being answered (or the app is still waiting
 for the body). Connections are counted in uvicorn's own set of open connections, which every
 close path (our close, the client's, a reset, shutdown) leaves through ``connection_lost``.
-Headers larger than h11's limit (16 kB) are refused by uvicorn itself (400); bodies over
-``max_body_bytes`` by :class:`~ccpo.runtime.rails.Guard` (413).
+A request head still incomplete after :data:`MAX_HEAD_BYTES` (h11's own limit) gets a 431 and
+the connection is closed, whichever parser uvicorn runs (httptools has no limit of its own);
+bodies over ``max_body_bytes`` are refused by :class:`~ccpo.runtime.rails.Guard` (413).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ MAX_BACKLOG = 2048
 #: seconds a connection refused over the cap waits for its request's first bytes before it is
 #: closed (see ``GuardedHTTPProtocol.connection_made``)
 REFUSE_LINGER = 0.1
+#: the most bytes a request head may take (h11's default limit, applied to httptools too)
+MAX_HEAD_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,12 @@ def guarded_protocol(
         "busy",
         f"too many open connections ({limits.cap}); retry shortly",
     )
+    head_too_large = _raw_error(
+        431,
+        "Request Header Fields Too Large",
+        "head_too_large",
+        f"request head over {MAX_HEAD_BYTES} bytes",
+    )
     full = [False]  # the cap was reached (warned once until a connection fits again)
 
     class GuardedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
@@ -143,6 +152,7 @@ def guarded_protocol(
             self._deadline: asyncio.TimerHandle | None = None
             self._phase: str | None = None  # "head" | "body" | None: what the timer waits for
             self._cycle_seen: Any = None
+            self._head_bytes = 0  # bytes received of a request head not complete yet
             self._refused = len(self.connections) > self.max_open
             if self._refused:
                 if not full[0]:
@@ -200,11 +210,17 @@ def guarded_protocol(
             super().data_received(data)
             if self._ours():
                 self._track()
+                self._head_bytes = self._head_bytes + len(data) if self._phase == "head" else 0
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    self._disarm()
+                    self.transport.write(head_too_large)
+                    self.transport.close()
             else:
                 self._disarm()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
+            self._head_bytes = 0
             if not self._ours():
                 self._disarm()
             elif self.cycle is not self._cycle_seen:  # a pipelined request has started

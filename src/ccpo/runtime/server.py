@@ -28,8 +28,8 @@ time, never logged); per-client token-bucket rate limits (requests and, separate
 ``server.trusted_proxies``; the limiters remember at most ``max_clients`` addresses); bodies
 over ``max_body_bytes`` → 413. Before those, in the connection itself
 (:mod:`ccpo.runtime.connections`): a request head slower than ``header_timeout`` or a body
-slower than ``body_timeout`` → 408 and closed; connections over ``max_connections`` → 503 and
-closed. Then: questions over ``max_question_chars`` → 422; per-request
+slower than ``body_timeout`` → 408 and closed; a head over 16 kB → 431 and closed;
+connections over ``max_connections`` → 503 and closed. Then: questions over ``max_question_chars`` → 422; per-request
 budget → 402; total budget spent → 503; an LLM endpoint that still fails after its retries →
 502 (the message never shows the upstream URL), with nothing recorded for that request but the
 dollars it paid. A retry of an id still being answered waits for that answer. Every error body
@@ -196,7 +196,8 @@ def create_app(service: Service | None = None) -> FastAPI:
             raise ApiError(503, "unavailable", "no policy loaded")
         return s
 
-    def guarded(_: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Service:
+    async def guarded(_: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Service:
+        # async: a sync dependency would hop to a worker thread on every request
         return svc()
 
     @app.exception_handler(ApiError)

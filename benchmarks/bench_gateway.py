@@ -1,0 +1,418 @@
+"""``ccpo serve`` as a gateway, side by side with the floor (issue 30's table).
+
+    python benchmarks/bench_gateway.py [--reps 3] [--questions 1000] [--c1-questions 60]
+    python benchmarks/bench_gateway.py --base-src /tmp/base   # + rows of another source tree
+
+Everything is real and on 127.0.0.1, each in its own process: a scripted upstream
+(``_upstream.py``: the MMLU world of ``_world.py`` served by aiohttp, ``--latency`` s per
+call), the gateways under test, and this load generator (aiohttp). Rows:
+
+- **floor**: ``_floor.py``, a ~20-line aiohttp pass-through replaying, for each question, the
+  very LLM calls ccpo made for it (recorded once by the upstream before the measurements);
+- **sqlite**: ``ccpo serve`` on a SQLite state file; **pg1** / **pg3**: on one PostgreSQL
+  database (``ccpo.testing.postgres``, fsync on) with 1 and 3 replicas, questions spread
+  round-robin as a load balancer would;
+- **litellm**: the LiteLLM proxy (no database) in front of the upstream, the load generator
+  replaying each question's calls through it; skipped unless ``litellm`` is installed;
+- with ``--base-src DIR``: **sqlite@base** and **pg1@base**, ``ccpo serve`` run from the source
+  tree ``DIR/src`` (e.g. ``git archive <commit> src | tar -x -C DIR``) with uvloop and
+  httptools hidden, to measure a change before/after in the same run.
+
+Every row gets a fresh state database per start (``ccpo serve``'s default config: no response
+cache, no rate limit). Per row and repetition:
+a warm-up, ``--c1-questions`` one at a time, then ``--questions`` at concurrency
+``--concurrency``, while /healthz is polled every 20 ms on a connection of its own. Reported,
+as medians over ``--reps`` interleaved repetitions (rows in turn within each repetition):
+answers/s at c=64, the latency added over the LLM calls' own time (the question's calls ×
+``--latency``) p50 at c=1 and c=64, CPU per question of the gateway processes (and of
+PostgreSQL), /healthz p99 under load; then each row's ratios to the floor and the issue's
+targets (SQLite ≥ 0.6 × the floor's answers/s, PostgreSQL 1 replica ≥ 0.5 ×; added p50 at c=1
+≤ the floor's + 1.5 ms on SQLite, + 3 ms on PostgreSQL). The machine is shared: ratios within
+one interleaved run are what counts, not absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+import numpy as np
+import yaml
+from bench_serve import make_policy
+
+from ccpo.testing import free_port, wait_for_http
+from ccpo.traces.prices import write_price_file
+
+HERE = Path(__file__).resolve().parent
+PRICES = {"bench-base": (0.1, 0.4), "bench-guide": (2.5, 10.0)}
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def question(i: int) -> str:
+    return f"Question {i}: which option is right?\nA. one\nB. two\nC. three\nD. four"
+
+
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` so far (/proc/PID/stat)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLK
+    return total
+
+
+def pg_pids(data_dir: Path) -> list[int]:
+    """The PostgreSQL postmaster and its children (backends, writer, WAL)."""
+    try:
+        master = int((data_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return []
+    kids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == master:
+                kids.append(int(d.name))
+    return [master, *kids]
+
+
+class Gateway:
+    """Processes answering ``POST /v1/answer`` (one URL each) and how to stop them."""
+
+    def __init__(self, procs: list[subprocess.Popen], urls: list[str]) -> None:
+        self.procs, self.urls = procs, urls
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def start_proc(
+    cmd: list[str], url: str, env: dict | None = None, what: str = ""
+) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_for_http(url + "/healthz", proc, 120, what)
+    return proc
+
+
+def start_ccpo(policy: Path, config: Path, state: str, n: int, tag: str, env: dict) -> Gateway:
+    procs, urls = [], []
+    for i in range(n):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(policy),
+               "--config", str(config), "--port", str(port), "--state", state,
+               "--replica", f"{tag}-{i}", "--log-level", "error"]  # fmt: skip
+        procs.append(start_proc(cmd, url, env, f"ccpo serve {tag}-{i}"))
+        urls.append(url)
+    return Gateway(procs, urls)
+
+
+def start_floor(llm_url: str, calls: Path) -> Gateway:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, str(HERE / "_floor.py"), str(port), llm_url, str(calls)]
+    return Gateway([start_proc(cmd, url, what="floor")], [url])
+
+
+def start_litellm(llm_url: str, tmp: Path) -> Gateway:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cfg = {"model_list": [
+        {"model_name": m, "litellm_params": {"model": f"openai/{m}", "api_base": llm_url,
+                                             "api_key": "sk-no-key-required"}}
+        for m in PRICES
+    ]}  # fmt: skip
+    (tmp / "litellm.yaml").write_text(yaml.safe_dump(cfg))
+    exe = shutil.which("litellm") or str(Path(sys.executable).parent / "litellm")
+    cmd = [exe, "--config", str(tmp / "litellm.yaml"), "--port", str(port), "--host", "127.0.0.1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for_http(url + "/health/liveliness", proc, 180, "litellm")
+    return Gateway([proc], [url])
+
+
+async def load(
+    gw: Gateway, ids: list[int], conc: int, calls: dict[str, list[str]] | None = None
+) -> dict:
+    """``ids``' questions, ``conc`` at once, round-robin over the gateway's URLs, /healthz
+    polled meanwhile. ``calls``: replay each question's recorded calls through an
+    OpenAI-compatible proxy (LiteLLM) instead of asking ``/v1/answer``."""
+    sem = asyncio.Semaphore(conc)
+    lat: dict[int, float] = {}
+    errors: list[str] = []
+    health: list[float] = []
+    done = asyncio.Event()
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as http, aiohttp.ClientSession() as side:
+
+        async def one(k: int, i: int) -> None:
+            url = gw.urls[k % len(gw.urls)]
+            async with sem:
+                t0 = time.perf_counter()
+                try:
+                    if calls is None:
+                        async with http.post(
+                            url + "/v1/answer", json={"question": question(i)}
+                        ) as r:
+                            body = await r.read()
+                            if r.status != 200:
+                                errors.append(f"HTTP {r.status}: {body[:200]!r}")
+                                return
+                    else:
+                        for b in calls[str(i)]:
+                            async with http.post(
+                                url + "/v1/chat/completions", data=b,
+                                headers={"Content-Type": "application/json"},
+                            ) as r:  # fmt: skip
+                                body = await r.read()
+                                if r.status != 200:
+                                    errors.append(f"HTTP {r.status}: {body[:200]!r}")
+                                    return
+                except aiohttp.ClientError as e:
+                    errors.append(f"{type(e).__name__}: {str(e)[:120]}")
+                    return
+                lat[i] = time.perf_counter() - t0
+
+        async def poll() -> None:
+            url = gw.urls[0] + ("/healthz" if calls is None else "/health/liveliness")
+            while not done.is_set():
+                t0 = time.perf_counter()
+                try:
+                    async with side.get(url) as r:
+                        await r.read()
+                    health.append(time.perf_counter() - t0)
+                except aiohttp.ClientError:
+                    health.append(float("inf"))
+                await asyncio.sleep(0.02)
+
+        poller = asyncio.create_task(poll())
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(k, i) for k, i in enumerate(ids)))
+        wall = time.perf_counter() - t0
+        done.set()
+        await poller
+    return {"lat": lat, "wall": wall, "errors": errors, "health": health}
+
+
+def added_ms(res: dict, calls: dict[str, list[str]], latency: float) -> np.ndarray:
+    """Each answered question's latency minus its LLM calls' own time (ms)."""
+    return np.asarray([1e3 * (t - len(calls[str(i)]) * latency) for i, t in res["lat"].items()])
+
+
+def measure(
+    start, ids: dict[str, list[int]], calls: dict, args, pg_data: Path | None, replay: bool
+) -> dict:
+    """Start a gateway, warm it, measure c=1 then c=64 (CPU, /healthz), stop it."""
+    gw = start()
+    try:
+        via = calls if replay else None
+        asyncio.run(load(gw, ids["warm"], 8, via))
+        one = asyncio.run(load(gw, ids["c1"], 1, via))
+        pg = pg_pids(pg_data) if pg_data is not None else []
+        c0, p0 = cpu_s(gw.pids), cpu_s(pg)
+        many = asyncio.run(load(gw, ids["many"], args.concurrency, via))
+        c1, p1 = cpu_s(gw.pids), cpu_s(pg)
+    finally:
+        gw.stop()
+    n = max(1, len(many["lat"]))
+    health = np.asarray(many["health"]) * 1e3
+    return {
+        "answers_per_s": len(many["lat"]) / many["wall"],
+        "added_ms_p50_c1": float(np.median(added_ms(one, calls, args.latency))),
+        "added_ms_p50_c64": float(np.median(added_ms(many, calls, args.latency))),
+        "cpu_ms_per_question": 1e3 * (c1 - c0) / n,
+        "pg_cpu_ms_per_question": 1e3 * (p1 - p0) / n if pg else None,
+        "healthz_ms_p99": float(np.percentile(health, 99)) if health.size else None,
+        "errors": len(one["errors"]) + len(many["errors"]),
+        "error_examples": (one["errors"] + many["errors"])[:2],
+    }
+
+
+def median_of(runs: list[dict], key: str) -> float | None:
+    vals = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--questions", type=int, default=1000, help="questions at --concurrency")
+    ap.add_argument("--c1-questions", type=int, default=60, help="questions one at a time")
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--latency", type=float, default=0.02, help="upstream latency per call (s)")
+    ap.add_argument(
+        "--kappa", type=float, default=0.2, help="the policy's κ (0.2: ~3.6 calls/question)"
+    )
+    ap.add_argument("--rows", default="floor,sqlite,pg1,pg3,litellm", help="rows to run")
+    ap.add_argument("--base-src", type=Path, default=None, help="also run ccpo from DIR/src")
+    ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    policy = make_policy(tmp / "policy")
+    prices = write_price_file(tmp / "prices.json", PRICES, "benchmark")
+    up = subprocess.Popen(
+        [sys.executable, str(HERE / "_upstream.py"), str(args.latency)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert up.stdout is not None
+    llm_url = up.stdout.readline().strip()
+    root = llm_url.removesuffix("/v1")
+    n_warm = 24
+    ids = {
+        "warm": list(range(n_warm)),
+        "c1": list(range(n_warm, n_warm + args.c1_questions)),
+        "many": list(
+            range(n_warm + args.c1_questions, n_warm + args.c1_questions + args.questions)
+        ),
+    }
+    every = [i for v in ids.values() for i in v]
+    counter = [0]
+
+    def config() -> Path:
+        """The deploy config (serve's default: no response cache)."""
+        counter[0] += 1
+        cfg = {"task": "mmlu", "base_model": "bench-base", "base_url": llm_url,
+               "guide_model": "bench-guide", "guide_url": llm_url, "prices": [str(prices)],
+               "concurrency": 256, "timeout": 30, "kappa": args.kappa}  # fmt: skip
+        p = tmp / f"deploy-{counter[0]}.yaml"
+        p.write_text(yaml.safe_dump(cfg))
+        return p
+
+    rows = [r for r in args.rows.split(",") if r]
+    if "litellm" in rows and shutil.which("litellm") is None:
+        print("litellm is not installed: its row is skipped", flush=True)
+        rows.remove("litellm")
+    envs: dict[str, dict] = {"": {}}
+    if args.base_src is not None:
+        hide = tmp / "hide"  # the base ran without uvloop and httptools: hide them
+        for mod in ("uvloop", "httptools"):
+            (hide / mod).mkdir(parents=True)
+            (hide / mod / "__init__.py").write_text(
+                "raise ImportError('hidden by the benchmark')\n"
+            )
+        envs["@base"] = {"PYTHONPATH": f"{hide}:{args.base_src.resolve() / 'src'}"}
+        rows += [f"{r}@base" for r in ("sqlite", "pg1") if r in rows]
+
+    out: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": {}}
+    try:
+        from ccpo.testing.postgres import PostgresCluster
+
+        with PostgresCluster(fsync=True) as pg:
+            # record ccpo's calls for every question once (SQLite, the current tree)
+            httpx.post(root + "/record", json={"on": True})
+            gw = start_ccpo(policy, config(), str(tmp / "record.sqlite"), 1, "record", {})
+            try:
+                rec = asyncio.run(load(gw, every, args.concurrency))
+            finally:
+                gw.stop()
+            httpx.post(root + "/record", json={"on": False})
+            calls = httpx.get(root + "/recorded", timeout=60).json()
+            assert not rec["errors"], rec["errors"][:3]
+            missing = [i for i in every if str(i) not in calls]
+            assert not missing, f"no calls recorded for questions {missing[:5]}"
+            calls_path = tmp / "calls.json"
+            calls_path.write_text(json.dumps(calls))
+            per_q = float(np.mean([len(calls[str(i)]) for i in every]))
+            out["llm_calls_per_question"] = per_q
+            print(f"ccpo makes {per_q:.2f} LLM calls per question (κ = {args.kappa})", flush=True)
+
+            def starter(row: str):
+                name, _, suffix = row.partition("@")
+                env = envs["@" + suffix if suffix else ""]
+                if name == "floor":
+                    return lambda: start_floor(llm_url, calls_path)
+                if name == "litellm":
+                    return lambda: start_litellm(llm_url, tmp)
+                if name == "sqlite":
+                    return lambda: start_ccpo(
+                        policy, config(), str(tmp / f"s-{time.time_ns()}.sqlite"), 1, row, env
+                    )
+                k = int(name.removeprefix("pg"))
+                return lambda: start_ccpo(policy, config(), pg.new_database(), k, row, env)
+
+            runs: dict[str, list[dict]] = {r: [] for r in rows}
+            for rep in range(args.reps):
+                for row in rows:
+                    is_pg = row.startswith("pg")
+                    res = measure(
+                        starter(row), ids, calls, args, pg.data if is_pg else None,
+                        replay=row == "litellm",
+                    )  # fmt: skip
+                    runs[row].append(res)
+                    short = {k: round(v, 2) if isinstance(v, float) else v for k, v in res.items()}
+                    print(f"rep {rep} {row}: {json.dumps(short)}", flush=True)
+    finally:
+        up.terminate()
+        up.wait(timeout=20)
+
+    keys = ("answers_per_s", "added_ms_p50_c1", "added_ms_p50_c64", "cpu_ms_per_question",
+            "pg_cpu_ms_per_question", "healthz_ms_p99")  # fmt: skip
+    floor = {k: median_of(runs["floor"], k) for k in keys} if "floor" in runs else None
+    print(
+        f"\nmedians of {args.reps} interleaved repetitions; upstream {args.latency * 1e3:.0f} "
+        f"ms, {out['llm_calls_per_question']:.2f} LLM calls per question, c={args.concurrency}"
+    )
+    print(f"{'row':<12} {'answers/s':>9} {'x floor':>7} {'added p50 c=1':>13} {'c=64':>7} "
+          f"{'CPU ms/q':>8} {'+PG':>5} {'healthz p99':>11} {'errors':>6}")  # fmt: skip
+    for row in rows:
+        med = {k: median_of(runs[row], k) for k in keys}
+        ratio = med["answers_per_s"] / floor["answers_per_s"] if floor else None
+        med["x_floor_answers_per_s"] = ratio
+        if floor:
+            med["added_ms_p50_c1_over_floor"] = med["added_ms_p50_c1"] - floor["added_ms_p50_c1"]
+        med["errors"] = sum(r["errors"] for r in runs[row])
+        med["runs"] = runs[row]
+        out["rows"][row] = med
+
+        def f(v, spec=".1f"):
+            return "-" if v is None else format(v, spec)
+
+        print(f"{row:<12} {f(med['answers_per_s']):>9} {f(ratio, '.2f'):>7} "
+              f"{f(med['added_ms_p50_c1']):>13} {f(med['added_ms_p50_c64']):>7} "
+              f"{f(med['cpu_ms_per_question'], '.2f'):>8} {f(med['pg_cpu_ms_per_question']):>5} "
+              f"{f(med['healthz_ms_p99']):>11} {med['errors']:>6}")  # fmt: skip
+    if floor:
+        print("\ntargets (issue 30):")
+        for row, share, extra in (("sqlite", 0.6, 1.5), ("pg1", 0.5, 3.0)):
+            if row in out["rows"]:
+                m = out["rows"][row]
+                print(f"  {row}: answers/s {m['x_floor_answers_per_s']:.2f} x floor (target >= "
+                      f"{share}); added p50 at c=1 floor {m['added_ms_p50_c1_over_floor']:+.1f} ms "
+                      f"(target <= +{extra})")  # fmt: skip
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
