@@ -22,19 +22,19 @@ Endpoints (the OpenAPI spec is served at ``/openapi.json`` and committed as
   ``GET /metrics.json`` (the same as JSON).
 
 Rails, all checked before a request body is read: optional bearer token
-(``server.auth_token_env`` / ``$CCPO_SERVE_TOKEN`` / ``server.auth_token``; compared in constant
-time, never logged); per-client token-bucket rate limits (requests and, separately, feedbacks)
-→ 429, keyed by the peer's address (``X-Forwarded-For`` is believed only from
+(``server.auth_token_env`` / ``$CCPO_SERVE_TOKEN`` / ``server.auth_token``; compared in
+constant time, never logged); per-client token-bucket rate limits (requests and, separately,
+feedbacks) → 429, keyed by the peer's address (``X-Forwarded-For`` is believed only from
 ``server.trusted_proxies``; the limiters remember at most ``max_clients`` addresses); bodies
 over ``max_body_bytes`` → 413. Before those, in the connection itself
 (:mod:`ccpo.runtime.connections`): a request head slower than ``header_timeout`` or a body
-slower than ``body_timeout`` → 408 and closed; a head over 16 kB → 431 and closed;
-connections over ``max_connections`` → 503 and closed. Then: questions over ``max_question_chars`` → 422; per-request
-budget → 402; total budget spent → 503; an LLM endpoint that still fails after its retries →
-502 (the message never shows the upstream URL), with nothing recorded for that request but the
-dollars it paid. A retry of an id still being answered waits for that answer. Every error body
-is ``{"error": {"type": ..., "message": ...}}``. Refused requests are counted in memory, not
-written one by one.
+slower than ``body_timeout`` → 408 and closed; a head over 16 kB → 431 and closed; connections
+over ``max_connections`` → 503 and closed. Then: questions over ``max_question_chars`` → 422;
+per-request budget → 402; total budget spent → 503; an LLM endpoint that still fails after its
+retries → 502 (the message never shows the upstream URL), with nothing recorded for that
+request but the dollars it paid. A retry of an id still being answered waits for that answer.
+Every error body is ``{"error": {"type": ..., "message": ...}}``. Refused requests are counted
+in memory, not written one by one.
 
 The module holds the app (routes, error handlers, the Prometheus export, uvicorn's settings);
 the service it serves is :mod:`ccpo.runtime.service`, the wire models
