@@ -114,11 +114,15 @@ class ServerMetrics(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
+    status: str = Field(
+        description="ok, or degraded (the state database is away: questions "
+        "get 503 state_unavailable until it is back)"
+    )
     policy: str
     horizon: int
     alpha: float
     kappa: float | None
+    detail: str | None = Field(None, description="why degraded")
 
 
 class ErrorDetail(BaseModel):
