@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import json
 import logging
 import os
@@ -128,6 +127,12 @@ class Lease:
     idle: bool = False
 
 
+class _Insert:
+    """An answer op's result until its row is in (:meth:`Batch.insert_answers`)."""
+
+    error: CCPOError | None = None
+
+
 @dataclass
 class Batch:
     """What an operation sees inside the writer's transaction."""
@@ -137,6 +142,65 @@ class Batch:
     counters: Counters
     lease: Lease
     now: float
+    orphan: Lease  # what a lost lease of this replica held, not yet settled
+    new_lease: bool = True  # this replica has no lease row yet
+    lease_ended: bool = False  # its lease row was deleted (a clean stop)
+    others_busy: bool = False
+    inserted: int = 0
+    replica: str = ""
+    _answers: list[tuple[dict[str, Any], _Insert]] = field(default_factory=list)
+
+    def add_answer(self, answer: dict[str, Any]) -> _Insert:
+        """Queue an answer record for this transaction's one INSERT."""
+        slot = _Insert()
+        self._answers.append((answer, slot))
+        return slot
+
+    def insert_answers(self) -> None:
+        """Insert the queued answer records (one statement per 500) and count those that went
+        in; an id already taken (or repeated here) fails its own op with
+        :class:`DuplicateKey`. Run before anything reads the answers and at the end."""
+        todo, self._answers = self._answers, []
+        for k in range(0, len(todo), 500):
+            chunk, seen = todo[k : k + 500], set()
+            rows = []
+            for a, slot in chunk:
+                if a["id"] in seen:
+                    slot.error = DuplicateKey(f"answer id '{a['id']}' is taken")
+                    continue
+                seen.add(a["id"])
+                rows.append((a["id"], a["question"], json.dumps(a), self.now, self.replica))
+            if not rows:
+                continue
+            went_in = {
+                r[0]
+                for r in self.tx.all(
+                    "INSERT INTO ccpo_answers (id, question, answer, created, replica) VALUES "
+                    + ", ".join(["(?, ?, ?, ?, ?)"] * len(rows))
+                    + " ON CONFLICT (id) DO NOTHING RETURNING id",
+                    [x for row in rows for x in row],
+                )
+            }
+            c = self.counters
+            for a, slot in chunk:
+                if slot.error is not None:
+                    continue
+                if a["id"] not in went_in:
+                    slot.error = DuplicateKey(f"answer id '{a['id']}' is taken")
+                    continue
+                went_in.discard(a["id"])
+                c.requests += 1
+                c.cost_usd += float(a["cost_usd"])
+                c.set_size_sum += len(a["answers"])
+                c.rounds_sum += int(a["rounds"])
+                self.inserted += 1
+
+    @staticmethod
+    def outcome(result: tuple[bool, Any]) -> tuple[bool, Any]:
+        ok, value = result
+        if ok and isinstance(value, _Insert):
+            return (False, value.error) if value.error is not None else (True, None)
+        return result
 
 
 @dataclass
@@ -155,11 +219,41 @@ class _Delta:
 
 @dataclass(eq=False)
 class _Op:
+    """One operation for the writer. Its result goes to ``afut`` (an asyncio future of the
+    caller's loop: results are handed to a loop once per transaction) or to ``fut`` (a
+    thread waiting)."""
+
     fn: Callable[[Batch], Any]
     read: bool = False  # reads only: no row lock, no lease renewal
     undo: Callable[[Any], None] | None = None  # after a commit its caller no longer awaited
-    fut: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    fut: concurrent.futures.Future | None = None
+    afut: asyncio.Future | None = None
     abandoned: bool = False
+
+    def gone(self) -> bool:
+        """The caller stopped waiting (a deadline, a cancellation)."""
+        return self.abandoned or (self.afut is not None and self.afut.done())
+
+
+def _deliver(ops: list[tuple[_Op, bool, Any]]) -> None:
+    """Hand a transaction's results to the awaiting coroutines (in their loop's thread); a
+    result whose caller is gone is undone (a reservation released)."""
+    for op, ok, value in ops:
+        fut = op.afut
+        assert fut is not None
+        if fut.done():
+            if ok and op.undo is not None:
+                op.undo(value)
+        elif ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+
+def _deliver_closed(items: list[tuple[_Op, bool, Any]]) -> None:
+    for op, ok, value in items:
+        if ok and op.undo is not None:
+            op.undo(value)
 
 
 class StateStore:
@@ -315,42 +409,35 @@ class StateStore:
             self._cond.notify()
         return op
 
-    def _gave_up(self, op: _Op, cancelled: bool = False) -> Any:
-        """The caller stops waiting for ``op``: its result if it is in after all; else the
-        writer skips it if not yet taken, or undoes it after its commit (a cancelled caller
-        also has a result that came in undone), and :class:`StateUnavailable` is raised."""
-        with self._cond:  # the writer hands out results under this lock too
-            if op.fut.done() and not cancelled:
-                return op.fut.result()
-            if op.fut.done():
-                if op.undo is not None and op.fut.exception() is None:
-                    op.undo(op.fut.result())
-            else:
-                op.abandoned = True
-        raise StateUnavailable(
+    def _late(self) -> StateUnavailable:
+        return StateUnavailable(
             f"the state database {self.where} did not answer within {self.timeout:g} s"
         )
 
     def _call(self, fn: Callable[[Batch], T], read: bool = False, undo: Any = None) -> T:
         """Run ``fn`` in the writer's next transaction and wait for its commit (any thread
-        but the writer's)."""
-        op = self._submit(_Op(fn, read, undo))
+        but the writer's and no event loop's)."""
+        op = self._submit(_Op(fn, read, undo, fut=concurrent.futures.Future()))
+        assert op.fut is not None
         try:
             return op.fut.result(self.timeout)
         except concurrent.futures.TimeoutError:
-            return self._gave_up(op)
+            with self._cond:  # the writer hands out thread results under this lock too
+                if op.fut.done():
+                    return op.fut.result()
+                op.abandoned = True  # skipped if not taken yet, else undone after its commit
+            raise self._late() from None
 
     async def _acall(self, fn: Callable[[Batch], T], read: bool = False, undo: Any = None) -> T:
-        """:meth:`_call` for the event loop: awaits the commit without blocking the loop."""
-        op = self._submit(_Op(fn, read, undo))
+        """:meth:`_call` for the event loop: awaits the commit without blocking the loop. A
+        caller that stops waiting (deadline, cancellation) leaves its future done: the writer
+        skips the operation if it has not taken it, else its result is undone on delivery."""
+        afut = asyncio.get_running_loop().create_future()
+        self._submit(_Op(fn, read, undo, afut=afut))
         try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(op.fut)), self.timeout)
+            return await asyncio.wait_for(afut, self.timeout)
         except TimeoutError:
-            return self._gave_up(op)
-        except asyncio.CancelledError:
-            with contextlib.suppress(StateUnavailable):
-                self._gave_up(op, cancelled=True)
-            raise
+            raise self._late() from None
 
     def unavailable(self) -> str | None:
         """Why the database is considered away now (None: it is not): the last transaction
@@ -385,7 +472,7 @@ class StateStore:
                 if self._down is not None and time.monotonic() < backoff:
                     ops: list[_Op] = []  # away: eager operations were refused; probe only
                 else:
-                    ops, self._queue = [op for op in self._queue if not op.abandoned], []
+                    ops, self._queue = [op for op in self._queue if not op.gone()], []
                 self._flush_at = None
             beat = time.monotonic() >= next_beat or self._down is not None
             try:
@@ -397,9 +484,7 @@ class StateStore:
                 self._down = why
                 backoff = time.monotonic() + 0.5
                 err = StateUnavailable(f"the state database {self.where} failed: {why}")
-                for op in ops:
-                    if not op.fut.done():
-                        op.fut.set_exception(err)
+                self._hand_out(ops, [(False, err)] * len(ops))
                 continue
             if self._down is not None:
                 log.warning("state database %s is back", self.where)
@@ -409,7 +494,9 @@ class StateStore:
 
     def _run_batch(self, ops: list[_Op], beat: bool = False) -> None:
         """One transaction for ``ops`` (and the pending settlements and counts); each op's
-        result (or its own :class:`CCPOError`) is set after the commit."""
+        result (or its own :class:`CCPOError`) is handed out after the commit. Round trips:
+        the state row (locked), the leases, the answers inserted (one statement), the lease
+        and the state row written back."""
         with self._cond:
             delta, self._delta = self._delta, _Delta()
         writes = beat or bool(delta) or any(not op.read for op in ops)
@@ -417,43 +504,40 @@ class StateStore:
         results: list[tuple[bool, Any]] = []
         try:
             with self.db.write() if writes else self.db.read() as tx:
-                if writes:
-                    row = tx.one(
-                        f"SELECT tracker, counters, {self.db.now} FROM ccpo_state WHERE id = 1"
-                        f"{self.db.lock}"
-                    )
-                else:
-                    row = tx.one(f"SELECT tracker, counters, {self.db.now} FROM ccpo_state")
+                lock = self.db.lock if writes else ""
+                row = tx.one(
+                    f"SELECT tracker, counters, {self.db.now} FROM ccpo_state WHERE id = 1{lock}"
+                )
                 tracker, c = self._parse(row)
                 now = float(row[2])  # type: ignore[index]
-                lease = Lease()
+                b = Batch(tx, tracker, c, Lease(), now, self._orphan, replica=self.replica)
                 if writes:
-                    self._expire(tx, c, now)
-                    if beat:
-                        self._settle_dead_here(tx, c)
-                    lease = self._renew(tx, now)
-                    self._apply(c, lease, delta)
-                b = Batch(tx, tracker, c, lease, now)
+                    self._leases(b, beat)
+                    self._apply(b, delta)
                 for op in ops:
                     try:
                         results.append((True, op.fn(b)))
                     except CCPOError as e:  # this operation's own refusal (a duplicate id, ...)
                         results.append((False, e))
+                b.insert_answers()
                 if writes:
-                    tx.run(
-                        "UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, expires = ?, "
-                        "idle = ? WHERE replica = ?",
-                        (lease.reserved, lease.inflight, now + self.expiry, int(lease.idle),
-                         self.replica),
-                    )  # fmt: skip
+                    lease = b.lease
+                    values = (lease.reserved, lease.inflight, now + self.expiry, int(lease.idle))
+                    if b.new_lease:
+                        tx.run(
+                            "INSERT INTO ccpo_leases (reserved_usd, inflight_usd, expires, idle, "
+                            "replica, host, pid) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (*values, self.replica, self.host, os.getpid()),
+                        )
+                    elif not b.lease_ended:
+                        tx.run(
+                            "UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, "
+                            "expires = ?, idle = ? WHERE replica = ?",
+                            (*values, self.replica),
+                        )
                     tx.run(
                         "UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1",
                         (json.dumps(asdict(tracker)), json.dumps(c.to_json())),
-                    )
-                    busy = tx.one(
-                        "SELECT COUNT(*) FROM ccpo_leases WHERE replica <> ? AND "
-                        "reserved_usd > 0 AND idle = 0",
-                        (self.replica,),
                     )
         except BaseException:
             with self._cond:  # written by none: back to the next transaction
@@ -466,31 +550,85 @@ class StateStore:
             raise
         finally:
             self._busy_since = None
-        self.commits += writes
         if writes:
-            self._mirror = lease
-            self.others_busy = bool(busy and int(busy[0]) > 0)
+            self.commits += 1
+            self._mirror, self._orphan = b.lease, b.orphan
+            self.others_busy = b.others_busy
+            if b.new_lease:
+                self._lease_lost = False
+        self._inserted += b.inserted
         self.tracker, self.counters = tracker, c
         self.counters.rejected += self._delta.rejected
-        with self._cond:  # under the lock a caller giving up takes (see _gave_up)
+        results = [b.outcome(r) for r in results]
+        self._hand_out(ops, results)
+
+    def _hand_out(self, ops: list[_Op], results: list[tuple[bool, Any]]) -> None:
+        """Results to their callers: one hand-over per event loop, thread waiters directly."""
+        loops: dict[asyncio.AbstractEventLoop, list[tuple[_Op, bool, Any]]] = {}
+        with self._cond:  # under the lock a thread giving up takes (see _call)
             for op, (ok, value) in zip(ops, results, strict=True):
-                if op.abandoned:
+                if op.afut is not None:
+                    loops.setdefault(op.afut.get_loop(), []).append((op, ok, value))
+                elif op.abandoned:
                     if ok and op.undo is not None:
                         op.undo(value)
-                elif ok:
-                    op.fut.set_result(value)
-                else:
-                    op.fut.set_exception(value)
+                elif op.fut is not None:
+                    if ok:
+                        op.fut.set_result(value)
+                    else:
+                        op.fut.set_exception(value)
+        for loop, items in loops.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the loop is closed: nobody awaits these any more
+                _deliver_closed(items)
 
     # ------------------------------------------------------------------ leases
+    def _leases(self, b: Batch, beat: bool) -> None:
+        """Every lease in one read: expired ones (and, on a heartbeat, those of dead processes
+        of this host) end, their calls counted as spent at the worst case; this replica's
+        becomes ``b.lease`` (a new one if it has none); ``b.others_busy``: another replica
+        holds money and is not waiting for room."""
+        busy = False
+        for replica, host, pid, reserved, inflight, expires, idle in b.tx.all(
+            "SELECT replica, host, pid, reserved_usd, inflight_usd, expires, idle FROM ccpo_leases"
+        ):
+            reserved, inflight = float(reserved), float(inflight)
+            mine = replica == self.replica
+            dead = float(expires) < b.now or (
+                beat and not mine and host == self.host and _process_gone(int(pid))
+            )
+            if dead:
+                self._release(b, replica, reserved, inflight)
+                self._lease_lost |= mine
+            elif mine:
+                b.lease, b.new_lease = Lease(reserved, inflight, bool(idle)), False
+            elif reserved > 0 and not idle:
+                busy = True
+        b.others_busy = busy
+        if b.new_lease:
+            held = self._mirror
+            if self._lease_lost or held.reserved > 0 or held.inflight > 0:
+                log.warning(
+                    "replica %s: its lease had expired (no transaction for %.0f s); what it "
+                    "held ($%.6f) was counted as spent",
+                    self.replica,
+                    self.expiry,
+                    held.reserved,
+                )
+                b.orphan = Lease(
+                    b.orphan.reserved + held.reserved, b.orphan.inflight + held.inflight
+                )
+
     @staticmethod
-    def _release(tx: Tx, c: Counters, replica: str, reserved: float, inflight: float) -> None:
+    def _release(b: Batch, replica: str, reserved: float, inflight: float) -> None:
         """A lease is over: what it held in calls is spent (at the worst case), the rest is
         free again."""
+        c = b.counters
         c.spent_usd += inflight
         c.inflight_usd = _less(c.inflight_usd, inflight)
         c.reserved_usd = _less(c.reserved_usd, reserved)
-        tx.run("DELETE FROM ccpo_leases WHERE replica = ?", (replica,))
+        b.tx.run("DELETE FROM ccpo_leases WHERE replica = ?", (replica,))
         if inflight > 0 or reserved > 0:
             log.warning(
                 "replica %s is gone: $%.6f it had in calls counted as spent, $%.6f it held "
@@ -500,62 +638,17 @@ class StateStore:
                 max(0.0, reserved - inflight),
             )
 
-    def _expire(self, tx: Tx, c: Counters, now: float) -> None:
-        for replica, reserved, inflight in tx.all(
-            "SELECT replica, reserved_usd, inflight_usd FROM ccpo_leases WHERE expires < ?",
-            (now,),
-        ):
-            if replica == self.replica:
-                self._lease_lost = True
-            self._release(tx, c, replica, reserved, inflight)
-
-    def _settle_dead_here(self, tx: Tx, c: Counters) -> None:
-        """Leases of processes of this host that no longer exist end now, not at expiry."""
-        for replica, pid, reserved, inflight in tx.all(
-            "SELECT replica, pid, reserved_usd, inflight_usd FROM ccpo_leases WHERE host = ?",
-            (self.host,),
-        ):
-            if replica != self.replica and _process_gone(int(pid)):
-                self._release(tx, c, replica, reserved, inflight)
-
-    def _renew(self, tx: Tx, now: float) -> Lease:
-        """This replica's lease (created if absent; renewed when the batch writes it back)."""
-        row = tx.one(
-            "SELECT reserved_usd, inflight_usd, idle FROM ccpo_leases WHERE replica = ?",
-            (self.replica,),
-        )
-        if row is not None:
-            return Lease(float(row[0]), float(row[1]), bool(row[2]))
-        held = self._mirror
-        if self._lease_lost or held.reserved > 0 or held.inflight > 0:
-            log.warning(
-                "replica %s: its lease had expired (no transaction for %.0f s); what it held "
-                "($%.6f) was counted as spent",
-                self.replica,
-                self.expiry,
-                held.reserved,
-            )
-            self._orphan = Lease(
-                self._orphan.reserved + held.reserved, self._orphan.inflight + held.inflight
-            )
-            self._lease_lost = False
-        tx.run(
-            "INSERT INTO ccpo_leases (replica, host, pid, reserved_usd, inflight_usd, expires, "
-            "idle) VALUES (?, ?, ?, 0, 0, ?, 0)",
-            (self.replica, self.host, os.getpid(), now + self.expiry),
-        )
-        return Lease()
-
-    def _apply(self, c: Counters, lease: Lease, d: _Delta) -> None:
+    @staticmethod
+    def _apply(b: Batch, d: _Delta) -> None:
         """Write pending settlements and counts: release ``d.reserved`` (``d.inflight`` of it
         counted in flight) and add ``d.spent``. What a lost lease held is released first,
         from what this replica kept apart (it left the counters when the lease expired)."""
+        c, lease, o = b.counters, b.lease, b.orphan
         c.rejected += d.rejected
         c.errors += d.errors
         c.spent_usd += d.spent
-        o = self._orphan
         r_old, i_old = min(d.reserved, o.reserved), min(d.inflight, o.inflight)
-        self._orphan = Lease(_less(o.reserved, r_old), _less(o.inflight, i_old))
+        b.orphan = Lease(_less(o.reserved, r_old), _less(o.inflight, i_old))
         r, i = (
             min(_less(d.reserved, r_old), lease.reserved),
             min(_less(d.inflight, i_old), lease.inflight),
@@ -641,6 +734,7 @@ class StateStore:
     # ------------------------------------------------------------------ reads
     def _lookup(self, qid: str) -> Callable[[Batch], tuple[str, dict[str, Any], str | None] | None]:
         def fn(b: Batch) -> tuple[str, dict[str, Any], str | None] | None:
+            b.insert_answers()
             row = b.tx.one(
                 "SELECT question, answer, feedback FROM ccpo_answers WHERE id = ?", (qid,)
             )
@@ -697,26 +791,16 @@ class StateStore:
 
         return self._call(fn)
 
-    def _answer_op(self, answer: dict[str, Any]) -> Callable[[Batch], None]:
+    def _answer_op(self, answer: dict[str, Any]) -> Callable[[Batch], _Insert]:
         why = unstorable(answer.get("question", "")) or unstorable(answer.get("id", ""))
         if why:
             raise CCPOError(f"the answer cannot be stored: {why}")
-        self._inserted += 1
-        trim = self._inserted % _TRIM_EVERY == 0
 
-        def fn(b: Batch) -> None:
-            if not b.tx.run(
-                "INSERT INTO ccpo_answers (id, question, answer, created, replica) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                (answer["id"], answer["question"], json.dumps(answer), b.now, self.replica),
-            ):
-                raise DuplicateKey(f"answer id '{answer['id']}' is taken")
-            c = b.counters
-            c.requests += 1
-            c.cost_usd += float(answer["cost_usd"])
-            c.set_size_sum += len(answer["answers"])
-            c.rounds_sum += int(answer["rounds"])
-            if trim:
+        def fn(b: Batch) -> _Insert:
+            slot = b.add_answer(answer)
+            done = self._inserted + b.inserted + len(b._answers)
+            if done // _TRIM_EVERY > (done - 1) // _TRIM_EVERY:  # every 64th: trim the table
+                b.insert_answers()
                 n = int(b.tx.one("SELECT COUNT(*) FROM ccpo_answers")[0])  # type: ignore[index]
                 if n > self.max_records:
                     b.tx.run(
@@ -724,6 +808,7 @@ class StateStore:
                         "ORDER BY created ASC LIMIT ?)",
                         (n - self.max_records,),
                     )
+            return slot
 
         return fn
 
@@ -760,6 +845,7 @@ class StateStore:
         from ccpo.runtime.feedback import FeedbackError
 
         def fn(b: Batch) -> tuple[float, int, int]:
+            b.insert_answers()
             row = b.tx.one(f"SELECT feedback FROM ccpo_answers WHERE id = ?{self.db.lock}", (qid,))
             if row is None:
                 raise FeedbackError(404, f"no answered question with id '{qid}' (or expired)")
@@ -810,8 +896,9 @@ class StateStore:
 
         def end(b: Batch) -> float:
             if b.lease.reserved <= 0 and b.lease.inflight <= 0:
-                b.tx.run("DELETE FROM ccpo_leases WHERE replica = ?", (self.replica,))
-                b.lease.reserved = b.lease.inflight = 0.0
+                if not b.new_lease:
+                    b.tx.run("DELETE FROM ccpo_leases WHERE replica = ?", (self.replica,))
+                b.lease_ended, b.new_lease = True, False
             return b.lease.reserved
 
         try:
