@@ -74,8 +74,13 @@ def _worker(location: str, name: str, seconds: float, conc: int, go, out) -> Non
         return d1 - d0, c1 - c0, t1 - t0
 
     go.wait()
-    n, commits, dt = asyncio.run(main())
-    store.close()
+    try:
+        n, commits, dt = asyncio.run(main())
+    except Exception as e:  # reported by the parent, not left to its queue timeout
+        out.put(repr(e))
+        raise
+    finally:
+        store.close()
     out.put((n, commits, dt))
 
 
@@ -93,6 +98,9 @@ def run_once(location: str, procs: int, seconds: float, conc: int) -> dict[str, 
     xact0 = _xact(location)
     go.set()
     res = [out.get(timeout=seconds + 120) for _ in ps]
+    failed = [r for r in res if isinstance(r, str)]
+    if failed:
+        raise SystemExit(f"a writer process failed: {failed[0]}")
     xact1 = _xact(location)
     for p in ps:
         p.join()

@@ -75,11 +75,11 @@ def wait_billed(world, timeout: float = 30.0) -> None:
 
 class Load:
     """Threads asking questions (and giving feedback on every answer) until stopped; every
-    response kept as (status, json or None, question id, feedback?)."""
+    response kept as (status, json or None, question id, feedback?, seconds)."""
 
     def __init__(self, url: str, threads: int = 6) -> None:
         self.url, self.stop = url, threading.Event()
-        self.seen: list[tuple[int, dict | None, str, bool]] = []
+        self.seen: list[tuple[int, dict | None, str, bool, float]] = []
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._run, args=(k,)) for k in range(threads)]
 
@@ -89,7 +89,7 @@ class Load:
         except ValueError:
             body = None
         with self._lock:
-            self.seen.append((r.status_code, body, qid, feedback))
+            self.seen.append((r.status_code, body, qid, feedback, r.elapsed.total_seconds()))
 
     def _run(self, k: int) -> None:
         with httpx.Client(base_url=self.url, timeout=30) as http:
@@ -114,7 +114,7 @@ class Load:
             t.join(timeout=60)
 
     def answers_ok(self) -> int:
-        return sum(1 for s, _, _, fb in self.seen if s == 200 and not fb)
+        return sum(1 for s, _, _, fb, _ in self.seen if s == 200 and not fb)
 
 
 @pytest.mark.parametrize("fault", ["pause", "stop"])
@@ -157,18 +157,20 @@ def test_database_away_fails_closed_and_recovers(fault, pg, world, policy_dir, p
     wait_billed(world)
     after = make_service(policy_dir, world, prices_path, {"state": url})
     m = after.metrics()
-    acked = [qid for s, _, qid, fb in load.seen if s == 200 and not fb]
-    acked_fb = [qid for s, _, qid, fb in load.seen if s == 200 and fb]
+    acked = [qid for s, _, qid, fb, _ in load.seen if s == 200 and not fb]
+    acked_fb = [qid for s, _, qid, fb, _ in load.seen if s == 200 and fb]
     stored = [after.store.lookup(q) for q in acked]
     after.store.close()
     # /healthz answered all through, and said so while the database was away
     assert all(dt < 1.0 for _, _, dt in health), health
     assert ("degraded" in {s for _, s, _ in health}) and {c for c, _, _ in health} <= {200, 503}
     # every 5xx was the documented JSON; the ones while away said why
-    fives = [(s, b) for s, b, _, _ in load.seen if s >= 500]
-    assert fives and all(b is not None and "error" in b for _, b in fives), fives[:3]
-    assert {b["error"]["type"] for _, b in fives} == {"state_unavailable"}
-    assert all(s in (200, 503) for s, _, _, _ in load.seen)
+    fives = [(s, b, dt) for s, b, _, _, dt in load.seen if s >= 500]
+    assert fives and all(b is not None and "error" in b for _, b, _ in fives), fives[:3]
+    assert {b["error"]["type"] for _, b, _ in fives} == {"state_unavailable"}
+    assert all(s in (200, 503) for s, *_ in load.seen)
+    # refused within the deadline (0.5 s) plus the calls a question had made, not hanging
+    assert max(dt for *_, dt in fives) < 2.5
     assert len(load.seen) > during  # answered again after the fault
     # money: nothing left reserved; every billed dollar recorded
     assert m.reserved_usd == 0.0 and m.inflight_usd == 0.0

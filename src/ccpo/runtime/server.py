@@ -29,8 +29,11 @@ slower than ``body_timeout`` → 408 and closed; connections over ``max_connecti
 closed. Then: questions over ``max_question_chars`` → 422; per-request
 budget → 402; total budget spent → 503; an LLM endpoint that still fails after its retries →
 502 (the message never shows the upstream URL), with nothing recorded for that request but the
-dollars it paid. A retry of an id still being answered waits for that answer. Every error body
-is ``{"error": {"type": ..., "message": ...}}``. Refused requests are counted in memory, not
+dollars it paid; the state database away → 503 ``state_unavailable`` before any LLM call
+(``/healthz`` then answers 503 ``degraded``); the server stopping past its grace period → 503
+``shutting_down``; text the database cannot store (NUL) → 422. A retry of an id still being
+answered waits for that answer. Every error body is ``{"error": {"type": ..., "message":
+...}}``, a bug's 500 (``internal_error``) included. Refused requests are counted in memory, not
 written one by one.
 
 The module holds the app (routes, error handlers, the Prometheus export, uvicorn's settings);

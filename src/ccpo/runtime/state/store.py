@@ -127,12 +127,6 @@ class Lease:
     idle: bool = False
 
 
-class _Insert:
-    """An answer op's result until its row is in (:meth:`Batch.insert_answers`)."""
-
-    error: CCPOError | None = None
-
-
 @dataclass
 class Batch:
     """What an operation sees inside the writer's transaction."""
@@ -146,61 +140,26 @@ class Batch:
     new_lease: bool = True  # this replica has no lease row yet
     lease_ended: bool = False  # its lease row was deleted (a clean stop)
     others_busy: bool = False
-    inserted: int = 0
-    replica: str = ""
-    _answers: list[tuple[dict[str, Any], _Insert]] = field(default_factory=list)
+    inserted: set[str] = field(default_factory=set)  # answer ids this transaction inserted
 
-    def add_answer(self, answer: dict[str, Any]) -> _Insert:
-        """Queue an answer record for this transaction's one INSERT."""
-        slot = _Insert()
-        self._answers.append((answer, slot))
-        return slot
 
-    def insert_answers(self) -> None:
-        """Insert the queued answer records (one statement per 500) and count those that went
-        in; an id already taken (or repeated here) fails its own op with
-        :class:`DuplicateKey`. Run before anything reads the answers and at the end."""
-        todo, self._answers = self._answers, []
-        for k in range(0, len(todo), 500):
-            chunk, seen = todo[k : k + 500], set()
-            rows = []
-            for a, slot in chunk:
-                if a["id"] in seen:
-                    slot.error = DuplicateKey(f"answer id '{a['id']}' is taken")
-                    continue
-                seen.add(a["id"])
-                rows.append((a["id"], a["question"], json.dumps(a), self.now, self.replica))
-            if not rows:
-                continue
-            went_in = {
-                r[0]
-                for r in self.tx.all(
-                    "INSERT INTO ccpo_answers (id, question, answer, created, replica) VALUES "
-                    + ", ".join(["(?, ?, ?, ?, ?)"] * len(rows))
-                    + " ON CONFLICT (id) DO NOTHING RETURNING id",
-                    [x for row in rows for x in row],
-                )
-            }
-            c = self.counters
-            for a, slot in chunk:
-                if slot.error is not None:
-                    continue
-                if a["id"] not in went_in:
-                    slot.error = DuplicateKey(f"answer id '{a['id']}' is taken")
-                    continue
-                went_in.discard(a["id"])
-                c.requests += 1
-                c.cost_usd += float(a["cost_usd"])
-                c.set_size_sum += len(a["answers"])
-                c.rounds_sum += int(a["rounds"])
-                self.inserted += 1
-
-    @staticmethod
-    def outcome(result: tuple[bool, Any]) -> tuple[bool, Any]:
-        ok, value = result
-        if ok and isinstance(value, _Insert):
-            return (False, value.error) if value.error is not None else (True, None)
-        return result
+def insert_answers(tx: Tx, now_sql: str, replica: str, answers: list[dict[str, Any]]) -> set[str]:
+    """Insert answer records, 500 rows a statement, skipping ids already taken; the ids that
+    went in. Run before the state row is locked, so that the lock is held for less."""
+    went_in: set[str] = set()
+    for k in range(0, len(answers), 500):
+        chunk = answers[k : k + 500]
+        rows = [(a["id"], a["question"], json.dumps(a), replica) for a in chunk]
+        went_in |= {
+            r[0]
+            for r in tx.all(
+                "INSERT INTO ccpo_answers (id, question, answer, replica, created) VALUES "
+                + ", ".join([f"(?, ?, ?, ?, {now_sql})"] * len(rows))
+                + " ON CONFLICT (id) DO NOTHING RETURNING id",
+                [x for row in rows for x in row],
+            )
+        }
+    return went_in
 
 
 @dataclass
@@ -225,6 +184,7 @@ class _Op:
 
     fn: Callable[[Batch], Any]
     read: bool = False  # reads only: no row lock, no lease renewal
+    answer: dict[str, Any] | None = None  # an answer record, inserted before the lock
     undo: Callable[[Any], None] | None = None  # after a commit its caller no longer awaited
     fut: concurrent.futures.Future | None = None
     afut: asyncio.Future | None = None
@@ -414,10 +374,21 @@ class StateStore:
             f"the state database {self.where} did not answer within {self.timeout:g} s"
         )
 
+    def _submit_op(self, op: _Op, loop: bool = False) -> _Op:
+        """``op`` with a future for its result (of the running event loop with ``loop``),
+        queued."""
+        if loop:
+            op.afut = asyncio.get_running_loop().create_future()
+        else:
+            op.fut = concurrent.futures.Future()
+        return self._submit(op)
+
     def _call(self, fn: Callable[[Batch], T], read: bool = False, undo: Any = None) -> T:
         """Run ``fn`` in the writer's next transaction and wait for its commit (any thread
         but the writer's and no event loop's)."""
-        op = self._submit(_Op(fn, read, undo, fut=concurrent.futures.Future()))
+        return self._wait(self._submit_op(_Op(fn, read=read, undo=undo)))
+
+    def _wait(self, op: _Op) -> Any:
         assert op.fut is not None
         try:
             return op.fut.result(self.timeout)
@@ -432,10 +403,12 @@ class StateStore:
         """:meth:`_call` for the event loop: awaits the commit without blocking the loop. A
         caller that stops waiting (deadline, cancellation) leaves its future done: the writer
         skips the operation if it has not taken it, else its result is undone on delivery."""
-        afut = asyncio.get_running_loop().create_future()
-        self._submit(_Op(fn, read, undo, afut=afut))
+        return await self._await(self._submit_op(_Op(fn, read=read, undo=undo), loop=True))
+
+    async def _await(self, op: _Op) -> Any:
+        assert op.afut is not None
         try:
-            return await asyncio.wait_for(afut, self.timeout)
+            return await asyncio.wait_for(op.afut, self.timeout)
         except TimeoutError:
             raise self._late() from None
 
@@ -504,13 +477,17 @@ class StateStore:
         results: list[tuple[bool, Any]] = []
         try:
             with self.db.write() if writes else self.db.read() as tx:
+                records = [op.answer for op in ops if op.answer is not None]
+                went_in = (
+                    insert_answers(tx, self.db.now, self.replica, records) if records else set()
+                )
                 lock = self.db.lock if writes else ""
                 row = tx.one(
                     f"SELECT tracker, counters, {self.db.now} FROM ccpo_state WHERE id = 1{lock}"
                 )
                 tracker, c = self._parse(row)
                 now = float(row[2])  # type: ignore[index]
-                b = Batch(tx, tracker, c, Lease(), now, self._orphan, replica=self.replica)
+                b = Batch(tx, tracker, c, Lease(), now, self._orphan, inserted=went_in)
                 if writes:
                     self._leases(b, beat)
                     self._apply(b, delta)
@@ -519,7 +496,8 @@ class StateStore:
                         results.append((True, op.fn(b)))
                     except CCPOError as e:  # this operation's own refusal (a duplicate id, ...)
                         results.append((False, e))
-                b.insert_answers()
+                if went_in:
+                    self._trim(tx, len(went_in))
                 if writes:
                     lease = b.lease
                     values = (lease.reserved, lease.inflight, now + self.expiry, int(lease.idle))
@@ -556,10 +534,8 @@ class StateStore:
             self.others_busy = b.others_busy
             if b.new_lease:
                 self._lease_lost = False
-        self._inserted += b.inserted
         self.tracker, self.counters = tracker, c
         self.counters.rejected += self._delta.rejected
-        results = [b.outcome(r) for r in results]
         self._hand_out(ops, results)
 
     def _hand_out(self, ops: list[_Op], results: list[tuple[bool, Any]]) -> None:
@@ -734,7 +710,6 @@ class StateStore:
     # ------------------------------------------------------------------ reads
     def _lookup(self, qid: str) -> Callable[[Batch], tuple[str, dict[str, Any], str | None] | None]:
         def fn(b: Batch) -> tuple[str, dict[str, Any], str | None] | None:
-            b.insert_answers()
             row = b.tx.one(
                 "SELECT question, answer, feedback FROM ccpo_answers WHERE id = ?", (qid,)
             )
@@ -791,35 +766,44 @@ class StateStore:
 
         return self._call(fn)
 
-    def _answer_op(self, answer: dict[str, Any]) -> Callable[[Batch], _Insert]:
+    def _answer_op(self, answer: dict[str, Any]) -> _Op:
         why = unstorable(answer.get("question", "")) or unstorable(answer.get("id", ""))
         if why:
             raise CCPOError(f"the answer cannot be stored: {why}")
 
-        def fn(b: Batch) -> _Insert:
-            slot = b.add_answer(answer)
-            done = self._inserted + b.inserted + len(b._answers)
-            if done // _TRIM_EVERY > (done - 1) // _TRIM_EVERY:  # every 64th: trim the table
-                b.insert_answers()
-                n = int(b.tx.one("SELECT COUNT(*) FROM ccpo_answers")[0])  # type: ignore[index]
-                if n > self.max_records:
-                    b.tx.run(
-                        "DELETE FROM ccpo_answers WHERE id IN (SELECT id FROM ccpo_answers "
-                        "ORDER BY created ASC LIMIT ?)",
-                        (n - self.max_records,),
-                    )
-            return slot
+        def fn(b: Batch) -> None:
+            if answer["id"] not in b.inserted:  # taken before, or by an earlier op here
+                raise DuplicateKey(f"answer id '{answer['id']}' is taken")
+            b.inserted.discard(answer["id"])
+            c = b.counters
+            c.requests += 1
+            c.cost_usd += float(answer["cost_usd"])
+            c.set_size_sum += len(answer["answers"])
+            c.rounds_sum += int(answer["rounds"])
 
-        return fn
+        return _Op(fn, answer=answer)
+
+    def _trim(self, tx: Tx, added: int) -> None:
+        """Every ``_TRIM_EVERY`` answers, the oldest beyond ``max_records`` go."""
+        before, self._inserted = self._inserted, self._inserted + added
+        if before // _TRIM_EVERY == self._inserted // _TRIM_EVERY:
+            return
+        n = int(tx.one("SELECT COUNT(*) FROM ccpo_answers")[0])  # type: ignore[index]
+        if n > self.max_records:
+            tx.run(
+                "DELETE FROM ccpo_answers WHERE id IN (SELECT id FROM ccpo_answers "
+                "ORDER BY created ASC LIMIT ?)",
+                (n - self.max_records,),
+            )
 
     def record_answer(self, answer: dict[str, Any]) -> None:
         """Store an answered question and count it, durably when it returns;
         :class:`DuplicateKey` if its id is taken."""
-        self._call(self._answer_op(answer))
+        self._wait(self._submit_op(self._answer_op(answer)))
 
     async def arecord_answer(self, answer: dict[str, Any]) -> None:
         """:meth:`record_answer` without blocking the event loop."""
-        await self._acall(self._answer_op(answer))
+        await self._await(self._submit_op(self._answer_op(answer), loop=True))
 
     def count_rejected(self) -> None:
         """Count a request refused before any work: in memory only (written with this
@@ -845,7 +829,6 @@ class StateStore:
         from ccpo.runtime.feedback import FeedbackError
 
         def fn(b: Batch) -> tuple[float, int, int]:
-            b.insert_answers()
             row = b.tx.one(f"SELECT feedback FROM ccpo_answers WHERE id = ?{self.db.lock}", (qid,))
             if row is None:
                 raise FeedbackError(404, f"no answered question with id '{qid}' (or expired)")
