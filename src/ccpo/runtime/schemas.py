@@ -105,7 +105,10 @@ class ServerMetrics(BaseModel):
     alpha: float
     adapt_kappa: bool
     budget_usd: float | None = Field(description="the total budget (max_cost_total)")
-    inflight_usd: float = Field(description="worst case of the LLM calls in flight")
+    inflight_usd: float = Field(
+        description="USD counted as spent should its replica die: the wallets of questions "
+        "being answered, from which their calls draw their worst cases"
+    )
     reserved_usd: float = Field(
         0.0, description="all money reserved: calls in flight and questions admitted"
     )

@@ -141,7 +141,10 @@ _GAUGES = {
     "alpha": ("ccpo_alpha", "target miscoverage alpha"),
     "adapt_kappa": ("ccpo_adapt_kappa", "1 if kappa is updated from feedback"),
     "budget_usd": ("ccpo_budget_usd", "the total budget in USD"),
-    "inflight_usd": ("ccpo_inflight_usd", "worst case of the LLM calls in flight (USD)"),
+    "inflight_usd": (
+        "ccpo_inflight_usd",
+        "USD counted as spent should its replica die: wallets of questions being answered",
+    ),
     "reserved_usd": ("ccpo_reserved_usd", "USD reserved: calls in flight and admitted questions"),
     "uptime_s": ("ccpo_uptime_seconds", "seconds since the server started"),
 }
