@@ -341,3 +341,36 @@ def test_without_a_cap_nothing_stays_reserved_and_calls_are_not_written(
     # the first question pays its calls one reservation each (nothing known yet); every
     # later one: its wallet at admission and its answer (settlements ride along)
     assert commits <= 8 + 1 + 2 * 11 + 2, (commits, calls)
+
+
+def test_a_lost_lease_never_releases_money_held_since(tmp_path):
+    """A replica whose lease expired while the database was away (another replica counted
+    what it held as spent) keeps that apart: settling it later releases nothing that the
+    replica has reserved since, and nothing of another replica's."""
+    from ccpo.learning.conformal import OnlineThreshold
+    from ccpo.runtime.state import StateStore
+
+    path, tr = str(tmp_path / "s.db"), OnlineThreshold(alpha=0.1)
+    a = StateStore(path, "fp", tr, replica="a")
+    b = StateStore(path, "fp", tr, replica="b")
+    try:
+        assert a.reserve(0.5, 1.0, inflight=0.5)  # a wallet, then the database goes away...
+        with a.db.write() as tx:  # ... longer than the expiry
+            tx.run("UPDATE ccpo_leases SET expires = 0 WHERE replica = 'a'")
+        assert b.reserve(0.1, 1.0, inflight=0.1)  # b ends a's lease: 0.5 counted as spent
+        assert b.counters.spent_usd == pytest.approx(0.5)
+        assert a.reserve(0.2, 1.0, inflight=0.2)  # a is back, with a new lease
+        a.settle(0.5, 0.3, inflight=0.5)  # the old wallet settles (its calls cost 0.3)
+        a.flush()
+        c = a.counters
+        assert c.reserved_usd == pytest.approx(0.3) and c.inflight_usd == pytest.approx(0.3)
+        assert c.spent_usd == pytest.approx(0.8)  # counted twice: more than billed, never less
+        assert dict((r, (x, y)) for r, x, y, _ in a.leases()) == {
+            "a": pytest.approx((0.2, 0.2)), "b": pytest.approx((0.1, 0.1)),
+        }  # fmt: skip
+        a.settle(0.2, 0.1, inflight=0.2)
+        a.flush()
+        assert a.counters.reserved_usd == pytest.approx(0.1)  # b's, untouched
+    finally:
+        a.close()
+        b.close()
