@@ -52,7 +52,7 @@ def _worker(location: str, name: str, seconds: float, conc: int, go, out) -> Non
         ledger.settle(WALLET - n * CALL_COST, 0.0)
         await store.arecord_answer({**answer, "id": f"{name}-{i}", "cost_usd": n * CALL_COST})
 
-    async def main() -> tuple[int, int, float]:
+    async def main() -> tuple[int, int, float, int]:
         done = 0
         stop = False
 
@@ -71,17 +71,17 @@ def _worker(location: str, name: str, seconds: float, conc: int, go, out) -> Non
         d1, c1, t1 = done, store.commits, time.perf_counter()
         stop = True
         await asyncio.gather(*tasks)
-        return d1 - d0, c1 - c0, t1 - t0
+        return d1 - d0, c1 - c0, t1 - t0, done
 
     go.wait()
     try:
-        n, commits, dt = asyncio.run(main())
+        n, commits, dt, total = asyncio.run(main())
     except Exception as e:  # reported by the parent, not left to its queue timeout
         out.put(repr(e))
         raise
     finally:
         store.close()
-    out.put((n, commits, dt))
+    out.put((n, commits, dt, total))
 
 
 def run_once(location: str, procs: int, seconds: float, conc: int) -> dict[str, float]:
@@ -104,12 +104,32 @@ def run_once(location: str, procs: int, seconds: float, conc: int) -> dict[str, 
     xact1 = _xact(location)
     for p in ps:
         p.join()
+    _check(location, sum(r[3] for r in res))
     n = sum(r[0] for r in res)
     dt = max(r[2] for r in res)
     row = {"qps": n / dt, "commits_per_q": sum(r[1] for r in res) / n}
     if xact0 is not None and xact1 is not None:
         row["xact_per_q"] = (xact1 - xact0) / n
     return row
+
+
+def _check(location: str, questions: int) -> None:
+    """The store counted every question once and holds nothing back: else the run is void."""
+    from ccpo.runtime.state import StateStore
+
+    s = StateStore(location, "bench", OnlineThreshold(alpha=0.1), replica="check")
+    c = s.counters
+    s.close()
+    expected = _check.seen.get(location, 0) + questions  # type: ignore[attr-defined]
+    _check.seen[location] = expected  # type: ignore[attr-defined]
+    if c.requests != expected or c.reserved_usd > 1e-9 or c.inflight_usd > 1e-9:
+        raise SystemExit(
+            f"{location}: {c.requests} answers recorded for {expected} questions, "
+            f"${c.reserved_usd:.6f} reserved, ${c.inflight_usd:.6f} in flight"
+        )
+
+
+_check.seen = {}  # type: ignore[attr-defined]
 
 
 def _xact(location: str) -> int | None:
