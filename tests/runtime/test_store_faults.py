@@ -162,7 +162,7 @@ def test_database_away_fails_closed_and_recovers(fault, pg, world, policy_dir, p
     stored = [after.store.lookup(q) for q in acked]
     after.store.close()
     # /healthz answered all through, and said so while the database was away
-    assert all(dt < 1.0 for _, _, dt in health), health
+    assert all(dt < 1.5 for _, _, dt in health), health
     assert ("degraded" in {s for _, s, _ in health}) and {c for c, _, _ in health} <= {200, 503}
     # every 5xx was the documented JSON; the ones while away said why
     fives = [(s, b, dt) for s, b, _, _, dt in load.seen if s >= 500]
