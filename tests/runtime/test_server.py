@@ -28,7 +28,10 @@ def post(url: str, path: str, body, token: str | None = None, **kw) -> httpx.Res
 def test_answer_health_metrics(world, policy_dir, prices_path):
     with LiveServer(make_service(policy_dir, world, prices_path)) as ls:
         h = httpx.get(ls.url + "/healthz").json()
-        assert h == {"status": "ok", "policy": "ccpo", "horizon": 4, "alpha": 0.1, "kappa": 0.3}
+        assert h == {
+            "status": "ok", "policy": "ccpo", "horizon": 4, "alpha": 0.1, "kappa": 0.3,
+            "detail": None,
+        }  # fmt: skip
         r = post(ls.url, "/v1/answer", {"question": Q, "id": "a-1"})
         assert r.status_code == 200, r.text
         s = r.json()

@@ -289,12 +289,20 @@ class SpendLedger:
             v[2] += float(call)
             return True
 
+    async def areserve(
+        self, usd: float, cap: float | None, call: bool = False, sent: float = 0.0
+    ) -> bool:
+        """:meth:`try_reserve` for the event loop: a ledger kept in a database
+        (``ccpo.runtime.state``) awaits its commit here without blocking the loop."""
+        return self.try_reserve(usd, cap, call=call, sent=sent)
+
     def settle(
         self, reserved: float, spent: float, call: bool = False, sent: float | None = None
     ) -> None:
         """Release a reservation of ``reserved`` and record the ``spent`` it really cost.
         ``call``: a call is back (no longer in flight), whose worst case was ``sent``
-        (default ``reserved``; more when part of it stays held for its question)."""
+        (default ``reserved``; more when part of it stays held for its question). Never
+        blocks (a database ledger writes it with its next transaction)."""
         with self._values() as v:
             v[1] = max(0.0, v[1] - reserved)
             v[0] += spent
@@ -670,12 +678,12 @@ class LLMClient:
         in flight settle, admitted questions finish and release what they hold);
         :class:`BudgetExceeded` once nothing can free room and it still does not fit.
         ``admitted``: the waiter is an admitted question (it counts as waiting meanwhile)."""
-        if self.ledger.try_reserve(usd, self.max_cost, call=call, sent=sent):
+        if await self.ledger.areserve(usd, self.max_cost, call=call, sent=sent):
             return
         if admitted:
             self.ledger.count(SpendLedger.WAITING, 1)
         try:
-            while not self.ledger.try_reserve(usd, self.max_cost, call=call, sent=sent):
+            while not await self.ledger.areserve(usd, self.max_cost, call=call, sent=sent):
                 if self.ledger.stuck():
                     raise BudgetExceeded(
                         f"budget of ${self.max_cost:.4f} reached (spent "
@@ -722,10 +730,15 @@ class LLMClient:
         :meth:`question_estimate`) fits the budget: hold that much for it until it ends, so
         that questions are not started that the budget cannot finish (their money would be
         wasted). While ``estimate()`` is None (nothing known yet) questions run one at a time.
-        Without ``max_cost`` it only counts. Raises :class:`BudgetExceeded` when the question
-        cannot be admitted."""
+        Without ``max_cost`` nothing waits: ``estimate()`` (when known) is held all the same,
+        so that the question's calls draw their worst cases from it and a ledger kept in a
+        database writes once per question, not per call. Raises :class:`BudgetExceeded` when
+        the question cannot be admitted."""
         if self.max_cost is None:
-            async with self._enveloped(0.0, admitted=False) as env:
+            est = estimate() or 0.0
+            if est > 0:
+                await self.ledger.areserve(est, None)
+            async with self._enveloped(est, admitted=False) as env:
                 yield env
             return
         est = estimate()
@@ -757,6 +770,7 @@ class LLMClient:
             _envelope.reset(token)
             if admitted:
                 self.ledger.count(SpendLedger.ADMITTED, -1)
+            if env.free > 0:  # what its calls did not use (also without a cap: issue 30)
                 self.ledger.settle(env.free, 0.0)
             env.free = 0.0
 
@@ -782,6 +796,9 @@ class LLMClient:
             try:
                 res = await self._call(endpoint, request)
                 cost = res.cost_usd = self._cost(endpoint.model, res)
+            except asyncio.CancelledError:
+                cost = worst  # cut off mid-call (a shutdown): it may have been billed in full
+                raise
             finally:
                 if env is None:
                     self.ledger.settle(worst, cost, call=True)

@@ -70,6 +70,19 @@ class ServerConfig(BaseModel):
         description="seconds a replica's reservations outlive its last sign of life (a dead "
         "replica's calls then count as spent at their worst case); above the longest call",
     )
+    state_timeout: float = Field(
+        2.0,
+        gt=0,
+        description="seconds any operation on the state may take; longer, or while the "
+        "database is away: 503 state_unavailable (no LLM call is made without a durable "
+        "reservation)",
+    )
+    shutdown_grace: float = Field(
+        10.0,
+        ge=0,
+        description="on SIGTERM, seconds in-flight questions may take to finish; then their "
+        "calls are counted as spent at their worst case",
+    )
     auth_token_env: str | None = Field(
         None, description=f"env var with the bearer token [{DEFAULT_TOKEN_ENV} when set]"
     )

@@ -53,7 +53,7 @@ class Counters:
     covered: int = 0
     kappa_moves: int = 0  # feedbacks that moved κ
     kappa_clamped: int = 0  # κ steps cut short by max_delta or the band
-    inflight_usd: float = 0.0  # worst cases of LLM calls sent and not yet settled
+    inflight_usd: float = 0.0  # counted as spent if its replica dies (wallets, calls' worst)
     reserved_usd: float = 0.0  # all reservations: calls in flight and questions admitted
     recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
 

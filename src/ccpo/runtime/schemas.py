@@ -105,7 +105,10 @@ class ServerMetrics(BaseModel):
     alpha: float
     adapt_kappa: bool
     budget_usd: float | None = Field(description="the total budget (max_cost_total)")
-    inflight_usd: float = Field(description="worst case of the LLM calls in flight")
+    inflight_usd: float = Field(
+        description="USD counted as spent should its replica die: the wallets of questions "
+        "being answered, from which their calls draw their worst cases"
+    )
     reserved_usd: float = Field(
         0.0, description="all money reserved: calls in flight and questions admitted"
     )
@@ -114,11 +117,15 @@ class ServerMetrics(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
+    status: str = Field(
+        description="ok, or degraded (the state database is away: questions "
+        "get 503 state_unavailable until it is back)"
+    )
     policy: str
     horizon: int
     alpha: float
     kappa: float | None
+    detail: str | None = Field(None, description="why degraded")
 
 
 class ErrorDetail(BaseModel):

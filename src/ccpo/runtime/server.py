@@ -32,9 +32,12 @@ slower than ``body_timeout`` → 408 and closed; a head over 16 kB → 431 and c
 over ``max_connections`` → 503 and closed. Then: questions over ``max_question_chars`` → 422;
 per-request budget → 402; total budget spent → 503; an LLM endpoint that still fails after its
 retries → 502 (the message never shows the upstream URL), with nothing recorded for that
-request but the dollars it paid. A retry of an id still being answered waits for that answer.
-Every error body is ``{"error": {"type": ..., "message": ...}}``. Refused requests are counted
-in memory, not written one by one.
+request but the dollars it paid; the state database away → 503 ``state_unavailable`` before any
+LLM call (``/healthz`` then answers 503 ``degraded``); the server stopping past its grace
+period → 503 ``shutting_down``; text the database cannot store (NUL) → 422. A retry of an id
+still being answered waits for that answer. Every error body is ``{"error": {"type": ...,
+"message": ...}}``, a bug's 500 (``internal_error``) included. Refused requests are counted in
+memory, not written one by one.
 
 The module holds the app (routes, error handlers, the Prometheus export, uvicorn's settings);
 the service it serves is :mod:`ccpo.runtime.service`, the wire models
@@ -104,12 +107,18 @@ _ANSWER_ERRORS: dict[int | str, dict[str, Any]] = {
     402: {"model": ErrorBody, "description": "the per-request budget would be exceeded"},
     409: {"model": ErrorBody, "description": "id already used for another question"},
     502: {"model": ErrorBody, "description": "an LLM endpoint failed after its retries"},
-    503: {"model": ErrorBody, "description": "the total budget is spent"},
+    503: {
+        "model": ErrorBody,
+        "description": "the total budget is spent (budget_exhausted), the state database is "
+        "away (state_unavailable: no LLM call was made), or the server is stopping "
+        "(shutting_down)",
+    },
 }
 _FEEDBACK_ERRORS: dict[int | str, dict[str, Any]] = {
     **_ERRORS,
     404: {"model": ErrorBody, "description": "unknown (or expired) id"},
     409: {"model": ErrorBody, "description": "feedback already given for this id"},
+    503: {"model": ErrorBody, "description": "the state database is away (state_unavailable)"},
 }
 
 
@@ -136,7 +145,10 @@ _GAUGES = {
     "alpha": ("ccpo_alpha", "target miscoverage alpha"),
     "adapt_kappa": ("ccpo_adapt_kappa", "1 if kappa is updated from feedback"),
     "budget_usd": ("ccpo_budget_usd", "the total budget in USD"),
-    "inflight_usd": ("ccpo_inflight_usd", "worst case of the LLM calls in flight (USD)"),
+    "inflight_usd": (
+        "ccpo_inflight_usd",
+        "USD counted as spent should its replica die: wallets of questions being answered",
+    ),
     "reserved_usd": ("ccpo_reserved_usd", "USD reserved: calls in flight and admitted questions"),
     "uptime_s": ("ccpo_uptime_seconds", "seconds since the server started"),
 }
@@ -218,6 +230,11 @@ def create_app(service: Service | None = None) -> FastAPI:
             s.store.count_rejected()
         return error_response(422, "invalid_request", "; ".join(parts) or "invalid request")
 
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, e: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=e)
+        return error_response(500, "internal_error", f"the server failed ({type(e).__name__})")
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
         return error_response(
@@ -269,7 +286,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         summary="Report the correct answer of a served question (updates coverage and κ)",
     )
     async def feedback(req: FeedbackRequest, s: Service = Depends(guarded)) -> FeedbackResponse:
-        return s.feedback(req)
+        return await s.feedback(req)
 
     @app.get(
         "/metrics",
@@ -282,16 +299,23 @@ def create_app(service: Service | None = None) -> FastAPI:
     async def metrics(s: Service = Depends(guarded)) -> Response:
         """Counters and gauges in the Prometheus text format (auth, no rate limit: for
         scrapers)."""
-        return Response(prometheus_text(s.metrics()), media_type=CONTENT_TYPE_LATEST)
+        return Response(prometheus_text(await s.ametrics()), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/metrics.json", response_model=ServerMetrics, responses={401: _ERRORS[401]})
     async def metrics_json(s: Service = Depends(guarded)) -> ServerMetrics:
         """The same metrics as JSON (counters since the state file was created)."""
-        return s.metrics()
+        return await s.ametrics()
 
-    @app.get("/healthz", response_model=Health)
-    async def healthz() -> Health:
-        return svc().health()
+    @app.get(
+        "/healthz",
+        response_model=Health,
+        responses={503: {"model": Health, "description": "degraded: the state database is away"}},
+    )
+    async def healthz() -> Health | JSONResponse:
+        """Answered without touching the database: 200 ``ok``, or 503 ``degraded`` (with
+        why) while the state database is away."""
+        h = svc().health()
+        return h if h.status == "ok" else JSONResponse(h.model_dump(), status_code=503)
 
     app.add_middleware(tracing.IncomingContext)  # a caller's traceparent (tracing on only)
     return app
@@ -324,7 +348,8 @@ def uvicorn_config(service: Service, log_level: str = "info") -> uvicorn.Config:
         proxy_headers=bool(trusted),
         forwarded_allow_ips=list(trusted) if trusted else None,
         server_header=False,
-        timeout_graceful_shutdown=10,
+        # SIGTERM: questions running get this long; then their calls count at the worst case
+        timeout_graceful_shutdown=cfg.shutdown_grace,  # type: ignore[arg-type]
         # slow and idle clients (connections.py): deadlines for each request head and body, a
         # cap on open connections, the idle time of a kept-alive one
         http=guarded_protocol(

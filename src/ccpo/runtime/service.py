@@ -17,7 +17,7 @@ from ccpo.llm.client import BudgetExceeded, LLMCallError
 from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.config import DeployConfig
-from ccpo.runtime.feedback import FeedbackError, KappaBounds
+from ccpo.runtime.feedback import Counters, FeedbackError, KappaBounds
 from ccpo.runtime.rails import RateLimiter, check_bearer, check_rate
 from ccpo.runtime.schemas import (
     AnswerRequest,
@@ -27,7 +27,13 @@ from ccpo.runtime.schemas import (
     Health,
     ServerMetrics,
 )
-from ccpo.runtime.state import DuplicateKey, StateStore, StoreLedger
+from ccpo.runtime.state import (
+    DuplicateKey,
+    StateStore,
+    StateUnavailable,
+    StoreLedger,
+    unstorable,
+)
 
 log = logging.getLogger("ccpo.serve")
 
@@ -76,6 +82,7 @@ class Service:
             cfg.max_records,
             expiry=cfg.reservation_expiry,
             replica=cfg.replica,
+            timeout=cfg.state_timeout,
         )
         if self.store.restored:
 
@@ -92,6 +99,9 @@ class Service:
         self.limiter = self._limiter(cfg.rate_limit_per_minute, cfg.rate_burst)
         self.feedback_limiter = self._limiter(cfg.feedback_per_minute, cfg.feedback_burst)
         self._answering: dict[str, tuple[str, asyncio.Future[AnswerSet]]] = {}
+        self._active = 0  # questions being answered (awaited on shutdown)
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._upstream = sorted(
             {e.base_url for e in agent.endpoints.values() if e.base_url},
             key=len,
@@ -130,6 +140,38 @@ class Service:
 
     # ------------------------------------------------------------------ handlers
     async def answer(self, req: AnswerRequest) -> AnswerSet:
+        """Answer ``req`` (see :mod:`ccpo.runtime.server`); the state database away: 503
+        ``state_unavailable`` before any LLM call; the server stopping (its grace period
+        over): 503 ``shutting_down``, the calls cut off counted at their worst case."""
+        self._active += 1
+        self._idle.clear()
+        try:
+            return await self._answer_once(req)
+        except StateUnavailable as e:
+            raise ApiError(503, "state_unavailable", str(e)) from None
+        except asyncio.CancelledError:  # only the server's shutdown cancels a request
+            raise ApiError(
+                503, "shutting_down", "the server stopped before the question was answered"
+            ) from None
+        finally:
+            self._active -= 1
+            if not self._active:
+                self._idle.set()
+
+    def _unstorable(self, req: AnswerRequest) -> None:
+        """Text the state database cannot store is refused before any LLM call (422)."""
+        texts = [("question", req.question)]
+        for i, p in enumerate(req.context or []):
+            texts += [
+                (f"context.{i}.{k}", v) for k, v in p.model_dump().items() if isinstance(v, str)
+            ]
+        for where, text in texts:
+            why = unstorable(text)
+            if why:
+                raise self._reject(422, "invalid_request", f"{where}: {why}")
+
+    async def _answer_once(self, req: AnswerRequest) -> AnswerSet:
+        self._unstorable(req)
         if len(req.question) > self.cfg.max_question_chars:
             raise self._reject(
                 422,
@@ -146,7 +188,7 @@ class Service:
                     409, "conflict", f"id '{req.id}' is being answered for another question"
                 )
             return await asyncio.shield(busy[1])
-        old = self.store.lookup(req.id)
+        old = await self.store.alookup(req.id)
         if old is not None:
             if old[0] == req.question:
                 return AnswerSet.model_validate(old[1])
@@ -191,10 +233,12 @@ class Service:
                 "no new LLM calls are made",
             )
         if self.cfg.adapt_kappa:  # κ as feedback at any replica has moved it
-            agent.kappa = self.store.refresh()[0].kappa
+            agent.kappa = (await self.store.arefresh())[0].kappa
         ctx = [p.model_dump() for p in req.context] if req.context else None
         try:
             s = await agent.aanswer(req.question, id=req.id, context=ctx, max_cost=req.max_cost_usd)
+        except StateUnavailable:
+            raise
         except RequestBudgetExceeded as e:
             self.store.record_error()
             raise ApiError(402, "request_budget_exceeded", str(e)) from None
@@ -213,16 +257,22 @@ class Service:
             msg = self.public(f"LLM endpoint unusable: {e}")
             raise ApiError(502, "upstream_error", msg) from None
         try:
-            self.store.record_answer(s.model_dump(mode="json"))
+            await self.store.arecord_answer(s.model_dump(mode="json"))
         except DuplicateKey:
             raise ApiError(
                 409, "conflict", f"id '{s.id}' was used by a concurrent request"
             ) from None
         return s
 
-    def feedback(self, req: FeedbackRequest) -> FeedbackResponse:
+    async def feedback(self, req: FeedbackRequest) -> FeedbackResponse:
+        try:
+            return await self._feedback(req)
+        except StateUnavailable as e:
+            raise ApiError(503, "state_unavailable", str(e)) from None
+
+    async def _feedback(self, req: FeedbackRequest) -> FeedbackResponse:
         agent = self.agent
-        old = self.store.lookup(req.id)
+        old = await self.store.alookup(req.id)
         if old is None:
             raise ApiError(404, "not_found", f"no answered question with id '{req.id}'")
         answers = old[1]["answers"]
@@ -234,7 +284,7 @@ class Service:
                 raise ApiError(422, "invalid_request", "correct_answer: empty after normalisation")
             covered = truth in {agent.normalize(a) for a in answers}
         try:
-            kappa = self.store.record_feedback(
+            kappa, n, n_covered = await self.store.arecord_feedback(
                 req.id,
                 covered,
                 req.model_dump(exclude={"id"}),
@@ -248,18 +298,23 @@ class Service:
             ) from None
         if self.cfg.adapt_kappa:
             agent.kappa = kappa
-        c = self.store.counters
         return FeedbackResponse(
-            id=req.id,
-            covered=covered,
-            kappa=agent.kappa,
-            coverage=c.covered / c.feedback,
-            feedback=c.feedback,
+            id=req.id, covered=covered, kappa=agent.kappa, coverage=n_covered / n, feedback=n
         )
 
     def metrics(self) -> ServerMetrics:
-        """The shared state as every replica sees it now, with this replica's id."""
-        tracker, c = self.store.refresh()
+        """The shared state as every replica sees it now, with this replica's id (blocking:
+        the app awaits :meth:`ametrics`)."""
+        return self._metrics(*self.store.refresh())
+
+    async def ametrics(self) -> ServerMetrics:
+        """:meth:`metrics` without blocking the event loop."""
+        try:
+            return self._metrics(*await self.store.arefresh())
+        except StateUnavailable as e:
+            raise ApiError(503, "state_unavailable", str(e)) from None
+
+    def _metrics(self, tracker: OnlineThreshold, c: Counters) -> ServerMetrics:
         if self.cfg.adapt_kappa:
             self.agent.kappa = tracker.kappa
         point = self.agent.kappa is None
@@ -290,11 +345,26 @@ class Service:
         )
 
     def health(self) -> Health:
+        """``ok``, or ``degraded`` with why (the state database is away: questions get 503
+        until it is back); answered without touching the database."""
         a = self.agent
+        why = self.store.health()
         return Health(
-            status="ok", policy=a.policy.variant, horizon=a.horizon, alpha=a.alpha, kappa=a.kappa
+            status="ok" if why is None else "degraded",
+            policy=a.policy.variant,
+            horizon=a.horizon,
+            alpha=a.alpha,
+            kappa=a.kappa,
+            detail=None if why is None else f"state database unavailable: {why}",
         )
 
     async def aclose(self) -> None:
+        """Stop: questions still running (cancelled by the server after its grace period)
+        settle first, their cut-off calls at the worst case; then what is pending is written
+        and the lease ends (:meth:`StateStore.close`)."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=5.0)
+        except TimeoutError:
+            log.warning("%d questions still running at shutdown", self._active)
         await self.agent.aclose()
-        self.store.close()
+        await asyncio.to_thread(self.store.close)

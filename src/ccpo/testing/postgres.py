@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import uuid
@@ -67,11 +68,37 @@ class PostgresCluster:
         )
         if not self.fsync:
             opts += " -c synchronous_commit=off -c full_page_writes=off"
-        self._run(
-            str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", opts,
-            "-w", "-t", "60", "start",
-        )  # fmt: skip
+        self._opts = opts
+        self.start_server()
         return self
+
+    # ------------------------------------------------------------------ faults (tests)
+    def start_server(self) -> None:
+        """``pg_ctl start`` (again, after :meth:`stop_server`): same port, same data."""
+        self._run(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o",
+            self._opts, "-w", "-t", "60", "start",
+        )  # fmt: skip
+
+    def stop_server(self) -> None:
+        """``pg_ctl stop -m fast``: connections are closed, new ones refused; the data stays."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def _pids(self) -> list[int]:
+        """The postmaster and every process it started (the backends of open connections)."""
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+        return [pid, *(int(x) for x in out.split())]
+
+    def pause(self) -> None:
+        """SIGSTOP the whole server (postmaster and backends): connections stay open and
+        nothing answers, as when a database host hangs. :meth:`resume` undoes it."""
+        for pid in self._pids():
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in self._pids():
+            os.kill(pid, signal.SIGCONT)
 
     @property
     def url(self) -> str:

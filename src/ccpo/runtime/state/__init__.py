@@ -2,11 +2,18 @@
 shared by every replica: an embedded SQLite file by default, PostgreSQL for several replicas.
 
 - :mod:`~ccpo.runtime.state.backends`: the two databases behind one small interface;
-- :mod:`~ccpo.runtime.state.store`: the store (one locked row, leases, schema version);
+- :mod:`~ccpo.runtime.state.store`: the store (one writer per replica committing in groups,
+  one locked row per transaction, leases, deadlines, schema version);
 - :mod:`~ccpo.runtime.state.ledger`: the total budget's ledger on the store.
 """
 
-from ccpo.runtime.state.backends import DuplicateKey, is_database_url, safe_url
+from ccpo.runtime.state.backends import (
+    DuplicateKey,
+    StateUnavailable,
+    is_database_url,
+    safe_url,
+    unstorable,
+)
 from ccpo.runtime.state.ledger import StoreLedger
 from ccpo.runtime.state.store import SCHEMA_VERSION, StateStore
 
@@ -14,7 +21,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "DuplicateKey",
     "StateStore",
+    "StateUnavailable",
     "StoreLedger",
     "is_database_url",
     "safe_url",
+    "unstorable",
 ]

@@ -34,6 +34,23 @@ class DuplicateKey(CCPOError):
     """An insert met a row with the same key (e.g. an answer id used by a concurrent request)."""
 
 
+class StateUnavailable(CCPOError):
+    """The state database did not answer within the deadline, or failed: nothing was done
+    (``ccpo serve`` answers a JSON 503 ``state_unavailable``)."""
+
+
+def unstorable(text: str) -> str | None:
+    """Why ``text`` cannot be stored as text by both backends (None: it can): a NUL character
+    (PostgreSQL refuses it) or a lone surrogate (not UTF-8)."""
+    if "\x00" in text:
+        return "it contains a NUL character (\\u0000)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "it contains a lone surrogate (not valid UTF-8)"
+    return None
+
+
 class Tx(Protocol):
     """One open transaction."""
 
@@ -72,21 +89,22 @@ def safe_url(url: str) -> str:
     return f"{u.scheme}://{user}{u.hostname or ''}{port}{u.path}"
 
 
-def open_backend(location: str | Path | None) -> Backend:
+def open_backend(location: str | Path | None, timeout: float = 5.0) -> Backend:
     """The backend for ``server.state``: None (in memory), a file path (SQLite) or a
-    ``postgresql://USER@HOST:PORT/DB`` URL. Anything else with ``://`` is refused."""
+    ``postgresql://USER@HOST:PORT/DB`` URL. Anything else with ``://`` is refused.
+    ``timeout``: seconds to wait for a connection or the database's lock."""
     if location is None:
-        return SQLiteBackend(None)
+        return SQLiteBackend(None, timeout)
     loc = str(location)
     if not is_database_url(loc):
-        return SQLiteBackend(Path(loc))
+        return SQLiteBackend(Path(loc), timeout)
     scheme = loc.split("://", 1)[0].lower()
     if scheme not in POSTGRES_SCHEMES:
         raise CCPOError(
             f"server.state: '{scheme}://' is not a store ccpo knows; give a SQLite file path or "
             "postgresql://USER@HOST:PORT/DB"
         )
-    return PostgresBackend(loc)
+    return PostgresBackend(loc, connect_timeout=timeout)
 
 
 class _Tx:
@@ -124,7 +142,7 @@ class SQLiteBackend:
     lock = ""
     now = "((julianday('now') - 2440587.5) * 86400.0)"
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, timeout: float = 30.0) -> None:
         self.path = path
         self.where = str(path) if path is not None else "(in memory)"
         self._lock = threading.Lock()
@@ -135,7 +153,7 @@ class SQLiteBackend:
                 str(path) if path else ":memory:",
                 isolation_level=None,
                 check_same_thread=False,
-                timeout=30.0,
+                timeout=timeout,
             )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -206,8 +224,16 @@ class PostgresBackend:
             url,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True},
-            timeout=30.0,
+            # a server gone silent is noticed by TCP keep-alives; a broken connection is
+            # dropped by the pool when the transaction that met it fails
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": max(2, round(connect_timeout)),
+                "keepalives_idle": 10,
+                "keepalives_interval": 5,
+                "keepalives_count": 3,
+            },
+            timeout=connect_timeout,
             open=True,
             name="ccpo-state",
         )

@@ -3,6 +3,8 @@ spends from one budget (:class:`StoreLedger`)."""
 
 from __future__ import annotations
 
+import time
+
 from ccpo.llm.client import SpendLedger
 from ccpo.runtime.state.store import StateStore
 
@@ -10,27 +12,48 @@ from ccpo.runtime.state.store import StateStore
 class StoreLedger(SpendLedger):
     """A :class:`~ccpo.llm.client.SpendLedger` whose money lives in the state store: a
     reservation is admitted only if it fits the budget over *all* replicas (one transaction,
-    :meth:`StateStore.reserve`), a call's worst case is in the store as in flight before the
-    call is sent, and its settlement adds the real cost (:meth:`StateStore.settle`). So a
-    replica killed mid-call leaves its money counted (see the store's leases), and N replicas
-    never spend N budgets.
+    :meth:`StateStore.areserve`, awaited without blocking the event loop) and is durable
+    before the call it is for is sent. Every reserved dollar is counted in flight (spent at
+    its worst case should this replica die): a question's wallet, reserved once at admission,
+    pays its calls' worst cases with no write per call, so the store cannot tell which part
+    of it is in a call. Settlements (:meth:`settle`) never block: they ride on the replica's
+    next transaction (:meth:`StateStore.settle`). So a replica killed mid-call leaves its
+    money counted (see the store's leases), and N replicas never spend N budgets.
 
     ``total`` is all money spent under this state (``absolute``: the client's cap is the whole
     ``max_cost_total``, not what is left of it). The counts of this process's calls and admitted
-    questions stay local (they decide when a waiting question gives up); whether a call is in
-    flight anywhere comes from the store."""
+    questions stay local (they decide when a waiting question gives up); whether another
+    replica holds money it will free comes from the store (its leases' ``idle``)."""
 
-    poll_s = 0.05  # a question waiting for room looks again at this pace (a transaction each)
+    poll_s = 0.05  # a question waiting for room looks again at this pace (rides on batches)
+    stuck_s = 0.5  # nothing frees room for this long (several transactions): give up
     absolute = True
 
     def __init__(self, store: StateStore) -> None:
         super().__init__()
         self.store = store
+        self._stuck_since: float | None = None
+
+    def _idle(self) -> bool:
+        """No call of this replica in flight and every question admitted here waits."""
+        with self._values() as v:
+            return v[2] <= 0 and v[4] >= v[3]
+
+    async def areserve(
+        self, usd: float, cap: float | None, call: bool = False, sent: float = 0.0
+    ) -> bool:
+        # a call drawn wholly from its question's wallet needs no write: the wallet is in
+        # the store, counted in flight, since the question was admitted
+        if usd > 0 and not await self.store.areserve(usd, cap, usd, idle=self._idle):
+            return False
+        with self._values() as v:
+            v[2] += float(call)
+        return True
 
     def try_reserve(
         self, usd: float, cap: float | None, call: bool = False, sent: float = 0.0
     ) -> bool:
-        if not self.store.reserve(usd, cap, inflight=sent if call else 0.0):
+        if usd > 0 and not self.store.reserve(usd, cap, usd, idle=self._idle):
             return False
         with self._values() as v:
             v[2] += float(call)
@@ -39,8 +62,8 @@ class StoreLedger(SpendLedger):
     def settle(
         self, reserved: float, spent: float, call: bool = False, sent: float | None = None
     ) -> None:
-        worst = reserved if sent is None else sent
-        self.store.settle(reserved, spent, inflight=worst if call else 0.0)
+        if reserved > 0 or spent > 0:
+            self.store.settle(reserved, spent, inflight=reserved)
         with self._values() as v:
             v[2] = max(0.0, v[2] - float(call))
 
@@ -53,8 +76,15 @@ class StoreLedger(SpendLedger):
         return self.store.counters.reserved_usd
 
     def stuck(self) -> bool:
-        """No call in flight on any replica (as of this replica's last transaction) and every
-        question admitted here waits for room: nothing will free any."""
-        with self._values() as v:
-            local_idle = v[2] <= 0 and v[4] >= v[3]
-        return local_idle and self.store.counters.inflight_usd <= 1e-12
+        """Nothing will free room: for ``stuck_s`` on end, every question admitted here
+        waited, no call of this replica was in flight, none of its settlements waited to be
+        written, and no other replica held money it was not waiting with (as of this
+        replica's last transactions). The time bridges the moments between a question's
+        admission and its first call, or between two calls of another replica."""
+        now = time.monotonic()
+        if not self._idle() or self.store.others_busy or self.store.pending():
+            self._stuck_since = None
+            return False
+        if self._stuck_since is None:
+            self._stuck_since = now
+        return now - self._stuck_since >= self.stuck_s

@@ -1,57 +1,83 @@
 """The state of ``ccpo serve``, one store for every replica: the total budget's money (spent,
 reserved, in flight), κ with its online tracker, the counters, and the answer sets awaiting
 feedback. The backend is an embedded SQLite file or a shared PostgreSQL database
-(:mod:`ccpo.runtime.state.backends`); the logic here is the same for both.
+(:mod:`ccpo.runtime.state.backends`); the logic here is the same for both. Why this design
+and what it costs: docs/decisions.md ("Group commit and envelopes").
 
-**One lock, at one row.** Every write is one transaction that first locks the single row of
-``ccpo_state`` (``SELECT ... FOR UPDATE`` in PostgreSQL; ``BEGIN IMMEDIATE`` in SQLite), then
-reads the money, κ and counters, changes them and writes them back. All writes of all replicas
-are therefore serialised at that row: a budget check and its reservation are one atomic step
-(no check-then-increment race), a feedback moves κ exactly once, a repeated feedback id finds
-the first one's record. Why a row lock rather than an advisory lock or counters kept apart:
-the row lock is released by commit or by the death of the connection, needs no key to agree
-on, and makes "the state" one consistent read; the price is that writes do not run in
-parallel, which at a few writes per LLM call (milliseconds each) is far from the bottleneck
-(measured in ``benchmarks/bench_replicas.py``).
+**One writer per replica, group commit.** Nothing here runs on the event loop. Every
+operation is handed to the replica's one writer thread, which takes *all* operations pending
+at that moment into one transaction: it locks the single row of ``ccpo_state`` (``SELECT ...
+FOR UPDATE`` in PostgreSQL; ``BEGIN IMMEDIATE`` in SQLite), reads money, κ and counters,
+applies the operations in order, writes the row back and commits. Callers await the commit
+(:meth:`StateStore.areserve`, :meth:`~StateStore.arecord_answer`, ...), so a reservation is
+durable before its call is sent and an acknowledged answer or feedback is in the database.
+The row lock is taken once per batch, not once per operation: under load one commit carries
+many questions. Serialised at that row, a budget check and its reservation are still one
+atomic step over all replicas (no check-then-increment race), a feedback moves κ exactly
+once, a repeated feedback id finds the first one's record.
 
-**Money never forgotten.** A call's worst case is reserved (in the database) before the call
-is sent, and settled with its real cost after (:class:`~ccpo.runtime.state.ledger.
-StoreLedger`). Reservations are held under the replica's **lease** (a ``ccpo_leases`` row with
-an expiry, renewed by every write of the replica and by a heartbeat thread): a replica that
-dies (``kill -9``) stops renewing, and once its lease expires any replica settles what it
-held in calls *as spent at the worst case* (the endpoint may have billed it) and releases
-the rest (money held for questions not yet calling). A lease of a process on the same host
-that no longer exists is settled at once. Nothing is held forever.
+**Settlements never block and are never lost.** Releasing money and adding what a call cost
+(:meth:`StateStore.settle`) is a delta kept in memory and written with the replica's next
+transaction (at the latest ``FLUSH_S`` later, or by the heartbeat); a transaction that fails
+leaves the delta to the next one. Until written, the money stays reserved and counted in the
+lease at its worst case, so the budget errs only on the safe side.
+
+**Money never forgotten.** Reservations are held under the replica's **lease** (a
+``ccpo_leases`` row with an expiry, renewed by every transaction of the replica and by the
+heartbeat): a replica that dies (``kill -9``) stops renewing, and once its lease expires any
+replica settles what it held in calls *as spent at the worst case* (the endpoint may have
+billed it) and releases the rest. A lease of a process on the same host that no longer exists
+is settled at once. A replica that finds its own lease gone (the database was away longer than
+the expiry) keeps what it held then apart (``_orphan``): settling it releases nothing more.
+
+**Deadlines.** Every awaited operation has one (``timeout``): past it, or at once while the
+database is known to be away (the last transaction failed, or one has hung longer than the
+deadline), :class:`StateUnavailable` is raised (``ccpo serve``: a JSON 503
+``state_unavailable``) and nothing is spent. The writer keeps probing and the replica recovers
+by itself when the database answers again (:meth:`StateStore.health`). An operation whose
+caller gave up but which committed anyway is undone (a reservation is released).
 
 **Schema with a version.** Tables are created on first start, with ``schema_version`` in
-``ccpo_meta``; a store of a newer version is refused, a SQLite file of the older one-process
-format (``ccpo.serve-state/v1``) is converted in place. The store records a fingerprint of
-the policy artifact and refuses to be used with another policy.
+``ccpo_meta``; a store of a newer version is refused, older ones are converted in place (v1:
+the one-process SQLite format ``ccpo.serve-state/v1``; v2: leases without ``idle``). The store
+records a fingerprint of the policy artifact and refuses to be used with another policy.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
-from ccpo.runtime.feedback import Counters, FeedbackError, KappaBounds, apply_feedback
-from ccpo.runtime.state.backends import Backend, DuplicateKey, Tx, open_backend
+from ccpo.runtime.feedback import Counters, KappaBounds, apply_feedback
+from ccpo.runtime.state.backends import (
+    Backend,
+    DuplicateKey,
+    StateUnavailable,
+    Tx,
+    open_backend,
+    unstorable,
+)
 
 log = logging.getLogger("ccpo.serve")
 
-SCHEMA_VERSION = 2  # 1: the one-process SQLite format (tables kv, answers)
+SCHEMA_VERSION = 3  # 1: the one-process SQLite format (tables kv, answers); 2: no leases.idle
 STATE_FORMAT = "ccpo.serve-state"
+FLUSH_S = 0.25  # a settlement waits at most this long for a transaction to ride on
 _TRIM_EVERY = 64  # answers inserted between two trims of the answer table
 _SCHEMA_LOCK = 0x63_63_70_6F  # PostgreSQL advisory lock id while creating tables ("ccpo")
+_EPS = 1e-12
 
 _DDL = (
     "CREATE TABLE IF NOT EXISTS ccpo_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -59,7 +85,8 @@ _DDL = (
     " counters TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS ccpo_leases (replica TEXT PRIMARY KEY, host TEXT NOT NULL,"
     " pid INTEGER NOT NULL, reserved_usd DOUBLE PRECISION NOT NULL,"
-    " inflight_usd DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION NOT NULL)",
+    " inflight_usd DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION NOT NULL,"
+    " idle INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS ccpo_answers (id TEXT PRIMARY KEY, question TEXT NOT NULL,"
     " answer TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, feedback TEXT, replica TEXT)",
     "CREATE INDEX IF NOT EXISTS ccpo_answers_created ON ccpo_answers (created)",
@@ -76,7 +103,7 @@ def default_replica_id() -> str:
 def _less(x: float, y: float) -> float:
     """x − y, never below 0, and exactly 0 when only rounding is left (sums of floats)."""
     d = x - y
-    return d if d > 1e-12 else 0.0
+    return d if d > _EPS else 0.0
 
 
 def _process_gone(pid: int) -> bool:
@@ -89,10 +116,110 @@ def _process_gone(pid: int) -> bool:
     return False
 
 
+@dataclass
+class Lease:
+    """This replica's lease as the running transaction sees it: what it holds reserved, the
+    part of that counted as spent if it dies (in flight), and whether all its questions wait
+    for room (``idle``: it will free nothing by itself)."""
+
+    reserved: float = 0.0
+    inflight: float = 0.0
+    idle: bool = False
+
+
+@dataclass
+class Batch:
+    """What an operation sees inside the writer's transaction."""
+
+    tx: Tx
+    tracker: OnlineThreshold
+    counters: Counters
+    lease: Lease
+    now: float
+    orphan: Lease  # what a lost lease of this replica held, not yet settled
+    new_lease: bool = True  # this replica has no lease row yet
+    lease_ended: bool = False  # its lease row was deleted (a clean stop)
+    others_busy: bool = False
+    inserted: set[str] = field(default_factory=set)  # answer ids this transaction inserted
+
+
+def insert_answers(tx: Tx, now_sql: str, replica: str, answers: list[dict[str, Any]]) -> set[str]:
+    """Insert answer records, 500 rows a statement, skipping ids already taken; the ids that
+    went in. Run before the state row is locked, so that the lock is held for less."""
+    went_in: set[str] = set()
+    for k in range(0, len(answers), 500):
+        chunk = answers[k : k + 500]
+        rows = [(a["id"], a["question"], json.dumps(a), replica) for a in chunk]
+        went_in |= {
+            r[0]
+            for r in tx.all(
+                "INSERT INTO ccpo_answers (id, question, answer, replica, created) VALUES "
+                + ", ".join([f"(?, ?, ?, ?, {now_sql})"] * len(rows))
+                + " ON CONFLICT (id) DO NOTHING RETURNING id",
+                [x for row in rows for x in row],
+            )
+        }
+    return went_in
+
+
+@dataclass
+class _Delta:
+    """Settlements and counts not yet written: added to the next transaction."""
+
+    reserved: float = 0.0
+    spent: float = 0.0
+    inflight: float = 0.0
+    rejected: int = 0
+    errors: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.reserved or self.spent or self.inflight or self.rejected or self.errors)
+
+
+@dataclass(eq=False)
+class _Op:
+    """One operation for the writer. Its result goes to ``afut`` (an asyncio future of the
+    caller's loop: results are handed to a loop once per transaction) or to ``fut`` (a
+    thread waiting)."""
+
+    fn: Callable[[Batch], Any]
+    read: bool = False  # reads only: no row lock, no lease renewal
+    answer: dict[str, Any] | None = None  # an answer record, inserted before the lock
+    undo: Callable[[Any], None] | None = None  # after a commit its caller no longer awaited
+    fut: concurrent.futures.Future | None = None
+    afut: asyncio.Future | None = None
+    abandoned: bool = False
+
+    def gone(self) -> bool:
+        """The caller stopped waiting (a deadline, a cancellation)."""
+        return self.abandoned or (self.afut is not None and self.afut.done())
+
+
+def _deliver(ops: list[tuple[_Op, bool, Any]]) -> None:
+    """Hand a transaction's results to the awaiting coroutines (in their loop's thread); a
+    result whose caller is gone is undone (a reservation released)."""
+    for op, ok, value in ops:
+        fut = op.afut
+        assert fut is not None
+        if fut.done():
+            if ok and op.undo is not None:
+                op.undo(value)
+        elif ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+
+def _deliver_closed(items: list[tuple[_Op, bool, Any]]) -> None:
+    for op, ok, value in items:
+        if ok and op.undo is not None:
+            op.undo(value)
+
+
 class StateStore:
     """The serve state on a backend; ``location``: None (in memory), a SQLite path or a
     PostgreSQL URL. ``expiry``: seconds a replica's lease (and so its reservations) outlives
-    its last sign of life."""
+    its last sign of life. ``timeout``: the deadline of every operation (seconds)."""
 
     def __init__(
         self,
@@ -102,24 +229,36 @@ class StateStore:
         max_records: int = 100_000,
         expiry: float = 120.0,
         replica: str | None = None,
+        timeout: float = 2.0,
     ) -> None:
-        self.db: Backend = open_backend(location)
+        self.timeout = float(timeout)
+        self.db: Backend = open_backend(location, timeout=self.timeout)
         self.where = self.db.where
         self.max_records = max_records
         self.expiry = float(expiry)
         self.replica = replica or default_replica_id()
         self.host = socket.gethostname()
-        self._pending_rejected = 0
         self._inserted = 0
         self._lease_lost = False
+        self._mirror = Lease()  # the lease as this replica's last commit left it
+        self._orphan = Lease()  # what a lost lease held (counted as spent when it expired)
+        self.others_busy = False  # another replica holds money it will free by itself
+        self.commits = 0  # transactions committed by the writer (benchmarks, tests)
+        self._delta = _Delta()
+        self._queue: list[_Op] = []
+        self._cond = threading.Condition()
+        self._flush_at: float | None = None
+        self._busy_since: float | None = None  # a transaction has been running since
+        self._down: str | None = None  # why the last transaction failed (None: it did not)
+        self._closing = False
         try:
             self.restored = self._open(fingerprint, tracker)
         except BaseException:
             self.db.close()
             raise
         self._stop = threading.Event()
-        self._beat = threading.Thread(target=self._heartbeat, name="ccpo-lease", daemon=True)
-        self._beat.start()
+        self._writer = threading.Thread(target=self._write_loop, name="ccpo-state", daemon=True)
+        self._writer.start()
 
     # ------------------------------------------------------------------ schema
     def _open(self, fingerprint: str, tracker: OnlineThreshold) -> bool:
@@ -146,11 +285,17 @@ class StateStore:
                         f"{self.where}: this state belongs to another policy artifact; use "
                         "another state (or delete it to start afresh)"
                     )
+                if version == 2:  # leases learn whether their replica waits for room
+                    tx.run("ALTER TABLE ccpo_leases ADD COLUMN idle INTEGER NOT NULL DEFAULT 0")
+                    tx.run(
+                        "UPDATE ccpo_meta SET value = ? WHERE key = 'schema_version'",
+                        (str(SCHEMA_VERSION),),
+                    )
                 restored = True
             else:
                 self._create(tx, fingerprint, tracker, Counters())
                 restored = False
-        self._mutate(self._beat_once)
+        self._run_batch([], beat=True)
         return restored
 
     @staticmethod
@@ -210,38 +355,256 @@ class StateStore:
             raise CCPOError(f"{self.where}: the state row is missing; was it cleared?")
         return OnlineThreshold(**json.loads(row[0])), Counters.from_json(json.loads(row[1]))
 
-    # ------------------------------------------------------------------ the one write path
-    def _mutate(self, change: Callable[[Tx, OnlineThreshold, Counters, float], T]) -> T:
-        """Lock the state row, expire dead leases, apply ``change(tx, tracker, counters,
-        now)``, write the row back; one transaction (nothing of it stays on failure)."""
-        with self.db.write() as tx:
-            row = tx.one(
-                f"SELECT tracker, counters, {self.db.now} FROM ccpo_state WHERE id = 1"
-                f"{self.db.lock}"
-            )
-            tracker, c = self._parse(row)
-            now = float(row[2])  # type: ignore[index]
-            self._expire(tx, c, now)
-            pending = self._pending_rejected
-            c.rejected += pending
-            out = change(tx, tracker, c, now)
-            tx.run(
-                "UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1",
-                (json.dumps(asdict(tracker)), json.dumps(c.to_json())),
-            )
-        self._pending_rejected -= pending
+    # ------------------------------------------------------------------ the writer
+    def _submit(self, op: _Op) -> _Op:
+        """Queue ``op`` for the writer's next transaction; :class:`StateUnavailable` at once
+        while the database is known to be away (nothing queued)."""
+        why = self.unavailable()
+        if why is not None:
+            raise StateUnavailable(f"the state database {self.where} is unavailable: {why}")
+        with self._cond:
+            if self._closing:
+                raise StateUnavailable("the state store is closing (the server is stopping)")
+            self._queue.append(op)
+            self._cond.notify()
+        return op
+
+    def _late(self) -> StateUnavailable:
+        return StateUnavailable(
+            f"the state database {self.where} did not answer within {self.timeout:g} s"
+        )
+
+    def _submit_op(self, op: _Op, loop: bool = False) -> _Op:
+        """``op`` with a future for its result (of the running event loop with ``loop``),
+        queued."""
+        if loop:
+            op.afut = asyncio.get_running_loop().create_future()
+        else:
+            op.fut = concurrent.futures.Future()
+        return self._submit(op)
+
+    def _call(self, fn: Callable[[Batch], T], read: bool = False, undo: Any = None) -> T:
+        """Run ``fn`` in the writer's next transaction and wait for its commit (any thread
+        but the writer's and no event loop's)."""
+        return self._wait(self._submit_op(_Op(fn, read=read, undo=undo)))
+
+    def _wait(self, op: _Op) -> Any:
+        assert op.fut is not None
+        try:
+            return op.fut.result(self.timeout)
+        except concurrent.futures.TimeoutError:
+            with self._cond:  # the writer hands out thread results under this lock too
+                if op.fut.done():
+                    return op.fut.result()
+                op.abandoned = True  # skipped if not taken yet, else undone after its commit
+            raise self._late() from None
+
+    async def _acall(self, fn: Callable[[Batch], T], read: bool = False, undo: Any = None) -> T:
+        """:meth:`_call` for the event loop: awaits the commit without blocking the loop. A
+        caller that stops waiting (deadline, cancellation) leaves its future done: the writer
+        skips the operation if it has not taken it, else its result is undone on delivery."""
+        return await self._await(self._submit_op(_Op(fn, read=read, undo=undo), loop=True))
+
+    async def _await(self, op: _Op) -> Any:
+        assert op.afut is not None
+        try:
+            return await asyncio.wait_for(op.afut, self.timeout)
+        except TimeoutError:
+            raise self._late() from None
+
+    def unavailable(self) -> str | None:
+        """Why the database is considered away now (None: it is not): the last transaction
+        failed, or the one running has taken longer than the deadline."""
+        if self._down is not None:
+            return self._down
+        since = self._busy_since
+        if since is not None and time.monotonic() - since > self.timeout:
+            return f"a transaction has waited {time.monotonic() - since:.1f} s for it"
+        return None
+
+    def _write_loop(self) -> None:
+        beat_every = self.expiry / 4
+        next_beat = time.monotonic() + beat_every
+        backoff = 0.0
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    if self._stop.is_set():
+                        return
+                    if self._queue or (self._closing and self._delta):
+                        break
+                    if self._flush_at is not None and now >= self._flush_at:
+                        break
+                    if now >= next_beat or (self._down is not None and now >= backoff):
+                        break
+                    wake = next_beat if self._down is None else backoff
+                    if self._flush_at is not None:
+                        wake = min(wake, self._flush_at)
+                    self._cond.wait(max(0.0, wake - now))
+                if self._down is not None and time.monotonic() < backoff:
+                    ops: list[_Op] = []  # away: eager operations were refused; probe only
+                else:
+                    ops, self._queue = [op for op in self._queue if not op.gone()], []
+                self._flush_at = None
+            beat = time.monotonic() >= next_beat or self._down is not None
+            try:
+                self._run_batch(ops, beat=beat)
+            except Exception as e:  # the database is away (or refused the transaction)
+                why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                if self._down is None:
+                    log.warning("state database %s unavailable: %s", self.where, why)
+                self._down = why
+                backoff = time.monotonic() + 0.5
+                err = StateUnavailable(f"the state database {self.where} failed: {why}")
+                self._hand_out(ops, [(False, err)] * len(ops))
+                continue
+            if self._down is not None:
+                log.warning("state database %s is back", self.where)
+                self._down = None
+            if beat:
+                next_beat = time.monotonic() + beat_every
+
+    def _run_batch(self, ops: list[_Op], beat: bool = False) -> None:
+        """One transaction for ``ops`` (and the pending settlements and counts); each op's
+        result (or its own :class:`CCPOError`) is handed out after the commit. Round trips:
+        the state row (locked), the leases, the answers inserted (one statement), the lease
+        and the state row written back."""
+        with self._cond:
+            delta, self._delta = self._delta, _Delta()
+        writes = beat or bool(delta) or any(not op.read for op in ops)
+        self._busy_since = time.monotonic()
+        results: list[tuple[bool, Any]] = []
+        try:
+            with self.db.write() if writes else self.db.read() as tx:
+                records = [op.answer for op in ops if op.answer is not None]
+                went_in = (
+                    insert_answers(tx, self.db.now, self.replica, records) if records else set()
+                )
+                lock = self.db.lock if writes else ""
+                row = tx.one(
+                    f"SELECT tracker, counters, {self.db.now} FROM ccpo_state WHERE id = 1{lock}"
+                )
+                tracker, c = self._parse(row)
+                now = float(row[2])  # type: ignore[index]
+                b = Batch(tx, tracker, c, Lease(), now, self._orphan, inserted=went_in)
+                if writes:
+                    self._leases(b, beat)
+                    self._apply(b, delta)
+                for op in ops:
+                    try:
+                        results.append((True, op.fn(b)))
+                    except CCPOError as e:  # this operation's own refusal (a duplicate id, ...)
+                        results.append((False, e))
+                if went_in:
+                    self._trim(tx, len(went_in))
+                if writes:
+                    lease = b.lease
+                    values = (lease.reserved, lease.inflight, now + self.expiry, int(lease.idle))
+                    if b.new_lease:
+                        tx.run(
+                            "INSERT INTO ccpo_leases (reserved_usd, inflight_usd, expires, idle, "
+                            "replica, host, pid) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (*values, self.replica, self.host, os.getpid()),
+                        )
+                    elif not b.lease_ended:
+                        tx.run(
+                            "UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, "
+                            "expires = ?, idle = ? WHERE replica = ?",
+                            (*values, self.replica),
+                        )
+                    tx.run(
+                        "UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1",
+                        (json.dumps(asdict(tracker)), json.dumps(c.to_json())),
+                    )
+        except BaseException:
+            with self._cond:  # written by none: back to the next transaction
+                d = self._delta
+                d.reserved += delta.reserved
+                d.spent += delta.spent
+                d.inflight += delta.inflight
+                d.rejected += delta.rejected
+                d.errors += delta.errors
+            raise
+        finally:
+            self._busy_since = None
+        if writes:
+            self.commits += 1
+            self._mirror, self._orphan = b.lease, b.orphan
+            self.others_busy = b.others_busy
+            if b.new_lease:
+                self._lease_lost = False
         self.tracker, self.counters = tracker, c
-        return out
+        self.counters.rejected += self._delta.rejected
+        self._hand_out(ops, results)
+
+    def _hand_out(self, ops: list[_Op], results: list[tuple[bool, Any]]) -> None:
+        """Results to their callers: one hand-over per event loop, thread waiters directly."""
+        loops: dict[asyncio.AbstractEventLoop, list[tuple[_Op, bool, Any]]] = {}
+        with self._cond:  # under the lock a thread giving up takes (see _call)
+            for op, (ok, value) in zip(ops, results, strict=True):
+                if op.afut is not None:
+                    loops.setdefault(op.afut.get_loop(), []).append((op, ok, value))
+                elif op.abandoned:
+                    if ok and op.undo is not None:
+                        op.undo(value)
+                elif op.fut is not None:
+                    if ok:
+                        op.fut.set_result(value)
+                    else:
+                        op.fut.set_exception(value)
+        for loop, items in loops.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the loop is closed: nobody awaits these any more
+                _deliver_closed(items)
 
     # ------------------------------------------------------------------ leases
+    def _leases(self, b: Batch, beat: bool) -> None:
+        """Every lease in one read: expired ones (and, on a heartbeat, those of dead processes
+        of this host) end, their calls counted as spent at the worst case; this replica's
+        becomes ``b.lease`` (a new one if it has none); ``b.others_busy``: another replica
+        holds money and is not waiting for room."""
+        busy = False
+        for replica, host, pid, reserved, inflight, expires, idle in b.tx.all(
+            "SELECT replica, host, pid, reserved_usd, inflight_usd, expires, idle FROM ccpo_leases"
+        ):
+            reserved, inflight = float(reserved), float(inflight)
+            mine = replica == self.replica
+            dead = float(expires) < b.now or (
+                beat and not mine and host == self.host and _process_gone(int(pid))
+            )
+            if dead:
+                self._release(b, replica, reserved, inflight)
+                self._lease_lost |= mine
+            elif mine:
+                b.lease, b.new_lease = Lease(reserved, inflight, bool(idle)), False
+            elif reserved > 0 and not idle:
+                busy = True
+        b.others_busy = busy
+        if b.new_lease:
+            held = self._mirror
+            if self._lease_lost or held.reserved > 0 or held.inflight > 0:
+                log.warning(
+                    "replica %s: its lease had expired (no transaction for %.0f s); what it "
+                    "held ($%.6f) was counted as spent",
+                    self.replica,
+                    self.expiry,
+                    held.reserved,
+                )
+                b.orphan = Lease(
+                    b.orphan.reserved + held.reserved, b.orphan.inflight + held.inflight
+                )
+
     @staticmethod
-    def _release(tx: Tx, c: Counters, replica: str, reserved: float, inflight: float) -> None:
+    def _release(b: Batch, replica: str, reserved: float, inflight: float) -> None:
         """A lease is over: what it held in calls is spent (at the worst case), the rest is
         free again."""
+        c = b.counters
         c.spent_usd += inflight
         c.inflight_usd = _less(c.inflight_usd, inflight)
         c.reserved_usd = _less(c.reserved_usd, reserved)
-        tx.run("DELETE FROM ccpo_leases WHERE replica = ?", (replica,))
+        b.tx.run("DELETE FROM ccpo_leases WHERE replica = ?", (replica,))
         if inflight > 0 or reserved > 0:
             log.warning(
                 "replica %s is gone: $%.6f it had in calls counted as spent, $%.6f it held "
@@ -251,116 +614,124 @@ class StateStore:
                 max(0.0, reserved - inflight),
             )
 
-    def _expire(self, tx: Tx, c: Counters, now: float) -> None:
-        for replica, reserved, inflight in tx.all(
-            "SELECT replica, reserved_usd, inflight_usd FROM ccpo_leases WHERE expires < ?",
-            (now,),
-        ):
-            if replica == self.replica:
-                self._lease_lost = True
-            self._release(tx, c, replica, reserved, inflight)
-
-    def _settle_dead_here(self, tx: Tx, tracker: OnlineThreshold, c: Counters, now: float) -> None:
-        """Leases of processes of this host that no longer exist end now, not at expiry."""
-        for replica, pid, reserved, inflight in tx.all(
-            "SELECT replica, pid, reserved_usd, inflight_usd FROM ccpo_leases WHERE host = ?",
-            (self.host,),
-        ):
-            if replica != self.replica and _process_gone(int(pid)):
-                self._release(tx, c, replica, reserved, inflight)
-
-    def _renew(self, tx: Tx, now: float) -> tuple[float, float]:
-        """This replica's lease, renewed (created if absent): (reserved, in flight) it holds."""
-        row = tx.one(
-            "SELECT reserved_usd, inflight_usd FROM ccpo_leases WHERE replica = ?",
-            (self.replica,),
+    @staticmethod
+    def _apply(b: Batch, d: _Delta) -> None:
+        """Write pending settlements and counts: release ``d.reserved`` (``d.inflight`` of it
+        counted in flight) and add ``d.spent``. What a lost lease held is released first,
+        from what this replica kept apart (it left the counters when the lease expired)."""
+        c, lease, o = b.counters, b.lease, b.orphan
+        c.rejected += d.rejected
+        c.errors += d.errors
+        c.spent_usd += d.spent
+        r_old, i_old = min(d.reserved, o.reserved), min(d.inflight, o.inflight)
+        b.orphan = Lease(_less(o.reserved, r_old), _less(o.inflight, i_old))
+        r, i = (
+            min(_less(d.reserved, r_old), lease.reserved),
+            min(_less(d.inflight, i_old), lease.inflight),
         )
-        if row is None:
-            if self._lease_lost:
-                log.warning(
-                    "replica %s: its lease had expired (no write or heartbeat for %.0f s); "
-                    "what it held was counted as spent",
-                    self.replica,
-                    self.expiry,
-                )
-                self._lease_lost = False
-            tx.run(
-                "INSERT INTO ccpo_leases (replica, host, pid, reserved_usd, inflight_usd, "
-                "expires) VALUES (?, ?, ?, 0, 0, ?)",
-                (self.replica, self.host, os.getpid(), now + self.expiry),
-            )
-            return 0.0, 0.0
-        tx.run(
-            "UPDATE ccpo_leases SET expires = ? WHERE replica = ?",
-            (now + self.expiry, self.replica),
-        )
-        return float(row[0]), float(row[1])
-
-    def _set_lease(self, tx: Tx, reserved: float, inflight: float) -> None:
-        tx.run(
-            "UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ? WHERE replica = ?",
-            (reserved, inflight, self.replica),
-        )
-
-    def _beat_once(self, tx: Tx, tracker: OnlineThreshold, c: Counters, now: float) -> None:
-        self._settle_dead_here(tx, tracker, c, now)
-        self._renew(tx, now)
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.expiry / 4):
-            try:
-                self._mutate(self._beat_once)
-            except Exception as e:  # the database is away: the next write says so
-                log.warning("lease heartbeat of %s failed: %s", self.replica, e)
+        c.reserved_usd = _less(c.reserved_usd, r)
+        c.inflight_usd = _less(c.inflight_usd, i)
+        lease.reserved, lease.inflight = _less(lease.reserved, r), _less(lease.inflight, i)
 
     # ------------------------------------------------------------------ money
-    def reserve(self, usd: float, cap: float | None, inflight: float = 0.0) -> bool:
-        """Reserve ``usd`` under the total budget ``cap`` (None: no cap) if spent + reserved
-        + ``usd`` ≤ ``cap`` over all replicas, and mark ``inflight`` USD as a call about to be
-        sent; False (nothing reserved) if it does not fit. Atomic across replicas."""
-
-        def change(tx: Tx, tracker: OnlineThreshold, c: Counters, now: float) -> bool:
-            mine, flying = self._renew(tx, now)
-            if cap is not None and c.spent_usd + c.reserved_usd + usd > cap * (1 + 1e-12):
+    def _reserve_op(
+        self, usd: float, cap: float | None, inflight: float, idle: bool | Callable[[], bool]
+    ) -> tuple[Callable[[Batch], bool], Callable[[bool], None]]:
+        def fn(b: Batch) -> bool:
+            c = b.counters
+            if cap is not None and c.spent_usd + c.reserved_usd + usd > cap * (1 + _EPS):
+                b.lease.idle = idle() if callable(idle) else idle
                 return False
             c.reserved_usd += usd
             c.inflight_usd += inflight
-            self._set_lease(tx, mine + usd, flying + inflight)
+            b.lease.reserved += usd
+            b.lease.inflight += inflight
+            b.lease.idle = False
             return True
 
-        return self._mutate(change)
+        def undo(ok: bool) -> None:
+            if ok:
+                self.settle(usd, 0.0, inflight)
+
+        return fn, undo
+
+    def reserve(
+        self,
+        usd: float,
+        cap: float | None,
+        inflight: float = 0.0,
+        idle: bool | Callable[[], bool] = False,
+    ) -> bool:
+        """Reserve ``usd`` under the total budget ``cap`` (None: no cap) if spent + reserved
+        + ``usd`` ≤ ``cap`` over all replicas, ``inflight`` of it counted as spent should this
+        replica die before settling it; False (nothing reserved) if it does not fit, then
+        ``idle`` (or its value when the transaction runs) says whether every question of this
+        replica waits for room. Durable when it
+        returns; atomic across replicas."""
+        fn, undo = self._reserve_op(usd, cap, inflight, idle)
+        return self._call(fn, undo=undo)
+
+    async def areserve(
+        self,
+        usd: float,
+        cap: float | None,
+        inflight: float = 0.0,
+        idle: bool | Callable[[], bool] = False,
+    ) -> bool:
+        """:meth:`reserve` without blocking the event loop."""
+        fn, undo = self._reserve_op(usd, cap, inflight, idle)
+        return await self._acall(fn, undo=undo)
 
     def settle(self, reserved: float, spent: float, inflight: float = 0.0) -> None:
-        """Release ``reserved`` (``inflight`` of it a call that is back) and add ``spent``.
-        After a lost lease only what the lease still holds is released (the rest was counted
-        when it expired)."""
+        """Release ``reserved`` (``inflight`` of it counted in flight) and add ``spent``:
+        written with this replica's next transaction (within ``FLUSH_S``), never blocking;
+        retried until written while the replica lives (until then the money stays reserved)."""
+        with self._cond:
+            d = self._delta
+            d.reserved += reserved
+            d.spent += spent
+            d.inflight += inflight
+            self._lazy()
 
-        def change(tx: Tx, tracker: OnlineThreshold, c: Counters, now: float) -> None:
-            mine, flying = self._renew(tx, now)
-            r, i = min(reserved, mine), min(inflight, flying)
-            c.reserved_usd = _less(c.reserved_usd, r)
-            c.inflight_usd = _less(c.inflight_usd, i)
-            c.spent_usd += spent
-            self._set_lease(tx, _less(mine, r), _less(flying, i))
+    def _lazy(self) -> None:
+        if self._flush_at is None:
+            self._flush_at = time.monotonic() + FLUSH_S
+            self._cond.notify()
 
-        self._mutate(change)
+    def pending(self) -> bool:
+        """Settlements wait to be written (money this replica is about to free)."""
+        with self._cond:
+            return self._delta.reserved > 0
+
+    def flush(self) -> None:
+        """Write what is pending now (and wait for it)."""
+        self._call(lambda b: None)
 
     # ------------------------------------------------------------------ reads
+    def _lookup(self, qid: str) -> Callable[[Batch], tuple[str, dict[str, Any], str | None] | None]:
+        def fn(b: Batch) -> tuple[str, dict[str, Any], str | None] | None:
+            row = b.tx.one(
+                "SELECT question, answer, feedback FROM ccpo_answers WHERE id = ?", (qid,)
+            )
+            return None if row is None else (row[0], json.loads(row[1]), row[2])
+
+        return fn
+
     def lookup(self, qid: str) -> tuple[str, dict[str, Any], str | None] | None:
         """(question, answer-set JSON, feedback JSON or None) of a served id."""
-        with self.db.read() as tx:
-            row = tx.one("SELECT question, answer, feedback FROM ccpo_answers WHERE id = ?", (qid,))
-        if row is None:
-            return None
-        return row[0], json.loads(row[1]), row[2]
+        return self._call(self._lookup(qid), read=True)
+
+    async def alookup(self, qid: str) -> tuple[str, dict[str, Any], str | None] | None:
+        return await self._acall(self._lookup(qid), read=True)
 
     def refresh(self) -> tuple[OnlineThreshold, Counters]:
         """κ's tracker and the counters as every replica sees them now (plus this replica's
         refused requests not yet written)."""
-        with self.db.read() as tx:
-            row = tx.one("SELECT tracker, counters FROM ccpo_state WHERE id = 1")
-        self.tracker, self.counters = self._parse(row)
-        self.counters.rejected += self._pending_rejected
+        self._call(lambda b: None, read=True)
+        return self.tracker, self.counters
+
+    async def arefresh(self) -> tuple[OnlineThreshold, Counters]:
+        await self._acall(lambda b: None, read=True)
         return self.tracker, self.counters
 
     @property
@@ -369,59 +740,108 @@ class StateStore:
 
     def leases(self) -> list[tuple[str, float, float, float]]:
         """(replica, reserved, in flight, expires) of every lease."""
-        with self.db.read() as tx:
+
+        def fn(b: Batch) -> list[tuple[str, float, float, float]]:
             return [
-                (r, float(a), float(b), float(e))
-                for r, a, b, e in tx.all(
+                (r, float(a), float(x), float(e))
+                for r, a, x, e in b.tx.all(
                     "SELECT replica, reserved_usd, inflight_usd, expires FROM ccpo_leases"
                 )
             ]
+
+        return self._call(fn, read=True)
+
+    def health(self) -> str | None:
+        """None while the database answers; else why not (``/healthz`` says degraded)."""
+        return self.unavailable()
 
     # ------------------------------------------------------------------ writes
     def update_tracker(self, change: Callable[[OnlineThreshold], None]) -> OnlineThreshold:
         """Apply an operator's setting to the stored tracker (a new step size, a narrower
         band), in one transaction."""
-        return self._mutate(lambda tx, tracker, c, now: (change(tracker), tracker)[1])
 
-    def record_answer(self, answer: dict[str, Any]) -> None:
-        """Store an answered question and count it, in one transaction;
-        :class:`DuplicateKey` if its id is taken."""
-        self._inserted += 1
-        trim = self._inserted % _TRIM_EVERY == 0
+        def fn(b: Batch) -> OnlineThreshold:
+            change(b.tracker)
+            return b.tracker
 
-        def change(tx: Tx, tracker: OnlineThreshold, c: Counters, now: float) -> None:
-            tx.run(
-                "INSERT INTO ccpo_answers (id, question, answer, created, replica) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (answer["id"], answer["question"], json.dumps(answer), now, self.replica),
-            )
+        return self._call(fn)
+
+    def _answer_op(self, answer: dict[str, Any]) -> _Op:
+        why = unstorable(answer.get("question", "")) or unstorable(answer.get("id", ""))
+        if why:
+            raise CCPOError(f"the answer cannot be stored: {why}")
+
+        def fn(b: Batch) -> None:
+            if answer["id"] not in b.inserted:  # taken before, or by an earlier op here
+                raise DuplicateKey(f"answer id '{answer['id']}' is taken")
+            b.inserted.discard(answer["id"])
+            c = b.counters
             c.requests += 1
             c.cost_usd += float(answer["cost_usd"])
             c.set_size_sum += len(answer["answers"])
             c.rounds_sum += int(answer["rounds"])
-            if trim:
-                n = int(tx.one("SELECT COUNT(*) FROM ccpo_answers")[0])  # type: ignore[index]
-                if n > self.max_records:
-                    tx.run(
-                        "DELETE FROM ccpo_answers WHERE id IN (SELECT id FROM ccpo_answers "
-                        "ORDER BY created ASC LIMIT ?)",
-                        (n - self.max_records,),
-                    )
 
-        self._mutate(change)
+        return _Op(fn, answer=answer)
+
+    def _trim(self, tx: Tx, added: int) -> None:
+        """Every ``_TRIM_EVERY`` answers, the oldest beyond ``max_records`` go."""
+        before, self._inserted = self._inserted, self._inserted + added
+        if before // _TRIM_EVERY == self._inserted // _TRIM_EVERY:
+            return
+        n = int(tx.one("SELECT COUNT(*) FROM ccpo_answers")[0])  # type: ignore[index]
+        if n > self.max_records:
+            tx.run(
+                "DELETE FROM ccpo_answers WHERE id IN (SELECT id FROM ccpo_answers "
+                "ORDER BY created ASC LIMIT ?)",
+                (n - self.max_records,),
+            )
+
+    def record_answer(self, answer: dict[str, Any]) -> None:
+        """Store an answered question and count it, durably when it returns;
+        :class:`DuplicateKey` if its id is taken."""
+        self._wait(self._submit_op(self._answer_op(answer)))
+
+    async def arecord_answer(self, answer: dict[str, Any]) -> None:
+        """:meth:`record_answer` without blocking the event loop."""
+        await self._await(self._submit_op(self._answer_op(answer), loop=True))
 
     def count_rejected(self) -> None:
         """Count a request refused before any work: in memory only (written with this
-        replica's next write), so that a flood of junk costs no database writes."""
-        self._pending_rejected += 1
+        replica's next transaction), so that a flood of junk costs no database writes."""
+        with self._cond:
+            self._delta.rejected += 1
 
     def record_error(self) -> None:
-        """Count a failed request."""
+        """Count a failed request (written with the next transaction, within ``FLUSH_S``)."""
+        with self._cond:
+            self._delta.errors += 1
+            self._lazy()
 
-        def change(tx: Tx, tracker: OnlineThreshold, c: Counters, now: float) -> None:
-            c.errors += 1
+    def _feedback_op(
+        self,
+        qid: str,
+        covered: bool,
+        feedback: dict[str, Any],
+        adapt: bool,
+        max_step: int | None,
+        bounds: KappaBounds | None,
+    ) -> Callable[[Batch], tuple[float, int, int]]:
+        from ccpo.runtime.feedback import FeedbackError
 
-        self._mutate(change)
+        def fn(b: Batch) -> tuple[float, int, int]:
+            row = b.tx.one(f"SELECT feedback FROM ccpo_answers WHERE id = ?{self.db.lock}", (qid,))
+            if row is None:
+                raise FeedbackError(404, f"no answered question with id '{qid}' (or expired)")
+            if row[0] is not None:
+                raise FeedbackError(409, f"feedback for id '{qid}' was already given")
+            b.tx.run(
+                "UPDATE ccpo_answers SET feedback = ? WHERE id = ?", (json.dumps(feedback), qid)
+            )
+            c = b.counters
+            apply_feedback(b.tracker, c, covered, adapt, max_step, bounds or KappaBounds())
+            return b.tracker.kappa, c.feedback, c.covered
+
+        return fn
 
     def record_feedback(
         self,
@@ -436,37 +856,52 @@ class StateStore:
         ``adapt``) one κ step within ``bounds`` (:func:`~ccpo.runtime.feedback.
         apply_feedback`). A second feedback for the same id is refused (409) and changes
         nothing. Returns κ."""
+        return self._call(self._feedback_op(qid, covered, feedback, adapt, max_step, bounds))[0]
 
-        def change(tx: Tx, tracker: OnlineThreshold, c: Counters, now: float) -> float:
-            row = tx.one(f"SELECT feedback FROM ccpo_answers WHERE id = ?{self.db.lock}", (qid,))
-            if row is None:
-                raise FeedbackError(404, f"no answered question with id '{qid}' (or expired)")
-            if row[0] is not None:
-                raise FeedbackError(409, f"feedback for id '{qid}' was already given")
-            tx.run("UPDATE ccpo_answers SET feedback = ? WHERE id = ?", (json.dumps(feedback), qid))
-            apply_feedback(tracker, c, covered, adapt, max_step, bounds or KappaBounds())
-            return tracker.kappa
-
-        return self._mutate(change)
+    async def arecord_feedback(
+        self,
+        qid: str,
+        covered: bool,
+        feedback: dict[str, Any],
+        adapt: bool,
+        max_step: int | None,
+        bounds: KappaBounds | None = None,
+    ) -> tuple[float, int, int]:
+        """:meth:`record_feedback` without blocking the event loop; returns κ, and the
+        feedbacks and covered ones counted once this one was (other operations of the same
+        transaction may follow it)."""
+        return await self._acall(self._feedback_op(qid, covered, feedback, adapt, max_step, bounds))
 
     def close(self) -> None:
-        """Stop the heartbeat; a lease holding nothing ends now (one holding money is left to
-        expire: its calls may have been billed)."""
-        self._stop.set()
-        self._beat.join(timeout=5)
+        """Write what is pending (within the deadline), end this replica's lease if it holds
+        nothing, and stop the writer. A lease still holding money (its settlements could not
+        be written) is left to expire: its calls then count as spent at their worst case."""
+
+        def end(b: Batch) -> float:
+            if b.lease.reserved <= 0 and b.lease.inflight <= 0:
+                if not b.new_lease:
+                    b.tx.run("DELETE FROM ccpo_leases WHERE replica = ?", (self.replica,))
+                b.lease_ended, b.new_lease = True, False
+            return b.lease.reserved
+
         try:
-
-            def end(tx: Tx, tracker: OnlineThreshold, c: Counters, now: float) -> None:
-                tx.run(
-                    "DELETE FROM ccpo_leases WHERE replica = ? AND reserved_usd <= 0 "
-                    "AND inflight_usd <= 0",
-                    (self.replica,),
-                )
-
-            self._mutate(end)
+            held = self._call(end)
         except Exception as e:  # closing: the database may be gone already
             log.warning("closing the state %s: %s", self.where, e)
+            held = self._mirror.reserved + self._orphan.reserved
+        with self._cond:
+            self._closing = True
+            self._stop.set()
+            self._cond.notify_all()
+        self._writer.join(timeout=self.timeout + 1)
+        if held:
+            log.warning(
+                "replica %s stops holding $%.6f it could not settle: its lease counts it as "
+                "spent when it expires",
+                self.replica,
+                held,
+            )
         self.db.close()
 
 
-__all__ = ["SCHEMA_VERSION", "DuplicateKey", "StateStore"]
+__all__ = ["SCHEMA_VERSION", "DuplicateKey", "StateStore", "StateUnavailable"]
