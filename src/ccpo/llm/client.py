@@ -50,7 +50,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from ccpo.errors import CCPOError
 from ccpo.llm.cache import ResponseCache, cache_key
@@ -141,7 +141,9 @@ class Endpoint:
 
     @property
     def where(self) -> str:
-        return f"'{self.model}' at {self.base_url or 'the OpenAI API'}"
+        return (
+            f"'{self.model}' at {redact_url(self.base_url) if self.base_url else 'the OpenAI API'}"
+        )
 
 
 @dataclass
@@ -389,6 +391,20 @@ def make_http_client(backend: str, timeout: float) -> Any:
                 "the aiohttp HTTP backend needs the SDK's extra: pip install 'openai[aiohttp]'"
             ) from None
         return None
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be printed or logged: a password in its user info replaced by
+    ``***`` (``http://user:***@host/v1``); any other URL unchanged."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url.split("@")[-1] if "@" in url else url  # unparseable: drop any user info
+    if not password:
+        return url
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{parts.netloc.rpartition('@')[2]}"))
 
 
 def host_port(base_url: str | None) -> str:

@@ -16,7 +16,14 @@ from ccpo.learning.config import TrainConfig
 from ccpo.learning.methods import method_help, method_names, resolve_method, variant_name
 from ccpo.learning.stopping import StopConfig
 from ccpo.product.cli_config import build_config, config_options
-from ccpo.product.cli_options import ForceOpt, PricesOpt, check_out_folder, warn
+from ccpo.product.cli_options import (
+    AlphaOpt,
+    ForceOpt,
+    PricesOpt,
+    check_out_folder,
+    count,
+    warn,
+)
 
 console = Console()
 
@@ -53,7 +60,7 @@ def register(app: typer.Typer) -> None:
         traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
         out: Annotated[Path, typer.Option("--out", help="Output policy folder.")],
         method: Annotated[str, typer.Option(help=method_help())] = "auto",
-        alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
+        alpha: AlphaOpt = 0.1,
         seed: Annotated[int, typer.Option(help="Seed of the split and of training.")] = 0,
         prices: PricesOpt = None,
         force: ForceOpt = False,
@@ -126,8 +133,8 @@ def register(app: typer.Typer) -> None:
             training_curves({variant: res.log}, alpha, tmp / "training_curves.png")
             (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         console.print(
-            f"trained [bold]{variant}[/bold] in {seconds:.1f} s on {sizes[0]} "
-            f"questions; κ = {pol.kappa:.4g} (online {pol.kappa_online:.4g}); "
+            f"trained [bold]{variant}[/bold] in {seconds:.1f} s on "
+            f"{count(sizes[0], 'question')}; κ = {pol.kappa:.4g} (online {pol.kappa_online:.4g}); "
             f"calibration coverage {summary['calibration_coverage']:.3f}"
         )
         if pol.scoring != "point":
@@ -141,7 +148,7 @@ def register(app: typer.Typer) -> None:
     def compare_cmd(
         traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
         out: Annotated[Path, typer.Option("--out", help="Output folder.")],
-        alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
+        alpha: AlphaOpt = 0.1,
         splits: Annotated[int, typer.Option(help="Random evaluation splits.", min=1)] = 100,
         seed: Annotated[int, typer.Option(help="Seed of the splits and of training.")] = 0,
         lam: Annotated[
@@ -227,7 +234,7 @@ def _train_stopping(
     from ccpo.product.report import staged_folder
 
     t0 = time.perf_counter()
-    with console.status(f"fitting {method} on {sizes[0]} questions …"):
+    with console.status(f"fitting {method} on {count(sizes[0], 'question')} …"):
         pol, sel = fit_method(method, ep, sp.train, alpha, seed, settings=settings)
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
@@ -247,8 +254,8 @@ def _train_stopping(
             )
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if sel else ''} in {seconds:.1f} s on "
-        f"{sizes[0]} questions; κ̂ = {pol.kappa:.4g}; calibration coverage "
-        f"{summary['calibration_coverage']:.3f} on {len(cal)} questions"
+        f"{count(sizes[0], 'question')}; κ̂ = {pol.kappa:.4g}; calibration coverage "
+        f"{summary['calibration_coverage']:.3f} on {count(len(cal), 'question')}"
     )
     warn_degenerate(full, pol.kappa)
     console.print(f"wrote policy folder {out}")

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ccpo.product.cli_options import check_out_folder
+from ccpo.product.cli_options import check_alpha_flag, check_out_folder
 
 console = Console()
 
@@ -26,7 +26,10 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         alpha: Annotated[
-            list[float] | None, typer.Option("--alpha", metavar="α", help="α values (repeatable).")
+            list[float] | None,
+            typer.Option(
+                "--alpha", metavar="α", help="α values (repeatable).", callback=check_alpha_flag
+            ),
         ] = None,
         splits: Annotated[
             int | None, typer.Option(help="Evaluation splits [100; 20 with --quick].", min=1)
