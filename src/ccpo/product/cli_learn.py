@@ -75,6 +75,7 @@ def register(app: typer.Typer) -> None:
         (C(o) holds every action at every round).
         """
         from ccpo.product.evaluate import (
+            calibration_shortfall,
             check_alpha,
             load_episodes,
             make_splits,
@@ -106,6 +107,9 @@ def register(app: typer.Typer) -> None:
 
         sizes = split_sizes(ep.n)
         sp = make_splits(ep.n, sizes, 1, seed)
+        short = calibration_shortfall(alpha, sp.cal.shape[1])
+        if short is not None and spec.scoring == "batch":  # κ̂ by split conformal
+            warn(short)
         provenance = {**trace_provenance(traces), "alpha": alpha}
         if spec.kind == "score":
             _train_stopping(
@@ -138,7 +142,7 @@ def register(app: typer.Typer) -> None:
             f"calibration coverage {summary['calibration_coverage']:.3f}"
         )
         if pol.scoring != "point":
-            warn_degenerate(full, pol.kappa)
+            warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
         console.print(f"wrote policy folder {out}")
 
     @app.command("compare")
@@ -188,15 +192,23 @@ def register(app: typer.Typer) -> None:
         )
 
 
-def warn_degenerate(full: float, kappa: float) -> None:
+def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None:
     """Warn when C(o) holds every action at every round on ≥ :data:`DEGENERATE` of the
-    calibration questions (``full``, from :func:`ccpo.product.evaluate.full_set_rate`)."""
+    ``n_cal`` calibration questions (``full``, from
+    :func:`ccpo.product.evaluate.full_set_rate`); the remedy is more data when they are too
+    few for α (:func:`ccpo.product.evaluate.calibration_shortfall`, said before training)."""
+    from ccpo.product.evaluate import calibration_shortfall
+
     if full >= DEGENERATE:
+        remedy = (
+            "the calibration questions are too few for this α (see above)"
+            if calibration_shortfall(alpha, n_cal) is not None
+            else "try more --steps, another --seed or a larger α"
+        )
         warn(
             f"degenerate policy: on {full:.0%} of the calibration questions C(o) holds every "
             f"action at every round (κ = {kappa:.3g}), so it runs all T rounds and returns "
-            "every answer, at the cost of running everything; try more --steps, another "
-            "--seed or a larger α"
+            f"every answer, at the cost of running everything; {remedy}"
         )
 
 
@@ -257,5 +269,5 @@ def _train_stopping(
         f"{count(sizes[0], 'question')}; κ̂ = {pol.kappa:.4g}; calibration coverage "
         f"{summary['calibration_coverage']:.3f} on {count(len(cal), 'question')}"
     )
-    warn_degenerate(full, pol.kappa)
+    warn_degenerate(full, pol.kappa, alpha, len(cal))
     console.print(f"wrote policy folder {out}")
