@@ -5,7 +5,7 @@
 - Retries with exponential backoff and full jitter on 429, 408/409, 5xx, time-outs, connection
   errors and malformed responses (the SDK's own retries are switched off so that every attempt
   is counted and logged here). 401/403/404 are the user's to fix and raise a ``CCPOError`` at
-  once.
+  once (:func:`auth_error`, :func:`refused_error`).
 - Token usage is taken from the response's ``usage`` (estimated as characters/4, and flagged,
   only when an endpoint does not report it).
 - Log-probs (``logprobs=True, top_logprobs=k``) are requested by default. An endpoint that
@@ -30,7 +30,10 @@
   extra of ``openai``) by default, its httpx client otherwise (``http_backend``); why, with the
   measurement: docs/decisions.md.
 - API keys come from the environment (``api_key_env``) or a config file, are passed only to the
-  SDK, and are scrubbed from every error message. They are never part of a cache key or value.
+  SDK, and are never part of a cache key or value. An upstream error's text never reaches an
+  error message or a log (providers echo the key they were sent, partly masked): only its
+  identifiers do (:func:`error_codes`); a password in an endpoint URL is shown as ``***``
+  (:func:`redact_url`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import logging
 import math
 import os
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -444,13 +448,6 @@ def transport_error(e: openai.APIConnectionError, endpoint: Endpoint) -> str:
     return f"connection error ({host_port(endpoint.base_url)})"
 
 
-def _redact(text: str, secrets: list[str]) -> str:
-    for s in secrets:
-        if s and len(s) >= 4 and s != DUMMY_API_KEY:
-            text = text.replace(s, "***")
-    return text
-
-
 def _get(obj: Any, key: str) -> Any:
     """``obj[key]`` for the response's JSON (dicts), None when absent or not a dict."""
     return obj.get(key) if isinstance(obj, dict) else None
@@ -533,7 +530,6 @@ class LLMClient:
         self._no_logprobs: set[tuple[str | None, str]] = set()
         self._probe = asyncio.Lock()
         self.max_call_worst = 0.0  # the largest worst case a paid call reserved so far
-        self._secrets: list[str] = []
         # counters
         self.spent_usd = 0.0
         self.n_calls = 0  # successful network calls
@@ -544,8 +540,6 @@ class LLMClient:
     # ------------------------------------------------------------------ plumbing
     def _sdk_for(self, endpoint: Endpoint) -> openai.AsyncOpenAI:
         key = endpoint.resolve_key()
-        if key not in self._secrets:
-            self._secrets.append(key)
         k = (endpoint.base_url, key)
         if k not in self._sdk:
             self._sdk[k] = openai.AsyncOpenAI(
@@ -783,18 +777,9 @@ class LLMClient:
                     )
                 return _parse_completion(json.loads(raw), request)
             except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
-                env = endpoint.api_key_env or "OPENAI_API_KEY"
-                raise CCPOError(
-                    f"{endpoint.where}: authentication failed (HTTP {e.status_code}); check the "
-                    f"API key in ${env} or the config file"
-                ) from None
+                raise auth_error(endpoint, e.status_code) from None
             except openai.NotFoundError as e:
-                said = _redact(str(_error_message(e) or ""), self._secrets)[:300]
-                raise CCPOError(
-                    f"{endpoint.where}: not found (HTTP 404"
-                    f"{': ' + said if said else ''}); check the model name and the base URL "
-                    "(it usually ends in /v1)"
-                ) from None
+                raise refused_error(endpoint, 404, e.body) from None
             except openai.APIStatusError as e:
                 # log-probs refused: an HTTP 400 or 5xx whose message names them (llama_cpp.server
                 # started without --logits_all answers 500 "logprobs is not supported ..."); any
@@ -802,10 +787,7 @@ class LLMClient:
                 if want_lp and _names_logprobs(e):
                     raise _LogprobsRefused from None
                 if e.status_code not in (408, 409, 429) and e.status_code < 500:
-                    msg = _redact(str(e), self._secrets)[:300]
-                    raise LLMCallError(
-                        f"{endpoint.where}: request refused (HTTP {e.status_code}): {msg}"
-                    ) from None
+                    raise refused_error(endpoint, e.status_code, e.body) from None
                 last = f"HTTP {e.status_code}"
                 retry_after = _retry_after(e)
             except openai.APIConnectionError as e:  # APITimeoutError included
@@ -833,14 +815,60 @@ class LLMClient:
             await asyncio.sleep(delay)
 
 
-def _error_message(e: openai.APIStatusError) -> str | None:
-    """The message of an OpenAI-style error body (``{"error": {"message": ...}}``), if any."""
-    body = e.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        msg = inner.get("message") if isinstance(inner, dict) else None
-        return msg if isinstance(msg, str) else None
-    return None
+#: what an upstream error body may show of itself: identifiers (``context_length_exceeded``,
+#: ``model_not_found``, ``max_tokens``), never free text, which may echo a key (masked or not)
+_SAFE_WORD = re.compile(r"[a-z_]{1,64}")
+
+
+def error_codes(body: Any) -> list[str]:
+    """The ``code``, ``type`` and ``param`` of an OpenAI-style error body (``{"error": {...}}``)
+    that are plain identifiers (lower-case letters and ``_``): the part of an upstream error
+    that may reach a client or a log. Its ``message`` never does: providers echo the key they
+    were sent in it, partly masked (``sk-sec********3456``)."""
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    if not isinstance(inner, dict):
+        return []
+    found = [inner.get(k) for k in ("code", "type", "param")]
+    return list(dict.fromkeys(v for v in found if isinstance(v, str) and _SAFE_WORD.fullmatch(v)))
+
+
+def key_source(endpoint: Endpoint) -> str:
+    """Where the key sent to ``endpoint`` came from, as its owner would fix it."""
+    if endpoint.api_key:
+        return f"the api_key given for '{endpoint.model}' in the config file"
+    if endpoint.api_key_env:
+        return f"${endpoint.api_key_env}"
+    if is_openai_api(endpoint.base_url):
+        return "$OPENAI_API_KEY"
+    return (
+        f"the config: no key is sent to this host unless named (endpoints: {{{endpoint.model}: "
+        "{url: ..., key_env: VAR}})"
+    )
+
+
+def auth_error(endpoint: Endpoint, status: int) -> CCPOError:
+    """An HTTP 401/403: the key is the user's to fix (named by where it came from)."""
+    return CCPOError(
+        f"{endpoint.where}: authentication failed (HTTP {status}); check the API key in "
+        f"{key_source(endpoint)}"
+    )
+
+
+def refused_error(endpoint: Endpoint, status: int, body: Any) -> CCPOError:
+    """An HTTP 4xx that retrying cannot help (404: a :class:`CCPOError`, the model or URL is
+    the user's to fix; another: an :class:`LLMCallError` for this request only), with the
+    body's identifiers (:func:`error_codes`) and never its text."""
+    codes = error_codes(body)
+    said = f": {', '.join(codes)}" if codes else ""
+    if status == 404:
+        return CCPOError(
+            f"{endpoint.where}: not found (HTTP 404{said}); check the model name and the base "
+            "URL (it usually ends in /v1)"
+        )
+    return LLMCallError(
+        f"{endpoint.where}: request refused (HTTP {status}{said}; the endpoint's message is "
+        "not shown, it may echo the API key)"
+    )
 
 
 def _names_logprobs(e: openai.APIStatusError) -> bool:

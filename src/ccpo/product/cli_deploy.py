@@ -184,6 +184,10 @@ def register(app: typer.Typer) -> None:
         host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 9000,
         log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+        max_body_bytes: Annotated[
+            int,
+            typer.Option(help="Largest request body read, in bytes (larger: 413).", min=256),
+        ] = 4 * 2**20,
     ) -> None:
         """An OpenAI-compatible endpoint that answers every model of a trace file from its
         recorded outputs (found by question text, model and round; recorded usage): dry-run a
@@ -209,7 +213,8 @@ def register(app: typer.Typer) -> None:
                 "text; the replay endpoint finds a question by its text, so the first record "
                 "answers them"
             )
-        uvicorn.run(create_replay_app(index), host=host, port=port, log_level=log_level)
+        app = create_replay_app(index, max_body_bytes)
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
 
     @app.command("dry-run")
     def dry_run_cmd(
