@@ -138,8 +138,8 @@ class ApiError(Exception):
 
 # ----------------------------------------------------------------------------- OpenAI-compatible
 class ChatMessage(BaseModel):
-    """One chat message: text content, or a list of text parts (``{"type": "text", "text":
-    "..."}``); any other part (an image, audio, a part without text) is refused."""
+    """One chat message: text content, or a list of text parts ({"type": "text", "text":
+    "..."}); any other part (an image, audio, a part without text) is refused."""
 
     model_config = ConfigDict(extra="allow")
     role: str
@@ -189,10 +189,10 @@ UNSUPPORTED_CHAT_FIELDS: dict[str, tuple[tuple[Any, ...], str]] = {
 
 
 class ChatCompletionRequest(BaseModel):
-    """An OpenAI chat-completion request. Sampling fields (``temperature``, ``top_p``,
-    ``max_tokens``, ...) are accepted and ignored (the policy decides); fields that would
-    change what the reply is (:data:`UNSUPPORTED_CHAT_FIELDS`: ``n`` > 1, ``tools``,
-    ``response_format``, ...) are refused with a 422 naming them."""
+    """An OpenAI chat-completion request. Sampling fields (temperature, top_p, max_tokens,
+    ...) are accepted and ignored (the policy decides); fields that would change what the
+    reply is (n > 1, tools, tool_choice, functions, function_call, logprobs, top_logprobs,
+    response_format other than text) are refused with a 422 naming them."""
 
     model_config = ConfigDict(extra="allow")
     model: str = Field(description="must be 'ccpo'")
