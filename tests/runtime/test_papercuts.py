@@ -179,3 +179,31 @@ def test_a_password_in_an_endpoint_url_is_never_shown(policy_dir, prices_path, t
     assert r.status_code == 502, r.text
     assert "hunter2" not in r.text and "hunter2" not in log, (r.text, log)
     assert "ops:***@" in log  # the log still says which endpoint failed
+
+
+@pytest.mark.parametrize(
+    ("flags", "accepted"),
+    [((), 10), (("--feedback-per-minute", "6000", "--feedback-burst", "1000"), 14)],
+    ids=["default", "batch-setting"],
+)
+def test_feedback_limits_as_documented(flags, accepted, world, policy_dir, prices_path, tmp_path):
+    """docs/deploy.md: one address may send 10 feedbacks at once by default (the 11th is a
+    429 with Retry-After); the documented batch setting takes them all."""
+    cfg = _config(tmp_path, world, prices_path)
+    proc, url = _start_serve(policy_dir, cfg, free_port(), *flags)
+    try:
+        for i in range(14):
+            r = httpx.post(url + "/v1/answer", json={"question": Q, "id": f"q-{i}"}, timeout=60)
+            assert r.status_code == 200, r.text
+        codes = [
+            httpx.post(
+                url + "/v1/feedback", json={"id": f"q-{i}", "none_of_them": True}
+            ).status_code
+            for i in range(14)
+        ]
+        retry = httpx.post(url + "/v1/feedback", json={"id": "q-0", "none_of_them": True})
+    finally:
+        _stop(proc)
+    assert codes == [200] * accepted + [429] * (14 - accepted), codes
+    if accepted < 14:
+        assert retry.status_code == 429 and int(retry.headers["Retry-After"]) >= 1
