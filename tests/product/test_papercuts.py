@@ -106,13 +106,7 @@ def test_readme_deploy_block_writes_its_config_before_using_it():
     assert used and written and written[0] < used[0], block
 
 
-def test_one_question_is_singular(tmp_path):
-    tiny = tmp_path / "tiny.jsonl"
-    write_traces(tiny, generate(SimConfig(n=5, seed=1)))
-    r = ccpo("train", "--traces", str(tiny), "--out", str(tmp_path / "p"))
-    assert r.returncode == 0, r.stderr
-    out = " ".join(r.stdout.split())
-    assert "on 1 question" in out and "1 questions" not in out, out
+def test_one_trace_is_singular(tmp_path):
     write_traces(tmp_path / "one.jsonl", generate(SimConfig(n=1, seed=1)))
     r = ccpo("traces", "validate", str(tmp_path / "one.jsonl"))
     assert "1 trace," in r.stdout and "1 traces" not in r.stdout, r.stdout
@@ -133,9 +127,10 @@ def test_training_on_tiny_data_says_it_is_too_small_and_what_it_takes(tmp_path):
         assert "too small" in err and "1 calibration question" in err, err
         assert f"at least {need} " in err and f"at least {total} questions" in err, err
         assert "try more --steps" not in err, err
-    enough = tmp_path / "enough.jsonl"
-    write_traces(enough, generate(SimConfig(n=70, seed=1)))
-    r = ccpo("train", "--traces", str(enough), "--out", str(tmp_path / "ok"))
+        out = " ".join(r.stdout.split())
+        assert "on 1 question" in out and "1 questions" not in out, out  # singular
+    # at α = 0.5 one calibration question is enough: ⌊0.5 · 2⌋ = 1
+    r = ccpo("train", "--traces", str(tiny), "--alpha", "0.5", "--out", str(tmp_path / "ok"))
     assert r.returncode == 0 and "too small" not in r.stderr, r.stderr
 
 
