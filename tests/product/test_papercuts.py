@@ -155,7 +155,7 @@ def test_every_model_without_a_price_is_named_at_once(sim4, tmp_path):
 
 
 # ----------------------------------------------------------------------------- 4: dry-run
-def test_dry_run_names_the_task_or_rounds_mismatch_first(policy4, tmp_path):
+def test_dry_run_names_the_task_or_rounds_mismatch_first(policy4, sim4, tmp_path):
     mmlu = ROOT / "src" / "ccpo" / "data" / "traces" / "mmlu-public.jsonl.gz"
     err = assert_usage_error(ccpo("dry-run", "--policy", str(policy4), "--traces", str(mmlu)),
                              "task", "'mmlu'")  # fmt: skip
@@ -165,6 +165,9 @@ def test_dry_run_names_the_task_or_rounds_mismatch_first(policy4, tmp_path):
     r = ccpo("dry-run", "--policy", str(policy4), "--traces", str(three))
     err = assert_usage_error(r, "horizon = 4", "horizon = 3")
     assert "ValueError" not in r.stderr
+    own = ccpo("dry-run", "--policy", str(policy4), "--traces", str(sim4), "--n", "5")
+    assert own.returncode == 0, own.stderr
+    assert "warning" not in own.stderr, own.stderr  # its own (synthetic) file: nothing to say
 
 
 # ----------------------------------------------------------------------------- 5: a table

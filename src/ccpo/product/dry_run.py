@@ -105,7 +105,7 @@ def dry_run(
     """Answer ``n`` questions of ``traces_path`` (evenly spread; all by default) live with
     ``policy`` against the replay endpoint and compare each with the policy's replay.
     ``config``: deploy settings (prices, rails, κ; endpoints are the replay endpoint's)."""
-    from ccpo.runtime.agent import ConformalAgent
+    from ccpo.runtime.agent import ConformalAgent, PolicyProvenanceWarning
     from ccpo.runtime.replay_server import ReplayIndex, create_replay_app
 
     replay = ConformalPolicy.load(policy)
@@ -121,7 +121,9 @@ def dry_run(
             "concurrency": concurrency,
             "cache": None,
         }
-        agent = ConformalAgent.from_artifact(policy, values)
+        with warnings.catch_warnings():  # provenance: checked against the file itself above
+            warnings.simplefilter("ignore", PolicyProvenanceWarning)
+            agent = ConformalAgent.from_artifact(policy, values)
         replay.prices = agent.prices  # the same table as the live agent's
         if agent.kappa is not None and replay.policy is not None:
             replay.policy.kappa_batch = agent.kappa  # and the same κ (a config may set one)
