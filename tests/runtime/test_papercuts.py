@@ -259,3 +259,23 @@ def test_the_postgresql_quick_start_of_deploy_md_works(world, policy_dir, prices
         subprocess.run([*as_user, str(pg_bin / "pg_ctl"), "-D", str(home / "ccpo-pg"),
                         "-m", "immediate", "stop"], capture_output=True, timeout=60)  # fmt: skip
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.parametrize("form", ["yaml", "json"])
+def test_ask_takes_endpoints_on_the_command_line(form, world, policy_dir, prices_path, tmp_path):
+    """``--endpoints`` (listed in ask/serve --help) is a YAML or JSON mapping, used as the
+    config's ``endpoints:``: both models at the scripted world, no URL in the config."""
+    cfg = _config(tmp_path, world, prices_path, base_url=None, guide_url=None)
+    value = (
+        f"{{base-m: {{url: {world.url}}}, guide-m: {{url: {world.url}}}}}"
+        if form == "yaml"
+        else json.dumps({m: {"url": world.url} for m in ("base-m", "guide-m")})
+    )
+    asked = world.n_requests
+    r = subprocess.run(
+        [sys.executable, "-m", "ccpo.product.cli", "ask", Q, "--policy", str(policy_dir),
+         "--config", str(cfg), "--endpoints", value, "--json"],
+        env=ENV, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["answers"] and world.n_requests > asked
