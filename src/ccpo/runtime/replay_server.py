@@ -198,7 +198,7 @@ def _prompt_text(body: dict[str, Any]) -> str:
             for j, p in enumerate(c):
                 if not isinstance(p, dict) or not isinstance(p.get("text"), str):
                     raise _BadRequest(
-                        f"messages[{i}].content[{j}]: a text part {{\"type\": \"text\", "
+                        f'messages[{i}].content[{j}]: a text part {{"type": "text", '
                         '"text": "..."} is required'
                     )
                 parts.append(p["text"])
