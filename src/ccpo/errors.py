@@ -77,14 +77,19 @@ class TraceFormatError(CCPOError):
 
 
 class UnknownModelPriceError(CCPOError):
-    """A model has no entry in the price table. Never priced silently at zero."""
+    """Models without an entry in the price table (all of them at once, so that one price
+    file fixes them all). Never priced silently at zero."""
 
-    def __init__(self, model: str) -> None:
-        self.model = model
+    def __init__(self, model: str, *more: str) -> None:
+        self.model, self.models = model, [model, *more]
+        names = ", ".join(f"'{m}'" for m in self.models)
+        entries = ", ".join(
+            f'"{m}": {{"input_usd_per_mtok": 0.0, "output_usd_per_mtok": 0.0}}' for m in self.models
+        )
         super().__init__(
-            f"no price for model '{model}'. Add it to a price file, e.g. "
-            f'{{"as_of": "YYYY-MM-DD", "source": "...", "models": {{"{model}": '
-            f'{{"input_usd_per_mtok": 0.0, "output_usd_per_mtok": 0.0}}}}}} '
+            f"no price for model{'s' if more else ''} {names}. Add "
+            f"{'them' if more else 'it'} to a price file, e.g. "
+            f'{{"as_of": "YYYY-MM-DD", "source": "...", "models": {{{entries}}}}} '
             "and pass it with --prices FILE (0 is allowed for local models, but must be written)."
         )
 

@@ -7,6 +7,8 @@ averages over splits); we allow 4 standard errors of slack below 1−α.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -115,3 +117,15 @@ def test_paper_sign_diverges_where_corrected_sign_converges():
         k_ours = online_threshold_update(k_ours, float(s >= k_ours), 0.1, eta)
     assert k_paper in (0.0, 1.0)
     assert abs(k_ours - 0.1) < 0.05
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1 / 3, 0.3, 0.2, 0.1, 0.07, 0.05, 0.01, 0.001])
+def test_min_calibration_size_is_the_least_n_with_a_nontrivial_threshold(alpha):
+    """n = min_calibration_size(α) calibration scores (all 0.5) give κ̂ = 0.5 > 0, n − 1 give
+    κ̂ = 0: the same floor ⌊α(n+1)⌋ as the threshold itself, n = ⌈1/α⌉ − 1."""
+    from ccpo.learning.conformal import min_calibration_size
+
+    n = min_calibration_size(alpha)
+    assert split_conformal_threshold(np.full(n, 0.5), alpha) == 0.5
+    assert n == 1 or split_conformal_threshold(np.full(n - 1, 0.5), alpha) == 0.0
+    assert n == math.ceil(1 / alpha) - 1

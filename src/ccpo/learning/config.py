@@ -74,8 +74,9 @@ class TrainConfig:
     # (:mod:`ccpo.learning.replay`), or one "sampled" path per question with V-trace critics
     rollouts: Rollouts = "exact"
     # CPO (the cpo, cpo-batch and cpo-online rows): "sampled", the paper's loop, or "exact"
-    # expectations of the point policy by replay (:func:`ccpo.learning.replay.
-    # point_rollout_expectations`). Sampled by default so the rows stay the paper's baseline;
+    # expectations of the point policy by replay
+    # (:func:`ccpo.learning.replay.point_rollout_expectations`). Sampled by default so the rows
+    # stay the paper's baseline;
     # exact makes it stronger at α = 0.2 and slower (docs/decisions.md, "CCPO and CPO
     # training")
     cpo_rollouts: Rollouts = "sampled"

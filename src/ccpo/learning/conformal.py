@@ -46,6 +46,18 @@ def split_conformal_threshold(scores: np.ndarray, alpha: float) -> np.ndarray:
     return np.clip(kth, 0.0, 1.0)
 
 
+def min_calibration_size(alpha: float) -> int:
+    """The fewest calibration questions n for which :func:`split_conformal_threshold` can
+    return a κ̂ > 0 at level α: κ̂ is the k-th smallest score with k = ⌊α(n+1)⌋, and k = 0
+    (κ̂ = 0: every action in every set) unless α(n+1) ≥ 1, i.e. n ≥ 1/α − 1 (n ≥ ⌈1/α⌉ − 1;
+    α = 0.1: 9, α = 0.05: 19). Computed with the same floor as the threshold itself."""
+    check_alpha(alpha)
+    n = max(0, int(np.ceil(1.0 / alpha)) - 2)
+    while int(np.floor(alpha * (n + 1))) < 1:
+        n += 1
+    return n
+
+
 def decaying_step_size(k: int | np.ndarray, eta0: float, xi: float = 0.1) -> np.ndarray:
     """η_k = η_0 · k^(−1/2−ξ) for k ≥ 1 (Angelopoulos et al. 2024, Thm. 1; ξ ∈ (0, 1/2))."""
     k = np.asarray(k, dtype=np.float64)

@@ -9,7 +9,8 @@
 - Retries with exponential backoff and full jitter on 429, 408/409, 5xx, time-outs, connection
   errors and malformed responses (every attempt is counted and logged here; ``Retry-After`` /
   ``retry-after-ms`` are honoured). 401/403/404 are the user's to fix and raise a
-  ``CCPOError`` at once. Every HTTP status is mapped in one function, :func:`status_error`.
+  ``CCPOError`` at once. Every HTTP status is mapped in one function, :func:`status_error`
+  (:func:`auth_error`, :func:`refused_error`).
 - Token usage is taken from the response's ``usage`` (estimated as characters/4, and flagged,
   only when an endpoint does not report it).
 - Log-probs (``logprobs=True, top_logprobs=k``) are requested by default. An endpoint that
@@ -34,8 +35,10 @@
   (``http_backend``): one pooled session per client; ``RetryPolicy.timeout`` bounds each
   attempt (aiohttp: the whole attempt; httpx: each of connect, write and read).
 - API keys come from the environment (``api_key_env``) or a config file, are sent only as the
-  ``Authorization`` header of their endpoint, and are scrubbed from every error message. They
-  are never part of a cache key or value.
+  ``Authorization`` header of their endpoint, and are never part of a cache key or value. An
+  upstream error's text never reaches an error message or a log (providers echo the key they
+  were sent, partly masked): only its identifiers do (:func:`error_codes`); a password in an
+  endpoint URL is shown as ``***`` (:func:`redact_url`).
 """
 
 from __future__ import annotations
@@ -51,11 +54,12 @@ import logging
 import math
 import os
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from ccpo.errors import CCPOError
 from ccpo.llm import tracing
@@ -133,7 +137,9 @@ class Endpoint:
 
     @property
     def where(self) -> str:
-        return f"'{self.model}' at {self.base_url or 'the OpenAI API'}"
+        return (
+            f"'{self.model}' at {redact_url(self.base_url) if self.base_url else 'the OpenAI API'}"
+        )
 
 
 @dataclass
@@ -461,6 +467,20 @@ def chat_url(base_url: str | None) -> str:
     return base.rstrip("/") + "/chat/completions"
 
 
+def redact_url(url: str) -> str:
+    """``url`` as it may be printed or logged: a password in its user info replaced by
+    ``***`` (``http://user:***@host/v1``); any other URL unchanged."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url.split("@")[-1] if "@" in url else url  # unparseable: drop any user info
+    if not password:
+        return url
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{parts.netloc.rpartition('@')[2]}"))
+
+
 def host_port(base_url: str | None) -> str:
     """``host:port`` of an endpoint URL (the OpenAI API's without one), never its path, query
     or user info (where a key could hide)."""
@@ -498,13 +518,6 @@ def transport_error(
     if any(isinstance(x, timeouts) for x in chain) and not other:
         return "timeout"
     return f"connection error ({host_port(endpoint.base_url)})"
-
-
-def _redact(text: str, secrets: list[str]) -> str:
-    for s in secrets:
-        if s and len(s) >= 4 and s != DUMMY_API_KEY:
-            text = text.replace(s, "***")
-    return text
 
 
 def _get(obj: Any, key: str) -> Any:
@@ -586,7 +599,6 @@ class LLMClient:
         self._no_logprobs: set[tuple[str | None, str]] = set()
         self._probe = asyncio.Lock()
         self.max_call_worst = 0.0  # the largest worst case a paid call reserved so far
-        self._secrets: list[str] = []
         # counters
         self.spent_usd = 0.0
         self.n_calls = 0  # successful network calls
@@ -600,8 +612,6 @@ class LLMClient:
         scrubbed from every message), the OpenAI organisation / project from
         ``$OPENAI_ORG_ID`` / ``$OPENAI_PROJECT_ID`` for the OpenAI API, the ladder step."""
         key = endpoint.resolve_key()
-        if key not in self._secrets:
-            self._secrets.append(key)
         h = {
             "Authorization": f"Bearer {key}",
             "Content-Type": "application/json",
@@ -840,9 +850,7 @@ class LLMClient:
                     status, resp_headers, raw = await self._http.post(url, headers, body)
                 if 200 <= status < 300:
                     return _parse_completion(json.loads(raw), request)
-                last, retry_after = status_error(
-                    endpoint, status, resp_headers, raw, want_lp, self._secrets
-                )
+                last, retry_after = status_error(endpoint, status, resp_headers, raw, want_lp)
             except self._http.errors as e:
                 last = transport_error(e, endpoint, self._http.timeouts)
             except (_Malformed, ValueError, TypeError, KeyError, AttributeError) as e:
@@ -881,19 +889,69 @@ def _request_body(model: str, request: ChatRequest, want_lp: bool) -> bytes:
     return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
 
-def _error_body(raw: bytes) -> tuple[str, str | None]:
-    """An error reply's text and the message of an OpenAI-style body (``{"error": {"message":
-    ...}}`` or ``{"message": ...}``), if any."""
+def _error_body(raw: bytes) -> tuple[str, Any]:
+    """An error reply's text and its JSON body (None when it is not JSON)."""
     text = raw.decode("utf-8", "replace")
     try:
-        body = json.loads(text)
+        return text, json.loads(text)
     except ValueError:
         return text, None
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        msg = inner.get("message") if isinstance(inner, dict) else None
-        return text, msg if isinstance(msg, str) else None
-    return text, None
+
+
+#: what an upstream error body may show of itself: identifiers (``context_length_exceeded``,
+#: ``model_not_found``, ``max_tokens``), never free text, which may echo a key (masked or not)
+_SAFE_WORD = re.compile(r"[a-z_]{1,64}")
+
+
+def error_codes(body: Any) -> list[str]:
+    """The ``code``, ``type`` and ``param`` of an OpenAI-style error body (``{"error": {...}}``)
+    that are plain identifiers (lower-case letters and ``_``): the part of an upstream error
+    that may reach a client or a log. Its ``message`` never does: providers echo the key they
+    were sent in it, partly masked (``sk-sec********3456``)."""
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    if not isinstance(inner, dict):
+        return []
+    found = [inner.get(k) for k in ("code", "type", "param")]
+    return list(dict.fromkeys(v for v in found if isinstance(v, str) and _SAFE_WORD.fullmatch(v)))
+
+
+def key_source(endpoint: Endpoint) -> str:
+    """Where the key sent to ``endpoint`` came from, as its owner would fix it."""
+    if endpoint.api_key:
+        return f"the api_key given for '{endpoint.model}' in the config file"
+    if endpoint.api_key_env:
+        return f"${endpoint.api_key_env}"
+    if is_openai_api(endpoint.base_url):
+        return "$OPENAI_API_KEY"
+    return (
+        f"the config: no key is sent to this host unless named (endpoints: {{{endpoint.model}: "
+        "{url: ..., key_env: VAR}})"
+    )
+
+
+def auth_error(endpoint: Endpoint, status: int) -> CCPOError:
+    """An HTTP 401/403: the key is the user's to fix (named by where it came from)."""
+    return CCPOError(
+        f"{endpoint.where}: authentication failed (HTTP {status}); check the API key in "
+        f"{key_source(endpoint)}"
+    )
+
+
+def refused_error(endpoint: Endpoint, status: int, body: Any) -> CCPOError:
+    """An HTTP 4xx that retrying cannot help (404: a :class:`CCPOError`, the model or URL is
+    the user's to fix; another: an :class:`LLMCallError` for this request only), with the
+    body's identifiers (:func:`error_codes`) and never its text."""
+    codes = error_codes(body)
+    said = f": {', '.join(codes)}" if codes else ""
+    if status == 404:
+        return CCPOError(
+            f"{endpoint.where}: not found (HTTP 404{said}); check the model name and the base "
+            "URL (it usually ends in /v1)"
+        )
+    return LLMCallError(
+        f"{endpoint.where}: request refused (HTTP {status}{said}; the endpoint's message is "
+        "not shown, it may echo the API key)"
+    )
 
 
 def status_error(
@@ -902,34 +960,21 @@ def status_error(
     headers: Any,
     raw: bytes,
     want_lp: bool,
-    secrets: list[str],
 ) -> tuple[str, float | None]:
-    """Map an HTTP error reply: raise when retrying cannot help (401/403: the key; 404: the
-    model or URL; another 4xx but 408/409/429: this request only; log-probs refused:
-    :class:`_LogprobsRefused`), else return (what went wrong, seconds the server asked to wait)
-    for a retry. Every message is scrubbed of ``secrets``."""
-    text, said = _error_body(raw)
+    """Map an HTTP error reply: raise when retrying cannot help (401/403: the key,
+    :func:`auth_error`; 404: the model or URL, another 4xx but 408/409/429: this request only,
+    :func:`refused_error`; log-probs refused: :class:`_LogprobsRefused`), else return (what went
+    wrong, seconds the server asked to wait) for a retry. No message shows the body's text."""
+    text, body = _error_body(raw)
     if status in (401, 403):
-        env = endpoint.api_key_env or "OPENAI_API_KEY"
-        raise CCPOError(
-            f"{endpoint.where}: authentication failed (HTTP {status}); check the "
-            f"API key in ${env} or the config file"
-        )
-    if status == 404:
-        said = _redact(str(said or ""), secrets)[:300]
-        raise CCPOError(
-            f"{endpoint.where}: not found (HTTP 404"
-            f"{': ' + said if said else ''}); check the model name and the base URL "
-            "(it usually ends in /v1)"
-        )
+        raise auth_error(endpoint, status)
     # log-probs refused: an HTTP 400 or 5xx whose body names them (llama_cpp.server started
     # without --logits_all answers 500 "logprobs is not supported ..."); any other 400 (a
     # context-length error, say) is this request's problem only
     if want_lp and (status == 400 or status >= 500) and "logprob" in text.lower():
         raise _LogprobsRefused
     if status not in (408, 409, 429) and status < 500:
-        msg = _redact(said or text, secrets)[:300]
-        raise LLMCallError(f"{endpoint.where}: request refused (HTTP {status}): {msg}")
+        raise refused_error(endpoint, status, body)
     return f"HTTP {status}", parse_retry_after(headers)
 
 

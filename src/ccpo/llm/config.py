@@ -21,8 +21,11 @@ literal key in a config file; it is never printed, logged, cached or written to 
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +42,14 @@ from pydantic import (
 
 from ccpo.errors import CCPOError
 from ccpo.llm.cache import ResponseCache
-from ccpo.llm.client import HTTP_BACKENDS, Endpoint, LLMClient, RetryPolicy, SpendLedger
+from ccpo.llm.client import (
+    HTTP_BACKENDS,
+    Endpoint,
+    LLMClient,
+    RetryPolicy,
+    SpendLedger,
+    redact_url,
+)
 from ccpo.traces.answers import family_of
 from ccpo.traces.ladder import VERDICT_MODES, Ladder, LadderRound, Role, Step, default_prompt
 from ccpo.traces.prices import PriceTable
@@ -335,23 +345,97 @@ def flag_name(key: str, renames: Mapping[str, str] | None = None) -> str:
 
 def flag_label(key: str, value: Any, renames: Mapping[str, str] | None = None) -> str:
     """How an error names a value given by flag: ``--concurrency 0`` (the flag alone for a
-    list)."""
+    list; a URL's password as ``***``)."""
     flag = flag_name(key, renames)
+    if isinstance(value, str):
+        value = redact_url(value)
     return f"{flag} {value}" if isinstance(value, str | int | float) else flag
 
 
-def invalid_setting(e: ValidationError, file: str | Path | None, given: Mapping[str, str]) -> str:
-    """One line for the first error of ``e``, blamed on where the value came from: the flag
-    (or argument) of ``given`` (setting key → how to name it) that set it, else the config
-    ``file`` and its key."""
-    first = e.errors()[0]
-    parts = [str(x) for x in first["loc"]]
+def _fields_at(model: Any, loc: Sequence[Any]) -> list[str]:
+    """The setting names of the (nested) pydantic model at ``loc`` (a validation error's
+    location: field names, dict keys, list indices) under ``model``; empty when it is not a
+    model."""
+
+    def members(t: Any) -> list[Any]:  # X | Y | None → X, Y
+        if typing.get_origin(t) in (typing.Union, types.UnionType):
+            return [m for a in typing.get_args(t) if a is not type(None) for m in members(a)]
+        return [t]
+
+    def inside(t: Any, part: Any) -> list[Any]:
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            return [t.model_fields[part].annotation] if part in t.model_fields else []
+        args = typing.get_args(t)
+        if typing.get_origin(t) is dict and len(args) == 2:
+            return [args[1]]
+        if typing.get_origin(t) in (list, tuple, set, frozenset) and args:
+            return [args[0]]
+        return []
+
+    kinds = members(model)
+    for part in loc:
+        kinds = [m for t in kinds for inner in inside(t, part) for m in members(inner)]
+    return sorted(
+        {f for t in kinds if isinstance(t, type) and issubclass(t, BaseModel)
+         for f in t.model_fields}
+    )  # fmt: skip
+
+
+def _given_by(loc: Sequence[Any], given: Mapping[str, str]) -> str | None:
+    """The flag (or argument) of ``given`` that set the value at ``loc``, if one did."""
+    parts = [str(x) for x in loc]
     for n in range(len(parts), 0, -1):
         label = given.get(".".join(parts[:n]))
         if label is not None:
-            return f"{label}: {first['msg']}"
-    origin = f"{file}: " if file else ""
-    return f"{origin}setting '{'.'.join(parts)}': {first['msg']}"
+            return label
+    return None
+
+
+def _unknown_keys(
+    e: ValidationError, model: Any, file: str | Path | None, given: Mapping[str, str]
+) -> str | None:
+    """Every mistyped key of ``e`` in one line, each with a "did you mean" where a setting of
+    that place is close (difflib); None when ``e`` has no unknown key."""
+    found, origin = [], None
+    for err in e.errors():
+        if err["type"] != "extra_forbidden":
+            continue
+        *where, key = [str(x) for x in err["loc"]]
+        close = difflib.get_close_matches(key, _fields_at(model, err["loc"][:-1]), n=1)
+        hint = f" (did you mean '{'.'.join([*where, close[0]])}'?)" if close else ""
+        found.append(f"'{'.'.join([*where, key])}'{hint}")
+        if origin is None:
+            label = _given_by(err["loc"], given)
+            origin = f"{label}: " if label else f"{file}: " if file else ""
+    if not found:
+        return None
+    what = "unknown setting" if len(found) == 1 else "unknown settings"
+    return f"{origin}{what} {', '.join(found)}"
+
+
+def invalid_setting(
+    e: ValidationError,
+    file: str | Path | None,
+    given: Mapping[str, str],
+    model: Any = None,
+) -> str:
+    """One line for ``e``, blamed on where the value came from: the flag (or argument) of
+    ``given`` (setting key → how to name it) that set it, else the config ``file`` and its
+    key. Mistyped keys come first, all of them, each with a "did you mean" among the
+    settings of ``model`` (the pydantic model validated) at that place."""
+    unknown = _unknown_keys(e, model, file, given) if model is not None else None
+    others = [err for err in e.errors() if unknown is None or err["type"] != "extra_forbidden"]
+    if not others:
+        return str(unknown)
+    first = others[0]
+    msg = first["msg"].removeprefix("Value error, ")
+    label = _given_by(first["loc"], given)
+    if label is not None:
+        line = f"{label}: {msg}"
+    else:
+        origin = f"{file}: " if file and unknown is None else ""
+        line = f"{origin}setting '{'.'.join(str(x) for x in first['loc'])}': {msg}"
+    return line if unknown is None else f"{unknown}; {line}"
 
 
 def build_config(
@@ -373,4 +457,4 @@ def build_config(
     try:
         return CollectConfig.model_validate(values)
     except ValidationError as e:
-        raise CCPOError(invalid_setting(e, file, given)) from None
+        raise CCPOError(invalid_setting(e, file, given, CollectConfig)) from None

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
 
 from ccpo import __version__
 from ccpo.errors import CCPOError
@@ -24,8 +25,10 @@ from ccpo.product.cli_options import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    AlphaOpt,
     PricesOpt,
     check_out_folder,
+    count,
     require_training,
     warn,
 )
@@ -34,8 +37,60 @@ from ccpo.traces.sim import SimConfig
 console = Console()
 err_console = Console(stderr=True)
 
-app = typer.Typer(
+#: the order ``ccpo --help`` lists the commands in: the main job first, the synthetic
+#: generator last (a command not named here comes before ``sim``)
+COMMAND_ORDER = (
+    "reproduce", "train", "compare", "evaluate", "check", "ask", "serve", "dry-run",
+    "replay-server", "collect", "collect-exit", "traces", "prices", "sim",
+)  # fmt: skip
+
+
+class PanelCommand(TyperCommand):
+    """A command whose plain help lists its options in panels: the command's own options
+    first ("Options"), then one section per ``rich_help_panel`` (the research knobs of a
+    config, say) in the order they first appear. Typer draws panels only in its rich help,
+    which ccpo does not use (``rich_markup_mode=None``)."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        args: list[tuple[str, str]] = []
+        panels: dict[str | None, list[tuple[str, str]]] = {None: []}
+        for param in self.get_params(ctx):
+            rec = param.get_help_record(ctx)
+            if rec is None:
+                continue
+            if param.param_type_name == "argument":
+                args.append(rec)
+            else:
+                panels.setdefault(getattr(param, "rich_help_panel", None), []).append(rec)
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        for title, recs in panels.items():
+            if recs:
+                with formatter.section(title or "Options"):
+                    formatter.write_dl(recs)
+
+
+class OrderedGroup(TyperGroup):
+    """A command group listing its commands in :data:`COMMAND_ORDER`."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        rank = {n: i for i, n in enumerate(COMMAND_ORDER)}
+        last = rank["sim"]
+        return sorted(names, key=lambda n: (rank.get(n, last - 0.5), names.index(n)))
+
+
+class CCPOTyper(typer.Typer):
+    """``typer.Typer`` whose commands are :class:`PanelCommand` unless told otherwise."""
+
+    def command(self, name: str | None = None, *, cls: Any = None, **kw: Any) -> Any:
+        return super().command(name, cls=cls or PanelCommand, **kw)
+
+
+app = CCPOTyper(
     name="ccpo",
+    cls=OrderedGroup,
     help="Cost-effective, reliable LLM agents: collect traces, train and calibrate a conformal "
     "policy, compare it with the paper's baselines, deploy it.",
     no_args_is_help=True,
@@ -43,8 +98,10 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help: no "<bool>" type column for flags (typer 0.29)
     add_completion=False,
 )
-traces_app = typer.Typer(help="Validate and summarise ccpo.trace/v1 files.", no_args_is_help=True)
-prices_app = typer.Typer(help="Show the price table in force.", no_args_is_help=True)
+traces_app = CCPOTyper(
+    help="Validate, summarise and import ccpo.trace/v1 files.", no_args_is_help=True
+)
+prices_app = CCPOTyper(help="Show the price table in force.", no_args_is_help=True)
 app.add_typer(traces_app, name="traces")
 app.add_typer(prices_app, name="prices")
 
@@ -94,7 +151,10 @@ def traces_validate(
     for tr in iter_traces(file):  # also refuses duplicate ids and mixed tasks
         n += 1
         rounds += tr.n_rounds
-    console.print(f"[green]ok[/green] {file}: {n} traces, {rounds} rounds, schema ccpo.trace/v1")
+    console.print(
+        f"[green]ok[/green] {file}: {count(n, 'trace')}, {count(rounds, 'round')}, "
+        "schema ccpo.trace/v1"
+    )
 
 
 @traces_app.command("stats")
@@ -113,7 +173,7 @@ def traces_stats(
     st = trace_stats(iter_traces(file), table)
     hist = ", ".join(f"{k} rounds: {v}" for k, v in sorted(st.rounds_hist.items()))
     console.print(
-        f"[bold]{file}[/bold]: {st.questions} questions ({hist}); "
+        f"[bold]{file}[/bold]: {count(st.questions, 'question')} ({hist}); "
         f"task {', '.join(sorted(st.tasks))}; solvable {st.solvable_rate:.3f}; "
         f"models {', '.join(sorted(st.models))}"
     )
@@ -314,7 +374,7 @@ def evaluate(
             "trained policy folder; repeatable.",
         ),
     ] = ["all"],  # noqa: B006
-    alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
+    alpha: AlphaOpt = 0.1,
     splits: Annotated[int, typer.Option(help="Random evaluation splits.", min=1)] = 100,
     seed: Annotated[int, typer.Option(help="Seed of the splits.")] = 0,
     n_train: Annotated[int | None, typer.Option(help="Training split size.")] = None,
@@ -439,10 +499,13 @@ def _error(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ccpo`` console script; returns the exit code.
 
-    0: done. 1: partial or failed (a command said so, e.g. ``collect`` with failed questions or
-    stopped by its budget; or the system refused, e.g. a full disk). 2: usage or input error
-    (unknown command or option, bad value, malformed file), printed as one line; ``--debug``
-    before the command shows the traceback instead. 130: interrupted.
+    0: done (``--help`` included). 1: partial or failed (a command said so, e.g. ``collect``
+    with failed questions or stopped by its budget; or the system refused, e.g. a full disk).
+    2: usage or input error (unknown command or option, bad value, malformed file), printed
+    as one line; ``--debug`` before the command shows the traceback instead. A group called
+    without a command
+    (``ccpo``, ``ccpo traces``) prints its help on stderr and exits 2, as click does since 8.2
+    (a usage error: the command is missing). 130: interrupted.
     """
     click_error, abort = _click_error_types()
     _state["debug"] = False
@@ -456,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     except click_error as e:
         if _state["debug"]:
             raise
+        if type(e).__name__ == "NoArgsIsHelpError":  # `ccpo`, `ccpo traces`: the help, whole
+            typer.echo(e.format_message(), err=True)
+            return EXIT_USAGE
         _error(usage_line(e))
         return int(getattr(e, "exit_code", EXIT_USAGE)) or EXIT_USAGE
     except OSError as e:

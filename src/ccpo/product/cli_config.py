@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 import typer
+import yaml
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
@@ -31,6 +32,15 @@ from ccpo.errors import CCPOError
 C = TypeVar("C")
 #: ``name: type = default  # help`` (one field line of a dataclass)
 _FIELD = re.compile(r"^(?P<name>\w+)\s*:\s*[^=#]+?(?:=\s*[^#]*?)?\s*(?:#\s*(?P<help>.*))?$")
+
+
+#: reStructuredText roles and literals (``:mod:`x` ``, ````x````) written in the code's comments
+_RST = re.compile(r":[a-z]+:`~?([^`]+)`|``([^`]+)``")
+
+
+def plain(text: str) -> str:
+    """Help text as a terminal shows it: ``:mod:`ccpo.x` `` → ``ccpo.x``, ````x```` → ``x``."""
+    return _RST.sub(lambda m: m.group(1) or m.group(2), text)
 
 
 def config_help(cls: type) -> dict[str, str]:
@@ -51,7 +61,7 @@ def config_help(cls: type) -> dict[str, str]:
         m = _FIELD.match(line)
         if m and m.group("name") in names:
             text = " ".join([*above, m.group("help") or ""]).strip()
-            out[m.group("name")] = re.sub(r"\s+", " ", text)
+            out[m.group("name")] = plain(re.sub(r"\s+", " ", text))
         above = []
     return out
 
@@ -145,6 +155,26 @@ def _default_note(default: Any) -> str:
     return f" [{default:g}]" if isinstance(default, float) else f" [{default}]"
 
 
+#: what a structured option looks like on the command line, for its help
+_STRUCTURED_EXAMPLES = {"endpoints": """'{"*": {url: http://127.0.0.1:9000/v1}}'"""}
+
+
+def _is_structured(kind: Any) -> bool:
+    """A setting that is a mapping, a list or a model (not a flag's scalar)."""
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return True
+    return typing.get_origin(kind) in (dict, list, tuple)
+
+
+def _parse_structured(flag: str, text: str) -> Any:
+    """A structured option's value: YAML (JSON is YAML too); a usage error naming the flag."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        first = " ".join(str(e).split())
+        raise CCPOError(f"{flag}: not YAML or JSON ({first})") from None
+
+
 def settings_options(
     model: type[BaseModel],
     fields: Sequence[str],
@@ -166,12 +196,20 @@ def settings_options(
         sig = inspect.signature(func, eval_str=True)
         own = [p for p in sig.parameters.values() if p.name != "settings"]
         extra: list[inspect.Parameter] = []
+        structured: set[str] = set()
         for name in fields:
             info = model.model_fields[name]
             flag = flags.get(name, "--" + name.replace("_", "-"))
-            help_text = (info.description or "") + _default_note(info.default)
-            opt = typer.Option(flag, help=help_text, rich_help_panel=panel, show_default=False)
+            help_text = plain(info.description or "") + _default_note(info.default)
             kind = _scalar(info.annotation)
+            extra_opt: dict[str, Any] = {}
+            if _is_structured(kind):  # a mapping or list of settings: given as YAML / JSON
+                structured.add(name)
+                kind, extra_opt["metavar"] = str, "YAML"
+                help_text += f" (YAML or JSON: {_STRUCTURED_EXAMPLES.get(name, 'as in --config')})"
+            opt = typer.Option(
+                flag, help=help_text, rich_help_panel=panel, show_default=False, **extra_opt
+            )
             extra.append(
                 inspect.Parameter(
                     name,
@@ -184,7 +222,11 @@ def settings_options(
         @functools.wraps(func)
         def command(**kwargs: Any) -> Any:
             settings = dict(kwargs.pop("settings", None) or {})
-            settings.update({prefix + name: kwargs.pop(name) for name in fields})
+            for name in fields:
+                value = kwargs.pop(name)
+                if name in structured and value is not None:
+                    value = _parse_structured(flags.get(name, "--" + name.replace("_", "-")), value)
+                settings[prefix + name] = value
             return func(**kwargs, settings=settings)
 
         command.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]

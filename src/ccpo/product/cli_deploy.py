@@ -20,7 +20,7 @@ from rich.table import Table
 from ccpo.errors import CCPOError
 from ccpo.llm import tracing
 from ccpo.product.cli_config import settings_options
-from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, quiet_http_logs, warn
+from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, count, quiet_http_logs, warn
 from ccpo.runtime.config import DeployConfig, ServerConfig, load_deploy_config
 from ccpo.traces.io import written_whole
 
@@ -122,14 +122,16 @@ def printing_provenance(make: Callable[[], T]) -> T:
     return made
 
 
-def check_port_free(host: str, port: int) -> None:
-    """Refuse, in one line, to announce a server on an address another process holds."""
+def check_port_free(host: str, port: int, config_key: str | None = "server.port") -> None:
+    """Refuse, in one line, to announce a server on an address another process holds; the
+    hint names ``--port`` and the config key that sets it (None: the command has no config)."""
     try:
         socket.create_server((host, port)).close()  # SO_REUSEADDR, as uvicorn binds
     except OSError as e:
+        also = f" or set {config_key} in the config" if config_key else ""
         raise CCPOError(
             f"cannot serve on {host}:{port}: {e.strerror or e} (another server there? pass "
-            "--port or set server.port)"
+            f"another --port{also})"
         ) from None
 
 
@@ -195,6 +197,10 @@ def register(app: typer.Typer) -> None:
         host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 9000,
         log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+        max_body_bytes: Annotated[
+            int,
+            typer.Option(help="Largest request body read, in bytes (larger: 413).", min=256),
+        ] = 4 * 2**20,
     ) -> None:
         """An OpenAI-compatible endpoint that answers every model of a trace file from its
         recorded outputs (found by question text, model and round; recorded usage): dry-run a
@@ -205,7 +211,7 @@ def register(app: typer.Typer) -> None:
 
         from ccpo.runtime.replay_server import ReplayIndex, create_replay_app
 
-        check_port_free(host, port)
+        check_port_free(host, port, None)
         with _err.status(f"indexing {traces}…"):
             index = ReplayIndex.from_file(traces)
         _err.print(
@@ -220,7 +226,8 @@ def register(app: typer.Typer) -> None:
                 "text; the replay endpoint finds a question by its text, so the first record "
                 "answers them"
             )
-        uvicorn.run(create_replay_app(index), host=host, port=port, log_level=log_level)
+        app = create_replay_app(index, max_body_bytes)
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
 
     @app.command("dry-run")
     def dry_run_cmd(
@@ -256,12 +263,12 @@ def register(app: typer.Typer) -> None:
                     values,
                     n,
                     concurrency,
-                    lambda k: status.update(f"asked {k} questions…"),
+                    lambda k: status.update(f"asked {count(k, 'question')}…"),
                 )
             )
         _out.print(
             f"{report.equal}/{report.questions} answer sets equal the policy's replay; "
-            f"{report.calls} LLM calls; cost ${report.live_cost_usd:.6f} live vs "
+            f"{count(report.calls, 'LLM call')}; cost ${report.live_cost_usd:.6f} live vs "
             f"${report.replay_cost_usd:.6f} replay; {report.seconds:.1f} s "
             f"({1000 * report.seconds / max(1, report.questions):.1f} ms per question)",
             highlight=False,

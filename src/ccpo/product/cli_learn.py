@@ -17,9 +17,11 @@ from ccpo.learning.methods import method_help, method_names, resolve_method, var
 from ccpo.learning.stopping import StopConfig
 from ccpo.product.cli_config import build_config, config_options
 from ccpo.product.cli_options import (
+    AlphaOpt,
     ForceOpt,
     PricesOpt,
     check_out_folder,
+    count,
     require_training,
     warn,
 )
@@ -59,7 +61,7 @@ def register(app: typer.Typer) -> None:
         traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
         out: Annotated[Path, typer.Option("--out", help="Output policy folder.")],
         method: Annotated[str, typer.Option(help=method_help())] = "auto",
-        alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
+        alpha: AlphaOpt = 0.1,
         seed: Annotated[int, typer.Option(help="Seed of the split and of training.")] = 0,
         prices: PricesOpt = None,
         force: ForceOpt = False,
@@ -74,6 +76,7 @@ def register(app: typer.Typer) -> None:
         (C(o) holds every action at every round).
         """
         from ccpo.product.evaluate import (
+            calibration_shortfall,
             check_alpha,
             load_episodes,
             make_splits,
@@ -105,6 +108,9 @@ def register(app: typer.Typer) -> None:
 
         sizes = split_sizes(ep.n)
         sp = make_splits(ep.n, sizes, 1, seed)
+        short = calibration_shortfall(alpha, sp.cal.shape[1])
+        if short is not None and spec.scoring == "batch":  # κ̂ by split conformal
+            warn(short)
         provenance = {**trace_provenance(traces), "alpha": alpha}
         if spec.kind == "score":
             _train_stopping(
@@ -134,12 +140,12 @@ def register(app: typer.Typer) -> None:
             training_curves({variant: res.log}, alpha, tmp / "training_curves.png")
             (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         console.print(
-            f"trained [bold]{variant}[/bold] in {seconds:.1f} s on {sizes[0]} "
-            f"questions; κ = {pol.kappa:.4g} (online {pol.kappa_online:.4g}); "
+            f"trained [bold]{variant}[/bold] in {seconds:.1f} s on "
+            f"{count(sizes[0], 'question')}; κ = {pol.kappa:.4g} (online {pol.kappa_online:.4g}); "
             f"calibration coverage {summary['calibration_coverage']:.3f}"
         )
         if pol.scoring != "point":
-            warn_degenerate(full, pol.kappa)
+            warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
         console.print(f"wrote policy folder {out}")
 
     @app.command("compare")
@@ -149,7 +155,7 @@ def register(app: typer.Typer) -> None:
     def compare_cmd(
         traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
         out: Annotated[Path, typer.Option("--out", help="Output folder.")],
-        alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
+        alpha: AlphaOpt = 0.1,
         splits: Annotated[int, typer.Option(help="Random evaluation splits.", min=1)] = 100,
         seed: Annotated[int, typer.Option(help="Seed of the splits and of training.")] = 0,
         lam: Annotated[
@@ -190,15 +196,23 @@ def register(app: typer.Typer) -> None:
         )
 
 
-def warn_degenerate(full: float, kappa: float) -> None:
+def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None:
     """Warn when C(o) holds every action at every round on ≥ :data:`DEGENERATE` of the
-    calibration questions (``full``, from :func:`ccpo.product.evaluate.full_set_rate`)."""
+    ``n_cal`` calibration questions (``full``, from
+    :func:`ccpo.product.evaluate.full_set_rate`); the remedy is more data when they are too
+    few for α (:func:`ccpo.product.evaluate.calibration_shortfall`, said before training)."""
+    from ccpo.product.evaluate import calibration_shortfall
+
     if full >= DEGENERATE:
+        remedy = (
+            "the calibration questions are too few for this α (see above)"
+            if calibration_shortfall(alpha, n_cal) is not None
+            else "try more --steps, another --seed or a larger α"
+        )
         warn(
             f"degenerate policy: on {full:.0%} of the calibration questions C(o) holds every "
             f"action at every round (κ = {kappa:.3g}), so it runs all T rounds and returns "
-            "every answer, at the cost of running everything; try more --steps, another "
-            "--seed or a larger α"
+            f"every answer, at the cost of running everything; {remedy}"
         )
 
 
@@ -236,7 +250,7 @@ def _train_stopping(
     from ccpo.product.report import staged_folder
 
     t0 = time.perf_counter()
-    with console.status(f"fitting {method} on {sizes[0]} questions …"):
+    with console.status(f"fitting {method} on {count(sizes[0], 'question')} …"):
         pol, sel = fit_method(method, ep, sp.train, alpha, seed, settings=settings)
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
@@ -256,8 +270,8 @@ def _train_stopping(
             )
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if sel else ''} in {seconds:.1f} s on "
-        f"{sizes[0]} questions; κ̂ = {pol.kappa:.4g}; calibration coverage "
-        f"{summary['calibration_coverage']:.3f} on {len(cal)} questions"
+        f"{count(sizes[0], 'question')}; κ̂ = {pol.kappa:.4g}; calibration coverage "
+        f"{summary['calibration_coverage']:.3f} on {count(len(cal), 'question')}"
     )
-    warn_degenerate(full, pol.kappa)
+    warn_degenerate(full, pol.kappa, alpha, len(cal))
     console.print(f"wrote policy folder {out}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -29,11 +29,33 @@ PricesOpt = Annotated[
     ),
 ]
 
+
+def check_alpha_flag(value: Any) -> Any:
+    """``--alpha`` (one value or a repeated option's list) must lie in (0, 1): a usage error
+    naming the flag otherwise."""
+    for a in value if isinstance(value, list) else [value]:
+        if a is not None and not 0.0 < a < 1.0:  # NaN too
+            raise typer.BadParameter(f"{a:g} is not a miscoverage level: α must be in (0, 1)")
+    return value
+
+
+AlphaOpt = Annotated[
+    float,
+    typer.Option(
+        "--alpha", metavar="α", help="Miscoverage level α in (0, 1).", callback=check_alpha_flag
+    ),
+]
+
 ForceOpt = Annotated[
     bool, typer.Option("--force", help="Replace what --out already holds (default: refuse).")
 ]
 
 _err = Console(stderr=True)
+
+
+def count(n: int, noun: str) -> str:
+    """``1 question``, ``5 questions``: a number with its noun in the right number."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def quiet_http_logs() -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ccpo.product.cli_options import check_out_folder, require_training
+from ccpo.product.cli_options import check_alpha_flag, check_out_folder, require_training
 
 console = Console()
 
@@ -26,7 +26,10 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         alpha: Annotated[
-            list[float] | None, typer.Option("--alpha", metavar="α", help="α values (repeatable).")
+            list[float] | None,
+            typer.Option(
+                "--alpha", metavar="α", help="α values (repeatable).", callback=check_alpha_flag
+            ),
         ] = None,
         splits: Annotated[
             int | None, typer.Option(help="Evaluation splits [100; 20 with --quick].", min=1)
@@ -36,7 +39,10 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Training steps per method [2000; 200 with --quick].", min=1),
         ] = None,
         quick: Annotated[
-            bool, typer.Option("--quick", help="20 splits, 200 steps: about a minute on 2 cores.")
+            bool,
+            typer.Option(
+                "--quick", help="20 splits, 200 steps: a quick tour (32 s measured on 2 cores)."
+            ),
         ] = False,
         seed: Annotated[
             list[int] | None,

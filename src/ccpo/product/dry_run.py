@@ -15,6 +15,7 @@ import asyncio
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,19 @@ def _paid(trace: Any, rounds: int) -> list[list[str]]:
     ]
 
 
+def check_traces(pol: Any, folder: str | Path, traces_path: str | Path) -> None:
+    """The policy's recorded provenance against the trace file, before anything is asked: a
+    policy of another task or number of rounds T is refused (one line saying which), other
+    differences (another file, other models) warn (:class:`PolicyProvenanceWarning`)."""
+    from ccpo.learning.policy import check_provenance
+    from ccpo.product.evaluate import trace_provenance
+    from ccpo.runtime.agent import PolicyProvenanceWarning
+
+    rec = getattr(pol, "provenance", None) or {}
+    for line in check_provenance(rec, trace_provenance(traces_path), f"policy {folder}"):
+        warnings.warn(line, PolicyProvenanceWarning, stacklevel=2)
+
+
 def dry_run(
     policy: str | Path,
     traces_path: str | Path,
@@ -91,9 +105,11 @@ def dry_run(
     """Answer ``n`` questions of ``traces_path`` (evenly spread; all by default) live with
     ``policy`` against the replay endpoint and compare each with the policy's replay.
     ``config``: deploy settings (prices, rails, κ; endpoints are the replay endpoint's)."""
-    from ccpo.runtime.agent import ConformalAgent
+    from ccpo.runtime.agent import ConformalAgent, PolicyProvenanceWarning
     from ccpo.runtime.replay_server import ReplayIndex, create_replay_app
 
+    replay = ConformalPolicy.load(policy)
+    check_traces(replay.policy, policy, traces_path)
     all_traces = read_traces(traces_path)
     step = max(1, len(all_traces) // n) if n else 1
     chosen = all_traces[::step][: n or len(all_traces)]
@@ -105,8 +121,9 @@ def dry_run(
             "concurrency": concurrency,
             "cache": None,
         }
-        agent = ConformalAgent.from_artifact(policy, values)
-        replay = ConformalPolicy.load(policy)
+        with warnings.catch_warnings():  # provenance: checked against the file itself above
+            warnings.simplefilter("ignore", PolicyProvenanceWarning)
+            agent = ConformalAgent.from_artifact(policy, values)
         replay.prices = agent.prices  # the same table as the live agent's
         if agent.kappa is not None and replay.policy is not None:
             replay.policy.kappa_batch = agent.kappa  # and the same κ (a config may set one)

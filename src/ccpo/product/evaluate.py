@@ -10,6 +10,7 @@ Headline numbers are means over the R splits; ``cost_cents`` is the total over o
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,6 +55,31 @@ def split_sizes(
             "--n-train/--n-cal/--n-test"
         )
     return sizes
+
+
+def train_calibration_size(n: int) -> int:
+    """How many of ``n`` questions ``ccpo train`` calibrates κ̂ on (its split rule: the
+    calibration split of :func:`split_sizes`)."""
+    return split_sizes(n)[1]
+
+
+def calibration_shortfall(alpha: float, n_cal: int) -> str | None:
+    """Why ``n_cal`` calibration questions are too few for a guarantee at ``alpha`` (None when
+    they are enough): with fewer than :func:`~ccpo.learning.conformal.min_calibration_size`
+    split conformal can only return κ̂ = 0 (every answer of every round: covered, at the cost
+    of running everything). Says how many calibration questions, and how many questions in
+    all under ``train``'s split rule (:func:`train_calibration_size`), a guarantee needs."""
+    need = conformal.min_calibration_size(alpha)
+    if n_cal >= need:
+        return None
+    total = next(n for n in itertools.count(need) if train_calibration_size(n) >= need)
+    return (
+        f"the data is too small for a guarantee at α = {alpha:g}: {n_cal} calibration "
+        f"question{'' if n_cal == 1 else 's'}, and split conformal needs at least {need} "
+        f"(⌊α(n+1)⌋ ≥ 1), i.e. at least {total} questions in the trace file with train's "
+        "split; with fewer, κ̂ = 0 and every set holds every answer of every round (the cost "
+        "of running everything). Collect more questions or use a larger α"
+    )
 
 
 def make_splits(n: int, sizes: tuple[int, int, int], n_splits: int, seed: int) -> Splits:

@@ -149,6 +149,16 @@ class ServerConfig(BaseModel):
     )
     max_records: int = Field(100_000, ge=1, description="answer sets kept for feedback")
 
+    @field_validator("state")
+    @classmethod
+    def _state(cls, v: str | None) -> str | None:
+        from ccpo.runtime.state.backends import location_problem
+
+        problem = None if v is None else location_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
+        return v
+
     def token(self) -> str | None:
         """The bearer token in force (config, else the env var), or None for no auth."""
         if self.auth_token is not None:
@@ -235,7 +245,7 @@ def load_deploy_config(
     try:
         return DeployConfig.model_validate(values)
     except ValidationError as e:
-        raise CCPOError(invalid_setting(e, file, given)) from None
+        raise CCPOError(invalid_setting(e, file, given, DeployConfig)) from None
 
 
 def as_deploy_config(

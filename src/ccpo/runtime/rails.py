@@ -1,6 +1,7 @@
 """The rails of ``ccpo serve`` that run before a request body is read: per-client rate limits
 (token buckets), the bearer token, and the body-size limit (:class:`Guard`, a pure-ASGI
-middleware), with the one JSON error body every refusal uses."""
+middleware; the body limit alone, :class:`BodyLimit`, guards ``ccpo replay-server``), with the
+one JSON error body every refusal uses."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import hmac
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from fastapi.responses import JSONResponse
@@ -125,37 +127,62 @@ class Guard:
                 svc.store.count_rejected()
                 await error_response(e.status, e.type, e.message, e.headers)(scope, receive, send)
                 return
-        limit = svc.cfg.max_body_bytes
-        msg = f"request body larger than {limit} bytes"
-        try:
-            too_big = int(headers.get(b"content-length", b"0")) > limit
-        except ValueError:
-            too_big = False
-        if too_big:
-            svc.store.count_rejected()
+        await limit_body(
+            self.app, scope, receive, send, svc.cfg.max_body_bytes, svc.store.count_rejected
+        )
+
+
+async def limit_body(
+    app: Any, scope: Any, receive: Any, send: Any, limit: int, rejected: Callable[[], Any]
+) -> None:
+    """Run ``app`` on one HTTP request whose body may hold at most ``limit`` bytes: a 413
+    (``too_large``) by its Content-Length when given, else as soon as the body read so far
+    passes the limit, before the app parses any of it; ``rejected()`` counts the refusal."""
+    headers = dict(scope.get("headers") or [])
+    msg = f"request body larger than {limit} bytes"
+    try:
+        too_big = int(headers.get(b"content-length", b"0")) > limit
+    except ValueError:
+        too_big = False
+    if too_big:
+        rejected()
+        await error_response(413, "too_large", msg)(scope, receive, send)
+        return
+    seen = 0
+    started = False
+
+    async def recv() -> Any:
+        nonlocal seen
+        m = await receive()
+        if m["type"] == "http.request":
+            seen += len(m.get("body", b""))
+            if seen > limit:
+                raise _BodyTooLarge
+        return m
+
+    async def snd(m: Any) -> None:
+        nonlocal started
+        if m["type"] == "http.response.start":
+            started = True
+        await send(m)
+
+    try:
+        await app(scope, recv, snd)
+    except* _BodyTooLarge:
+        if not started:
+            rejected()
             await error_response(413, "too_large", msg)(scope, receive, send)
+
+
+class BodyLimit:
+    """Pure-ASGI middleware: :func:`limit_body` on every HTTP request (``ccpo replay-server``'s
+    rail; ``ccpo serve``'s :class:`Guard` runs it after its own)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
-        seen = 0
-        started = False
-
-        async def recv() -> Any:
-            nonlocal seen
-            m = await receive()
-            if m["type"] == "http.request":
-                seen += len(m.get("body", b""))
-                if seen > limit:
-                    raise _BodyTooLarge
-            return m
-
-        async def snd(m: Any) -> None:
-            nonlocal started
-            if m["type"] == "http.response.start":
-                started = True
-            await send(m)
-
-        try:
-            await self.app(scope, recv, snd)
-        except* _BodyTooLarge:
-            if not started:
-                svc.store.count_rejected()
-                await error_response(413, "too_large", msg)(scope, receive, send)
+        await limit_body(self.app, scope, receive, send, self.limit, lambda: None)

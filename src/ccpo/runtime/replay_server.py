@@ -40,8 +40,8 @@ try:
 except ImportError as e:  # pragma: no cover - only without the extra
     raise CCPOError("ccpo replay-server needs the serve extra: pip install 'ccpo[serve]'") from e
 
-from ccpo.runtime.rails import error_response
-from ccpo.traces.io import iter_traces
+from ccpo.runtime.rails import BodyLimit, error_response
+from ccpo.traces.io import iter_traces, loads_strict
 from ccpo.traces.schema import Trace
 
 #: where ccpo's prompts put the question: (prefix, what ends it)
@@ -179,32 +179,64 @@ def _error(status: int, message: str, type_: str) -> JSONResponse:
     return error_response(status, type_, message)  # the body every ccpo server refuses with
 
 
+class _BadRequest(ValueError):
+    """A request the replay endpoint cannot read (a 400 saying why)."""
+
+
 def _prompt_text(body: dict[str, Any]) -> str:
+    """The text of a request's messages (string content, or text parts); :class:`_BadRequest`
+    naming the field for anything else."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _BadRequest("messages: a non-empty list of messages is required")
     parts = []
-    for m in body.get("messages") or []:
+    for i, m in enumerate(messages):
         c = m.get("content") if isinstance(m, dict) else None
         if isinstance(c, str):
             parts.append(c)
         elif isinstance(c, list):  # content parts
-            parts.extend(p.get("text", "") for p in c if isinstance(p, dict))
+            for j, p in enumerate(c):
+                if not isinstance(p, dict) or not isinstance(p.get("text"), str):
+                    raise _BadRequest(
+                        f'messages[{i}].content[{j}]: a text part {{"type": "text", '
+                        '"text": "..."} is required'
+                    )
+                parts.append(p["text"])
+        else:
+            raise _BadRequest(f"messages[{i}]: an object with a string 'content' is required")
     return "\n".join(parts)
 
 
-def create_replay_app(index: ReplayIndex) -> FastAPI:
-    """The replay endpoint's app (see the module docstring)."""
+MAX_BODY_BYTES = 4 * 2**20
+"""The largest request body the replay endpoint reads (a prompt of ccpo's is far smaller)."""
+
+
+def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+    """The replay endpoint's app (see the module docstring): bodies over ``max_body_bytes``
+    are refused (413) before they are read whole; a body that is not JSON (or nested too
+    deeply) or not a chat request is a 400, every error in the JSON error body."""
     app = FastAPI(title="ccpo replay-server", description=__doc__)
+    app.add_middleware(BodyLimit, limit=max_body_bytes)
     counter = itertools.count(1)
     stats = {"requests": 0, "answered": 0, "missing": 0}
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, e: Exception) -> JSONResponse:  # JSON, even for a bug
+        return _error(500, f"internal error ({type(e).__name__})", "server_error")
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
         stats["requests"] += 1
         try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "the body is not JSON", "invalid_request_error")
+            body = loads_strict((await request.body()).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, NaN, nesting
+            return _error(400, f"the body is not JSON ({e})", "invalid_request_error")
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             return _error(400, "model: a model name is required", "invalid_request_error")
+        try:
+            prompt = _prompt_text(body)
+        except _BadRequest as e:
+            return _error(400, str(e), "invalid_request_error")
         if body.get("stream"):
             return _error(
                 400, "stream: the replay endpoint does not stream", "invalid_request_error"
@@ -217,7 +249,7 @@ def create_replay_app(index: ReplayIndex) -> FastAPI:
         role = h.get("x-ccpo-role")
         if role is not None and role not in ("base", "guide"):
             return _error(400, "X-CCPO-Role: must be base or guide", "invalid_request_error")
-        got = index.lookup(_prompt_text(body), body["model"], round_, role)
+        got = index.lookup(prompt, body["model"], round_, role)
         if isinstance(got, tuple):
             stats["missing"] += 1
             return _error(got[0], got[1], "not_found" if got[0] == 404 else "invalid_request_error")

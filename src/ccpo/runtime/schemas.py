@@ -145,17 +145,30 @@ class ApiError(Exception):
 
 # ----------------------------------------------------------------------------- OpenAI-compatible
 class ChatMessage(BaseModel):
-    """One chat message (text content, or a list of content parts of which text is read)."""
+    """One chat message: text content, or a list of text parts ({"type": "text", "text":
+    "..."}); any other part (an image, audio, a part without text) is refused."""
 
     model_config = ConfigDict(extra="allow")
     role: str
     content: str | list[dict[str, Any]] | None = None
 
+    @field_validator("content")
+    @classmethod
+    def _text_parts(cls, v: Any) -> Any:
+        for i, part in enumerate(v if isinstance(v, list) else []):
+            kind = part.get("type", "text")
+            if kind != "text":
+                raise ValueError(
+                    f"part {i} is of type {kind!r}; only text parts are supported "
+                    '({"type": "text", "text": "..."})'
+                )
+            if not isinstance(part.get("text"), str):
+                raise ValueError(f"part {i}: 'text' must be a string")
+        return v
+
     def text(self) -> str:
         if isinstance(self.content, list):
-            return "".join(
-                str(p.get("text", "")) for p in self.content if p.get("type", "text") == "text"
-            )
+            return "".join(p["text"] for p in self.content)
         return self.content or ""
 
 
@@ -168,20 +181,46 @@ class CcpoOptions(BaseModel):
     max_cost_usd: float | None = AnswerRequest.model_fields["max_cost_usd"]
 
 
+#: OpenAI request fields ccpo cannot honour, refused rather than ignored: field → (the values
+#: that mean the same as leaving it out, why)
+UNSUPPORTED_CHAT_FIELDS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "n": ((1,), "one completion per request: the answer set is one reply"),
+    "tools": (([],), "no tool calls: ccpo answers questions"),
+    "tool_choice": (("none",), "no tool calls: ccpo answers questions"),
+    "functions": (([],), "no function calls: ccpo answers questions"),
+    "function_call": (("none",), "no function calls: ccpo answers questions"),
+    "logprobs": ((False,), "no log-probabilities: the answer set is not one sampled text"),
+    "top_logprobs": ((0,), "no log-probabilities: the answer set is not one sampled text"),
+    "response_format": (({"type": "text"},), "the reply is the answer set, one per line"),
+}
+
+
 class ChatCompletionRequest(BaseModel):
-    """An OpenAI chat-completion request; sampling fields (temperature, ...) are accepted and
-    ignored: the policy decides."""
+    """An OpenAI chat-completion request. Sampling fields (temperature, top_p, max_tokens,
+    ...) are accepted and ignored (the policy decides); fields that would change what the
+    reply is (n > 1, tools, tool_choice, functions, function_call, logprobs, top_logprobs,
+    response_format other than text) are refused with a 422 naming them."""
 
     model_config = ConfigDict(extra="allow")
     model: str = Field(description="must be 'ccpo'")
     messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
     stream: bool = Field(
         False,
+        strict=True,
         description="answer as server-sent events: the content (the one answer, or the set "
         "one line per chunk) once the policy stops, the full answer set as ccpo in the last "
         "chunk, then [DONE] (the policy decides first: nothing streams before it has)",
     )
     ccpo: CcpoOptions | None = Field(None, description="native fields of POST /v1/answer")
+
+    @model_validator(mode="after")
+    def _supported(self) -> ChatCompletionRequest:
+        given = self.model_extra or {}
+        for name, (same, why) in UNSUPPORTED_CHAT_FIELDS.items():
+            value = given.get(name)
+            if value is not None and value not in same:
+                raise ValueError(f"{name}: not supported ({why}); leave it out")
+        return self
 
     def answer_request(self) -> AnswerRequest:
         """The native request: the last user message is the question."""

@@ -221,7 +221,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         parts = []
         for err in e.errors():
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-            msg = err.get("msg", "invalid")
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
             if err.get("type") == "json_invalid":
                 loc, msg = "body", "not valid JSON"
             parts.append(f"{loc}: {msg}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
-from ccpo.llm.client import BudgetExceeded, LLMCallError
+from ccpo.llm.client import BudgetExceeded, LLMCallError, redact_url
 from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.config import DeployConfig
@@ -102,11 +102,12 @@ class Service:
         self._active = 0  # questions being answered (awaited on shutdown)
         self._idle = asyncio.Event()
         self._idle.set()
-        self._upstream = sorted(
-            {e.base_url for e in agent.endpoints.values() if e.base_url},
+        self._upstream = sorted(  # as given, and as messages show them (redact_url)
+            {u for e in agent.endpoints.values() if e.base_url
+             for u in (e.base_url, redact_url(e.base_url))},
             key=len,
             reverse=True,
-        )
+        )  # fmt: skip
         self.started = time.monotonic()
 
     def _limiter(self, per_minute: float | None, burst: int) -> RateLimiter | None:

@@ -14,7 +14,7 @@ It answers ``POST /v1/chat/completions`` (and ``GET /v1/models``) over real HTTP
   digits), ``"timeout"`` (sleeps
   ``timeout_sleep`` seconds, then closes the connection without replying), ``"garbage"``
   (HTTP 200 with a body that is not a chat completion). ``failure_headers`` are added to every
-  injected HTTP error (e.g. ``{"retry-after-ms": "300"}``).
+  injected HTTP error (e.g. ``{"retry-after-ms": "300"}``), ``failure_body`` is its JSON body.
 - **Log-probs**: ``logprobs_mode`` ``"ok"`` returns per-token log-probs (with ``top_logprobs``
   alternatives) when requested; ``"ignore"`` silently omits them; ``"reject"`` answers HTTP 400
   to any request that asks for them, ``"reject500"`` answers HTTP 500 saying so (as
@@ -85,6 +85,8 @@ class ScriptedServer:
     timeout_sleep: float = 1.0
     seed: int = 0
     failure_headers: dict[str, str] = field(default_factory=dict)
+    #: the JSON body of injected HTTP errors (default ``{"error": {"message": "error <status>"}}``)
+    failure_body: dict[str, Any] | None = None
     logprobs_mode: str = "ok"
     match_last: bool = False
     api_key: str | None = None
@@ -226,9 +228,8 @@ class ScriptedServer:
             h._send(429, body, headers=self.failure_headers)
             return
         if kind is not None and kind.isdigit():
-            h._send(
-                int(kind), {"error": {"message": f"error {kind}"}}, headers=self.failure_headers
-            )
+            body = self.failure_body or {"error": {"message": f"error {kind}"}}
+            h._send(int(kind), body, headers=self.failure_headers)
             return
         if kind == "timeout":
             time.sleep(self.timeout_sleep)

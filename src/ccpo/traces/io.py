@@ -187,6 +187,35 @@ def parse_trace_line(text: str, path: str | Path = "<string>", line: int | None 
         raise TraceFormatError(str(path), line, field, msg) from None
 
 
+#: the columns of a table of model answers (``ccpo traces import``'s input)
+_TABLE_COLUMNS = ("question_id", "question", "model", "answer", "correct")
+
+
+def _table_hint(e: TraceFormatError, path: Path, first_line: str) -> TraceFormatError:
+    """``e`` (the first line of a would-be trace file is not a trace) with a pointer to
+    ``ccpo traces import`` when the file looks like a table of model answers: a ``.csv`` /
+    ``.tsv`` name, a header row naming its columns, or a JSON object with its columns and no
+    ``schema``."""
+    head = first_line.lower()
+    looks_like_table = path.suffix.lower() in (".csv", ".tsv") or (
+        not head.lstrip().startswith("{")
+        and sum(c in head for c in _TABLE_COLUMNS) >= 2
+        and ("," in head or "\t" in head)
+    )
+    if not looks_like_table and '"schema"' not in head:
+        looks_like_table = sum(f'"{c}"' in head for c in _TABLE_COLUMNS) >= 3
+    if not looks_like_table:
+        return e
+    return TraceFormatError(
+        e.path,
+        e.line,
+        e.field,
+        f"{e.message}; this looks like a table of model answers, not ccpo.trace/v1 traces: "
+        f"turn it into traces with `ccpo traces import {path.name} --task TASK --out "
+        "traces.jsonl` (see the README, 'Importing your own model logs')",
+    )
+
+
 def iter_traces(path: str | Path) -> Iterator[Trace]:
     """Yield validated traces one at a time; blank lines are skipped.
 
@@ -214,7 +243,10 @@ def iter_traces(path: str | Path) -> Iterator[Trace]:
                 raise TraceFormatError(
                     str(p), lineno, None, f"not UTF-8 text ({e.reason})"
                 ) from None
-            tr = parse_trace_line(text, p, lineno)
+            try:
+                tr = parse_trace_line(text, p, lineno)
+            except TraceFormatError as e:
+                raise (_table_hint(e, p, text) if n == 1 else e) from None
             if tr.id in first:
                 raise TraceFormatError(
                     str(p),

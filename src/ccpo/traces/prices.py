@@ -88,9 +88,19 @@ class PriceTable:
         return sum(self.round_costs(r))
 
     def check(self, models: Iterable[str]) -> None:
-        """Raise for the first model without a price (so errors come before any work)."""
-        for m in sorted(set(models)):
-            self.price(m)
+        """Raise for every model without a price, all named in one error (so errors come
+        before any work, and one price file fixes them)."""
+        missing = [m for m in sorted(set(models)) if not self.has(m)]
+        if missing:
+            raise UnknownModelPriceError(*missing)
+
+    def has(self, model: str) -> bool:
+        """Whether ``model`` has a price (:meth:`price`'s look-up)."""
+        try:
+            self.price(model)
+        except UnknownModelPriceError:
+            return False
+        return True
 
     def merged(self, other: PriceTable) -> PriceTable:
         """``other`` wins where both name a model."""

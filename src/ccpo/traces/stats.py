@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ccpo.errors import UnknownModelPriceError
 from ccpo.traces.labels import trace_labels
 from ccpo.traces.ladder import Ladder, ladder_of_trace
 from ccpo.traces.prices import PriceTable
@@ -85,9 +86,19 @@ class TraceStats:
 
 
 def trace_stats(traces: Iterable[Trace], prices: PriceTable) -> TraceStats:
+    """The statistics of ``traces`` in one pass. Models without a price are gathered over the
+    whole stream and refused together at the end (one error naming all of them)."""
     st = TraceStats()
+    seen: set[str] = set()
+    missing: set[str] = set()
     for tr in traces:
-        st.add(tr, prices)
+        paid = {m for r in tr.rounds for m in (r.base.model, r.guide.model)}
+        missing |= {m for m in paid - seen if not prices.has(m)}
+        seen |= paid
+        if not missing:
+            st.add(tr, prices)
+    if missing:
+        raise UnknownModelPriceError(*sorted(missing))
     return st
 
 

@@ -89,6 +89,30 @@ def safe_url(url: str) -> str:
     return f"{u.scheme}://{user}{u.hostname or ''}{port}{u.path}"
 
 
+def location_problem(location: str) -> str | None:
+    """Why ``location`` cannot be a state (None: it can be): a URL of a store ccpo does not
+    know, or a PostgreSQL URL holding a password. The message shows no password; the config
+    checks it (so that it names ``--state`` or the config's key) and :func:`open_backend`."""
+    if not is_database_url(location):
+        return None
+    scheme = location.split("://", 1)[0].lower()
+    if scheme not in POSTGRES_SCHEMES:
+        return (
+            f"'{scheme}://' is not a store ccpo knows; give a SQLite file path or "
+            "postgresql://USER@HOST:PORT/DB"
+        )
+    try:
+        shown = safe_url(location)
+    except ValueError as e:  # a port that is not a number, ...
+        return f"not a database URL ({e}); give postgresql://USER@HOST:PORT/DB"
+    if urlsplit(location).password:
+        return (
+            f"{shown}: the URL holds a password; give it in $PGPASSWORD or "
+            "~/.pgpass instead (it must not be in a config file or on a command line)"
+        )
+    return None
+
+
 def open_backend(location: str | Path | None, timeout: float = 5.0) -> Backend:
     """The backend for ``server.state``: None (in memory), a file path (SQLite) or a
     ``postgresql://USER@HOST:PORT/DB`` URL. Anything else with ``://`` is refused.
@@ -98,12 +122,9 @@ def open_backend(location: str | Path | None, timeout: float = 5.0) -> Backend:
     loc = str(location)
     if not is_database_url(loc):
         return SQLiteBackend(Path(loc), timeout)
-    scheme = loc.split("://", 1)[0].lower()
-    if scheme not in POSTGRES_SCHEMES:
-        raise CCPOError(
-            f"server.state: '{scheme}://' is not a store ccpo knows; give a SQLite file path or "
-            "postgresql://USER@HOST:PORT/DB"
-        )
+    problem = location_problem(loc)
+    if problem is not None:
+        raise CCPOError(f"server.state: {problem}")
     return PostgresBackend(loc, connect_timeout=timeout)
 
 
@@ -201,12 +222,9 @@ class PostgresBackend:
 
     def __init__(self, url: str, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
         self.where = safe_url(url)
-        u = urlsplit(url)
-        if u.password:
-            raise CCPOError(
-                f"server.state: {self.where}: the URL holds a password; give it in $PGPASSWORD "
-                "or ~/.pgpass instead (it must not be in a config file or on a command line)"
-            )
+        problem = location_problem(url)
+        if problem is not None:
+            raise CCPOError(f"server.state: {problem}")
         try:
             import psycopg
             from psycopg_pool import ConnectionPool
