@@ -55,6 +55,22 @@ def register(app: typer.Typer) -> None:
         method: Annotated[str, typer.Option(help=method_help())] = "auto",
         alpha: Annotated[float, typer.Option(help="Miscoverage level α in (0, 1).")] = 0.1,
         seed: Annotated[int, typer.Option(help="Seed of the split and of training.")] = 0,
+        answer: Annotated[
+            str,
+            typer.Option(
+                help="set: return an answer set covering a correct answer w.p. ≥ 1 − α (the "
+                "paper's policies); single: return exactly one answer, correct w.p. ≥ 1 − α on "
+                "solvable questions (methods auto, cstop, cstop-lr, depth-k; calibrated by "
+                "Learn-then-Test, guarantee with probability ≥ 1 − δ)."
+            ),
+        ] = "set",
+        delta: Annotated[
+            float,
+            typer.Option(
+                help="--answer single: the guarantee holds w.p. ≥ 1 − δ over the "
+                "calibration questions."
+            ),
+        ] = 0.1,
         prices: PricesOpt = None,
         force: ForceOpt = False,
         config: dict | None = None,
@@ -81,6 +97,7 @@ def register(app: typer.Typer) -> None:
             raise CCPOError(
                 f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'"
             )
+        check_answer(answer, method, delta)
         settings = config or {}
         spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
         check_out_folder(out, "policy.json", force)
@@ -100,6 +117,12 @@ def register(app: typer.Typer) -> None:
         sizes = split_sizes(ep.n)
         sp = make_splits(ep.n, sizes, 1, seed)
         provenance = {**trace_provenance(traces), "alpha": alpha}
+        if answer == "single":
+            _train_single(
+                method, ep, sp, sizes, alpha, seed, delta, price_table, out, provenance,
+                stop_settings,
+            )  # fmt: skip
+            return
         if spec.kind == "score":
             _train_stopping(
                 method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings
@@ -181,6 +204,21 @@ def register(app: typer.Typer) -> None:
         )
 
 
+def check_answer(answer: str, method: str, delta: float) -> None:
+    """``--answer`` and ``--delta`` of ``train``: a one-line usage error before any work."""
+    from ccpo.learning.single import SINGLE_METHODS
+
+    if answer not in ("set", "single"):
+        raise CCPOError(f"--answer must be 'set' or 'single', got '{answer}'")
+    if answer == "single" and method not in ("auto", *SINGLE_METHODS):
+        raise CCPOError(
+            f"--answer single works with --method auto, {', '.join(SINGLE_METHODS)}; "
+            f"'{method}' returns answer sets (drop --answer single)"
+        )
+    if not 0 < delta < 1:
+        raise CCPOError(f"--delta must be strictly between 0 and 1, got {delta}")
+
+
 def warn_degenerate(full: float, kappa: float) -> None:
     """Warn when C(o) holds every action at every round on ≥ :data:`DEGENERATE` of the
     calibration questions (``full``, from :func:`ccpo.product.evaluate.full_set_rate`)."""
@@ -251,4 +289,52 @@ def _train_stopping(
         f"{summary['calibration_coverage']:.3f} on {len(cal)} questions"
     )
     warn_degenerate(full, pol.kappa)
+    console.print(f"wrote policy folder {out}")
+
+
+def _train_single(
+    method, ep, sp, sizes, alpha, seed, delta, price_table, out: Path, provenance, settings
+) -> None:
+    """``train --answer single``: fit the stopping score on the training split (auto: choose
+    by cross-fitted validation cost), λ̂ by Learn-then-Test on the calibration split
+    (:mod:`ccpo.learning.single`), write the policy folder and summary.json. Refuses with the
+    reachable α when no threshold is certified."""
+    from ccpo.learning.single import fit_single_method
+    from ccpo.product.report import staged_folder
+    from ccpo.traces.episodes import single_rollout
+
+    t0 = time.perf_counter()
+    with console.status(f"fitting {method} (single answer) on {sizes[0]} questions …"):
+        pol = fit_single_method(method, ep, sp.train, alpha, seed, delta, settings=settings)
+    seconds = time.perf_counter() - t0
+    pol.prices = price_table.to_price_file()
+    pol.provenance = provenance
+    cal = sp.cal[0]
+    cal_ep = ep.subset(cal)
+    got = pol.calibrate(cal_ep)
+    m = single_rollout(cal_ep, pol.stop_scores(cal_ep.obs), pol.kappa)
+    summary = {
+        "method": method, "variant": pol.variant, "answer": "single", "seconds": round(seconds, 2),
+        "threshold": pol.kappa, "delta": delta, "calibration_misses": got.misses,
+        "calibration_coverage": float(m.covered.mean()),
+        "calibration_cost_cents": float(m.cost.sum() * 100),
+        "calibration_rounds": float(m.length.mean()), "sizes": sizes, **pol.info,
+    }  # fmt: skip
+    with staged_folder(out) as tmp:  # all files or none (a full disk)
+        pol.save(tmp)
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    auto = pol.info.get("auto")
+    if auto:
+        for name, f in auto["validation"].items():
+            mark = "  ← picked" if name == auto["picked"] else ""
+            console.print(
+                f"  {name:10s} validation cost {f['cost_cents_per_question']:.4f}¢/question, "
+                f"coverage {f['coverage']:.3f}{mark}"
+            )
+    console.print(
+        f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} in {seconds:.1f} s on "
+        f"{sizes[0]} questions; λ̂ = {pol.kappa:.4g} (Learn-then-Test, δ = {delta:g}); "
+        f"calibration: {summary['calibration_coverage']:.3f} correct-or-unsolvable, "
+        f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
+    )
     console.print(f"wrote policy folder {out}")

@@ -177,7 +177,11 @@ def trace_provenance(path: str | Path) -> dict[str, Any]:
     :func:`ccpo.learning.policy.check_provenance`): task, file name and sha256, base and guide
     models, horizon T, whether the traces are synthetic, number of questions, and the
     **ladder** the traces follow (:mod:`ccpo.traces.ladder`; null when the file mixes ladders),
-    which deployment runs."""
+    which deployment runs; ``against``: what ``correct`` means (``"gold"`` or
+    ``"reference:<model>"``, :func:`ccpo.traces.labels.labels_of`)."""
+    from ccpo.traces.labels import labels_of, trace_labels
+
+    by_labels: dict[str, Any] = {}  # one trace per label source met
     tasks: set[str] = set()
     base: set[str] = set()
     guide: set[str] = set()
@@ -191,6 +195,7 @@ def trace_provenance(path: str | Path) -> dict[str, Any]:
         guide.update(r.guide.model for r in tr.rounds)
         horizon = tr.n_rounds
         synthetic |= bool(tr.meta.get("synthetic"))
+        by_labels.setdefault(trace_labels(tr), tr)
         n += 1
     return {
         "task": ",".join(sorted(tasks)),
@@ -202,6 +207,7 @@ def trace_provenance(path: str | Path) -> dict[str, Any]:
         "synthetic": synthetic,
         "questions": n,
         "ladder": next(iter(ladders)).to_dict() if len(ladders) == 1 else None,
+        "against": labels_of(by_labels.values()),  # refuses a mix
     }
 
 

@@ -399,7 +399,7 @@ class ConformalAgent:
             worst = max(worst, cb + cg)
             d = decide(self.policy, self.task, self.horizon, rounds, k, self.family)
             for a, text in (("base", lr.base.answer), ("guide", lr.guide.answer)):
-                if a in d.actions:
+                if a in d.actions and self._norm(text) != "":  # an empty answer adds none
                     answers.setdefault(self._norm(text), text)
             logs.append(
                 RoundLog(
