@@ -337,6 +337,22 @@ def fit_single(
     return pol
 
 
+def calibrate_splits(
+    ep: Episodes, scores: np.ndarray, alpha: float, delta: float, cal: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """λ̂ of every calibration split ``cal`` [K, n] (question indices of ``ep``) and whether
+    it was refused ([K] bool; a refused split gets :data:`RUN_ALL`, the most conservative
+    rule, so that the harness can still score what such a policy would do)."""
+    lams = np.full(len(cal), RUN_ALL)
+    refused = np.zeros(len(cal), dtype=bool)
+    for k, c in enumerate(cal):
+        try:
+            lams[k] = ltt_threshold(ep.subset(c), scores[c], alpha, delta).threshold
+        except Unreachable:
+            refused[k] = True
+    return lams, refused
+
+
 def validation_cost(
     ep: Episodes, scores: np.ndarray, alpha: float, delta: float, splits: int = 20, seed=0
 ) -> tuple[float, float]:
@@ -344,19 +360,13 @@ def validation_cost(
     measures it: λ̂ by LTT on random halves, scored on the others; (inf, nan) when some half
     cannot be calibrated. Used by ``auto`` on out-of-fold scores of training questions."""
     rng = np.random.default_rng([seed, 0x5146])
-    n = ep.n
-    cost, cov = [], []
-    for _ in range(splits):
-        perm = rng.permutation(n)
-        cal, test = perm[: n // 2], perm[n // 2 :]
-        try:
-            lam = ltt_threshold(ep.subset(cal), scores[cal], alpha, delta).threshold
-        except Unreachable:
-            return float("inf"), float("nan")
-        m = single_rollout(ep.subset(test), scores[test], lam)
-        cost.append(m.cost.mean())
-        cov.append(m.covered.mean())
-    return float(np.mean(cost)), float(np.mean(cov))
+    perms = np.stack([rng.permutation(ep.n) for _ in range(splits)])
+    cal, test = perms[:, : ep.n // 2], perms[:, ep.n // 2 :]
+    lams, refused = calibrate_splits(ep, scores, alpha, delta, cal)
+    if refused.any():
+        return float("inf"), float("nan")
+    m = single_rollout(ep, scores, lams, test)
+    return float(m.cost.mean()), float(m.covered.mean())
 
 
 def fit_single_method(

@@ -34,6 +34,7 @@ import numpy as np
 from ccpo.errors import CCPOError
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.featurize import FEATURE_SPEC, featurize_trace
+from ccpo.traces.labels import labels_of
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import ACTIONS, Trace
 
@@ -60,6 +61,7 @@ class Episodes:
     strongest: str = ""  # the ladder's most expensive model ('' when some question lacks it)
     strongest_cost: np.ndarray | None = None  # [N] USD of calling only that model
     strongest_correct: np.ndarray | None = None  # [N] bool: its answer is correct
+    labels: str = "gold"  # what correct means: "gold" or "reference:<model>" (traces.labels)
 
     @property
     def n(self) -> int:
@@ -100,6 +102,7 @@ class Episodes:
             strongest_correct=None
             if self.strongest_correct is None
             else self.strongest_correct[idx],
+            labels=self.labels,
         )
 
     @property
@@ -178,6 +181,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         strongest=strongest,
         strongest_cost=s_cost,
         strongest_correct=s_correct,
+        labels=labels_of(traces),
     )
 
 
