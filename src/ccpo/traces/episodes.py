@@ -62,6 +62,7 @@ class Episodes:
     strongest_cost: np.ndarray | None = None  # [N] USD of calling only that model
     strongest_correct: np.ndarray | None = None  # [N] bool: its answer is correct
     labels: str = "gold"  # what correct means: "gold" or "reference:<model>" (traces.labels)
+    models: tuple[str, ...] = ()  # every model whose usage the traces record (sorted)
 
     @property
     def n(self) -> int:
@@ -103,6 +104,7 @@ class Episodes:
             if self.strongest_correct is None
             else self.strongest_correct[idx],
             labels=self.labels,
+            models=self.models,
         )
 
     @property
@@ -182,6 +184,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         strongest_cost=s_cost,
         strongest_correct=s_correct,
         labels=labels_of(traces),
+        models=tuple(sorted(models)),
     )
 
 
