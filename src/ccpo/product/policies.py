@@ -226,16 +226,19 @@ class SingleRow(Policy):
 
     kind = "single"
 
-    def __init__(self, name: str, delta: float = DELTA) -> None:
+    def __init__(self, name: str, delta: float = DELTA, policy: Any = None) -> None:
+        """``policy``: a trained single-answer policy (a folder's), kept as it is by fit."""
         self.name, self.method, self.delta = name, name.removesuffix(SUFFIX), delta
-        self.policy: Any = None
+        self.policy: Any = policy
+        self._given = policy is not None
         self._lams: np.ndarray | None = None
         self._refused: np.ndarray | None = None
 
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
         from ccpo.learning.single import fit_single_method
 
-        self.policy = fit_single_method(self.method, ep, train_idx, alpha, seed, self.delta)
+        if not self._given:
+            self.policy = fit_single_method(self.method, ep, train_idx, alpha, seed, self.delta)
 
     def evaluate(self, ep: Episodes, splits: Splits, alpha: float, seed: int) -> Metrics:
         if self.policy is None:
@@ -307,6 +310,9 @@ def make_policy(name: str, cache: TrainingCache) -> Policy:
         return TrainedRow(name, spec.trainer, lam, spec.scoring, cache)
     p = Path(name)
     if p.is_dir():
+        pol = load_policy(p)
+        if pol.answer == "single":
+            return SingleRow(p.name, pol.delta, pol)
         return ArtifactRow(p, cache)
     return make_baseline(name)
 
