@@ -24,6 +24,7 @@ from ccpo.product.evaluate import (
     load_episodes,
     make_splits,
     split_sizes,
+    used_prices,
 )
 from ccpo.product.policies import (
     TrainedRow,
@@ -54,7 +55,7 @@ def _plan_priced(traces: Path, alpha: float, splits: int, seed: int, lams, price
     """:func:`_plan` and the price table of the traces' models (for results.json)."""
     check_alpha(alpha)
     ep, table = load_episodes(traces, prices)
-    used = {m: table.price(m).model_dump(exclude_none=True) for m in ep.models}
+    used = used_prices(ep, table)
     sizes = split_sizes(ep.n)
     sp = make_splits(ep.n, sizes, splits, seed)
     names = available_policies(ep, trained=True)
