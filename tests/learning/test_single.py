@@ -221,3 +221,26 @@ def test_an_empty_answer_is_never_in_a_set(mmlu_gold):
         distinct = {int(x) for x in ep.answer_id[i][~ep.empty[i]]}
         assert m.set_size[i] == len(distinct)
     assert (m.set_size[ep.empty.any((1, 2))] < 8).all()
+
+
+def test_serve_refuses_online_kappa_for_a_single_answer_policy(trained_free, tmp_path):
+    """The online κ tracker would move a threshold Learn-then-Test certified: refused, one
+    line, through the real entry point."""
+    _, folder, _ = trained_free
+    conf = tmp_path / "c.yaml"
+    conf.write_text('endpoints:\n  "*": {url: http://127.0.0.1:9/v1}\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(folder),
+         "--config", str(conf), "--adapt-kappa", "--port", "0"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert "single-answer policy" in r.stderr and "without --adapt-kappa" in r.stderr
+
+
+def test_set_policies_say_answer_set(tmp_path):
+    ep = build_episodes(read_traces(MMLU), prices_for(MMLU))
+    pol = ConformalPolicy("depth-k", alpha=0.2, prices=prices_for(MMLU))
+    pol.fit(ep.subset(np.arange(100))).calibrate(ep.subset(np.arange(100, 300)))
+    meta = json.loads((pol.save(tmp_path / "p") / "policy.json").read_text())
+    assert meta["answer"] == "set" and pol.policy.answer == "set"

@@ -302,6 +302,9 @@ def _train_single(
     from ccpo.learning.single import fit_single_method
     from ccpo.product.report import staged_folder
     from ccpo.traces.episodes import single_rollout
+    from ccpo.traces.labels import against_text
+
+    what = against_text(provenance.get("against", "gold")).replace("accuracy", "coverage")
 
     t0 = time.perf_counter()
     with console.status(f"fitting {method} (single answer) on {sizes[0]} questions …"):
@@ -334,7 +337,7 @@ def _train_single(
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} in {seconds:.1f} s on "
         f"{sizes[0]} questions; λ̂ = {pol.kappa:.4g} (Learn-then-Test, δ = {delta:g}); "
-        f"calibration: {summary['calibration_coverage']:.3f} correct-or-unsolvable, "
+        f"calibration {what} {summary['calibration_coverage']:.3f}, "
         f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
     )
     console.print(f"wrote policy folder {out}")
