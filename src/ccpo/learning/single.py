@@ -28,8 +28,8 @@ earlier one was right. Split conformal (which needs nested sets) therefore does 
 **Calibration: Learn-then-Test with fixed-sequence testing** (Angelopoulos, Bates, Candès,
 Jordan & Lei 2021). Fix, before seeing calibration data, the candidate thresholds in the order
 λ_0 = 2 (above every score in [0, 1]: run all T rounds, return round T's answer; the most
-conservative rule),
-λ_1 = 1, λ_2 = 1 − 1/G, …, λ_G = 0 (G = :data:`GRID`), from most rounds to fewest. Let
+conservative rule), then λ_1 = 1, λ_2 = 1 − 1/G, …, λ_G = 0 (G = :data:`GRID`), from most
+rounds to fewest. Let
 R(λ) = E[L_q(λ)] for a new question q (the classifier is fitted on other questions and held
 fixed). For each j test H_j : R(λ_j) > α with the calibration questions q_1..q_n (i.i.d. from
 the same distribution as q): k_j = Σ_i L_{q_i}(λ_j) is Binomial(n, R(λ_j)), so
@@ -42,10 +42,13 @@ p_j ≤ δ and stops at the first j with p_j > δ; λ̂ = the last rejected λ_j
 family-wise error rate at δ: a wrong λ̂ (R(λ̂) > α) needs the first true null of the sequence
 to be rejected, which has probability ≤ δ. Hence
 
-    P_calibration( P(q answered correctly | solvable-or-not) : R(λ̂) ≤ α ) ≥ 1 − δ,
+    P_calibration( R(λ̂) ≤ α ) ≥ 1 − δ,   R(λ̂) = P_q(answer wrong and q solvable),
 
-i.e. with probability ≥ 1 − δ over the calibration draw, P(L_q(λ̂) = 1) ≤ α for a new
-question, for *any* loss, monotone or not. Marginally over calibration and test,
+i.e. with probability ≥ 1 − δ over the calibration draw, a new question gets a correct answer
+or is unsolvable with probability ≥ 1 − α (the coverage convention of the set policies), for
+*any* loss, monotone or not. On label-free traces (labels by agreement with a reference model,
+:mod:`ccpo.traces.labels`) every question is solvable and this reads: the answer equals the
+reference's with probability ≥ 1 − α. Marginally over calibration and test,
 E[L] ≤ α + δ(1 − α) at worst; in practice the binomial test is conservative and the measured
 miss rate is below α (see the tests).
 
