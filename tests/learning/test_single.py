@@ -171,6 +171,18 @@ def test_train_single_records_answer_and_against(trained_free):
     assert meta["answer"] == "single" and meta["provenance"]["against"] == f"reference:{model}"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["calibration_coverage"] >= 0.9 and summary["auto"]["picked"]
+    # the folder is a row of `evaluate`, re-calibrated by LTT on each split, set size 1
+    path = trained_free[0]
+    ev = out.parent / "ev"
+    r = subprocess.run(
+        [sys.executable, "-m", "ccpo.product.cli", "evaluate", "--traces", str(path),
+         "--policy", str(out), "--alpha", "0.1", "--splits", "5", "--out", str(ev)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads((ev / "results.json").read_text())["rows"]
+    assert row["policy"] == "pol" and row["set_size"] == 1.0
+    assert row["extra"]["answer"] == "single" and row["extra"]["refused_share"] == 0.0
 
 
 def test_decide_returns_the_replayed_single_answer(mmlu_free):
