@@ -208,8 +208,8 @@ def _seed_table(rows: list[dict], title: str, alpha: float, n_test: int | None) 
         )  # fmt: skip
         flag = r["kind"] != "bound"
         miss.append(
-            [False, False, False, flag and misses_target(r["coverage"], alpha),
-             flag and misses_target(r["coverage_min"], alpha)]
+            [False, False, False, flag and beyond_noise(r["coverage"], alpha, n_test),
+             flag and beyond_noise(r["coverage_min"], alpha, n_test)]
         )  # fmt: skip
         marks.append([r["policy"] == best] + [False] * 4)
     return TableData(title, headers, cells, miss, marks)
