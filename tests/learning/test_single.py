@@ -256,3 +256,23 @@ def test_set_policies_say_answer_set(tmp_path):
     pol.fit(ep.subset(np.arange(100))).calibrate(ep.subset(np.arange(100, 300)))
     meta = json.loads((pol.save(tmp_path / "p") / "policy.json").read_text())
     assert meta["answer"] == "set" and pol.policy.answer == "set"
+
+
+def test_single_rollout_matches_a_plain_loop(mmlu_gold):
+    """single_rollout (vectorised, [K, n] splits) against the rule written as a loop: stop at
+    the first round with h_t ≥ λ (or T), return the guide's answer unless it is empty and the
+    base's is not; cost = rounds run."""
+    ep = mmlu_gold
+    rng = np.random.default_rng(7)
+    h = rng.random((ep.n, ep.horizon))
+    idx = np.stack([rng.permutation(ep.n)[:50] for _ in range(3)])
+    lams = np.array([0.3, 0.7, RUN_ALL])
+    m = single_rollout(ep, h, lams, idx)
+    for k in range(3):
+        for j, i in enumerate(idx[k]):
+            t = next(t for t in range(ep.horizon) if h[i, t] >= lams[k] or t == ep.horizon - 1)
+            a = 0 if ep.empty[i, t, 1] and not ep.empty[i, t, 0] else 1
+            assert m.length[k, j] == t + 1
+            assert m.cost[k, j] == pytest.approx(ep.round_cost[i, : t + 1].sum())
+            assert m.covered[k, j] == (ep.correct[i, t, a] or not ep.solvable[i])
+    assert (m.length[2] == ep.horizon).all()
