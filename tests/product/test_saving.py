@@ -87,3 +87,15 @@ def test_evaluate_label_free_says_agreement(tmp_path):
     md = (out / "results.md").read_text()
     assert f"Agreement with {model} (target ≥ 0.90)" in md and "Coverage (" not in md
     assert md.startswith("**Saving:** ") and f"of always-{model} at agreement with {model}" in md
+
+
+def test_refusal_notes_name_single_rows_without_a_certified_threshold():
+    from ccpo.product.report import refusal_notes
+
+    rows = [
+        ResultRow("auto-single", 1.0, 0.87, 4.0, 1.0, kind="single", extra={"refused_share": 0.45}),
+        ResultRow("cstop-single", 1.0, 0.95, 1.2, 1.0, kind="single", extra={"refused_share": 0}),
+        _row("cstop", 1.0, 0.9),
+    ]
+    (note,) = refusal_notes(rows)
+    assert note.startswith("auto-single: no single-answer threshold certified at this α on 45%")

@@ -68,6 +68,22 @@ def within_noise(coverage: float, alpha: float, n_test: int | None) -> bool:
     return misses_target(coverage, alpha) and not beyond_noise(coverage, alpha, n_test)
 
 
+def refusal_notes(rows: Sequence[ResultRow]) -> list[str]:
+    """One line per single-answer row that Learn-then-Test refused on some calibration splits
+    (no threshold certified at this α: such a policy is not trained; the row scores the most
+    conservative rule, all T rounds, on those splits)."""
+    out = []
+    for r in rows:
+        share = r.extra.get("refused_share") or 0.0
+        if share > 0:
+            out.append(
+                f"{r.policy}: no single-answer threshold certified at this α on {share:.0%} of "
+                "the calibration splits (`train --answer single` refuses there; those splits "
+                "are scored with all T rounds): use a larger α or answer sets"
+            )
+    return out
+
+
 def cost_header(n_test: int | None) -> str:
     """The cost column's name: cost is the total over ONE test split, in cents."""
     return "Cost (¢ per test split" + (f" of {n_test} q.)" if n_test else ")")
@@ -320,6 +336,8 @@ def _write_results(
     text = markdown_table(rows, head, alpha, n_test, labels)
     saving = saving_line(rows, alpha, labels)
     text = (f"**Saving:** {saving}\n\n" if saving else "") + text
+    notes = refusal_notes(rows)
+    text += "".join(f"\n- {n}" for n in notes) + ("\n" if notes else "")
     files["md"].write_text(text + price_lines(meta.get("prices")), encoding="utf-8")
     with open(files["csv"], "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)

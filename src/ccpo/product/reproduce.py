@@ -36,6 +36,7 @@ from ccpo.product.report import (
     coverage_header,
     misses_target,
     oracle_cost,
+    refusal_notes,
     render_html,
     render_markdown,
     results_table,
@@ -297,8 +298,10 @@ def summary_table(groups: list[Group]) -> TableData:
 
 
 def headline(g: Group) -> str:
-    """Which policy is cheapest at the target, by how much, and how sure we are."""
-    rows = [r for r in g.summary if r["kind"] != "bound"]
+    """Which method is cheapest at the target, by how much, and how sure we are (the oracle
+    bound and the always-<model> yardstick are not candidates: the saving line has the
+    latter)."""
+    rows = [r for r in g.summary if r["kind"] not in ("bound", "reference")]
     ok = sorted(
         (r for r in rows if not misses_target(r["coverage"], g.alpha)),
         key=lambda r: r["cost_cents"],
@@ -551,7 +554,10 @@ def write_report(
         "Learn-then-Test, so the guarantee holds with probability ≥ 1 − δ)."
     )
     doc.table(summary_table(groups))
-    doc.bullets([headline(g) for g in groups])
+    doc.bullets(
+        [headline(g) for g in groups]
+        + [f"{s.name}, α = {s.alpha:g}: {n}" for s in sections for n in refusal_notes(s.rows)]
+    )
     doc.para(spread_line(groups), "caveat" if not multi else "note")
     for name in dict.fromkeys(s.name for s in sections):
         doc.heading(name)
