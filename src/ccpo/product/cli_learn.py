@@ -255,6 +255,16 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     return summary, full
 
 
+def _print_choice(figures: dict[str, dict[str, float]], picked: str) -> None:
+    """auto's candidates with their validation cost and coverage, the pick marked."""
+    for name, f in figures.items():
+        mark = "  ← picked" if name == picked else ""
+        console.print(
+            f"  {name:10s} validation cost {f['cost_cents_per_question']:.4f}¢/question, "
+            f"coverage {f['coverage']:.3f}{mark}"
+        )
+
+
 def _train_stopping(
     method, ep, sp, sizes, alpha, seed, price_table, out: Path, provenance: dict, settings: dict
 ) -> None:
@@ -277,12 +287,7 @@ def _train_stopping(
         pol.save(tmp)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     if sel is not None:
-        for name, f in sel.figures.items():
-            mark = "  ← picked" if name == sel.method else ""
-            console.print(
-                f"  {name:10s} validation cost {f['cost_cents_per_question']:.4f}¢/question, "
-                f"coverage {f['coverage']:.3f}{mark}"
-            )
+        _print_choice(sel.figures, sel.method)
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if sel else ''} in {seconds:.1f} s on "
         f"{sizes[0]} questions; κ̂ = {pol.kappa:.4g}; calibration coverage "
@@ -328,12 +333,7 @@ def _train_single(
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     auto = pol.info.get("auto")
     if auto:
-        for name, f in auto["validation"].items():
-            mark = "  ← picked" if name == auto["picked"] else ""
-            console.print(
-                f"  {name:10s} validation cost {f['cost_cents_per_question']:.4f}¢/question, "
-                f"coverage {f['coverage']:.3f}{mark}"
-            )
+        _print_choice(auto["validation"], auto["picked"])
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} in {seconds:.1f} s on "
         f"{sizes[0]} questions; λ̂ = {pol.kappa:.4g} (Learn-then-Test, δ = {delta:g}); "
