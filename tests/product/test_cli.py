@@ -41,6 +41,7 @@ def test_evaluate_writes_table_and_files(tmp_path, sim_file, capsys):
         "depth-k",
         "agree-k",
         "llm-policy:sim-guide",
+        "always-sim-guide",  # the strongest model of the ladder alone: the saving's yardstick
         "oracle",
     ]
     for r in doc["rows"]:
@@ -53,11 +54,19 @@ def test_evaluate_writes_table_and_files(tmp_path, sim_file, capsys):
     md = (out / "results.md").read_text()
     assert "Cost (¢ per test split of 42 q.)" in md and "Coverage (target ≥ 0.80)" in md
     by = {r["policy"]: r for r in doc["rows"]}
+    se = (0.2 * 0.8 / 42) ** 0.5  # a test split's coverage sd at the target
     for name, r in by.items():
-        miss = name != "oracle" and round(r["coverage"], 3) < 0.8
+        short = round(r["coverage"], 3) < 0.8
+        miss = name != "oracle" and short and 0.8 - r["coverage"] > 2 * se
+        noise = name != "oracle" and short and not miss
         assert (f"{r['coverage']:.3f} ✗" in md) == miss, name
+        assert (f"{r['coverage']:.3f} (within noise)" in md) == noise, name
     cheapest = min(
-        (r for r in doc["rows"] if r["policy"] != "oracle" and round(r["coverage"], 3) >= 0.8),
+        (
+            r
+            for r in doc["rows"]
+            if r["policy"] not in ("oracle", "always-sim-guide") and round(r["coverage"], 3) >= 0.8
+        ),
         key=lambda r: r["cost_cents"],
     )
     assert f"| **{cheapest['policy']} ★** |" in md and md.count("★") == 1

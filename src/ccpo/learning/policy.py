@@ -74,6 +74,8 @@ class TrainedPolicy:
     provenance: dict[str, Any] = field(default_factory=dict)  # see check_provenance
     horizon: int | None = None  # T, the rounds of the traces it was trained on
 
+    answer = "set"  # returns an answer set (single-answer policies: ccpo.learning.single)
+
     @classmethod
     def from_result(
         cls,
@@ -120,6 +122,7 @@ class TrainedPolicy:
         meta = {
             "method": self.config.method,
             "variant": self.variant,
+            "answer": self.answer,
             "alpha": self.alpha,
             "kappa_online": self.kappa_online,
             "kappa_batch": self.kappa_batch,
@@ -240,10 +243,16 @@ def check_provenance(recorded: dict[str, Any], actual: dict[str, Any], where: st
 
 def load_policy(folder: str | Path) -> Any:
     """Load any policy folder: CCPO / CPO (:class:`TrainedPolicy`) or a stopping method
-    (CStop, ``depth-k``: :class:`ccpo.learning.stopping.StoppingPolicy`), by its policy.json."""
+    (CStop, ``depth-k``: :class:`ccpo.learning.stopping.StoppingPolicy`) or a single-answer
+    policy (``"answer": "single"``: :class:`ccpo.learning.single.SingleAnswerPolicy`), by its
+    policy.json."""
     from ccpo.learning.stopping import SCORE_METHODS, StoppingPolicy
 
     meta = read_meta(folder)  # parsed once, handed to the artifact class
+    if meta.get("answer") == "single":
+        from ccpo.learning.single import SingleAnswerPolicy
+
+        return SingleAnswerPolicy.load(folder, meta)
     if meta.get("method") in SCORE_METHODS:
         return StoppingPolicy.load(folder, meta)
     return TrainedPolicy.load(folder, meta)

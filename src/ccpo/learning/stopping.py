@@ -228,6 +228,7 @@ class StoppingPolicy:
 
     scoring = "batch"
     kappa_online = None
+    answer = "set"  # single-answer policies: ccpo.learning.single
 
     @property
     def alpha(self) -> float:
@@ -270,6 +271,7 @@ class StoppingPolicy:
         meta = {
             "method": self.variant,
             "variant": self.variant,
+            "answer": self.answer,
             "alpha": self.alpha,
             "kappa_online": None,
             "kappa_batch": self.kappa_batch,

@@ -8,6 +8,9 @@ each refusing to run out of order with a message that says what to call first.
 >>> sets[0].answers, sets[0].rounds, sets[0].cost_usd     # doctest: +SKIP
 
 ``predict_set`` replays traces (no LLM calls); answering live questions is the runtime's job.
+``ConformalPolicy(method="auto", answer="single")`` learns a policy that returns exactly one
+answer per question (:mod:`ccpo.learning.single`; ``calibrate`` then runs Learn-then-Test and
+``predict_set`` returns one-answer sets).
 """
 
 from __future__ import annotations
@@ -23,10 +26,18 @@ from ccpo.learning.config import TrainConfig
 from ccpo.learning.methods import METHODS, resolve_method, variant_name
 from ccpo.learning.policy import TrainedPolicy, load_policy
 from ccpo.learning.replay import calibrate_kappa
+from ccpo.learning.single import DELTA, SINGLE_METHODS, SingleAnswerPolicy, fit_single_method
 from ccpo.learning.stopping import StoppingPolicy, fit_method
 from ccpo.product.evaluate import check_alpha
 from ccpo.traces.answers import normalizer_for
-from ccpo.traces.episodes import Episodes, build_episodes, conformal_sets
+from ccpo.traces.episodes import (
+    Episodes,
+    answer_actions,
+    build_episodes,
+    conformal_sets,
+    returned_answers,
+    single_stops,
+)
 from ccpo.traces.io import read_traces
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.traces.schema import Trace
@@ -62,6 +73,10 @@ class ConformalPolicy:
             sets exchangeable with the test questions.
         config: all training hyperparameters (:class:`TrainConfig`); ``method``/``alpha`` win.
         prices: a price table (default: the bundled one).
+        answer: ``"set"`` (an answer set covering a correct answer) or ``"single"`` (exactly
+            one answer, correct w.p. ≥ 1 − α on solvable questions, with probability ≥ 1 − δ
+            over calibration; methods ``auto``, ``cstop``, ``cstop-lr``, ``depth-k``).
+        delta: δ of a single-answer policy's Learn-then-Test calibration.
     """
 
     def __init__(
@@ -70,8 +85,18 @@ class ConformalPolicy:
         alpha: float = 0.1,
         config: TrainConfig | None = None,
         prices: PriceTable | None = None,
+        answer: str = "set",
+        delta: float = DELTA,
     ) -> None:
         check_alpha(alpha)
+        if answer not in ("set", "single"):
+            raise CCPOError(f"answer must be 'set' or 'single', got {answer!r}")
+        if answer == "single" and method not in ("auto", *SINGLE_METHODS):
+            raise CCPOError(
+                f"answer='single' works with method auto, {', '.join(SINGLE_METHODS)}; "
+                f"got '{method}'"
+            )
+        self.answer, self.delta = answer, delta
         found = resolve_method("cpo-batch" if method == "cpo" else method)
         if found is None or found[0].scoring != "batch":
             raise CCPOError(
@@ -82,7 +107,7 @@ class ConformalPolicy:
         base = config or TrainConfig()
         self.config = replace(base, method=rl, alpha=alpha, lam=found[1] or base.lam)
         self.prices = prices or load_prices()
-        self.policy: TrainedPolicy | StoppingPolicy | None = None
+        self.policy: TrainedPolicy | StoppingPolicy | SingleAnswerPolicy | None = None
 
     # ------------------------------------------------------------------ helpers
     def _episodes(self, data: TracesLike | Episodes) -> tuple[Episodes, list[Trace] | None]:
@@ -104,7 +129,9 @@ class ConformalPolicy:
         """Train π (and the online κ) on every question of ``data``."""
         ep, _ = self._episodes(data)
         idx, alpha, seed = np.arange(ep.n), self.config.alpha, self.config.seed
-        if self.spec.kind == "score":
+        if self.answer == "single":
+            self.policy = fit_single_method(self.method, ep, idx, alpha, seed, self.delta)
+        elif self.spec.kind == "score":
             self.policy, _ = fit_method(self.method, ep, idx, alpha, seed)
         else:
             from ccpo.learning.trainers import train  # torch: the train extra
@@ -118,10 +145,14 @@ class ConformalPolicy:
         return self
 
     def calibrate(self, data: TracesLike | Episodes) -> ConformalPolicy:
-        """Split-conformal κ̂ on held-out calibration questions (not the training ones)."""
+        """Split-conformal κ̂ on held-out calibration questions (not the training ones); a
+        single-answer policy: λ̂ by Learn-then-Test (raises when no λ is certified)."""
         if self.policy is None:
             raise PhaseError("calibrate() needs a trained policy: call fit(traces) first")
         ep, _ = self._episodes(data)
+        if isinstance(self.policy, SingleAnswerPolicy):
+            self.policy.calibrate(ep)
+            return self
         probs = self.policy.probs(ep.obs)
         self.policy.kappa_batch = float(calibrate_kappa(ep, probs, self.config.alpha))
         return self
@@ -138,7 +169,10 @@ class ConformalPolicy:
             )
         ep, traces = self._episodes(data)
         assert traces is not None
+        if isinstance(self.policy, SingleAnswerPolicy):
+            return _single_answers(ep, traces, self.policy)
         reach, included = conformal_sets(ep, self.policy.probs(ep.obs), self.policy.kappa)
+        returned = returned_answers(ep, included)  # an empty answer is never a member
         out = []
         for i, tr in enumerate(traces):
             norm = normalizer_for(tr.task, tr.family)
@@ -146,9 +180,8 @@ class ConformalPolicy:
             for t in np.flatnonzero(reach[i]):
                 r = tr.rounds[t]
                 for j, step in enumerate((r.base, r.guide)):
-                    key = norm(step.answer)
-                    if included[i, t, j] and key:  # an empty answer is never a member
-                        answers.setdefault(key, step.answer)
+                    if returned[i, t, j]:
+                        answers.setdefault(norm(step.answer), step.answer)
             hit = (included[i] & ep.correct[i]).any() or not ep.solvable[i]
             out.append(
                 PredictedSet(
@@ -176,9 +209,34 @@ class ConformalPolicy:
             None if pol.prices is None else prices_from_mapping(pol.prices, f"{folder}/prices.json")
         )
         prices = load_prices(own)
-        if isinstance(pol, StoppingPolicy):
+        if isinstance(pol, SingleAnswerPolicy):
+            obj = cls(pol.method, pol.alpha, prices=prices, answer="single", delta=pol.delta)
+        elif isinstance(pol, StoppingPolicy):
             obj = cls(pol.variant, pol.alpha, prices=prices)
         else:
             obj = cls(pol.config.method, pol.alpha, pol.config, prices)
         obj.policy = pol
         return obj
+
+
+def _single_answers(
+    ep: Episodes, traces: Sequence[Trace], policy: SingleAnswerPolicy
+) -> list[PredictedSet]:
+    """The one answer per question of a single-answer policy, by the replay's own rule
+    (:func:`ccpo.traces.episodes.single_stops`, :func:`ccpo.traces.episodes.answer_actions`)."""
+    stop = single_stops(policy.stop_scores(ep.obs), policy.kappa)
+    act = answer_actions(ep.answered)
+    out = []
+    for i, tr in enumerate(traces):
+        t, a = int(stop[i]), int(act[i, stop[i]])
+        step = (tr.rounds[t].base, tr.rounds[t].guide)[a]
+        out.append(
+            PredictedSet(
+                id=tr.id,
+                answers=[step.answer] if ep.answered[i, t, a] else [],
+                rounds=t + 1,
+                cost_usd=float(ep.round_cost[i, : t + 1].sum()),
+                covered=bool(ep.correct[i, t, a] or not ep.solvable[i]),
+            )
+        )
+    return out

@@ -391,12 +391,13 @@ def evaluate(
         load_episodes,
         make_splits,
         split_sizes,
+        used_prices,
     )
     from ccpo.product.policies import TrainingCache, resolve_policies
-    from ccpo.product.report import rich_table, write_results
+    from ccpo.product.report import rich_table, saving_line, write_results
 
     check_alpha(alpha)
-    ep, _ = load_episodes(traces, prices or [])
+    ep, table = load_episodes(traces, prices or [])
     sizes = split_sizes(ep.n, n_train, n_cal, n_test)
     sp = make_splits(ep.n, sizes, splits, seed)
     check_out_folder(out)
@@ -415,6 +416,8 @@ def evaluate(
         splits=splits,
         seed=seed,
         sizes=dict(zip(("train", "cal", "test"), sizes, strict=True)),
+        against=ep.labels,
+        prices=used_prices(ep, table),
     )
     console.print(
         rich_table(
@@ -423,8 +426,12 @@ def evaluate(
             f"train/cal/test = {'/'.join(map(str, sizes))}",
             alpha,
             sizes[2],
+            ep.labels,
         )
     )
+    saving = saving_line(rows, alpha, ep.labels)
+    if saving:
+        console.print(f"saving: {saving}")
     console.print(f"wrote {', '.join(str(p) for p in files.values())}")
 
 

@@ -63,6 +63,22 @@ def register(app: typer.Typer) -> None:
         method: Annotated[str, typer.Option(help=method_help())] = "auto",
         alpha: AlphaOpt = 0.1,
         seed: Annotated[int, typer.Option(help="Seed of the split and of training.")] = 0,
+        answer: Annotated[
+            str,
+            typer.Option(
+                help="set: return an answer set covering a correct answer w.p. ≥ 1 − α (the "
+                "paper's policies); single: return exactly one answer, correct w.p. ≥ 1 − α on "
+                "solvable questions (methods auto, cstop, cstop-lr, depth-k; calibrated by "
+                "Learn-then-Test, guarantee with probability ≥ 1 − δ)."
+            ),
+        ] = "set",
+        delta: Annotated[
+            float,
+            typer.Option(
+                help="--answer single: the guarantee holds w.p. ≥ 1 − δ over the "
+                "calibration questions."
+            ),
+        ] = 0.1,
         prices: PricesOpt = None,
         force: ForceOpt = False,
         config: dict | None = None,
@@ -90,6 +106,7 @@ def register(app: typer.Typer) -> None:
             raise CCPOError(
                 f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'"
             )
+        check_answer(answer, method, delta)
         settings = config or {}
         spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
         if spec.kind != "score":
@@ -112,6 +129,12 @@ def register(app: typer.Typer) -> None:
         if short is not None and spec.scoring == "batch":  # κ̂ by split conformal
             warn(short)
         provenance = {**trace_provenance(traces), "alpha": alpha}
+        if answer == "single":
+            _train_single(
+                method, ep, sp, sizes, alpha, seed, delta, price_table, out, provenance,
+                stop_settings,
+            )  # fmt: skip
+            return
         if spec.kind == "score":
             _train_stopping(
                 method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings
@@ -196,6 +219,21 @@ def register(app: typer.Typer) -> None:
         )
 
 
+def check_answer(answer: str, method: str, delta: float) -> None:
+    """``--answer`` and ``--delta`` of ``train``: a one-line usage error before any work."""
+    from ccpo.learning.single import SINGLE_METHODS
+
+    if answer not in ("set", "single"):
+        raise CCPOError(f"--answer must be 'set' or 'single', got '{answer}'")
+    if answer == "single" and method not in ("auto", *SINGLE_METHODS):
+        raise CCPOError(
+            f"--answer single works with --method auto, {', '.join(SINGLE_METHODS)}; "
+            f"'{method}' returns answer sets (drop --answer single)"
+        )
+    if not 0 < delta < 1:
+        raise CCPOError(f"--delta must be strictly between 0 and 1, got {delta}")
+
+
 def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None:
     """Warn when C(o) holds every action at every round on ≥ :data:`DEGENERATE` of the
     ``n_cal`` calibration questions (``full``, from
@@ -240,6 +278,16 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     return summary, full
 
 
+def _print_choice(figures: dict[str, dict[str, float]], picked: str) -> None:
+    """auto's candidates with their validation cost and coverage, the pick marked."""
+    for name, f in figures.items():
+        mark = "  ← picked" if name == picked else ""
+        console.print(
+            f"  {name:10s} validation cost {f['cost_cents_per_question']:.4f}¢/question, "
+            f"coverage {f['coverage']:.3f}{mark}"
+        )
+
+
 def _train_stopping(
     method, ep, sp, sizes, alpha, seed, price_table, out: Path, provenance: dict, settings: dict
 ) -> None:
@@ -262,16 +310,57 @@ def _train_stopping(
         pol.save(tmp)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     if sel is not None:
-        for name, f in sel.figures.items():
-            mark = "  ← picked" if name == sel.method else ""
-            console.print(
-                f"  {name:10s} validation cost {f['cost_cents_per_question']:.4f}¢/question, "
-                f"coverage {f['coverage']:.3f}{mark}"
-            )
+        _print_choice(sel.figures, sel.method)
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if sel else ''} in {seconds:.1f} s on "
         f"{count(sizes[0], 'question')}; κ̂ = {pol.kappa:.4g}; calibration coverage "
         f"{summary['calibration_coverage']:.3f} on {count(len(cal), 'question')}"
     )
     warn_degenerate(full, pol.kappa, alpha, len(cal))
+    console.print(f"wrote policy folder {out}")
+
+
+def _train_single(
+    method, ep, sp, sizes, alpha, seed, delta, price_table, out: Path, provenance, settings
+) -> None:
+    """``train --answer single``: fit the stopping score on the training split (auto: choose
+    by cross-fitted validation cost), λ̂ by Learn-then-Test on the calibration split
+    (:mod:`ccpo.learning.single`), write the policy folder and summary.json. Refuses with the
+    reachable α when no threshold is certified."""
+    from ccpo.learning.single import fit_single_method
+    from ccpo.product.report import staged_folder
+    from ccpo.traces.episodes import single_rollout
+    from ccpo.traces.labels import against_text
+
+    what = against_text(provenance.get("against", "gold")).replace("accuracy", "coverage")
+
+    t0 = time.perf_counter()
+    with console.status(f"fitting {method} (single answer) on {sizes[0]} questions …"):
+        pol = fit_single_method(method, ep, sp.train, alpha, seed, delta, settings=settings)
+    seconds = time.perf_counter() - t0
+    pol.prices = price_table.to_price_file()
+    pol.provenance = provenance
+    cal = sp.cal[0]
+    cal_ep = ep.subset(cal)
+    got = pol.calibrate(cal_ep)
+    m = single_rollout(cal_ep, pol.stop_scores(cal_ep.obs), pol.kappa)
+    summary = {
+        "method": method, "variant": pol.variant, "answer": "single", "seconds": round(seconds, 2),
+        "threshold": pol.kappa, "delta": delta, "calibration_misses": got.misses,
+        "calibration_coverage": float(m.covered.mean()),
+        "calibration_cost_cents": float(m.cost.sum() * 100),
+        "calibration_rounds": float(m.length.mean()), "sizes": sizes, **pol.info,
+    }  # fmt: skip
+    with staged_folder(out) as tmp:  # all files or none (a full disk)
+        pol.save(tmp)
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    auto = pol.info.get("auto")
+    if auto:
+        _print_choice(auto["validation"], auto["picked"])
+    console.print(
+        f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} in {seconds:.1f} s on "
+        f"{sizes[0]} questions; λ̂ = {pol.kappa:.4g} (Learn-then-Test, δ = {delta:g}); "
+        f"calibration {what} {summary['calibration_coverage']:.3f}, "
+        f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
+    )
     console.print(f"wrote policy folder {out}")

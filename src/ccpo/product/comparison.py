@@ -24,6 +24,7 @@ from ccpo.product.evaluate import (
     load_episodes,
     make_splits,
     split_sizes,
+    used_prices,
 )
 from ccpo.product.policies import (
     TrainedRow,
@@ -31,7 +32,7 @@ from ccpo.product.policies import (
     available_policies,
     resolve_policies,
 )
-from ccpo.product.report import rich_table, training_curves, write_results
+from ccpo.product.report import rich_table, saving_line, training_curves, write_results
 from ccpo.traces.episodes import Episodes
 
 
@@ -46,13 +47,20 @@ def _plan(
     traces: Path, alpha: float, splits: int, seed: int, lams: Sequence[float], prices
 ) -> tuple[Episodes, tuple[int, int, int], Splits, list[str]]:
     """What a comparison runs on: episodes, split sizes, the evaluation splits, row names."""
+    ep, _, sizes, sp, names = _plan_priced(traces, alpha, splits, seed, lams, prices)
+    return ep, sizes, sp, names
+
+
+def _plan_priced(traces: Path, alpha: float, splits: int, seed: int, lams, prices):
+    """:func:`_plan` and the price table of the traces' models (for results.json)."""
     check_alpha(alpha)
-    ep, _ = load_episodes(traces, prices)
+    ep, table = load_episodes(traces, prices)
+    used = used_prices(ep, table)
     sizes = split_sizes(ep.n)
     sp = make_splits(ep.n, sizes, splits, seed)
     names = available_policies(ep, trained=True)
     names[-1:-1] = [f"ccpo-lam{lam:g}" for lam in lams if lam > 0]
-    return ep, sizes, sp, names
+    return ep, used, sizes, sp, names
 
 
 def _trained_keys(policies: Sequence[Policy]) -> list[tuple[str, float]]:
@@ -112,7 +120,7 @@ def run_compare(
     console = console or Console()
     workers = (os.cpu_count() or 1) + 1 if workers is None else workers
     t0 = time.perf_counter()
-    ep, sizes, sp, names = _plan(traces, alpha, splits, seed, lams, prices)
+    ep, used, sizes, sp, names = _plan_priced(traces, alpha, splits, seed, lams, prices)
     config = base_config(steps, seed, eps, settings)
     if cache is None:
         cache = TrainingCache(config)
@@ -151,6 +159,8 @@ def run_compare(
         seed=seed,
         steps=steps,
         sizes=dict(zip(("train", "cal", "test"), sizes, strict=True)),
+        against=ep.labels,
+        prices=used,
     )
     logs = {variant_name(m, lam): p.log for (m, lam), p in cache.trained.items()}
     if logs:
@@ -162,7 +172,12 @@ def run_compare(
             f"{title}: α = {alpha:g}, {splits} splits, train/cal/test = "
             f"{'/'.join(map(str, sizes))}",
             alpha,
+            sizes[2],
+            ep.labels,
         )
     )
+    saving = saving_line(rows, alpha, ep.labels)
+    if saving:
+        console.print(f"saving: {saving}")
     console.print(f"compare took {seconds:.1f} s; wrote {out}/results.json and plots")
     return CompareOutput(rows, files, seconds)

@@ -167,6 +167,12 @@ def load_episodes(
     return build_episodes(read_traces(traces_path), prices), prices
 
 
+def used_prices(ep: Episodes, table: PriceTable) -> dict[str, dict[str, Any]]:
+    """The price of every model the traces record (with its source, which names a stand-in
+    price): what results.json states as ``prices`` and the report prints."""
+    return {m: table.price(m).model_dump(exclude_none=True) for m in ep.models}
+
+
 def check_alpha(alpha: float) -> None:
     """:func:`ccpo.learning.conformal.check_alpha` as a usage error (exit code 2)."""
     try:

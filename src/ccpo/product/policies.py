@@ -22,6 +22,7 @@ from ccpo.learning.baselines import BASELINES, Policy, Splits, make_baseline
 from ccpo.learning.methods import compare_rows, resolve_method, variant_name
 from ccpo.learning.policy import TrainedPolicy, load_policy
 from ccpo.learning.replay import calibrate_kappa
+from ccpo.learning.single import DELTA, SINGLE_METHODS, SUFFIX, calibrate_splits
 from ccpo.learning.stopping import AUTO_CANDIDATES, fit_method
 from ccpo.learning.trainers import TrainConfig, train
 from ccpo.traces.episodes import (
@@ -29,7 +30,13 @@ from ccpo.traces.episodes import (
     Metrics,
     conformal_rollout,
     point_rollout,
+    single_rollout,
 )
+
+#: the single-answer rows of ``compare`` (:mod:`ccpo.learning.single`), beside the set rows
+SINGLE_ROWS = ("cstop-single", "auto-single")
+#: ``always-<model>``: call only the ladder's strongest model (the saving's yardstick)
+ALWAYS = "always-"
 
 
 @dataclass
@@ -211,6 +218,71 @@ class ArtifactRow(TrainedRow):
             )
 
 
+class SingleRow(Policy):
+    """A single-answer row (``cstop-single``, ``auto-single``, …): the stopping score fitted
+    on the training split, λ̂ by Learn-then-Test on each calibration split; where a split
+    cannot certify any λ the most conservative rule is scored and the split counted as
+    refused (``refused_share``)."""
+
+    kind = "single"
+
+    def __init__(self, name: str, delta: float = DELTA, policy: Any = None) -> None:
+        """``policy``: a trained single-answer policy (a folder's), kept as it is by fit."""
+        self.name, self.method, self.delta = name, name.removesuffix(SUFFIX), delta
+        self.policy: Any = policy
+        self._given = policy is not None
+        self._lams: np.ndarray | None = None
+        self._refused: np.ndarray | None = None
+
+    def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
+        from ccpo.learning.single import fit_single_method
+
+        if not self._given:
+            self.policy = fit_single_method(self.method, ep, train_idx, alpha, seed, self.delta)
+
+    def evaluate(self, ep: Episodes, splits: Splits, alpha: float, seed: int) -> Metrics:
+        if self.policy is None:
+            raise CCPOError(f"policy '{self.name}' was evaluated before it was fitted")
+        h = self.policy.stop_scores(ep.obs)
+        self._lams, self._refused = calibrate_splits(ep, h, alpha, self.delta, splits.cal)
+        return single_rollout(ep, h, self._lams, splits.test)
+
+    def result_extra(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"answer": "single", "delta": self.delta}
+        if self.policy is not None and "auto" in self.policy.info:
+            out["picked"] = self.policy.info["auto"]["picked"]
+        if self._lams is not None and self._refused is not None:
+            out["refused_share"] = float(self._refused.mean())
+            out["threshold_mean"] = float(self._lams.mean())
+        return out
+
+
+class AlwaysRow(Policy):
+    """``always-<model>``: every question answered by the ladder's strongest model alone (its
+    last call that is not a reuse), paying only that call: the yardstick of the saving."""
+
+    kind = "reference"
+
+    def __init__(self, name: str) -> None:
+        self.name, self.model = name, name.removeprefix(ALWAYS)
+
+    def evaluate(self, ep: Episodes, splits: Splits, alpha: float, seed: int) -> Metrics:
+        if ep.strongest != self.model or ep.strongest_cost is None:
+            raise CCPOError(
+                f"'{self.name}': the strongest model of these traces is "
+                f"{ep.strongest or 'not one model'}; use always-{ep.strongest}"
+            )
+        assert ep.strongest_correct is not None
+        test = splits.test
+        ones = np.ones(test.shape, dtype=np.int64)
+        return Metrics(
+            cost=ep.strongest_cost[test],
+            covered=ep.strongest_correct[test] | ~ep.solvable[test],
+            length=ones,
+            set_size=ones,
+        )
+
+
 def available_policies(ep: Episodes, trained: bool = True) -> list[str]:
     """Every row these traces allow (LLM-as-policy rows only where decisions are stored).
 
@@ -218,13 +290,18 @@ def available_policies(ep: Episodes, trained: bool = True) -> list[str]:
     fitted, so they come with the ``trained`` rows."""
     names = [*BASELINES[:4], "depth-k", "agree-k"]
     names += [f"llm-policy:{m}" for m in sorted(ep.llm_actions)]
+    names += [ALWAYS + ep.strongest] if ep.strongest else []
     if trained:
-        names += compare_rows()
+        names += [*compare_rows(), *SINGLE_ROWS]
     return [*names, "oracle"]
 
 
 def make_policy(name: str, cache: TrainingCache) -> Policy:
     """A row: a method of :mod:`ccpo.learning.methods`, a policy folder, or a baseline."""
+    if name.endswith(SUFFIX) and name.removesuffix(SUFFIX) in ("auto", *SINGLE_METHODS):
+        return SingleRow(name)
+    if name.startswith(ALWAYS):
+        return AlwaysRow(name)
     found = resolve_method(name)
     if found is not None:
         spec, lam = found
@@ -233,6 +310,9 @@ def make_policy(name: str, cache: TrainingCache) -> Policy:
         return TrainedRow(name, spec.trainer, lam, spec.scoring, cache)
     p = Path(name)
     if p.is_dir():
+        pol = load_policy(p)
+        if pol.answer == "single":
+            return SingleRow(p.name, pol.delta, pol)
         return ArtifactRow(p, cache)
     return make_baseline(name)
 

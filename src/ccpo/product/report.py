@@ -11,6 +11,7 @@ import csv
 import errno
 import html
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -25,6 +26,7 @@ from rich.table import Table
 from ccpo import __version__
 from ccpo.errors import import_extra
 from ccpo.product.evaluate import ResultRow
+from ccpo.traces.labels import GOLD, against_text, reference_model
 
 RESULTS_SCHEMA = "ccpo.results/v1"
 COLUMNS = ("Policy", "Cost (cents)", "Coverage", "Avg. Len.", "Set Size")
@@ -39,13 +41,82 @@ def misses_target(coverage: float, alpha: float) -> bool:
     return round(coverage, 3) < round(1.0 - alpha, 3)
 
 
+NOISE_SE = 2.0
+"""A coverage under the target by more than this many standard errors is a miss (✗); less is
+marked "within noise"."""
+
+
+def coverage_se(alpha: float, n_test: int) -> float:
+    """Standard error of one test split's coverage at the target: sqrt(α(1 − α)/n_test)."""
+    return math.sqrt(alpha * (1.0 - alpha) / n_test)
+
+
+def beyond_noise(coverage: float, alpha: float, n_test: int | None) -> bool:
+    """A miss that is not sampling noise: under the target by more than :data:`NOISE_SE`
+    standard errors of a test split's coverage (:func:`coverage_se`); without ``n_test`` every
+    miss counts. This is what gets ✗ (red)."""
+    if not misses_target(coverage, alpha):
+        return False
+    return n_test is None or (1.0 - alpha) - coverage > NOISE_SE * coverage_se(alpha, n_test)
+
+
+def within_noise(coverage: float, alpha: float, n_test: int | None) -> bool:
+    """Under the target as printed, but by less than the noise of :func:`beyond_noise`."""
+    return misses_target(coverage, alpha) and not beyond_noise(coverage, alpha, n_test)
+
+
+def refusal_notes(rows: Sequence[ResultRow]) -> list[str]:
+    """One line per single-answer row that Learn-then-Test refused on some calibration splits
+    (no threshold certified at this α: such a policy is not trained; the row scores the most
+    conservative rule, all T rounds, on those splits)."""
+    out = []
+    for r in rows:
+        share = r.extra.get("refused_share") or 0.0
+        if share > 0:
+            out.append(
+                f"{r.policy}: no single-answer threshold certified at this α on {share:.0%} of "
+                "the calibration splits (`train --answer single` refuses there; those splits "
+                "are scored with all T rounds): use a larger α or answer sets"
+            )
+    return out
+
+
 def cost_header(n_test: int | None) -> str:
     """The cost column's name: cost is the total over ONE test split, in cents."""
     return "Cost (¢ per test split" + (f" of {n_test} q.)" if n_test else ")")
 
 
-def coverage_header(alpha: float | None) -> str:
-    return "Coverage" + (f" (target ≥ {1 - alpha:.2f})" if alpha is not None else "")
+def coverage_header(alpha: float | None, labels: str = GOLD) -> str:
+    """ "Coverage (target ≥ 0.90)", or "Agreement with <model> (…)" for reference labels."""
+    what = "Coverage" if reference_model(labels) is None else against_text(labels).capitalize()
+    return what + (f" (target ≥ {1 - alpha:.2f})" if alpha is not None else "")
+
+
+def always_row(rows: Sequence[ResultRow]) -> ResultRow | None:
+    """The ``always-<model>`` row (calling the strongest model only), if there is one."""
+    found = [r for r in rows if r.kind == "reference"]
+    return found[0] if found and found[0].cost_cents > 0 else None
+
+
+def saving_line(rows: Sequence[ResultRow], alpha: float, labels: str = GOLD) -> str | None:
+    """The saving in words: the cheapest method meeting the target as a share of always
+    calling the strongest model, with the coverage of both and the oracle ratio beside it,
+    e.g. "auto: 23% of always-gpt-4o at coverage 0.903 (…)"."""
+    ref = always_row(rows)
+    if ref is None:
+        return None
+    what = "coverage" if reference_model(labels) is None else against_text(labels)
+    best = cheapest_at_target(rows, alpha)
+    alone = f"{ref.policy} alone: {what} {ref.coverage:.3f}"
+    if best is None:
+        return f"no method reaches {what} {1 - alpha:.2f}; {alone}"
+    r = next(x for x in rows if x.policy == best)
+    floor = oracle_cost(rows)
+    oracle = f", {r.cost_cents / floor:.2f}× the oracle floor" if floor else ""
+    return (
+        f"{best}: {r.cost_cents / ref.cost_cents:.0%} of {ref.policy} at {what} "
+        f"{r.coverage:.3f}{oracle} ({alone})"
+    )
 
 
 @dataclass
@@ -67,29 +138,44 @@ def oracle_cost(rows: Sequence[ResultRow]) -> float | None:
 
 
 def cheapest_at_target(rows: Sequence[ResultRow], alpha: float) -> str | None:
-    """The policy (not the oracle bound) with the lowest cost among those meeting 1 − α."""
-    ok = [r for r in rows if r.kind != "bound" and not misses_target(r.coverage, alpha)]
+    """The method (not the oracle bound, not the ``always-<model>`` yardstick) with the lowest
+    cost among those meeting 1 − α."""
+    ok = [
+        r
+        for r in rows
+        if r.kind not in ("bound", "reference") and not misses_target(r.coverage, alpha)
+    ]
     return min(ok, key=lambda r: r.cost_cents).policy if ok else None
 
 
 def results_table(
-    rows: Sequence[ResultRow], title: str, alpha: float | None = None, n_test: int | None = None
+    rows: Sequence[ResultRow],
+    title: str,
+    alpha: float | None = None,
+    n_test: int | None = None,
+    labels: str = GOLD,
 ) -> TableData:
-    """The paper-style table with its units, the target, cost relative to the oracle floor,
-    misses flagged and the cheapest row at the target marked."""
+    """The paper-style table with its units, the target, cost relative to the oracle floor and
+    to always calling the strongest model, misses beyond noise flagged (a shortfall within
+    noise is written so), and the cheapest row at the target marked."""
     floor = oracle_cost(rows)
+    ref = always_row(rows)
     headers = ["Policy", cost_header(n_test)]
     headers += ["Cost / oracle"] if floor else []
-    headers += [coverage_header(alpha), "Avg. Len.", "Set Size"]
+    headers += [f"Cost / {ref.policy}"] if ref else []
+    headers += [coverage_header(alpha, labels), "Avg. Len.", "Set Size"]
     best = cheapest_at_target(rows, alpha) if alpha is not None else None
     cells, miss = [], []
     for r in rows:
         row = [r.policy, f"{r.cost_cents:.3f}"]
         row += [f"{r.cost_cents / floor:.2f}×"] if floor else []
-        row += [f"{r.coverage:.3f}", f"{r.avg_len:.2f}", f"{r.set_size:.2f}"]
-        flag = alpha is not None and r.kind != "bound" and misses_target(r.coverage, alpha)
+        row += [f"{r.cost_cents / ref.cost_cents:.2f}×"] if ref else []
+        noise = alpha is not None and r.kind != "bound" and within_noise(r.coverage, alpha, n_test)
+        row += [f"{r.coverage:.3f}" + (" (within noise)" if noise else "")]
+        row += [f"{r.avg_len:.2f}", f"{r.set_size:.2f}"]
+        flag = alpha is not None and r.kind != "bound" and beyond_noise(r.coverage, alpha, n_test)
         cells.append(row)
-        miss.append([flag and h.startswith("Coverage") for h in headers])
+        miss.append([flag and h == headers[-3] for h in headers])
     marks = [[j == 0 and r.policy == best for j in range(len(headers))] for r in rows]
     return TableData(title, headers, cells, miss, marks)
 
@@ -157,8 +243,9 @@ def markdown_table(
     title: str | None = None,
     alpha: float | None = None,
     n_test: int | None = None,
+    labels: str = GOLD,
 ) -> str:
-    return render_markdown(results_table(rows, title or "", alpha, n_test))
+    return render_markdown(results_table(rows, title or "", alpha, n_test, labels))
 
 
 def rich_table(
@@ -166,9 +253,10 @@ def rich_table(
     title: str | None = None,
     alpha: float | None = None,
     n_test: int | None = None,
+    labels: str = GOLD,
 ) -> Table:
-    """The paper-style table for the terminal; coverage under 1 − α is shown in red."""
-    return render_rich(results_table(rows, title or "", alpha, n_test))
+    """The paper-style table for the terminal; coverage under 1 − α beyond noise in red."""
+    return render_rich(results_table(rows, title or "", alpha, n_test, labels))
 
 
 def pyplot() -> Any:
@@ -251,7 +339,13 @@ def _write_results(
     files["json"].write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     head = f"{title} (α = {alpha:g}, {meta.get('splits', '?')} splits)".strip()
     n_test = (meta.get("sizes") or {}).get("test")
-    files["md"].write_text(markdown_table(rows, head, alpha, n_test), encoding="utf-8")
+    labels = meta.get("against", GOLD)
+    text = markdown_table(rows, head, alpha, n_test, labels)
+    saving = saving_line(rows, alpha, labels)
+    text = (f"**Saving:** {saving}\n\n" if saving else "") + text
+    notes = refusal_notes(rows)
+    text += "".join(f"\n- {n}" for n in notes) + ("\n" if notes else "")
+    files["md"].write_text(text + price_lines(meta.get("prices")), encoding="utf-8")
     with open(files["csv"], "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(COLUMNS)
@@ -261,6 +355,18 @@ def _write_results(
         cov_png, cost_png = box_plots(rows, alpha, out, title)
         files["box_coverage"], files["box_cost"] = cov_png, cost_png
     return files
+
+
+def price_lines(prices: dict[str, Any] | None) -> str:
+    """The price table the figures use, one line per model (with its source, which names any
+    stand-in price), as Markdown."""
+    if not prices:
+        return ""
+    lines = ["", "**Prices used** (USD per million input / output tokens):", ""]
+    for m, p in prices.items():
+        src = f" — {p['source']}" if p.get("source") else ""
+        lines.append(f"- {m}: {p['input_usd_per_mtok']:g} / {p['output_usd_per_mtok']:g}{src}")
+    return "\n".join(lines) + "\n"
 
 
 CURVES = (

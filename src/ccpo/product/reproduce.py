@@ -26,16 +26,21 @@ from ccpo.product.policies import training_pool
 from ccpo.product.report import (
     MISS,
     TableData,
+    beyond_noise,
     cheapest_at_target,
     cost_header,
     coverage_header,
     misses_target,
     oracle_cost,
     pyplot,
+    refusal_notes,
     render_html,
     render_markdown,
     results_table,
+    saving_line,
+    within_noise,
 )
+from ccpo.traces.labels import GOLD, against_text
 
 QUICK = {"splits": 20, "steps": 200}
 FULL = {"splits": 100, "steps": 2000}
@@ -201,8 +206,8 @@ def _seed_table(rows: list[dict], title: str, alpha: float, n_test: int | None) 
         )  # fmt: skip
         flag = r["kind"] != "bound"
         miss.append(
-            [False, False, False, flag and misses_target(r["coverage"], alpha),
-             flag and misses_target(r["coverage_min"], alpha)]
+            [False, False, False, flag and beyond_noise(r["coverage"], alpha, n_test),
+             flag and beyond_noise(r["coverage_min"], alpha, n_test)]
         )  # fmt: skip
         marks.append([r["policy"] == best] + [False] * 4)
     return TableData(title, headers, cells, miss, marks)
@@ -233,6 +238,17 @@ class Group:
     def label(self) -> str:
         return f"{self.name}, α = {self.alpha:g}"
 
+    @property
+    def labels(self) -> str:
+        """What correct means in these traces (``results.json`` ``against``)."""
+        return self.sections[0].results.get("against", GOLD)
+
+    @property
+    def saving(self) -> str | None:
+        """:func:`ccpo.product.report.saving_line` on the (seed-averaged) rows."""
+        line = saving_line([row_of(r) for r in self.summary], self.alpha, self.labels)
+        return None if line is None else f"{self.label}: {line}"
+
 
 def groups_of(sections: list[Section]) -> list[Group]:
     """Sections grouped by (set, α), in report order."""
@@ -250,7 +266,8 @@ def summary_table(groups: list[Group]) -> TableData:
         floor = statistics.fmean(floors) if floors else None
         per = f" of {g.n_test} q." if g.n_test else ""
         oracle = f"; oracle {floor:.2f}¢ per split{per}" if floor else ""
-        headers.append(f"{g.label}: cost / oracle · coverage (target ≥ {1 - g.alpha:.2f}{oracle})")
+        what = "coverage" if g.labels == GOLD else against_text(g.labels)
+        headers.append(f"{g.label}: cost / oracle · {what} (target ≥ {1 - g.alpha:.2f}{oracle})")
         cols.append({r["policy"]: r for r in g.summary})
     names = [n for n in dict.fromkeys(p for c in cols for p in c) if n != "oracle"]
     multi = any(len(g.sections) > 1 for g in groups)
@@ -267,8 +284,9 @@ def summary_table(groups: list[Group]) -> TableData:
             rel = "–" if r["rel"] is None else f"{r['rel']:.2f}"
             if multi and r["rel"] is not None:
                 rel += f" ± {r['rel_sd']:.2f}"
-            row.append(f"{rel}× · {r['coverage']:.3f}")
-            m.append(misses_target(r["coverage"], g.alpha))
+            noise = r["kind"] != "bound" and within_noise(r["coverage"], g.alpha, g.n_test)
+            row.append(f"{rel}× · {r['coverage']:.3f}" + (" (within noise)" if noise else ""))
+            m.append(r["kind"] != "bound" and beyond_noise(r["coverage"], g.alpha, g.n_test))
             b.append(n == _cheapest(list(col.values()), g.alpha))
         cells.append(row)
         miss.append(m)
@@ -277,8 +295,10 @@ def summary_table(groups: list[Group]) -> TableData:
 
 
 def headline(g: Group) -> str:
-    """Which policy is cheapest at the target, by how much, and how sure we are."""
-    rows = [r for r in g.summary if r["kind"] != "bound"]
+    """Which method is cheapest at the target, by how much, and how sure we are (the oracle
+    bound and the always-<model> yardstick are not candidates: the saving line has the
+    latter)."""
+    rows = [r for r in g.summary if r["kind"] not in ("bound", "reference")]
     ok = sorted(
         (r for r in rows if not misses_target(r["coverage"], g.alpha)),
         key=lambda r: r["cost_cents"],
@@ -513,17 +533,43 @@ def write_report(
         "splits. `oracle` is a cost floor (it knows which round first holds a correct "
         "answer), not a policy: cost / oracle = 1.00× would be perfect."
     )
+    savings = [g.saving for g in groups if g.saving]
+    if savings:
+        doc.heading("The saving")
+        doc.para(
+            "Per set and α: the cheapest method that meets the target, as a share of the cost of "
+            "always calling the strongest model of the ladder (the `always-<model>` row: that "
+            "model alone on every question, with its own coverage), beside its oracle ratio."
+        )
+        doc.bullets(savings)
     doc.heading("Summary across sets")
     doc.para(
         f"Each cell: cost / oracle floor · coverage{' (mean ± sd across seeds)' if multi else ''}."
-        f" {MISS} marks a coverage under the target 1 − α; ★ marks the cheapest policy that "
-        "meets the target in its column."
+        f" {MISS} marks a coverage under the target 1 − α by more than two standard errors of a "
+        "test split's coverage, sqrt(α(1 − α)/n_test); a smaller shortfall is marked (within "
+        "noise); ★ marks the cheapest method that meets the target in its column. Rows "
+        "`*-single` return exactly one answer per question (set size 1; calibrated by "
+        "Learn-then-Test, so the guarantee holds with probability ≥ 1 − δ)."
     )
     doc.table(summary_table(groups))
-    doc.bullets([headline(g) for g in groups])
+    doc.bullets(
+        [headline(g) for g in groups]
+        + [f"{s.name}, α = {s.alpha:g}: {n}" for s in sections for n in refusal_notes(s.rows)]
+    )
     doc.para(spread_line(groups), "caveat" if not multi else "note")
     for name in dict.fromkeys(s.name for s in sections):
         doc.heading(name)
+        prices = next(s for s in sections if s.name == name).results.get("prices")
+        if prices:
+            doc.para("Prices the figures use (USD per million input / output tokens; the source "
+                     "says where a price stands in for another model's):")  # fmt: skip
+            doc.bullets(
+                [
+                    f"{m}: {p['input_usd_per_mtok']:g} / {p['output_usd_per_mtok']:g}"
+                    + (f" — {p['source']}" if p.get("source") else "")
+                    for m, p in prices.items()
+                ]
+            )
         for g in [g for g in groups if g.name == name]:
             if multi:
                 title = f"{g.label}, across seeds {', '.join(str(s.seed) for s in g.sections)}"
@@ -533,7 +579,7 @@ def write_report(
             for s in g.sections:
                 title = g.label + (f", seed {s.seed}" if multi else "")
                 doc.heading(title, 3)
-                doc.table(results_table(s.rows, "", s.alpha, s.n_test))
+                doc.table(results_table(s.rows, "", s.alpha, s.n_test, g.labels))
                 doc.para("CCPO cost ratios (lower is cheaper):")
                 doc.bullets(ratio_lines(s.results["rows"], s.alpha) or ["n/a"])
                 doc.images(

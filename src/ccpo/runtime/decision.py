@@ -6,6 +6,12 @@ action set is C(o_t) = {a : e(a|o_t) ≥ κ} with e from
 :func:`ccpo.traces.episodes.effective_scores`, which builds in the empty-set fallback
 {argmax π} and masks ``next`` at round T (the replay's definition, so the live agent decides as
 the evaluation scores it). A point policy (``kappa=None``) acts greedily.
+
+A single-answer policy (``policy.answer == "single"``, :mod:`ccpo.learning.single`) decides by
+the replay's own rule: it stops at round t iff round t clears
+(:func:`ccpo.traces.episodes.single_clears` on its stopping scores h, threshold ``kappa`` = λ̂);
+going on, the action set is empty (no answer joins); stopping, it is the one answer action of
+:func:`ccpo.traces.episodes.answer_actions`, so the agent returns exactly the replayed answer.
 """
 
 from __future__ import annotations
@@ -18,7 +24,14 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.policy import TrainedPolicy
-from ccpo.traces.episodes import NEXT, allowed_actions, effective_scores
+from ccpo.traces.answers import normalizer_for
+from ccpo.traces.episodes import (
+    NEXT,
+    allowed_actions,
+    answer_actions,
+    effective_scores,
+    single_clears,
+)
 from ccpo.traces.featurize import FEATURE_NAMES, featurize_rounds
 from ccpo.traces.schema import ACTIONS
 
@@ -53,6 +66,8 @@ def decide(
         raise ValueError(f"need 1..{horizon} rounds, got {t}")
     obs = np.zeros((horizon, len(FEATURE_NAMES)), dtype=np.float32)
     obs[:t] = featurize_rounds(task, horizon, rounds, family)
+    if getattr(policy, "answer", "set") == "single":
+        return _decide_single(policy, task, rounds, obs, kappa, family)
     p = policy.probs(obs)[t - 1]
     allowed = allowed_actions(horizon)[t - 1]
     e = effective_scores(p, allowed)
@@ -61,6 +76,26 @@ def decide(
     raw = allowed & (p >= k)
     acts = tuple(a for a, m in zip(ACTIONS, members, strict=True) if m)
     return RoundDecision(p, acts, fallback=not raw.any(), go_on=bool(members[NEXT]))
+
+
+def _decide_single(
+    policy: Any, task: str, rounds: Sequence[Any], obs: np.ndarray, kappa, family
+) -> RoundDecision:
+    """The single-answer branch of :func:`decide` (``probs`` = (0, 0, 1) going on, the
+    one-hot answer action at the stop; ``kappa=None``: the policy's own λ̂)."""
+    t = len(rounds)
+    lam = policy.kappa if kappa is None else float(kappa)
+    h = policy.stop_scores(obs)  # row t depends on rows t, t − 1 only: as in the replay
+    p = np.zeros(3)
+    if not single_clears(h, lam)[t - 1]:
+        p[NEXT] = 1.0
+        return RoundDecision(p, (), fallback=False, go_on=True)
+    norm = normalizer_for(task, family)
+    last = rounds[-1]
+    answered = np.array([norm(last.base.answer) != "", norm(last.guide.answer) != ""])
+    a = int(answer_actions(answered[None])[0])
+    p[a] = 1.0
+    return RoundDecision(p, (ACTIONS[a],), fallback=False, go_on=False)
 
 
 def policy_horizon(policy: TrainedPolicy, rounds: int | None = None) -> int:

@@ -59,6 +59,12 @@ class Service:
             raise CCPOError(
                 f"adapt_kappa: the policy is a point policy ({agent.policy.variant}) without κ"
             )
+        if cfg.adapt_kappa and getattr(agent.policy, "answer", "set") == "single":
+            raise CCPOError(
+                f"adapt_kappa: {agent.policy.variant} is a single-answer policy; its threshold "
+                "is certified by Learn-then-Test, which the online κ tracker does not keep: "
+                "serve it without --adapt-kappa"
+            )
         self.token = cfg.token()
         pol = agent.policy
         self.kappa_artifact = agent.kappa

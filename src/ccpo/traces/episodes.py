@@ -10,6 +10,15 @@ Everything that scores a policy uses exactly these semantics (DESIGN.md, "Episod
 - Per question: cost = Σ over rounds run of (base + guide [+ policy-LLM]) cost; length = rounds
   run (the deepest branch); set size = distinct answers returned (task normaliser);
   covered = some returned answer is correct, or the question is not solvable.
+- An empty answer ('' after the task normaliser: a round that produced none) is never a member
+  of a set: the action may be in C(o_t), but it adds no answer (:func:`returned_answers`).
+- Single-answer policy (:mod:`ccpo.learning.single`): a stopping score h_t per round; the
+  episode stops at the first round t with h_t ≥ λ (at T at the latest) and returns exactly one
+  answer, that round's :func:`answer_actions` (the guide's answer, or the base's where the
+  guide gave none). :func:`single_clears` is the stopping rule, shared by the replay
+  (:func:`single_rollout`) and the live decision (:func:`ccpo.runtime.decision.decide`).
+- ``always-<model>``: call only the strongest model of the ladder (the most expensive; ties go
+  to the one the ladder calls last) and return its answer (:func:`strongest_model`).
 
 Shapes: N questions, T rounds, F features, K evaluation splits, n questions per split.
 """
@@ -25,6 +34,7 @@ import numpy as np
 from ccpo.errors import CCPOError
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.featurize import FEATURE_SPEC, featurize_trace
+from ccpo.traces.labels import labels_of
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import ACTIONS, Trace
 
@@ -47,6 +57,12 @@ class Episodes:
     llm_actions: dict[str, np.ndarray] = field(default_factory=dict)  # model -> [N, T] int8, -1
     llm_cost: dict[str, np.ndarray] = field(default_factory=dict)  # model -> [N, T] USD
     feature_spec: dict[str, Any] = field(default_factory=lambda: dict(FEATURE_SPEC))
+    empty: np.ndarray | None = None  # [N, T, 2] bool: the answer is '' after the normaliser
+    strongest: str = ""  # the ladder's most expensive model ('' when some question lacks it)
+    strongest_cost: np.ndarray | None = None  # [N] USD of calling only that model
+    strongest_correct: np.ndarray | None = None  # [N] bool: its answer is correct
+    labels: str = "gold"  # what correct means: "gold" or "reference:<model>" (traces.labels)
+    models: tuple[str, ...] = ()  # every model whose usage the traces record (sorted)
 
     @property
     def n(self) -> int:
@@ -81,7 +97,22 @@ class Episodes:
             llm_actions={k: v[idx] for k, v in self.llm_actions.items()},
             llm_cost={k: v[idx] for k, v in self.llm_cost.items()},
             feature_spec=self.feature_spec,
+            empty=None if self.empty is None else self.empty[idx],
+            strongest=self.strongest,
+            strongest_cost=None if self.strongest_cost is None else self.strongest_cost[idx],
+            strongest_correct=None
+            if self.strongest_correct is None
+            else self.strongest_correct[idx],
+            labels=self.labels,
+            models=self.models,
         )
+
+    @property
+    def answered(self) -> np.ndarray:
+        """[N, T, 2] bool: the step gave a non-empty answer (all True for old pickles)."""
+        if self.empty is None:
+            return np.ones(self.correct.shape, dtype=bool)
+        return ~self.empty
 
 
 def allowed_actions(horizon: int) -> np.ndarray:
@@ -112,6 +143,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
     obs = np.stack([featurize_trace(tr) for tr in traces])
     correct = np.zeros((N, T, 2), dtype=bool)
     answer_id = np.zeros((N, T, 2), dtype=np.int64)
+    empty = np.zeros((N, T, 2), dtype=bool)
     round_cost = np.zeros((N, T))
     verdict = np.full((N, T), np.nan)
     unc = np.full((N, T), np.nan)
@@ -125,6 +157,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
             correct[i, t] = (r.base.correct, r.guide.correct)
             answer_id[i, t, 0] = ids.setdefault(norm(r.base.answer), len(ids))
             answer_id[i, t, 1] = ids.setdefault(norm(r.guide.answer), len(ids))
+            empty[i, t] = (norm(r.base.answer) == "", norm(r.guide.answer) == "")
             round_cost[i, t] = prices.round_cost(r)
             if r.guide.verdict is not None:
                 verdict[i, t] = float(r.guide.verdict == "yes")
@@ -133,6 +166,8 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
             for m, d in (r.policy_llm or {}).items():
                 llm_actions[m][i, t] = ACTION_INDEX[d.action]
                 llm_cost[m][i, t] = prices.usage_cost(m, d.usage)
+    strongest = strongest_model(traces, prices)
+    s_cost, s_correct = strongest_calls(traces, prices, strongest) if strongest else (None, None)
     return Episodes(
         ids=[tr.id for tr in traces],
         task=task,
@@ -144,7 +179,50 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         uncertainty=unc,
         llm_actions=llm_actions,
         llm_cost=llm_cost,
+        empty=empty,
+        strongest=strongest,
+        strongest_cost=s_cost,
+        strongest_correct=s_correct,
+        labels=labels_of(traces),
+        models=tuple(sorted(models)),
     )
+
+
+def _steps(tr: Trace) -> list[Any]:
+    """The base and guide steps of a trace in the order the ladder calls them."""
+    return [s for r in tr.rounds for s in (r.base, r.guide)]
+
+
+def strongest_model(traces: Sequence[Trace], prices: PriceTable) -> str:
+    """The ladder's strongest model: the most expensive base/guide model (input + output price
+    per token), ties to the one called last (round T's guide on a base/guide ladder); '' when
+    some trace never calls it (mixed ladders: no ``always-<model>`` row then)."""
+    order: dict[str, int] = {}
+    for tr in traces:
+        for k, s in enumerate(_steps(tr)):
+            order[s.model] = max(order.get(s.model, -1), k)
+
+    def key(m: str) -> tuple[float, int]:
+        p = prices.price(m)
+        return (p.input_usd_per_mtok + p.output_usd_per_mtok, order[m])
+
+    best = max(order, key=key)
+    return best if all(best in tr.models() for tr in traces) else ""
+
+
+def strongest_calls(
+    traces: Sequence[Trace], prices: PriceTable, model: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per question, the cost [N] (USD) and correctness [N] of calling only ``model``: its
+    last call in the ladder that is not a reuse of an earlier one (a reused step repeats that
+    call's answer at no cost, so the call itself is the one to pay)."""
+    cost = np.zeros(len(traces))
+    correct = np.zeros(len(traces), dtype=bool)
+    for i, tr in enumerate(traces):
+        step = [s for s in _steps(tr) if s.model == model and not s.reused][-1]
+        cost[i] = prices.usage_cost(model, step.usage)
+        correct[i] = step.correct
+    return cost, correct
 
 
 @dataclass(frozen=True)
@@ -243,10 +321,17 @@ def _membership(e: np.ndarray, reach_s: np.ndarray, k) -> tuple[np.ndarray, np.n
 
 
 def conformal_sets(ep: Episodes, probs: np.ndarray, kappa: float) -> tuple[np.ndarray, np.ndarray]:
-    """The set-valued rollout itself at one κ: rounds run [N, T] and answers returned
-    [N, T, 2] (base, guide), for callers that need the answers, not just the metrics."""
+    """The set-valued rollout itself at one κ: rounds run [N, T] and answer actions in C
+    [N, T, 2] (base, guide), for callers that need the answers, not just the metrics (the
+    answers returned are :func:`returned_answers` of these: empty ones add none)."""
     e = effective_scores(probs, ep.allowed)
     return _membership(e, _reach_scores(e), np.float64(kappa))
+
+
+def returned_answers(ep: Episodes, included: np.ndarray, sel: Any = slice(None)) -> np.ndarray:
+    """The answers a set actually returns: the included ones that are not empty (an empty
+    answer is never a member of a set). ``included`` [..., T, 2] for the questions ``sel``."""
+    return included & ep.answered[sel]
 
 
 def conformal_rollout(
@@ -279,6 +364,7 @@ def conformal_rollout(
         k = kappa[:, None, None]
     reach, included = _membership(e[sel], reach_s[sel], k)
     covered = (included & ep.correct[sel]).any(axis=(-1, -2)) | ~ep.solvable[sel]
+    included = returned_answers(ep, included, sel)
     bits = np.where(included, np.left_shift(np.uint64(1), ep.answer_id[sel].astype(np.uint64)), 0)
     mask = np.bitwise_or.reduce(bits.reshape(*bits.shape[:-2], -1).astype(np.uint64), axis=-1)
     return Metrics(
@@ -287,3 +373,77 @@ def conformal_rollout(
         length=reach.sum(-1),
         set_size=np.bitwise_count(mask).astype(np.int64),
     )
+
+
+# ----------------------------------------------------------------------------- one answer
+def answer_actions(answered: np.ndarray) -> np.ndarray:
+    """The one answer a single-answer episode returns when it stops at round t: ``guide``
+    (the stronger model's answer; the base's when it agreed) unless the guide gave none and
+    the base did, then ``base``. ``answered`` [..., T, 2] bool → [..., T] in {BASE, GUIDE}."""
+    answered = np.asarray(answered, dtype=bool)
+    return np.where(~answered[..., GUIDE] & answered[..., BASE], BASE, GUIDE)
+
+
+def single_clears(scores: np.ndarray, lam: Any) -> np.ndarray:
+    """The stopping rule of a single-answer policy: round t *clears* (the episode may stop
+    there) iff its stopping score h_t ≥ λ, and round T always clears. ``scores`` [..., T];
+    ``lam`` a scalar or an array broadcasting against ``scores[..., 0]``. The episode stops at
+    the first clearing round; the live agent, which has run rounds 1..t without stopping,
+    stops at t iff round t clears."""
+    scores = np.asarray(scores, dtype=np.float64)
+    lam = np.asarray(lam, dtype=np.float64)
+    out = scores >= lam[..., None]
+    out[..., -1] = True
+    return out
+
+
+def single_stops(scores: np.ndarray, lam: Any) -> np.ndarray:
+    """The 0-based stop round of each episode: the first round that :func:`single_clears`."""
+    return np.argmax(single_clears(scores, lam), axis=-1)
+
+
+def single_rollout(
+    ep: Episodes, scores: np.ndarray, lam: Any, idx: np.ndarray | None = None
+) -> Metrics:
+    """Score a single-answer policy: stopping scores ``scores`` [N, T], threshold ``lam`` a
+    scalar or [K] (one per row of ``idx`` [K, n]). Returns metrics of shape [N] or [K, n];
+    covered = the one answer is correct or the question is not solvable; set size 1."""
+    lam = np.asarray(lam, dtype=np.float64)
+    if idx is None:
+        if lam.ndim:
+            raise ValueError("a vector of thresholds needs idx of shape [K, n]")
+        sel: Any = slice(None)
+        k = lam
+    else:
+        idx = np.asarray(idx)
+        if lam.ndim == 0:
+            lam = np.full(idx.shape[0], float(lam))
+        if lam.shape != idx.shape[:1]:
+            raise ValueError(f"thresholds {lam.shape} must match idx rows {idx.shape[:1]}")
+        sel = idx
+        k = lam[:, None]
+    stop = single_stops(np.asarray(scores)[sel], k)
+    hit = _returned_correct(ep.answered[sel], ep.correct[sel], stop)
+    ran = np.arange(ep.horizon) <= stop[..., None]
+    return Metrics(
+        cost=(ep.round_cost[sel] * ran).sum(-1),
+        covered=hit | ~ep.solvable[sel],
+        length=stop + 1,
+        set_size=np.ones_like(stop),
+    )
+
+
+def single_losses(ep: Episodes, scores: np.ndarray, lams: np.ndarray) -> np.ndarray:
+    """L_i(λ) = 1[the returned answer is wrong and question i is solvable] for every question
+    of ``ep`` and every threshold of ``lams`` [M]: shape [M, N] (for calibration)."""
+    lams = np.asarray(lams, dtype=np.float64)
+    stop = single_stops(np.asarray(scores)[None], lams[:, None])  # [M, N]
+    return ~_returned_correct(ep.answered[None], ep.correct[None], stop) & ep.solvable[None]
+
+
+def _returned_correct(answered: np.ndarray, correct: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """Whether the one answer returned at round ``stop`` [...] is correct (``answered``,
+    ``correct`` [..., T, 2], broadcasting against ``stop``)."""
+    act = np.take_along_axis(answer_actions(answered), stop[..., None], -1)[..., 0]
+    corr = np.take_along_axis(correct, stop[..., None, None], -2)[..., 0, :]
+    return np.take_along_axis(corr, act[..., None], -1)[..., 0]
