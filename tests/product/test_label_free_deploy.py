@@ -24,7 +24,11 @@ from .test_ladder_deploy import _cli, _start, _stop
 pytestmark = pytest.mark.slow
 
 
-def test_a_table_without_labels_serves_answers_against_its_reference(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def label_free(tmp_path_factory) -> dict[str, Path]:
+    """A 4-model table without ``correct`` imported as traces (labels by agreement with its
+    most expensive model, ``big-m``) and the replay endpoint serving them."""
+    tmp_path = tmp_path_factory.mktemp("free")
     src, prices = write_ladder_table(tmp_path / "src", n=240, seed=7)
     table = tmp_path / "logs.csv"
     with src.open(newline="", encoding="utf-8") as fh:
@@ -38,7 +42,17 @@ def test_a_table_without_labels_serves_answers_against_its_reference(tmp_path: P
     res = _cli("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
                "--prices", str(prices), "--out", str(traces))  # fmt: skip
     assert "labels: agreement with big-m" in " ".join(res.stdout.split())
-    policy = tmp_path / "pol"
+    replay, replay_url = _start("replay-server", "--traces", str(traces))
+    cfg = tmp_path / "deploy.yaml"
+    cfg.write_text(yaml.safe_dump({"endpoints": {"*": {"url": replay_url + "/v1"}},
+                                   "prices": [str(prices)]}))  # fmt: skip
+    yield {"dir": tmp_path, "traces": traces, "config": cfg}
+    _stop(replay)
+
+
+def test_a_table_without_labels_serves_answers_against_its_reference(label_free) -> None:
+    traces, cfg = label_free["traces"], label_free["config"]
+    policy = label_free["dir"] / "pol"
     _cli(
         "train",
         "--traces",
@@ -53,10 +67,6 @@ def test_a_table_without_labels_serves_answers_against_its_reference(tmp_path: P
     prov = json.loads((policy / "policy.json").read_text())["provenance"]
     assert prov["against"] == "reference:big-m"
 
-    replay, replay_url = _start("replay-server", "--traces", str(traces))
-    cfg = tmp_path / "deploy.yaml"
-    cfg.write_text(yaml.safe_dump({"endpoints": {"*": {"url": replay_url + "/v1"}},
-                                   "prices": [str(prices)]}))  # fmt: skip
     chosen = read_traces(traces)[::24][:10]
     want = {p.id: p for p in ConformalPolicy.load(policy).predict_set(chosen)}
     serve, url = _start("serve", "--policy", str(policy), "--config", str(cfg))
@@ -82,4 +92,40 @@ def test_a_table_without_labels_serves_answers_against_its_reference(tmp_path: P
         assert "guarantee: the answer set contains big-m's answer with probability ≥ 0.8" in flat
     finally:
         _stop(serve)
-        _stop(replay)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_single_answer_policy_serves_one_line_equal_to_its_replay(label_free, stream) -> None:
+    """``train --answer single`` on the label-free import, served against its replay: the chat
+    content is exactly the one answer (no newline, streamed too), equal to the replay's, with
+    the set, rounds and cost under ``ccpo`` and the guarantee against the reference."""
+    traces, cfg = label_free["traces"], label_free["config"]
+    policy = label_free["dir"] / f"single-{stream}"
+    _cli("train", "--traces", str(traces), "--answer", "single", "--alpha", "0.2",
+         "--out", str(policy))  # fmt: skip
+    meta = json.loads((policy / "policy.json").read_text())
+    assert meta["answer"] == "single" and meta["provenance"]["against"] == "reference:big-m"
+    chosen = read_traces(traces)[::24][:10]
+    want = {p.id: p for p in ConformalPolicy.load(policy).predict_set(chosen)}
+    serve, url = _start("serve", "--policy", str(policy), "--config", str(cfg))
+    try:
+        sdk = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        for tr in chosen:
+            msgs = [{"role": "user", "content": tr.question}]
+            if stream:
+                chunks = list(sdk.chat.completions.create(model="ccpo", messages=msgs,
+                                                          stream=True))  # fmt: skip
+                content = "".join(c.choices[0].delta.content or "" for c in chunks)
+                s = chunks[-1].model_extra["ccpo"]
+            else:
+                r = sdk.chat.completions.create(model="ccpo", messages=msgs)
+                content, s = r.choices[0].message.content, r.model_extra["ccpo"]
+            assert s["guarantee"]["answer"] == "single" and s["guarantee"]["target"] == 0.8
+            assert s["guarantee"]["against"] == "reference:big-m"
+            assert "equals big-m's" in s["guarantee"]["statement"]
+            assert len(want[tr.id].answers) == 1
+            assert s["answers"] == want[tr.id].answers and s["rounds"] == want[tr.id].rounds
+            assert content == s["answer"] == s["answers"][0] and "\n" not in content
+            assert s["cost_usd"] > 0 and s["log"][0]["models"]
+    finally:
+        _stop(serve)

@@ -3,9 +3,8 @@ chat content of a single-answer policy is exactly that answer (one line, streame
 empty answer is never in a served set. Over real HTTP: ``ccpo serve``'s app under uvicorn,
 the scripted LLM world on 127.0.0.1, the ``openai`` SDK as the chat client.
 
-The single-answer policy here is the tests' tiny trained policy marked ``answer = "single"``
-with κ = 0.99, so that C(o_t) is {argmax π} every round: one action, and so at most one answer,
-per question (the single-answer learning itself is not this module's)."""
+A real single-answer policy served end to end (one line of content, streamed too) is in
+``tests/product/test_label_free_deploy.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from types import SimpleNamespace
 
 import httpx
 import openai
-import pytest
 
 from ccpo.runtime.agent import ConformalAgent
 from ccpo.runtime.answer_set import guarantee_of, one_answer
@@ -28,14 +26,10 @@ from .conftest import LiveServer, deploy_values
 QS = [f"Which is item {i}?\nA. a{i}\nB. b{i}\nC. c{i}\nD. d{i}" for i in range(8)]
 
 
-def _service(policy_dir: Path, srv, prices: Path, answer="set", against=None, **kw) -> Service:
+def _service(policy_dir: Path, srv, prices: Path, **kw) -> Service:
     values = deploy_values(srv, prices, **kw)
     values["server"] = {"state": None}
     agent = ConformalAgent.from_artifact(policy_dir, load_deploy_config(None, values))
-    if answer != "set":
-        agent.policy.answer = answer
-    if against is not None:
-        agent.policy.provenance = {**agent.policy.provenance, "against": against}
     return Service(agent, artifact_fingerprint(policy_dir))
 
 
@@ -85,33 +79,6 @@ def test_v1_answer_adds_answer_and_guarantee(world, policy_dir, prices_path) -> 
             "questions some round can answer",
         }
         assert s["answer"] in s["answers"] and s["answer"] == _most_likely(s)
-
-
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_single_answer_policys_chat_content_is_its_one_answer(
-    world, policy_dir, prices_path, stream
-) -> None:
-    svc = _service(
-        policy_dir, world, prices_path, answer="single", against="reference:guide-m", kappa=0.99
-    )
-    with LiveServer(svc) as ls:
-        client = openai.OpenAI(base_url=ls.url + "/v1", api_key="-", max_retries=0)
-        for q in QS:
-            msgs = [{"role": "user", "content": q}]
-            if stream:
-                chunks = list(client.chat.completions.create(model="ccpo", messages=msgs,
-                                                             stream=True))  # fmt: skip
-                content = "".join(c.choices[0].delta.content or "" for c in chunks)
-                s = chunks[-1].model_extra["ccpo"]
-            else:
-                r = client.chat.completions.create(model="ccpo", messages=msgs)
-                content, s = r.choices[0].message.content, r.model_extra["ccpo"]
-            assert s["guarantee"]["answer"] == "single"
-            assert s["guarantee"]["against"] == "reference:guide-m"
-            assert "equals guide-m's" in s["guarantee"]["statement"]
-            assert s["answer"] and content == s["answer"] and "\n" not in content
-            assert s["answers"] == [s["answer"]]  # the set, rounds and cost stay under ccpo
-            assert s["rounds"] >= 1 and s["cost_usd"] > 0 and s["log"][0]["models"]
 
 
 def test_an_empty_answer_is_never_in_a_served_set_nor_content(policy_dir, prices_path) -> None:
