@@ -261,8 +261,8 @@ def evaluate(
     from ccpo.product.evaluate import (
         check_alpha,
         evaluate_policies,
+        id_splits,
         load_episodes,
-        make_splits,
         split_sizes,
     )
     from ccpo.product.policies import TrainingCache, resolve_policies
@@ -271,7 +271,7 @@ def evaluate(
     check_alpha(alpha)
     ep, _ = load_episodes(traces, prices or [])
     sizes = split_sizes(ep.n, n_train, n_cal, n_test)
-    sp = make_splits(ep.n, sizes, splits, seed)
+    ep, sp = id_splits(ep, sizes, splits, seed)
     check_out_folder(out)
     pols = resolve_policies(policy, ep, TrainingCache())
     check_artifacts(pols, traces, alpha)

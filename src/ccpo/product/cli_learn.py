@@ -59,7 +59,10 @@ def register(app: typer.Typer) -> None:
         force: ForceOpt = False,
         config: dict | None = None,
     ) -> None:
-        """Train a policy on the training split and calibrate κ on the calibration split.
+        """Train a policy on the training split and calibrate κ on every other question.
+
+        The training questions are chosen by a seeded hash of the question ids (the same
+        questions in any line order give the same policy), as many as `compare` trains on.
 
         Writes a policy folder (weights, κ, featurizer spec, config, prices, provenance: task,
         trace file sha256, models, T, α; training log, training curves) that `ccpo evaluate
@@ -67,13 +70,7 @@ def register(app: typer.Typer) -> None:
         existing policy folder without --force; warns when the calibrated policy is degenerate
         (C(o) holds every action at every round).
         """
-        from ccpo.product.evaluate import (
-            check_alpha,
-            load_episodes,
-            make_splits,
-            split_sizes,
-            trace_provenance,
-        )
+        from ccpo.product.evaluate import check_alpha, load_episodes, trace_provenance
 
         check_alpha(alpha)
         found = resolve_method(method)
@@ -97,8 +94,7 @@ def register(app: typer.Typer) -> None:
         from ccpo.learning.trainers import train
         from ccpo.product.report import staged_folder, training_curves
 
-        sizes = split_sizes(ep.n)
-        sp = make_splits(ep.n, sizes, 1, seed)
+        ep, sp, sizes = train_splits(ep, seed)
         provenance = {**trace_provenance(traces), "alpha": alpha}
         if spec.kind == "score":
             _train_stopping(
@@ -126,9 +122,10 @@ def register(app: typer.Typer) -> None:
             training_curves({variant: res.log}, alpha, tmp / "training_curves.png")
             (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         console.print(
-            f"trained [bold]{variant}[/bold] in {seconds:.1f} s on {sizes[0]} "
+            f"trained [bold]{variant}[/bold] in {seconds:.1f} s on {sizes['train']} "
             f"questions; κ = {pol.kappa:.4g} (online {pol.kappa_online:.4g}); "
-            f"calibration coverage {summary['calibration_coverage']:.3f}"
+            f"calibration coverage {summary['calibration_coverage']:.3f} on "
+            f"{sizes['calibration']} questions"
         )
         if pol.scoring != "point":
             warn_degenerate(full, pol.kappa)
@@ -181,6 +178,19 @@ def register(app: typer.Typer) -> None:
         )
 
 
+def train_splits(ep, seed: int):
+    """``train``'s split: the training questions of the harness (:func:`ccpo.product.evaluate.
+    split_sizes`, chosen by :func:`~ccpo.product.evaluate.id_splits`: order-free), and κ̂
+    calibrated on **every** other question (the paper's 1000/200/200 protocol, with a test
+    split, stays in ``compare`` / ``reproduce``). Returns the reordered episodes, the splits
+    and the sizes ``{"train", "calibration"}`` that summary.json records."""
+    from ccpo.product.evaluate import id_splits, split_sizes
+
+    n_train = split_sizes(ep.n)[0]
+    ep, sp = id_splits(ep, (n_train, ep.n - n_train, 0), 1, seed)
+    return ep, sp, {"train": n_train, "calibration": ep.n - n_train}
+
+
 def warn_degenerate(full: float, kappa: float) -> None:
     """Warn when C(o) holds every action at every round on ≥ :data:`DEGENERATE` of the
     calibration questions (``full``, from :func:`ccpo.product.evaluate.full_set_rate`)."""
@@ -227,7 +237,7 @@ def _train_stopping(
     from ccpo.product.report import staged_folder
 
     t0 = time.perf_counter()
-    with console.status(f"fitting {method} on {sizes[0]} questions …"):
+    with console.status(f"fitting {method} on {sizes['train']} questions …"):
         pol, sel = fit_method(method, ep, sp.train, alpha, seed, settings=settings)
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
@@ -247,7 +257,7 @@ def _train_stopping(
             )
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if sel else ''} in {seconds:.1f} s on "
-        f"{sizes[0]} questions; κ̂ = {pol.kappa:.4g}; calibration coverage "
+        f"{sizes['train']} questions; κ̂ = {pol.kappa:.4g}; calibration coverage "
         f"{summary['calibration_coverage']:.3f} on {len(cal)} questions"
     )
     warn_degenerate(full, pol.kappa)

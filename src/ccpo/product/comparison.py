@@ -21,8 +21,8 @@ from ccpo.product.evaluate import (
     ResultRow,
     check_alpha,
     evaluate_policies,
+    id_splits,
     load_episodes,
-    make_splits,
     split_sizes,
 )
 from ccpo.product.policies import (
@@ -49,7 +49,7 @@ def _plan(
     check_alpha(alpha)
     ep, _ = load_episodes(traces, prices)
     sizes = split_sizes(ep.n)
-    sp = make_splits(ep.n, sizes, splits, seed)
+    ep, sp = id_splits(ep, sizes, splits, seed)
     names = available_policies(ep, trained=True)
     names[-1:-1] = [f"ccpo-lam{lam:g}" for lam in lams if lam > 0]
     return ep, sizes, sp, names
