@@ -22,7 +22,8 @@ BUNDLED = Path(__file__).parents[2] / "src/ccpo/data/traces/mmlu-public.jsonl.gz
 
 
 def _shuffled(src: Path, dst: Path, seed: int) -> Path:
-    lines = gzip.open(src, "rt").read().splitlines(keepends=True)
+    with gzip.open(src, "rt") as fh:
+        lines = fh.read().splitlines(keepends=True)
     random.Random(seed).shuffle(lines)
     dst.write_text("".join(lines))
     side = src.with_name(src.name.replace(".jsonl.gz", ".prices.json"))
