@@ -323,10 +323,11 @@ def check_artifacts(pols: list[Any], traces: Path, alpha: float) -> None:
 
 
 def _register_commands() -> None:
-    from ccpo.product import cli_collect, cli_deploy, cli_learn, cli_reproduce
+    from ccpo.product import cli_check, cli_collect, cli_deploy, cli_learn, cli_reproduce
 
     cli_collect.register(app)
     cli_deploy.register(app)
+    cli_check.register(app)
     cli_learn.register(app)
     cli_reproduce.register(app)
 
