@@ -58,19 +58,20 @@ def test_id_order_ignores_positions_and_depends_on_the_seed():
 
 
 def test_shuffled_file_trains_the_same_auto_policy_bit_for_bit(tmp_path):
-    a = _train(BUNDLED, tmp_path / "a")
+    """auto with every candidate, CCPO too (100 steps a fold here, to stay fast)."""
+    a = _train(BUNDLED, tmp_path / "a", "--auto-ccpo-steps", "100")
     meta_b = []
     for s in (1, 2):
         f = _shuffled(BUNDLED, tmp_path / f"shuffled{s}.jsonl", s)
-        meta_b.append(_train(f, tmp_path / f"b{s}"))
+        meta_b.append(_train(f, tmp_path / f"b{s}", "--auto-ccpo-steps", "100"))
         assert _without_file(meta_b[-1]) == _without_file(a)  # κ̂, method, choice, figures
-        assert (tmp_path / f"b{s}/model.pkl").read_bytes() == (
-            tmp_path / "a/model.pkl"
-        ).read_bytes()
+        model = next(n for n in ("model.pkl", "weights.pt") if (tmp_path / "a" / n).exists())
+        assert (tmp_path / f"b{s}" / model).read_bytes() == (tmp_path / "a" / model).read_bytes()
         sa = json.loads((tmp_path / "a/summary.json").read_text())
         sb = json.loads((tmp_path / f"b{s}/summary.json").read_text())
         for key in ("kappa", "calibration_coverage", "calibration_cost_cents", "auto", "sizes"):
             assert sa[key] == sb[key], key
+        assert "ccpo" in sa["auto"]["validation"]
     # item 2: κ̂ is calibrated on every question not trained on
     n = len(read_traces(BUNDLED))
     n_train = split_sizes(n)[0]
