@@ -21,7 +21,7 @@ def test_train_auto_records_the_choice_and_evaluates(sim_file, tmp_path, capsys)
     r = subprocess.run(
         [sys.executable, "-m", "ccpo.product.cli", "train", "--traces", str(sim_file),
          "--alpha", "0.2", "--auto-ccpo-steps", "100", "--out", str(out)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     summary = json.loads((out / "summary.json").read_text())

@@ -18,7 +18,10 @@ replays the file with the policy's **own** κ̂ (the episode engine every scorer
 
 The checked policy is anything with ``probs(obs)`` (membership scores [..., T, 3]), ``kappa``
 and ``alpha``: CCPO / CPO-batch (:class:`ccpo.learning.policy.TrainedPolicy`) and the score
-methods (:class:`ccpo.learning.stopping.StoppingPolicy`). A point policy has no κ to check.
+methods (:class:`ccpo.learning.stopping.StoppingPolicy`). A point policy has no κ to check; a
+single-answer policy (``answer != "set"``) is refused until its episode and calibration are
+plugged in beside the set-valued ones (:func:`check_policy`: the rollout and the restoring κ;
+the interval, verdict and report are shared).
 """
 
 from __future__ import annotations
@@ -94,6 +97,13 @@ def check_policy(
             f"{name} is a point policy ({policy.variant}): it returns one answer without a "
             "threshold κ, so there is no calibrated guarantee to check; check a set-valued "
             "policy (ccpo train --method auto, ccpo, cpo-batch, ...)"
+        )
+    if getattr(policy, "answer", "set") != "set":
+        # a single-answer policy needs its own episode (one answer per question) and its own
+        # restoring threshold (its calibration, not the set family's order statistic) here
+        raise CCPOError(
+            f"{name} returns one answer per question ({policy.answer}); `ccpo check` scores "
+            "set-valued policies so far"
         )
     if ep.n == 0:
         raise CCPOError(f"{traces or 'the trace file'} holds no questions to check on")

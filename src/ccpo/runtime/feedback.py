@@ -36,6 +36,7 @@ from typing import Any
 
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold, bounded_step_size, short_beyond_noise
+from ccpo.runtime.config import ServerConfig
 
 RECENT = 200  # feedbacks in the "recent coverage" window
 DRIFT_MIN = 50  # feedbacks in the window before drift is judged (a test after every feedback)
@@ -96,6 +97,18 @@ class KappaBounds:
     def eta_max(self, alpha: float) -> float:
         """The largest η that keeps every step within ``max_delta``."""
         return bounded_step_size(math.inf, alpha, self.max_delta)
+
+
+def online_kappa(
+    kappa: float | None, alpha: float, train_eta0: float, xi: float, cfg: ServerConfig
+) -> tuple[OnlineThreshold, KappaBounds]:
+    """The online κ tracker and its bounds for a policy of calibrated ``kappa`` (None: a point
+    policy) under the server settings ``cfg``: η_0 = ``cfg.kappa_eta0``, else the training η_0
+    per question (``train_eta0``), the band around κ̂, the per-feedback bound and warm-up."""
+    k = kappa if kappa is not None else 0.0
+    tracker = OnlineThreshold(alpha=alpha, kappa=k, eta0=cfg.kappa_eta0 or train_eta0, xi=xi)
+    bounds = KappaBounds.around(k, cfg.kappa_band, cfg.kappa_max_delta, cfg.kappa_min_feedback)
+    return tracker, bounds
 
 
 def apply_feedback(

@@ -17,7 +17,7 @@ from ccpo.llm.client import BudgetExceeded, LLMCallError
 from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.config import DeployConfig
-from ccpo.runtime.feedback import RECENT, Counters, FeedbackError, KappaBounds, drift
+from ccpo.runtime.feedback import RECENT, Counters, FeedbackError, drift, online_kappa
 from ccpo.runtime.rails import RateLimiter, check_bearer, check_rate
 from ccpo.runtime.schemas import (
     AnswerRequest,
@@ -56,18 +56,9 @@ class Service:
         self.token = cfg.token()
         pol = agent.policy
         self.kappa_artifact = agent.kappa
-        tracker = OnlineThreshold(
-            alpha=pol.alpha,
-            kappa=agent.kappa if agent.kappa is not None else 0.0,
-            # training takes one κ step per batch of questions; here one per question
-            eta0=cfg.kappa_eta0 or pol.config.eta0 / pol.config.batch_size,
-            xi=pol.config.xi,
-        )
-        self.kappa_bounds = KappaBounds.around(
-            agent.kappa if agent.kappa is not None else 0.0,
-            cfg.kappa_band,
-            cfg.kappa_max_delta,
-            cfg.kappa_min_feedback,
+        # training takes one κ step per batch of questions; here one per question
+        tracker, self.kappa_bounds = online_kappa(
+            agent.kappa, pol.alpha, pol.config.eta0 / pol.config.batch_size, pol.config.xi, cfg
         )
         self.store = StateStore(
             cfg.state,
