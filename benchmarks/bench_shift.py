@@ -21,9 +21,9 @@ the cost per question.
 Settings: ``fixed κ̂`` (no adaptation), the defaults, ``kappa_eta0: 0.5`` (the issue's live
 case), the same with the band opened to 1 (what an operator does when ``ccpo check`` says the
 traffic needs a κ outside κ̂ ± 0.1), the widest allowed (every bound off: band 1, max_delta 1,
-no warm-up, η never decays) and the slowest (η_0 0.005, max_delta 0.001, warm-up 200, η decays for ever); and the
-defaults with unanswerable questions reported as ``none_of_them`` (what honest feedback had to
-say before ``unanswerable`` existed).
+no warm-up, η never decays) and the slowest (η_0 0.005, max_delta 0.001, warm-up 200, η
+decays for ever); and the defaults with unanswerable questions reported as ``none_of_them``
+(what honest feedback had to say before ``unanswerable`` existed).
 """
 
 from __future__ import annotations
