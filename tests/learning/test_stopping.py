@@ -12,11 +12,14 @@ from ccpo.errors import CCPOError
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.policy import load_policy
 from ccpo.learning.stopping import (
+    AUTO_CANDIDATES,
     StopConfig,
     StoppingPolicy,
     calibrated_cost,
+    candidate_fitter,
     depth_schedule,
     fit_auto,
+    fit_method,
     fit_stopping,
     fixable_labels,
     membership_scores,
@@ -175,14 +178,23 @@ def test_save_load_round_trip_and_version_check(sim_episodes, fitted, tmp_path):
 
 
 def test_auto_picks_the_least_validation_cost_and_records_it(sim_episodes):
+    """Every default candidate, CCPO included (100 steps a fold here, to stay fast), is
+    cross-fitted on the training questions and the cheapest is kept."""
     ep = sim_episodes
-    sel = select_method(ep, np.arange(200), 0.1)
+    fitters = {"ccpo": candidate_fitter("ccpo", {"auto_ccpo_steps": 100})}
+    sel = select_method(ep, np.arange(200), 0.1, fitters=fitters)
     costs = {k: v["cost_cents_per_question"] for k, v in sel.figures.items()}
-    assert set(costs) == {"cstop", "cstop-lr", "depth-k"}
+    assert set(costs) == set(AUTO_CANDIDATES) >= {"cstop", "cstop-lr", "depth-k", "ccpo"}
     assert sel.method == min(costs, key=costs.get)
-    pol, sel2 = fit_auto(ep, np.arange(200), 0.1)
+    pol, sel2 = fit_auto(ep, np.arange(200), 0.1, fitters=fitters)
     assert sel2 == sel and pol.variant == sel.method
     assert pol.info["auto"]["picked"] == sel.method
+
+
+def test_auto_without_ccpo_when_its_steps_are_zero(sim_episodes):
+    _, sel = fit_method("auto", sim_episodes, np.arange(200), 0.1, 0,
+                          settings={"auto_ccpo_steps": 0})  # fmt: skip
+    assert "ccpo" not in sel.figures and set(sel.figures) == set(AUTO_CANDIDATES) - {"ccpo"}
 
 
 def test_calibrated_cost_reaches_the_level(sim_episodes, fitted):

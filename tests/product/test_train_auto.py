@@ -20,8 +20,8 @@ def test_train_auto_records_the_choice_and_evaluates(sim_file, tmp_path, capsys)
     out = tmp_path / "auto"
     r = subprocess.run(
         [sys.executable, "-m", "ccpo.product.cli", "train", "--traces", str(sim_file),
-         "--alpha", "0.2", "--out", str(out)],
-        capture_output=True, text=True, timeout=120,
+         "--alpha", "0.2", "--auto-ccpo-steps", "100", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     summary = json.loads((out / "summary.json").read_text())
@@ -29,6 +29,7 @@ def test_train_auto_records_the_choice_and_evaluates(sim_file, tmp_path, capsys)
     auto = summary["auto"]
     costs = {k: v["cost_cents_per_question"] for k, v in auto["validation"].items()}
     assert auto["picked"] == min(costs, key=costs.get) == meta["variant"]
+    assert "ccpo" in costs and "agree-k" in costs  # auto considers CCPO (item 6 of issue 31)
     assert meta["info"]["auto"]["picked"] == auto["picked"]
     assert "← picked" in r.stdout and auto["picked"] in r.stdout
     assert 0.0 <= meta["kappa_batch"] <= 1.0

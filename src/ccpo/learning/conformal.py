@@ -13,6 +13,21 @@ Two pure pieces:
   writes κ ← κ + η(1 − covered − α), which shrinks the sets after a miss and diverges. The
   correct update is κ ← κ + η_k (covered − (1 − α)), equivalently q ← q + η(err − α) on the
   score 1 − π(a*|o) with κ = 1 − q. Steps decay as η_k = η_0 · k^(−1/2−ξ), ξ = 0.1.
+
+**Bound η, never the step (the fixed point).** Deployment bounds how far one feedback may move
+κ. A step is η(covered − (1 − α)): +ηα after a covered question, −η(1 − α) after a miss. On a
+stationary stream covered with probability p(κ) (p falls as κ rises: smaller sets), the mean
+step is η(p(κ) − (1 − α)), zero exactly where p(κ) = 1 − α. Clamping *the step* to ±d breaks
+this: once η(1 − α) > d ≥ ηα the mean step is p·ηα − (1 − p)·d, zero at p = d/(d + ηα) < 1 − α
+(α = 0.1, η = 0.0208, d = 0.01: p = 0.826), so κ settles where coverage is below target.
+Bounding *η* instead, η ≤ η_max = d / max(α, 1 − α) (:func:`bounded_step_size`), keeps every
+step within ±d and multiplies both directions by the same factor, so the mean step keeps the
+sign of p(κ) − (1 − α) for every η_0, d, ξ and freeze point: the fixed point is coverage 1 − α
+(the band [lower, upper] is a projection, so κ goes to the band edge nearest the fixed point
+when it lies outside). With η frozen at a constant the tracker is the adaptive conformal
+inference of Gibbs & Candès (2021): the long-run miss rate is within (B + η)/(ηK) of α after K
+feedbacks, B the band width, on any stream. :func:`coverage_interval` is the Clopper-Pearson
+interval used to say when measured coverage is short of 1 − α beyond noise.
 """
 
 from __future__ import annotations
@@ -68,14 +83,47 @@ def decaying_step_size(k: int | np.ndarray, eta0: float, xi: float = 0.1) -> np.
     return eta0 * k ** (-0.5 - xi)
 
 
-def online_threshold_update(kappa: float, covered: float, alpha: float, eta: float) -> float:
-    """One corrected online step: κ ← clip(κ + η (covered − (1 − α)), 0, 1).
+def online_threshold_update(
+    kappa: float, covered: float, alpha: float, eta: float, lower: float = 0.0, upper: float = 1.0
+) -> float:
+    """One corrected online step: κ ← clip(κ + η (covered − (1 − α)), lower, upper).
 
     ``covered`` is 1/0 for one episode, or the mean coverage of a batch of episodes. After a
     miss κ falls, so the sets {π ≥ κ} grow: the update moves toward coverage 1 − α.
     """
     check_alpha(alpha)
-    return float(np.clip(kappa + eta * (covered - (1.0 - alpha)), 0.0, 1.0))
+    return float(np.clip(kappa + eta * (covered - (1.0 - alpha)), lower, upper))
+
+
+def bounded_step_size(eta: float, alpha: float, max_delta: float) -> float:
+    """η limited so that no step exceeds ``max_delta``: min(η, max_delta / max(α, 1 − α)).
+
+    Both step directions shrink by the same factor, so the fixed point stays at coverage
+    1 − α (module docstring); clamping the step itself would move it."""
+    check_alpha(alpha)
+    if max_delta <= 0:
+        raise ValueError(f"max_delta must be > 0, got {max_delta}")
+    return min(eta, max_delta / max(alpha, 1.0 - alpha))
+
+
+def coverage_interval(covered: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson (exact binomial) two-sided interval for a coverage rate measured as
+    ``covered`` of ``n``: P(interval ∋ true rate) ≥ ``level`` for every true rate."""
+    if n <= 0 or not 0 <= covered <= n:
+        raise ValueError(f"need 0 <= covered <= n and n > 0, got {covered} of {n}")
+    from scipy.stats import beta
+
+    tail = (1.0 - level) / 2.0
+    lo = 0.0 if covered == 0 else float(beta.ppf(tail, covered, n - covered + 1))
+    hi = 1.0 if covered == n else float(beta.ppf(1.0 - tail, covered + 1, n - covered))
+    return lo, hi
+
+
+def short_beyond_noise(covered: int, n: int, alpha: float, level: float = 0.95) -> bool:
+    """Coverage ``covered`` / ``n`` is below 1 − α beyond noise: the whole Clopper-Pearson
+    interval at ``level`` lies below 1 − α (a one-sided exact binomial test at (1 − level)/2)."""
+    check_alpha(alpha)
+    return n > 0 and coverage_interval(covered, n, level)[1] < 1.0 - alpha
 
 
 @dataclass
@@ -93,8 +141,28 @@ class OnlineThreshold:
     xi: float = 0.1
     step: int = 0
 
-    def update(self, covered: float) -> float:
+    def update(
+        self,
+        covered: float,
+        *,
+        max_step: int | None = None,
+        max_delta: float | None = None,
+        lower: float = 0.0,
+        upper: float = 1.0,
+    ) -> float:
+        """One step with η_k = η_0 · min(k, ``max_step``)^(−1/2−ξ) (frozen after ``max_step``
+        steps: tracks drift; None: the training schedule), η bounded so that no step exceeds
+        ``max_delta`` (:func:`bounded_step_size`), κ kept in [``lower``, ``upper``]."""
         self.step += 1
+        if max_step is not None:
+            self.step = min(self.step, max_step)
         eta = float(decaying_step_size(self.step, self.eta0, self.xi))
-        self.kappa = online_threshold_update(self.kappa, covered, self.alpha, eta)
+        if max_delta is not None:
+            eta = bounded_step_size(eta, self.alpha, max_delta)
+        self.kappa = online_threshold_update(self.kappa, covered, self.alpha, eta, lower, upper)
         return self.kappa
+
+    def eta(self, max_step: int | None = None) -> float:
+        """The η_k the next :meth:`update` takes before any bound."""
+        k = self.step + 1 if max_step is None else min(self.step + 1, max_step)
+        return float(decaying_step_size(k, self.eta0, self.xi))

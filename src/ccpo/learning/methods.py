@@ -41,7 +41,8 @@ _SPECS = (
     MethodSpec(
         "auto",
         "score",
-        "cross-fits cstop, cstop-lr and depth-k, keeps the least validation calibrated cost",
+        "cross-fits cstop, cstop-lr, depth-k, agree-k and ccpo (300 steps a fold), keeps the "
+        "least validation calibrated cost",
     ),
     MethodSpec("cstop", "score", "CStop: gradient-boosted continuation score, conformal κ̂"),
     MethodSpec("cstop-lr", "score", "CStop with a logistic-regression score", compare=False),

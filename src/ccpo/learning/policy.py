@@ -73,6 +73,7 @@ class TrainedPolicy:
     log: list[dict[str, float]] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)  # see check_provenance
     horizon: int | None = None  # T, the rounds of the traces it was trained on
+    info: dict[str, Any] = field(default_factory=dict)  # e.g. the choice made by auto
 
     answer = "set"  # returns an answer set (single-answer policies: ccpo.learning.single)
 
@@ -132,6 +133,7 @@ class TrainedPolicy:
             "obs_dim": int(self.net.in_dim),
             "config": asdict(self.config),
             "provenance": self.provenance,
+            **({"info": self.info} if self.info else {}),
         }
         out = write_folder(folder, meta, self.feature_spec, self.prices, self.log)
         write_weights(out / "weights.pt", self.net.state_dict())
@@ -165,6 +167,7 @@ class TrainedPolicy:
             log=log,
             provenance=provenance,
             horizon=None if horizon is None else int(horizon),
+            info=meta.get("info") or {},
         )
 
 

@@ -76,8 +76,9 @@ STOPPING_METHODS: dict[str, Learner] = {"cstop": "hgb", "cstop-lr": "logistic"}
 #: fixed rules in the same family (nothing to learn; κ̂ still calibrates them)
 FIXED_RULES = ("depth-k", "agree-k")
 SCORE_METHODS = (*STOPPING_METHODS, *FIXED_RULES)
-#: what ``--method auto`` chooses among by default (cheap to cross-fit)
-AUTO_CANDIDATES = ("cstop", "cstop-lr", "depth-k")
+#: what ``--method auto`` chooses among by default: the score methods (cheap to cross-fit)
+#: and CCPO in bounded time (:mod:`ccpo.learning.candidates`)
+AUTO_CANDIDATES = ("cstop", "cstop-lr", "depth-k", "agree-k", "ccpo")
 
 
 @dataclass
@@ -93,6 +94,8 @@ class StopConfig:
     l2_regularization: float = 1.0  # leaf-value L2 penalty (hgb)
     c: float = 1.0  # inverse L2 strength (logistic)
     seed: int = 0  # seeds the learner
+    # auto: CCPO training steps per cross-fitting fold (0: CCPO is not a candidate)
+    auto_ccpo_steps: int = 300
     # online κ tracker of `ccpo serve --adapt-kappa` (κ̂ steps per feedback)
     eta0: float = 0.05
     xi: float = 0.1
@@ -102,6 +105,8 @@ class StopConfig:
         check_alpha(self.alpha)
         if self.learner not in ("hgb", "logistic"):
             raise ValueError(f"learner must be 'hgb' or 'logistic', got {self.learner!r}")
+        if self.auto_ccpo_steps < 0:
+            raise ValueError(f"auto_ccpo_steps must be >= 0, got {self.auto_ccpo_steps}")
 
 
 # ----------------------------------------------------------------------------- pure pieces
@@ -384,6 +389,17 @@ class Selection:
         return {"picked": self.method, "folds": self.folds, "validation": self.figures}
 
 
+def candidate_fitter(name: str, settings: dict[str, Any] | None = None) -> Fitter:
+    """The fitter of an ``auto`` candidate: a score method (:func:`stopping_fitter`, with the
+    learner's ``settings``) or an RL method in bounded time
+    (:func:`ccpo.learning.candidates.rl_fitter`)."""
+    from ccpo.learning.candidates import AUTO_RL_STEPS, RL_CANDIDATES, rl_fitter
+
+    if name in RL_CANDIDATES:
+        return rl_fitter(name, (settings or {}).get("auto_ccpo_steps", AUTO_RL_STEPS))
+    return stopping_fitter(name, settings)
+
+
 def select_method(
     ep: Episodes,
     train_idx: np.ndarray,
@@ -412,7 +428,7 @@ def select_method(
     sub = ep.subset(perm)
     figures: dict[str, dict[str, float]] = {}
     for name in candidates:
-        fit = fitters.get(name) or stopping_fitter(name)
+        fit = fitters.get(name) or candidate_fitter(name)
         probs = np.zeros((perm.size, ep.horizon, 3))
         start = 0
         for i, held in enumerate(parts):
@@ -437,7 +453,7 @@ def fit_auto(
     """``--method auto``: :func:`select_method`, then the winner refitted on all of
     ``train_idx``; its ``info`` records the choice and the validation figures."""
     sel = select_method(ep, train_idx, alpha, candidates, fitters, seed=seed)
-    fit = (fitters or {}).get(sel.method) or stopping_fitter(sel.method)
+    fit = (fitters or {}).get(sel.method) or candidate_fitter(sel.method)
     scorer = fit(ep, np.asarray(train_idx), alpha, seed)
     if hasattr(scorer, "info"):
         scorer.info = {"auto": sel.to_json()}
@@ -452,11 +468,13 @@ def fit_method(
     seed: int = 0,
     candidates: Sequence[str] = AUTO_CANDIDATES,
     settings: dict[str, Any] | None = None,
-) -> tuple[StoppingPolicy, Selection | None]:
+) -> tuple[Any, Selection | None]:
     """Fit ``auto`` (:func:`fit_auto`, with its :class:`Selection`) or one of
     :data:`SCORE_METHODS` (selection ``None``): the one entry point of the CLI, the API and
     the harness. ``settings``: :class:`StopConfig` fields other than α, seed and learner."""
     if method == "auto":
-        fitters = {name: stopping_fitter(name, settings) for name in candidates}
+        if (settings or {}).get("auto_ccpo_steps", 1) == 0:
+            candidates = [c for c in candidates if c != "ccpo"]
+        fitters = {name: candidate_fitter(name, settings) for name in candidates}
         return fit_auto(ep, train_idx, alpha, seed, candidates, fitters)
     return stopping_fitter(method, settings)(ep, train_idx, alpha, seed), None

@@ -388,8 +388,8 @@ def evaluate(
     from ccpo.product.evaluate import (
         check_alpha,
         evaluate_policies,
+        id_splits,
         load_episodes,
-        make_splits,
         split_sizes,
         used_prices,
     )
@@ -399,7 +399,7 @@ def evaluate(
     check_alpha(alpha)
     ep, table = load_episodes(traces, prices or [])
     sizes = split_sizes(ep.n, n_train, n_cal, n_test)
-    sp = make_splits(ep.n, sizes, splits, seed)
+    ep, sp = id_splits(ep, sizes, splits, seed)
     check_out_folder(out)
     pols = resolve_policies(policy, ep, TrainingCache())
     check_artifacts(pols, traces, alpha)
@@ -457,10 +457,11 @@ def check_artifacts(pols: list[Any], traces: Path, alpha: float) -> None:
 
 
 def _register_commands() -> None:
-    from ccpo.product import cli_collect, cli_deploy, cli_learn, cli_reproduce
+    from ccpo.product import cli_check, cli_collect, cli_deploy, cli_learn, cli_reproduce
 
     cli_collect.register(app)
     cli_deploy.register(app)
+    cli_check.register(app)
     cli_learn.register(app)
     cli_reproduce.register(app)
 

@@ -83,7 +83,10 @@ def register(app: typer.Typer) -> None:
         force: ForceOpt = False,
         config: dict | None = None,
     ) -> None:
-        """Train a policy on the training split and calibrate κ on the calibration split.
+        """Train a policy on the training split and calibrate κ on every other question.
+
+        The training questions are chosen by a seeded hash of the question ids (the same
+        questions in any line order give the same policy), as many as `compare` trains on.
 
         Writes a policy folder (weights, κ, featurizer spec, config, prices, provenance: task,
         trace file sha256, models, T, α; training log, training curves) that `ccpo evaluate
@@ -95,8 +98,6 @@ def register(app: typer.Typer) -> None:
             calibration_shortfall,
             check_alpha,
             load_episodes,
-            make_splits,
-            split_sizes,
             trace_provenance,
         )
 
@@ -123,9 +124,8 @@ def register(app: typer.Typer) -> None:
         from ccpo.learning.policy import TrainedPolicy
         from ccpo.product.report import staged_folder, training_curves
 
-        sizes = split_sizes(ep.n)
-        sp = make_splits(ep.n, sizes, 1, seed)
-        short = calibration_shortfall(alpha, sp.cal.shape[1])
+        ep, sp, sizes = train_splits(ep, seed)
+        short = calibration_shortfall(alpha, sizes["calibration"])
         if short is not None and spec.scoring == "batch":  # κ̂ by split conformal
             warn(short)
         provenance = {**trace_provenance(traces), "alpha": alpha}
@@ -164,8 +164,10 @@ def register(app: typer.Typer) -> None:
             (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         console.print(
             f"trained [bold]{variant}[/bold] in {seconds:.1f} s on "
-            f"{count(sizes[0], 'question')}; κ = {pol.kappa:.4g} (online {pol.kappa_online:.4g}); "
-            f"calibration coverage {summary['calibration_coverage']:.3f}"
+            f"{count(sizes['train'], 'question')}; κ = {pol.kappa:.4g} "
+            f"(online {pol.kappa_online:.4g}); "
+            f"calibration coverage {summary['calibration_coverage']:.3f} on "
+            f"{count(sizes['calibration'], 'question')}"
         )
         if pol.scoring != "point":
             warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
@@ -234,6 +236,19 @@ def check_answer(answer: str, method: str, delta: float) -> None:
         raise CCPOError(f"--delta must be strictly between 0 and 1, got {delta}")
 
 
+def train_splits(ep, seed: int):
+    """``train``'s split: the training questions of the harness (:func:`ccpo.product.evaluate.
+    split_sizes`, chosen by :func:`~ccpo.product.evaluate.id_splits`: order-free), and κ̂
+    calibrated on **every** other question (the paper's 1000/200/200 protocol, with a test
+    split, stays in ``compare`` / ``reproduce``). Returns the reordered episodes, the splits
+    and the sizes ``{"train", "calibration"}`` that summary.json records."""
+    from ccpo.product.evaluate import id_splits, split_sizes
+
+    n_train = split_sizes(ep.n)[0]
+    ep, sp = id_splits(ep, (n_train, ep.n - n_train, 0), 1, seed)
+    return ep, sp, {"train": n_train, "calibration": ep.n - n_train}
+
+
 def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None:
     """Warn when C(o) holds every action at every round on ≥ :data:`DEGENERATE` of the
     ``n_cal`` calibration questions (``full``, from
@@ -298,7 +313,7 @@ def _train_stopping(
     from ccpo.product.report import staged_folder
 
     t0 = time.perf_counter()
-    with console.status(f"fitting {method} on {count(sizes[0], 'question')} …"):
+    with console.status(f"fitting {method} on {count(sizes['train'], 'question')} …"):
         pol, sel = fit_method(method, ep, sp.train, alpha, seed, settings=settings)
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
@@ -313,7 +328,7 @@ def _train_stopping(
         _print_choice(sel.figures, sel.method)
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if sel else ''} in {seconds:.1f} s on "
-        f"{count(sizes[0], 'question')}; κ̂ = {pol.kappa:.4g}; calibration coverage "
+        f"{count(sizes['train'], 'question')}; κ̂ = {pol.kappa:.4g}; calibration coverage "
         f"{summary['calibration_coverage']:.3f} on {count(len(cal), 'question')}"
     )
     warn_degenerate(full, pol.kappa, alpha, len(cal))
@@ -335,7 +350,7 @@ def _train_single(
     what = against_text(provenance.get("against", "gold")).replace("accuracy", "coverage")
 
     t0 = time.perf_counter()
-    with console.status(f"fitting {method} (single answer) on {sizes[0]} questions …"):
+    with console.status(f"fitting {method} (single answer) on {sizes['train']} questions …"):
         pol = fit_single_method(method, ep, sp.train, alpha, seed, delta, settings=settings)
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
@@ -359,7 +374,7 @@ def _train_single(
         _print_choice(auto["validation"], auto["picked"])
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} in {seconds:.1f} s on "
-        f"{sizes[0]} questions; λ̂ = {pol.kappa:.4g} (Learn-then-Test, δ = {delta:g}); "
+        f"{sizes['train']} questions; λ̂ = {pol.kappa:.4g} (Learn-then-Test, δ = {delta:g}); "
         f"calibration {what} {summary['calibration_coverage']:.3f}, "
         f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
     )

@@ -21,8 +21,8 @@ from ccpo.product.evaluate import (
     ResultRow,
     check_alpha,
     evaluate_policies,
+    id_splits,
     load_episodes,
-    make_splits,
     split_sizes,
     used_prices,
 )
@@ -57,7 +57,7 @@ def _plan_priced(traces: Path, alpha: float, splits: int, seed: int, lams, price
     ep, table = load_episodes(traces, prices)
     used = used_prices(ep, table)
     sizes = split_sizes(ep.n)
-    sp = make_splits(ep.n, sizes, splits, seed)
+    ep, sp = id_splits(ep, sizes, splits, seed)
     names = available_policies(ep, trained=True)
     names[-1:-1] = [f"ccpo-lam{lam:g}" for lam in lams if lam > 0]
     return ep, used, sizes, sp, names

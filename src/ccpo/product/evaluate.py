@@ -1,7 +1,8 @@
 """The evaluation harness: splits, scoring every policy on the same splits, result rows.
 
-Protocol (paper §5, "box plots over 100 random evaluation splits"): one seeded permutation
-fixes the training split; the remaining questions form the held-out pool, which is re-split R
+Protocol (paper §5, "box plots over 100 random evaluation splits"): a seeded hash of the
+question ids fixes the training split (:func:`id_splits`: the line order of a file changes
+nothing); the remaining questions form the held-out pool, which is re-split R
 times at random into a calibration and a test split. Policies are trained once on the training
 split and calibrated per evaluation split; every row is scored on exactly the same test splits.
 Headline numbers are means over the R splits; ``cost_cents`` is the total over one test split.
@@ -58,9 +59,9 @@ def split_sizes(
 
 
 def train_calibration_size(n: int) -> int:
-    """How many of ``n`` questions ``ccpo train`` calibrates κ̂ on (its split rule: the
-    calibration split of :func:`split_sizes`)."""
-    return split_sizes(n)[1]
+    """How many of ``n`` questions ``ccpo train`` calibrates κ̂ on (its split rule: every
+    question outside the training split of :func:`split_sizes`)."""
+    return n - split_sizes(n)[0]
 
 
 def calibration_shortfall(alpha: float, n_cal: int) -> str | None:
@@ -82,13 +83,37 @@ def calibration_shortfall(alpha: float, n_cal: int) -> str | None:
     )
 
 
-def make_splits(n: int, sizes: tuple[int, int, int], n_splits: int, seed: int) -> Splits:
-    """A fixed training split and ``n_splits`` random calibration/test splits of the rest."""
+def id_order(ids: Sequence[str], seed: int) -> np.ndarray:
+    """Positions of ``ids`` sorted by a seeded hash of each id (SHA-256 of ``seed`` and the id;
+    ties, which need a hash collision, by the id itself). The order depends on the ids and the
+    seed only, never on where a question stands in its file."""
+    keys = [hashlib.sha256(f"{seed}\x00{q}".encode()).digest()[:8] for q in ids]
+    return np.array(sorted(range(len(ids)), key=lambda i: (keys[i], ids[i])), dtype=np.int64)
+
+
+def id_splits(
+    ep: Episodes, sizes: tuple[int, int, int], n_splits: int, seed: int
+) -> tuple[Episodes, Splits]:
+    """Order-free splits: the episodes reordered by :func:`id_order`, the training split the
+    first ``sizes[0]`` of them, and ``n_splits`` seeded calibration/test draws of the rest.
+    The same questions in any line order give the same episodes and splits, so the same policy
+    bit for bit (``train``, ``compare`` and ``evaluate`` split this way)."""
+    ordered = ep.subset(id_order(ep.ids, seed))
+    return ordered, make_splits(ep.n, sizes, n_splits, seed, shuffle=False)
+
+
+def make_splits(
+    n: int, sizes: tuple[int, int, int], n_splits: int, seed: int, shuffle: bool = True
+) -> Splits:
+    """A fixed training split and ``n_splits`` random calibration/test splits of the rest.
+
+    The training split is a seeded permutation's first ``sizes[0]`` positions, or (``shuffle``
+    False, for episodes already in :func:`id_order`) the first ``sizes[0]`` positions."""
     n_train, n_cal, n_test = sizes
     if n_splits < 1:
         raise CCPOError("--splits must be at least 1")
     rng = np.random.default_rng([seed, 0x5EED])
-    perm = rng.permutation(n)
+    perm = rng.permutation(n) if shuffle else np.arange(n)
     train, pool = perm[:n_train], perm[n_train:]
     draws = np.stack([rng.permutation(pool)[: n_cal + n_test] for _ in range(n_splits)])
     return Splits(train=np.sort(train), cal=draws[:, :n_cal], test=draws[:, n_cal:])

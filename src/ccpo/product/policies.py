@@ -19,6 +19,7 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.baselines import BASELINES, Policy, Splits, make_baseline
+from ccpo.learning.candidates import AUTO_RL_STEPS
 from ccpo.learning.methods import compare_rows, resolve_method, variant_name
 from ccpo.learning.policy import TrainedPolicy, load_policy
 from ccpo.learning.replay import calibrate_kappa
@@ -175,14 +176,21 @@ class ScoreRow(Policy):
 
     kind = "conformal"
 
-    def __init__(self, name: str, candidates: Sequence[str] = AUTO_CANDIDATES) -> None:
-        self.name, self.candidates = name, tuple(candidates)
+    def __init__(
+        self,
+        name: str,
+        candidates: Sequence[str] = AUTO_CANDIDATES,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        self.name, self.candidates, self.settings = name, tuple(candidates), settings
         self.policy: Any = None
         self.choice: dict[str, Any] = {}
         self._kappas: np.ndarray | None = None
 
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
-        self.policy, sel = fit_method(self.name, ep, train_idx, alpha, seed, self.candidates)
+        self.policy, sel = fit_method(
+            self.name, ep, train_idx, alpha, seed, self.candidates, self.settings
+        )
         self.choice = {} if sel is None else {"picked": sel.method}
 
     def evaluate(self, ep: Episodes, splits: Splits, alpha: float, seed: int) -> Metrics:
@@ -306,7 +314,9 @@ def make_policy(name: str, cache: TrainingCache) -> Policy:
     if found is not None:
         spec, lam = found
         if spec.kind == "score":
-            return ScoreRow(name)
+            # auto's CCPO candidate trains no longer than the run's other policies
+            steps = min(cache.base_config.steps, AUTO_RL_STEPS)
+            return ScoreRow(name, settings={"auto_ccpo_steps": steps})
         return TrainedRow(name, spec.trainer, lam, spec.scoring, cache)
     p = Path(name)
     if p.is_dir():

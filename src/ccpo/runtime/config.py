@@ -143,7 +143,13 @@ class ServerConfig(BaseModel):
         le=1,
         description="online κ stays within κ̂ ± this (κ̂: the artifact's); widen with care",
     )
-    kappa_max_delta: float = Field(0.01, gt=0, le=1, description="largest κ step per feedback")
+    kappa_max_delta: float = Field(
+        0.01,
+        gt=0,
+        le=1,
+        description="largest κ step per feedback (a bound on η: η ≤ this / max(α, 1 − α), "
+        "so the fixed point stays at coverage 1 − α)",
+    )
     kappa_min_feedback: int = Field(
         50, ge=0, description="feedbacks received before κ moves at all"
     )

@@ -1,10 +1,12 @@
 """What feedback does to the serve state: coverage counters and the online κ tracker (the
 store that keeps them, for one process or many replicas, is :mod:`ccpo.runtime.state`).
 
-Feedback on a served question is either its correct answer or "none of them". The question is
-**covered** iff the correct answer is one of the returned answers under the task normaliser;
-"none of them" is a miss. (Replay also counts unsolvable questions as covered; live, the rounds
-that were not run are unknown, so a miss is a miss — the conservative reading.)
+Feedback on a served question is its correct answer, "none of them", or "unanswerable" (no
+model of the ladder could have answered it). The question is **covered** iff the correct answer
+is one of the returned answers under the task normaliser; "none of them" is a miss;
+"unanswerable" counts as covered, as calibration counts a question no round could answer
+(the conformal score of an unsolvable question is +∞): without it honest feedback on such
+questions would pull κ down even when nothing has shifted.
 
 κ is updated with the *same* online tracker as training,
 :class:`ccpo.learning.conformal.OnlineThreshold` (corrected sign: κ ← κ + η_k(covered − (1 − α)),
@@ -16,20 +18,28 @@ the training schedule exactly.
 Feedback comes from clients, so κ must not follow whoever sends the most of it
 (:class:`KappaBounds`): κ does not move before ``min_feedback`` feedbacks, moves by at most
 ``max_delta`` per feedback, and stays in a band ``[κ̂ − band, κ̂ + band]`` around the calibrated
-κ̂ of the artifact that only the operator can widen (the config). Every move and every clamp is
-counted (``kappa_moves``, ``kappa_clamped``) and the band is reported, in ``/metrics``.
+κ̂ of the artifact that only the operator can widen (the config). The per-feedback bound is a
+bound on **η** (η ≤ max_delta / max(α, 1 − α)), never a clamp of the step: a clamp cuts the
+step after a miss and not the one after a covered question, which moves the tracker's fixed
+point below 1 − α (:mod:`ccpo.learning.conformal`, "Bound η"). Every move and every bound
+or clamp is counted (``kappa_moves``, ``kappa_clamped``) and the band is reported, in
+``/metrics``; so is the coverage of the last :data:`RECENT` feedbacks, against 1 − α
+(:func:`drift`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ccpo.errors import CCPOError
-from ccpo.learning.conformal import OnlineThreshold
+from ccpo.learning.conformal import OnlineThreshold, bounded_step_size, short_beyond_noise
+from ccpo.runtime.config import ServerConfig
 
 RECENT = 200  # feedbacks in the "recent coverage" window
+DRIFT_MIN = 50  # feedbacks in the window before drift is judged (a test after every feedback)
 
 
 class FeedbackError(CCPOError):
@@ -84,10 +94,21 @@ class KappaBounds:
         """The band [κ̂ − band, κ̂ + band] ∩ [0, 1] around the calibrated κ̂."""
         return cls(max(0.0, kappa - band), min(1.0, kappa + band), max_delta, min_feedback)
 
-    def clamp(self, old: float, new: float) -> float:
-        """``new`` limited to one step from ``old`` and to the band."""
-        step = min(max(new, old - self.max_delta), old + self.max_delta)
-        return min(max(step, self.lower), self.upper)
+    def eta_max(self, alpha: float) -> float:
+        """The largest η that keeps every step within ``max_delta``."""
+        return bounded_step_size(math.inf, alpha, self.max_delta)
+
+
+def online_kappa(
+    kappa: float | None, alpha: float, train_eta0: float, xi: float, cfg: ServerConfig
+) -> tuple[OnlineThreshold, KappaBounds]:
+    """The online κ tracker and its bounds for a policy of calibrated ``kappa`` (None: a point
+    policy) under the server settings ``cfg``: η_0 = ``cfg.kappa_eta0``, else the training η_0
+    per question (``train_eta0``), the band around κ̂, the per-feedback bound and warm-up."""
+    k = kappa if kappa is not None else 0.0
+    tracker = OnlineThreshold(alpha=alpha, kappa=k, eta0=cfg.kappa_eta0 or train_eta0, xi=xi)
+    bounds = KappaBounds.around(k, cfg.kappa_band, cfg.kappa_max_delta, cfg.kappa_min_feedback)
+    return tracker, bounds
 
 
 def apply_feedback(
@@ -100,15 +121,43 @@ def apply_feedback(
 ) -> None:
     """One feedback: the coverage counters, and (if ``adapt``, after ``bounds.min_feedback``
     feedbacks) one step of κ ← κ + η_k(covered − (1 − α)) (paper Eq. 9, corrected sign) with
-    η_k frozen after ``max_step`` steps, clamped by ``bounds``. Mutates ``tracker`` and ``c``."""
+    η_k frozen after ``max_step`` steps and bounded by ``bounds.max_delta`` (a bound on η, so
+    the fixed point stays at coverage 1 − α), κ kept in the band. Mutates ``tracker`` and
+    ``c``."""
     c.feedback += 1
     c.covered += int(covered)
     c.recent.append(int(covered))
     if adapt and c.feedback > bounds.min_feedback:
-        if max_step is not None:
-            tracker.step = min(tracker.step, max_step - 1)
         old = tracker.kappa
-        raw = tracker.update(float(covered))
-        tracker.kappa = bounds.clamp(old, raw)
-        c.kappa_clamped += int(tracker.kappa != raw)
+        cut = tracker.eta(max_step) > bounds.eta_max(tracker.alpha)
+        free = old + tracker.eta(max_step) * (float(covered) - (1.0 - tracker.alpha))
+        tracker.update(
+            float(covered),
+            max_step=max_step,
+            max_delta=bounds.max_delta,
+            lower=bounds.lower,
+            upper=bounds.upper,
+        )
+        c.kappa_clamped += int(cut or not bounds.lower <= free <= bounds.upper)
         c.kappa_moves += int(tracker.kappa != old)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The coverage of the last feedbacks against the target 1 − α."""
+
+    coverage: float | None  # covered share of the recent window (None: no feedback yet)
+    n: int  # feedbacks in the window
+    target: float  # 1 − α
+    short: bool  # below the target beyond noise (Clopper-Pearson 95% upper bound < 1 − α)
+    # judged once the window holds DRIFT_MIN feedbacks: the test runs after every feedback,
+    # and a window of a few misses would raise the alarm on noise at a tiny α
+
+
+def drift(c: Counters, alpha: float) -> Drift:
+    """Rolling coverage of the last :data:`RECENT` feedbacks and whether it is short of 1 − α
+    beyond noise (:func:`ccpo.learning.conformal.short_beyond_noise`, once the window holds
+    :data:`DRIFT_MIN`)."""
+    n, k = len(c.recent), sum(c.recent)
+    short = n >= DRIFT_MIN and short_beyond_noise(k, n, alpha)
+    return Drift(k / n if n else None, n, 1.0 - alpha, short)

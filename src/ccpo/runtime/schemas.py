@@ -59,7 +59,9 @@ class AnswerRequest(BaseModel):
 
 
 class FeedbackRequest(BaseModel):
-    """The truth about a served question: its correct answer, or that none was right."""
+    """The truth about a served question: its correct answer, that none of the returned
+    answers was right, or that it was unanswerable (no model of the ladder could have
+    answered it: counted as covered, as calibration counts such a question)."""
 
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=128, description="the id of the answer set")
@@ -67,11 +69,19 @@ class FeedbackRequest(BaseModel):
         None, min_length=1, description="the correct answer (matched with the task normaliser)"
     )
     none_of_them: bool = Field(False, description="no returned answer was correct")
+    unanswerable: bool = Field(
+        False,
+        description="no model of the policy's ladder could have answered it (counted as "
+        "covered, as in calibration)",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> FeedbackRequest:
-        if (self.correct_answer is None) == (not self.none_of_them):
-            raise ValueError("give exactly one of 'correct_answer' or 'none_of_them': true")
+        given = (self.correct_answer is not None) + self.none_of_them + self.unanswerable
+        if given != 1:
+            raise ValueError(
+                "give exactly one of 'correct_answer', 'none_of_them': true or 'unanswerable': true"
+            )
         return self
 
 
@@ -96,6 +106,13 @@ class ServerMetrics(BaseModel):
     feedback: int
     coverage: float | None = Field(description="share of feedback that was covered")
     recent_coverage: float | None = Field(description="the same over the last 200 feedbacks")
+    recent_feedback: int = Field(0, description="feedbacks in the recent window (≤ 200)")
+    coverage_target: float | None = Field(None, description="the coverage target 1 − α")
+    coverage_short: bool = Field(
+        False,
+        description="recent coverage is below 1 − α beyond noise (the Clopper-Pearson 95% "
+        "interval lies below it); serve logs a warning",
+    )
     kappa: float | None = Field(description="κ in force")
     kappa_artifact: float | None = Field(description="κ of the artifact (or the config)")
     kappa_lower: float | None = Field(description="the lowest κ feedback may reach")

@@ -8,7 +8,8 @@ Endpoints (the OpenAPI spec is served at ``/openapi.json`` and committed as
   (single or set, target 1 − α, against gold or a reference model). Re-sending an id with
   the same question returns the stored answer set (no new spending); the same id with another
   question is a 409.
-- ``POST /v1/feedback`` ``{"id", "correct_answer"}`` or ``{"id", "none_of_them": true}`` →
+- ``POST /v1/feedback`` ``{"id", "correct_answer"}``, ``{"id", "none_of_them": true}`` or
+  ``{"id", "unanswerable": true}`` (counted as covered, as in calibration) →
   updates the running coverage estimate and, with ``adapt_kappa``, κ (the training tracker,
   :mod:`ccpo.runtime.feedback`).
 - ``POST /v1/chat/completions``: the same, OpenAI-compatible, so that existing OpenAI clients
@@ -138,6 +139,12 @@ _GAUGES = {
     "mean_rounds": ("ccpo_mean_rounds", "mean rounds run per question"),
     "coverage": ("ccpo_coverage", "share of feedback that was covered"),
     "recent_coverage": ("ccpo_recent_coverage", "coverage over the last 200 feedbacks"),
+    "recent_feedback": ("ccpo_recent_feedback", "feedbacks in the recent coverage window"),
+    "coverage_target": ("ccpo_coverage_target", "the coverage target 1 - alpha"),
+    "coverage_short": (
+        "ccpo_coverage_short",
+        "1 if recent coverage is below 1 - alpha beyond noise (Clopper-Pearson 95%)",
+    ),
     "kappa": ("ccpo_kappa", "kappa in force"),
     "kappa_artifact": ("ccpo_kappa_artifact", "kappa of the artifact (or the config)"),
     "kappa_lower": ("ccpo_kappa_lower", "the lowest kappa feedback may reach"),

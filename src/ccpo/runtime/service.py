@@ -17,7 +17,7 @@ from ccpo.llm.client import BudgetExceeded, LLMCallError, redact_url
 from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.config import DeployConfig
-from ccpo.runtime.feedback import Counters, FeedbackError, KappaBounds
+from ccpo.runtime.feedback import RECENT, Counters, FeedbackError, drift, online_kappa
 from ccpo.runtime.rails import RateLimiter, check_bearer, check_rate
 from ccpo.runtime.schemas import (
     AnswerRequest,
@@ -68,18 +68,9 @@ class Service:
         self.token = cfg.token()
         pol = agent.policy
         self.kappa_artifact = agent.kappa
-        tracker = OnlineThreshold(
-            alpha=pol.alpha,
-            kappa=agent.kappa if agent.kappa is not None else 0.0,
-            # training takes one κ step per batch of questions; here one per question
-            eta0=cfg.kappa_eta0 or pol.config.eta0 / pol.config.batch_size,
-            xi=pol.config.xi,
-        )
-        self.kappa_bounds = KappaBounds.around(
-            agent.kappa if agent.kappa is not None else 0.0,
-            cfg.kappa_band,
-            cfg.kappa_max_delta,
-            cfg.kappa_min_feedback,
+        # training takes one κ step per batch of questions; here one per question
+        tracker, self.kappa_bounds = online_kappa(
+            agent.kappa, pol.alpha, pol.config.eta0 / pol.config.batch_size, pol.config.xi, cfg
         )
         self.store = StateStore(
             cfg.state,
@@ -115,6 +106,7 @@ class Service:
             reverse=True,
         )  # fmt: skip
         self.started = time.monotonic()
+        self._short_since: int | None = None  # feedback count at the last drift warning
 
     def _limiter(self, per_minute: float | None, burst: int) -> RateLimiter | None:
         return RateLimiter(per_minute, burst, self.cfg.max_clients) if per_minute else None
@@ -283,8 +275,8 @@ class Service:
         if old is None:
             raise ApiError(404, "not_found", f"no answered question with id '{req.id}'")
         answers = old[1]["answers"]
-        if req.none_of_them:
-            covered = False
+        if req.none_of_them or req.unanswerable:
+            covered = req.unanswerable  # unanswerable: covered, as calibration counts it
         else:
             truth = agent.normalize(req.correct_answer or "")
             if not truth:
@@ -305,9 +297,30 @@ class Service:
             ) from None
         if self.cfg.adapt_kappa:
             agent.kappa = kappa
+        c = self.store.counters
+        self._watch_drift(c)
         return FeedbackResponse(
             id=req.id, covered=covered, kappa=agent.kappa, coverage=n_covered / n, feedback=n
         )
+
+    def _watch_drift(self, c: Counters) -> None:
+        """Log a warning when the coverage of recent feedback falls below 1 − α beyond noise
+        (:func:`ccpo.runtime.feedback.drift`): once when it starts, again every
+        :data:`~ccpo.runtime.feedback.RECENT` feedbacks while it lasts."""
+        d = drift(c, self.agent.alpha)
+        if not d.short:
+            self._short_since = None
+            return
+        if self._short_since is None or c.feedback - self._short_since >= RECENT:
+            self._short_since = c.feedback
+            log.warning(
+                "coverage of the last %d feedbacks is %.3f, below the target %.3f beyond noise "
+                "(Clopper-Pearson 95%%): the traffic may have shifted; check the policy on "
+                "recent traces (ccpo check) or let κ adapt (adapt_kappa)",
+                d.n,
+                d.coverage,
+                d.target,
+            )
 
     def metrics(self) -> ServerMetrics:
         """The shared state as every replica sees it now, with this replica's id (blocking:
@@ -325,6 +338,7 @@ class Service:
         if self.cfg.adapt_kappa:
             self.agent.kappa = tracker.kappa
         point = self.agent.kappa is None
+        d = drift(c, self.agent.alpha)
         return ServerMetrics(
             requests=c.requests,
             errors=c.errors,
@@ -335,7 +349,10 @@ class Service:
             mean_rounds=c.rounds_sum / c.requests if c.requests else None,
             feedback=c.feedback,
             coverage=c.covered / c.feedback if c.feedback else None,
-            recent_coverage=sum(c.recent) / len(c.recent) if c.recent else None,
+            recent_coverage=d.coverage,
+            recent_feedback=d.n,
+            coverage_target=d.target,
+            coverage_short=d.short,
             kappa=self.agent.kappa,
             kappa_artifact=self.kappa_artifact,
             kappa_lower=None if point else self.kappa_bounds.lower,

@@ -1,0 +1,193 @@
+"""``ccpo check``: does a trained policy's guarantee hold on another trace file, as it stands?
+
+``evaluate`` re-calibrates κ on every split of the file it is given, so it answers "how good
+could this π be here"; a deployed policy runs with the κ̂ it was calibrated with. ``check``
+replays the file with the policy's **own** κ̂ (the episode engine every scorer uses,
+:func:`ccpo.traces.episodes.conformal_rollout`; no recalibration, no LLM call) and reports:
+
+- **coverage** of its answer sets on the file, with a two-sided 95% **Clopper-Pearson**
+  interval (:func:`ccpo.learning.conformal.coverage_interval`: exact binomial, valid for any
+  true rate; the questions are taken as draws from the traffic the file stands for);
+- the **verdict**: it *holds* unless the whole interval lies below 1 − α ("shortfall beyond
+  noise", exit 1), a one-sided exact binomial test of coverage ≥ 1 − α at level 2.5%;
+- cost per question (USD), mean answer-set size and rounds run;
+- ``kappa_to_restore``: the split-conformal κ̂ of this file (the ⌊α(n+1)⌋-th smallest
+  covering score, :func:`ccpo.learning.replay.calibrate_kappa`): its coverage on the file is
+  ≥ 1 − α, and on new questions exchangeable with the file's it is ≥ 1 − α in expectation; set
+  it as ``kappa:`` in the deploy config (or retrain on such traffic), with its cost beside it.
+
+The checked policy is anything with ``probs(obs)`` (membership scores [..., T, 3]), ``kappa``
+and ``alpha``: CCPO / CPO-batch (:class:`ccpo.learning.policy.TrainedPolicy`) and the score
+methods (:class:`ccpo.learning.stopping.StoppingPolicy`). A point policy has no κ to check; a
+single-answer policy (``answer != "set"``) is refused until its episode and calibration are
+plugged in beside the set-valued ones (:func:`check_policy`: the rollout and the restoring κ;
+the interval, verdict and report are shared).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ccpo.errors import CCPOError
+from ccpo.learning.conformal import coverage_interval
+from ccpo.learning.replay import calibrate_kappa
+from ccpo.traces.episodes import Episodes, Metrics, conformal_rollout
+
+LEVEL = 0.95
+"""Confidence level of the coverage interval (two-sided)."""
+INTERVAL = "Clopper-Pearson 95%"
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What ``ccpo check`` measured (``--json`` prints :meth:`to_json`)."""
+
+    policy: str
+    traces: str
+    questions: int
+    alpha: float
+    target: float  # 1 − α
+    against: str  # "accuracy" or "agreement with <model>"
+    kappa: float  # the policy's own κ̂, as used
+    coverage: float
+    coverage_ci: tuple[float, float]
+    interval: str
+    holds: bool
+    short: bool  # coverage < 1 − α (within noise when ``holds``)
+    cost_usd_per_question: float
+    set_size: float
+    rounds: float
+    kappa_to_restore: float
+    coverage_at_restore: float
+    cost_usd_per_question_at_restore: float
+    unsolvable: float  # share of questions no round answers correctly (always covered)
+
+    @property
+    def verdict(self) -> str:
+        if not self.holds:
+            return "shortfall beyond noise"
+        return "holds (below target within noise)" if self.short else "holds"
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["coverage_ci"] = list(self.coverage_ci)
+        d["verdict"] = self.verdict
+        return d
+
+
+def _means(m: Metrics) -> tuple[int, float, float, float]:
+    """Questions covered, mean cost (USD), mean set size, mean rounds."""
+    return (
+        int(m.covered.sum()),
+        float(m.cost.mean()),
+        float(m.set_size.mean()),
+        float(m.length.mean()),
+    )
+
+
+def check_policy(
+    policy: Any, ep: Episodes, *, name: str = "policy", traces: str = "", against: str = ""
+) -> CheckReport:
+    """Score ``policy`` with its own κ̂ on every question of ``ep`` (see the module docstring)."""
+    if getattr(policy, "scoring", "batch") == "point":
+        raise CCPOError(
+            f"{name} is a point policy ({policy.variant}): it returns one answer without a "
+            "threshold κ, so there is no calibrated guarantee to check; check a set-valued "
+            "policy (ccpo train --method auto, ccpo, cpo-batch, ...)"
+        )
+    if getattr(policy, "answer", "set") != "set":
+        # a single-answer policy needs its own episode (one answer per question) and its own
+        # restoring threshold (its calibration, not the set family's order statistic) here
+        raise CCPOError(
+            f"{name} returns one answer per question ({policy.answer}); `ccpo check` scores "
+            "set-valued policies so far"
+        )
+    if ep.n == 0:
+        raise CCPOError(f"{traces or 'the trace file'} holds no questions to check on")
+    alpha, kappa = float(policy.alpha), float(policy.kappa)
+    probs = policy.probs(ep.obs)
+    covered, cost, size, rounds = _means(conformal_rollout(ep, probs, kappa))
+    cov = covered / ep.n
+    lo, hi = coverage_interval(covered, ep.n, LEVEL)
+    restore = float(calibrate_kappa(ep, probs, alpha))
+    cov_r, cost_r, _, _ = _means(conformal_rollout(ep, probs, restore))
+    return CheckReport(
+        policy=name,
+        traces=traces,
+        questions=ep.n,
+        alpha=alpha,
+        target=1.0 - alpha,
+        against=against,
+        kappa=kappa,
+        coverage=cov,
+        coverage_ci=(lo, hi),
+        interval=INTERVAL,
+        holds=not hi < 1.0 - alpha,
+        short=cov < 1.0 - alpha,
+        cost_usd_per_question=cost,
+        set_size=size,
+        rounds=rounds,
+        kappa_to_restore=restore,
+        coverage_at_restore=cov_r / ep.n,
+        cost_usd_per_question_at_restore=cost_r,
+        unsolvable=float((~ep.solvable).mean()),
+    )
+
+
+def run_check(
+    policy_dir: Path, traces: Path, price_files: Sequence[Path] = ()
+) -> tuple[CheckReport, list[str]]:
+    """Load the policy folder and the trace file (priced with the bundled table, the policy's
+    own prices, the file's sidecar prices, then ``price_files``), refuse another task or
+    number of rounds, and check. Returns the report and the provenance warnings."""
+    from ccpo.learning.policy import check_provenance, load_policy
+    from ccpo.product.evaluate import sidecar_prices, trace_provenance
+    from ccpo.traces.episodes import build_episodes
+    from ccpo.traces.io import read_traces
+    from ccpo.traces.labels import against_text, labels_of
+    from ccpo.traces.prices import load_prices, prices_from_mapping
+
+    pol = load_policy(policy_dir)
+    rec = getattr(pol, "provenance", None) or {}
+    warnings = check_provenance(rec, trace_provenance(traces), f"--policy {policy_dir}")
+    own = None if pol.prices is None else prices_from_mapping(pol.prices, f"{policy_dir}/prices")
+    prices = load_prices(own, sidecar_prices(traces), *price_files)
+    trs = read_traces(traces)
+    labels = labels_of(trs)
+    trained_against = rec.get("against")
+    if trained_against and trained_against != labels:
+        warnings.append(
+            f"--policy {policy_dir}: calibrated for {against_text(trained_against)}, checked "
+            f"against {against_text(labels)}"
+        )
+    ep = build_episodes(trs, prices)
+    report = check_policy(
+        pol, ep, name=Path(policy_dir).name, traces=traces.name, against=against_text(labels)
+    )
+    return report, warnings
+
+
+def report_lines(r: CheckReport) -> list[str]:
+    """The human-readable report (one fact a line)."""
+    lo, hi = r.coverage_ci
+    lines = [
+        f"{r.policy} on {r.traces}: {r.questions} questions, α = {r.alpha:g} "
+        f"(target {r.against or 'coverage'} ≥ {r.target:.3f}), its own κ̂ = {r.kappa:.4g}",
+        f"coverage {r.coverage:.3f}  [{lo:.3f}, {hi:.3f}] ({r.interval})",
+        f"cost ${r.cost_usd_per_question:.6f} per question; {r.set_size:.2f} answers, "
+        f"{r.rounds:.2f} rounds on average; {r.unsolvable:.1%} of questions unanswerable by "
+        "any round (counted as covered)",
+        f"κ to restore 1 − α on this file: {r.kappa_to_restore:.4g} (coverage "
+        f"{r.coverage_at_restore:.3f}, ${r.cost_usd_per_question_at_restore:.6f} per question)",
+        f"verdict: {r.verdict}",
+    ]
+    if not r.holds:
+        lines.append(
+            "the guarantee does not hold on this traffic: retrain on traces like these, or "
+            f"set kappa: {r.kappa_to_restore:.4g} in the deploy config, or serve with "
+            "adapt_kappa and honest feedback"
+        )
+    return lines
