@@ -114,22 +114,22 @@ def test_one_trace_is_singular(tmp_path):
 
 # ----------------------------------------------------------------------------- 9: tiny data
 def test_training_on_tiny_data_says_it_is_too_small_and_what_it_takes(tmp_path):
-    """5 questions leave 1 calibration question: at α = 0.1 split conformal needs
-    ⌊α(n+1)⌋ ≥ 1, n ≥ 9 calibration questions, 63 questions in all under train's 5:1:1
-    split; at α = 0.2, 4 and 28. The degenerate-policy warning then blames the data, not
-    --steps."""
+    """5 questions leave 2 calibration questions (train calibrates on every question outside
+    its 5:1:1 training split): at α = 0.1 split conformal needs ⌊α(n+1)⌋ ≥ 1, n ≥ 9
+    calibration questions, 35 questions in all; at α = 0.2, 4 and 14. The degenerate-policy
+    warning then blames the data, not --steps."""
     tiny = tmp_path / "tiny.jsonl"
     write_traces(tiny, generate(SimConfig(n=5, seed=1)))
-    for alpha, need, total in (("0.1", 9, 63), ("0.2", 4, 28)):
+    for alpha, need, total in (("0.1", 9, 35), ("0.2", 4, 14)):
         r = ccpo("train", "--traces", str(tiny), "--alpha", alpha, "--out", str(tmp_path / alpha))
         assert r.returncode == 0, r.stderr
         err = " ".join(r.stderr.split())
-        assert "too small" in err and "1 calibration question" in err, err
+        assert "too small" in err and "2 calibration questions" in err, err
         assert f"at least {need} " in err and f"at least {total} questions" in err, err
         assert "try more --steps" not in err, err
         out = " ".join(r.stdout.split())
-        assert "on 1 question" in out and "1 questions" not in out, out  # singular
-    # at α = 0.5 one calibration question is enough: ⌊0.5 · 2⌋ = 1
+        assert "on 3 questions" in out and "on 2 questions" in out, out
+    # at α = 0.5 two calibration questions are enough: ⌊0.5 · 3⌋ = 1
     r = ccpo("train", "--traces", str(tiny), "--alpha", "0.5", "--out", str(tmp_path / "ok"))
     assert r.returncode == 0 and "too small" not in r.stderr, r.stderr
 
