@@ -66,7 +66,6 @@ the least validation cost among those whose calibration succeeds).
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -75,12 +74,13 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError
-from ccpo.learning.artifact import read_side_files, write_folder
 from ccpo.learning.stopping import (
     STOPPING_METHODS,
     StopConfig,
     _make_learner,
     fixable_probability,
+    load_classifier_folder,
+    save_classifier_folder,
     stop_features,
 )
 from ccpo.traces.episodes import (
@@ -253,8 +253,6 @@ class SingleAnswerPolicy:
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | Path) -> Path:
-        import sklearn
-
         meta = {
             "method": self.method,
             "variant": self.variant,
@@ -264,36 +262,19 @@ class SingleAnswerPolicy:
             "kappa_online": None,
             "kappa_batch": self.kappa_batch,
             "horizon": self.horizon,
-            "sklearn_version": sklearn.__version__,
             "config": asdict(self.config),
             "info": self.info,
             "provenance": self.provenance,
         }
-        out = write_folder(folder, meta, self.feature_spec, self.prices, self.log)
-        with open(out / "model.pkl", "wb") as fh:
-            pickle.dump(self.model, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        return out
+        return save_classifier_folder(folder, meta, self, self.model)
 
     @classmethod
     def load(cls, folder: str | Path, meta: dict[str, Any]) -> SingleAnswerPolicy:
         """Load a folder whose policy.json says ``"answer": "single"`` (a pickle made by this
         ccpo: only load folders you trust; another scikit-learn version is refused)."""
-        import sklearn
-
-        d = Path(folder)
-        made = meta.get("sklearn_version")
-        if made != sklearn.__version__:
-            raise CCPOError(
-                f"{d}: the classifier was saved with scikit-learn {made}, this is "
-                f"{sklearn.__version__}; retrain it with `ccpo train --method "
-                f"{meta['method']} --answer single`"
-            )
-        spec, prices, log = read_side_files(d)
-        try:
-            with open(d / "model.pkl", "rb") as fh:
-                model = pickle.load(fh)
-        except (OSError, pickle.UnpicklingError, EOFError) as e:
-            raise CCPOError(f"{d}/model.pkl: cannot load the classifier ({e})") from None
+        model, spec, prices, log = load_classifier_folder(
+            folder, meta, f"ccpo train --method {meta['method']} --answer single"
+        )
         return cls(
             model=model,
             horizon=int(meta["horizon"]),

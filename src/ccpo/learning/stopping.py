@@ -271,8 +271,6 @@ class StoppingPolicy:
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | Path) -> Path:
-        import sklearn
-
         meta = {
             "method": self.variant,
             "variant": self.variant,
@@ -281,15 +279,11 @@ class StoppingPolicy:
             "kappa_online": None,
             "kappa_batch": self.kappa_batch,
             "horizon": self.horizon,
-            "sklearn_version": sklearn.__version__,
             "config": asdict(self.config),
             "info": self.info,
             "provenance": self.provenance,
         }
-        out = write_folder(folder, meta, self.feature_spec, self.prices, self.log)
-        with open(out / "model.pkl", "wb") as fh:
-            pickle.dump(self.model, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        return out
+        return save_classifier_folder(folder, meta, self, self.model)
 
     @classmethod
     def load(cls, folder: str | Path, meta: dict[str, Any]) -> StoppingPolicy:
@@ -299,21 +293,9 @@ class StoppingPolicy:
         any model file); a different scikit-learn version is refused rather than risk
         silently different scores.
         """
-        import sklearn
-
-        d = Path(folder)
-        made = meta.get("sklearn_version")
-        if made != sklearn.__version__:
-            raise CCPOError(
-                f"{d}: the classifier was saved with scikit-learn {made}, this is "
-                f"{sklearn.__version__}; retrain it with `ccpo train --method {meta['method']}`"
-            )
-        spec, prices, log = read_side_files(d)
-        try:
-            with open(d / "model.pkl", "rb") as fh:
-                model = pickle.load(fh)
-        except (OSError, pickle.UnpicklingError, EOFError) as e:
-            raise CCPOError(f"{d}/model.pkl: cannot load the classifier ({e})") from None
+        model, spec, prices, log = load_classifier_folder(
+            folder, meta, f"ccpo train --method {meta['method']}"
+        )
         return cls(
             model=model,
             horizon=int(meta["horizon"]),
@@ -326,6 +308,45 @@ class StoppingPolicy:
             info=meta.get("info") or {},
             provenance=meta.get("provenance") or {},
         )
+
+
+def save_classifier_folder(folder: str | Path, meta: dict[str, Any], pol: Any, model: Any) -> Path:
+    """A policy folder of a classifier-scored policy (CStop, the single-answer rules):
+    ``policy.json`` (``meta`` plus the scikit-learn version), the side files of ``pol``
+    (feature spec, prices, log) and ``model.pkl``."""
+    import sklearn
+
+    meta = {**meta, "sklearn_version": sklearn.__version__}
+    out = write_folder(folder, meta, pol.feature_spec, pol.prices, pol.log)
+    with open(out / "model.pkl", "wb") as fh:
+        pickle.dump(model, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return out
+
+
+def load_classifier_folder(
+    folder: str | Path, meta: dict[str, Any], retrain: str
+) -> tuple[Any, Any, Any, Any]:
+    """(classifier, feature spec, prices, log) of a folder written by
+    :func:`save_classifier_folder`. The classifier is a pickle made by this ccpo (only load
+    folders you trust, as with any model file); a different scikit-learn version is refused
+    (``retrain``: the command that makes a new one) rather than risk silently different
+    scores."""
+    import sklearn
+
+    d = Path(folder)
+    made = meta.get("sklearn_version")
+    if made != sklearn.__version__:
+        raise CCPOError(
+            f"{d}: the classifier was saved with scikit-learn {made}, this is "
+            f"{sklearn.__version__}; retrain it with `{retrain}`"
+        )
+    spec, prices, log = read_side_files(d)
+    try:
+        with open(d / "model.pkl", "rb") as fh:
+            model = pickle.load(fh)
+    except (OSError, pickle.UnpicklingError, EOFError) as e:
+        raise CCPOError(f"{d}/model.pkl: cannot load the classifier ({e})") from None
+    return model, spec, prices, log
 
 
 def fit_stopping(
