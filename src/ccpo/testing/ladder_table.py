@@ -24,19 +24,22 @@ LADDER_MODELS = (
 )
 
 
-def write_ladder_table(folder: str | Path, n: int = 300, seed: int = 0) -> tuple[Path, Path]:
-    """Write ``table.csv`` (``n`` questions × 4 models, the import format) and
-    ``prices.json`` (the models' prices) into ``folder``; return both paths."""
+def write_ladder_table(
+    folder: str | Path, n: int = 300, seed: int = 0, labels: bool = True
+) -> tuple[Path, Path]:
+    """Write ``table.csv`` (``n`` questions × 4 models, the import format; without the
+    ``correct`` column when not ``labels``: logs nobody graded) and ``prices.json`` (the
+    models' prices) into ``folder``; return both paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     table = folder / "table.csv"
     with table.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(
-            ["question_id", "question", "model", "answer", "correct", "input_tokens",
-             "output_tokens", "confidence"]
-        )  # fmt: skip
+        head = ["question_id", "question", "model", "answer", "correct", "input_tokens",
+                "output_tokens", "confidence"]  # fmt: skip
+        keep = [c for c in range(len(head)) if labels or head[c] != "correct"]
+        w.writerow([head[c] for c in keep])
         for i in range(n):
             gold = rng.choice("ABCD")
             ease = rng.random()
@@ -45,10 +48,9 @@ def write_ladder_table(folder: str | Path, n: int = 300, seed: int = 0) -> tuple
                 right = rng.random() < strength * (0.5 + ease)
                 answer = gold if right else rng.choice([c for c in "ABCD" if c != gold])
                 conf = min(1.0, max(0.0, (0.8 if right else 0.45) + rng.gauss(0, 0.15)))
-                w.writerow(
-                    [f"q{i}", text, model, answer, str(right).lower(),
-                     60 + rng.randint(0, 40), 4 + rng.randint(0, 12), round(conf, 3)]
-                )  # fmt: skip
+                row = [f"q{i}", text, model, answer, str(right).lower(),
+                       60 + rng.randint(0, 40), 4 + rng.randint(0, 12), round(conf, 3)]  # fmt: skip
+                w.writerow([row[c] for c in keep])
     prices = folder / "prices.json"
     prices.write_text(
         json.dumps(
@@ -64,3 +66,22 @@ def write_ladder_table(folder: str | Path, n: int = 300, seed: int = 0) -> tuple
         encoding="utf-8",
     )
     return table, prices
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m ccpo.testing.ladder_table FOLDER [--questions N] [--seed S] [--no-labels]``:
+    write the synthetic table and its prices (an example to try ``traces import`` on)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m ccpo.testing.ladder_table", description=__doc__)
+    ap.add_argument("folder")
+    ap.add_argument("--questions", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-labels", action="store_true", help="leave out the correct column")
+    a = ap.parse_args(argv)
+    table, prices = write_ladder_table(a.folder, a.questions, a.seed, labels=not a.no_labels)
+    print(f"wrote {table} ({a.questions} questions × {len(LADDER_MODELS)} models) and {prices}")
+
+
+if __name__ == "__main__":
+    main()
