@@ -77,3 +77,31 @@ def test_check_input_errors_are_exit_2(shifted, sim_file, tmp_path):
     r = _ccpo("check", "--policy", str(point), "--traces", str(sim_file))
     assert r.returncode == 2 and "point policy" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_check_scores_a_single_answer_policy_with_its_own_threshold(tmp_path):
+    """A label-free import (agreement with big-m), `train --answer single`: `check` replays one
+    answer per question at the policy's λ̂ (= the API's replay), and its restoring threshold
+    is Learn-then-Test on the file, whose empirical agreement then meets 1 − α."""
+    from ccpo.testing.ladder_table import write_ladder_table
+
+    table, prices = write_ladder_table(tmp_path / "logs", n=400, seed=5, labels=False)
+    traces = tmp_path / "logs.jsonl"
+    r = _ccpo("traces", "import", str(table), "--task", "qa", "--family", "mcq",
+              "--prices", str(prices), "--out", str(traces))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    pol = tmp_path / "one"
+    r = _ccpo("train", "--traces", str(traces), "--answer", "single", "--alpha", "0.1",
+              "--out", str(pol))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = _ccpo("check", "--policy", str(pol), "--traces", str(traces), "--json")
+    assert r.returncode in (0, 1), r.stderr
+    got = json.loads(r.stdout)
+    sets = ConformalPolicy.load(pol).predict_set(str(traces))
+    assert all(len(s.answers) == 1 for s in sets) and got["set_size"] == 1.0
+    assert got["coverage"] == pytest.approx(np.mean([s.covered for s in sets]), abs=1e-12)
+    assert got["cost_usd_per_question"] == pytest.approx(np.mean([s.cost_usd for s in sets]))
+    assert got["against"] == "agreement with big-m"
+    assert got["kappa"] == json.loads((pol / "policy.json").read_text())["kappa_batch"]
+    assert got["coverage_at_restore"] >= 0.9
+    assert r.returncode == (0 if got["holds"] else 1)

@@ -18,10 +18,14 @@ replays the file with the policy's **own** κ̂ (the episode engine every scorer
 
 The checked policy is anything with ``probs(obs)`` (membership scores [..., T, 3]), ``kappa``
 and ``alpha``: CCPO / CPO-batch (:class:`ccpo.learning.policy.TrainedPolicy`) and the score
-methods (:class:`ccpo.learning.stopping.StoppingPolicy`). A point policy has no κ to check; a
-single-answer policy (``answer != "set"``) is refused until its episode and calibration are
-plugged in beside the set-valued ones (:func:`check_policy`: the rollout and the restoring κ;
-the interval, verdict and report are shared).
+methods (:class:`ccpo.learning.stopping.StoppingPolicy`). A point policy has no κ to check.
+
+A **single-answer** policy (:mod:`ccpo.learning.single`, ``answer == "single"``) is replayed
+with its own threshold λ̂ by :func:`ccpo.traces.episodes.single_rollout` (one answer per
+question; covered = that answer is right, or no round could answer); its ``kappa_to_restore``
+is Learn-then-Test on this file at the policy's own δ (its risk on traffic like the file's is
+≤ α with probability ≥ 1 − δ), or the most conservative rule (run every round) when no
+threshold is certified here. The interval, verdict and report are the same.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Any
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import coverage_interval
 from ccpo.learning.replay import calibrate_kappa
-from ccpo.traces.episodes import Episodes, Metrics, conformal_rollout
+from ccpo.traces.episodes import Episodes, Metrics, conformal_rollout, single_rollout
 
 LEVEL = 0.95
 """Confidence level of the coverage interval (two-sided)."""
@@ -88,6 +92,23 @@ def _means(m: Metrics) -> tuple[int, float, float, float]:
     )
 
 
+def _rollout_and_restore(policy: Any, ep: Episodes, alpha: float):
+    """(the policy's replay at a threshold, the threshold that restores 1 − α on ``ep``) for a
+    set-valued or a single-answer policy (module docstring)."""
+    if getattr(policy, "answer", "set") == "single":
+        from ccpo.learning.single import Unreachable, candidate_thresholds, ltt_threshold
+
+        scores = policy.stop_scores(ep.obs)
+        try:
+            restore = ltt_threshold(ep, scores, alpha, policy.delta).threshold
+        except Unreachable:
+            restore = float(candidate_thresholds()[0])  # run every round: the most one can do
+        return (lambda k: single_rollout(ep, scores, k)), float(restore)
+    probs = policy.probs(ep.obs)
+    restore = float(calibrate_kappa(ep, probs, alpha))
+    return (lambda k: conformal_rollout(ep, probs, k)), restore
+
+
 def check_policy(
     policy: Any, ep: Episodes, *, name: str = "policy", traces: str = "", against: str = ""
 ) -> CheckReport:
@@ -98,22 +119,14 @@ def check_policy(
             "threshold κ, so there is no calibrated guarantee to check; check a set-valued "
             "policy (ccpo train --method auto, ccpo, cpo-batch, ...)"
         )
-    if getattr(policy, "answer", "set") != "set":
-        # a single-answer policy needs its own episode (one answer per question) and its own
-        # restoring threshold (its calibration, not the set family's order statistic) here
-        raise CCPOError(
-            f"{name} returns one answer per question ({policy.answer}); `ccpo check` scores "
-            "set-valued policies so far"
-        )
     if ep.n == 0:
         raise CCPOError(f"{traces or 'the trace file'} holds no questions to check on")
     alpha, kappa = float(policy.alpha), float(policy.kappa)
-    probs = policy.probs(ep.obs)
-    covered, cost, size, rounds = _means(conformal_rollout(ep, probs, kappa))
+    rollout, restore = _rollout_and_restore(policy, ep, alpha)
+    covered, cost, size, rounds = _means(rollout(kappa))
     cov = covered / ep.n
     lo, hi = coverage_interval(covered, ep.n, LEVEL)
-    restore = float(calibrate_kappa(ep, probs, alpha))
-    cov_r, cost_r, _, _ = _means(conformal_rollout(ep, probs, restore))
+    cov_r, cost_r, _, _ = _means(rollout(restore))
     return CheckReport(
         policy=name,
         traces=traces,
