@@ -78,8 +78,8 @@ from ccpo.learning.stopping import (
     STOPPING_METHODS,
     StopConfig,
     _make_learner,
-    fixable_probability,
     load_classifier_folder,
+    round_scores,
     save_classifier_folder,
     stop_features,
 )
@@ -230,19 +230,8 @@ class SingleAnswerPolicy:
         lead = obs.shape[:-2]
         if self.model is None:
             return np.broadcast_to(depth_scores(self.horizon), (*lead, self.horizon)).copy()
-        x = stop_features(obs)
-        rows = x[..., :-1, :].reshape(-1, x.shape[-1])
-        if isinstance(self.model, float):
-            h = np.full(rows.shape[0], self.model)
-        else:
-            from threadpoolctl import threadpool_limits
-
-            # a few hundred rows: OpenMP threads cost far more than they give (measured 1.3 s
-            # vs 4–16 ms for 240 rows of the boosted trees on a busy 2-core machine)
-            with threadpool_limits(limits=1):
-                h = fixable_probability(self.model, rows)
         out = np.ones((*lead, self.horizon))
-        out[..., :-1] = np.clip(h, 0.0, 1.0).reshape(*lead, self.horizon - 1)
+        out[..., :-1] = np.clip(round_scores(self.model, obs), 0.0, 1.0)
         return out
 
     def calibrate(self, ep: Episodes) -> Calibration:
