@@ -334,6 +334,23 @@ def returned_answers(ep: Episodes, included: np.ndarray, sel: Any = slice(None))
     return included & ep.answered[sel]
 
 
+def _paired(threshold: Any, idx: np.ndarray | None, name: str, trailing: int) -> tuple[Any, Any]:
+    """(question selector, threshold broadcastable against it): all questions with a scalar
+    threshold, or ``idx`` [K, n] with one threshold per row (a scalar repeated), shaped
+    [K, 1, …] with ``trailing`` axes after the question axis."""
+    t = np.asarray(threshold, dtype=np.float64)
+    if idx is None:
+        if t.ndim:
+            raise ValueError(f"a vector of {name} needs idx of shape [K, n]")
+        return slice(None), t
+    idx = np.asarray(idx)
+    if t.ndim == 0:
+        t = np.full(idx.shape[0], float(t))
+    if t.shape != idx.shape[:1]:
+        raise ValueError(f"{name} {t.shape} must match idx rows {idx.shape[:1]}")
+    return idx, t.reshape(-1, *([1] * trailing))
+
+
 def conformal_rollout(
     ep: Episodes,
     probs: np.ndarray,
@@ -348,20 +365,7 @@ def conformal_rollout(
     """
     e = effective_scores(probs, ep.allowed)
     reach_s = _reach_scores(e)
-    kappa = np.asarray(kappa, dtype=np.float64)
-    if idx is None:
-        if kappa.ndim:
-            raise ValueError("a vector of kappas needs idx of shape [K, n]")
-        sel = slice(None)
-        k = kappa
-    else:
-        idx = np.asarray(idx)
-        if kappa.ndim == 0:
-            kappa = np.full(idx.shape[0], float(kappa))
-        if kappa.shape != idx.shape[:1]:
-            raise ValueError(f"kappa {kappa.shape} must match idx rows {idx.shape[:1]}")
-        sel = idx
-        k = kappa[:, None, None]
+    sel, k = _paired(kappa, idx, "kappa", 2)
     reach, included = _membership(e[sel], reach_s[sel], k)
     covered = (included & ep.correct[sel]).any(axis=(-1, -2)) | ~ep.solvable[sel]
     included = returned_answers(ep, included, sel)
@@ -408,20 +412,7 @@ def single_rollout(
     """Score a single-answer policy: stopping scores ``scores`` [N, T], threshold ``lam`` a
     scalar or [K] (one per row of ``idx`` [K, n]). Returns metrics of shape [N] or [K, n];
     covered = the one answer is correct or the question is not solvable; set size 1."""
-    lam = np.asarray(lam, dtype=np.float64)
-    if idx is None:
-        if lam.ndim:
-            raise ValueError("a vector of thresholds needs idx of shape [K, n]")
-        sel: Any = slice(None)
-        k = lam
-    else:
-        idx = np.asarray(idx)
-        if lam.ndim == 0:
-            lam = np.full(idx.shape[0], float(lam))
-        if lam.shape != idx.shape[:1]:
-            raise ValueError(f"thresholds {lam.shape} must match idx rows {idx.shape[:1]}")
-        sel = idx
-        k = lam[:, None]
+    sel, k = _paired(lam, idx, "thresholds", 1)
     stop = single_stops(np.asarray(scores)[sel], k)
     hit = _returned_correct(ep.answered[sel], ep.correct[sel], stop)
     ran = np.arange(ep.horizon) <= stop[..., None]
