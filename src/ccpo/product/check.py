@@ -160,23 +160,23 @@ def run_check(
     from ccpo.product.evaluate import sidecar_prices, trace_provenance
     from ccpo.traces.episodes import build_episodes
     from ccpo.traces.io import read_traces
-    from ccpo.traces.labels import against_text, labels_of
+    from ccpo.traces.labels import against_text
     from ccpo.traces.prices import load_prices, prices_from_mapping
 
     pol = load_policy(policy_dir)
     rec = getattr(pol, "provenance", None) or {}
-    warnings = check_provenance(rec, trace_provenance(traces), f"--policy {policy_dir}")
+    actual = trace_provenance(traces)  # what the file is, its labels included
+    warnings = check_provenance(rec, actual, f"--policy {policy_dir}")
     own = None if pol.prices is None else prices_from_mapping(pol.prices, f"{policy_dir}/prices")
     prices = load_prices(own, sidecar_prices(traces), *price_files)
-    trs = read_traces(traces)
-    labels = labels_of(trs)
+    labels = actual["against"]
     trained_against = rec.get("against")
     if trained_against and trained_against != labels:
         warnings.append(
             f"--policy {policy_dir}: calibrated for {against_text(trained_against)}, checked "
             f"against {against_text(labels)}"
         )
-    ep = build_episodes(trs, prices)
+    ep = build_episodes(read_traces(traces), prices)
     report = check_policy(
         pol, ep, name=Path(policy_dir).name, traces=traces.name, against=against_text(labels)
     )
