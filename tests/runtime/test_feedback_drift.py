@@ -67,3 +67,49 @@ def test_metrics_show_recent_coverage_against_its_target_and_serve_warns(
     assert "ccpo check" in warned[0].getMessage()
     assert "ccpo_coverage_target" in text and "ccpo_recent_coverage" in text
     assert re.search(r"^ccpo_coverage_short\{[^}]*\} 1\.0$", text, re.M)
+
+
+def test_a_policy_with_calibration_scores_moves_kappa_along_them(world, prices_path, tmp_path):
+    """A policy calibrated by ccpo (its calibration scores kept in policy.json) is served with
+    the level tracker: every κ ``serve`` reports after a feedback is Q(u) of those scores,
+    the κ the runtime's own step (:func:`ccpo.runtime.feedback.apply_feedback`) gives in
+    process on the same feedback, and /metrics reports the band in κ units."""
+    import numpy as np
+
+    from ccpo.learning.policy import load_policy
+    from ccpo.learning.replay import calibrate_policy
+    from ccpo.learning.stopping import stopping_fitter
+    from ccpo.runtime.config import ServerConfig
+    from ccpo.runtime.feedback import Counters, apply_feedback, online_kappa
+    from ccpo.traces.episodes import build_episodes
+    from ccpo.traces.prices import load_prices
+    from ccpo.traces.sim import SimConfig, generate
+
+    prices = load_prices()
+    ep = build_episodes(generate(SimConfig(n=300, seed=0)), prices)
+    pol = stopping_fitter("cstop")(ep, np.arange(200), 0.1, 0)
+    pol.prices = prices.to_price_file()
+    calibrate_policy(pol, ep, pol.probs(ep.obs), 0.1, np.arange(200, 300))
+    folder = pol.save(tmp_path / "cal-policy")
+    loaded = load_policy(folder)
+    assert loaded.calibration == pol.calibration and loaded.calibration.n == 100
+    assert loaded.calibration.kappa(0.1) == loaded.kappa
+
+    conf = {"adapt_kappa": True, "kappa_min_feedback": 0, "kappa_eta0": 0.5,
+            "feedback_per_minute": None, "state": state_at(tmp_path, "s.db")}  # fmt: skip
+    svc = make_service(folder, world, prices_path, conf)
+    told = [{"none_of_them": True}] * 6 + [{"unanswerable": True}] * 4
+    with LiveServer(svc) as ls, httpx.Client(base_url=ls.url, timeout=30) as http:
+        served = [_answer_and_tell(http, i, fb)["kappa"] for i, fb in enumerate(told)]
+        m = http.get("/metrics.json").json()
+    cfg = ServerConfig(**{k: v for k, v in conf.items() if k != "state"})
+    tr, bounds = online_kappa(loaded.kappa, 0.1, 0.05, 0.1, cfg, loaded.calibration)
+    c, expect = Counters(), []
+    for fb in told:
+        apply_feedback(tr, c, "unanswerable" in fb, True, cfg.kappa_max_step, bounds)
+        expect.append(tr.kappa)
+    assert served == expect
+    assert served[5] < loaded.kappa  # six misses lowered κ to a lower calibration score
+    assert all(k in (*loaded.calibration.below, 0.0, 1.0) for k in served)
+    assert m["kappa_lower"] == loaded.calibration.kappa(0.0)
+    assert m["kappa_upper"] == loaded.calibration.kappa(0.2)

@@ -29,6 +29,7 @@ import numpy as np
 from ccpo.errors import CCPOError
 from ccpo.learning.artifact import read_meta, read_side_files, write_folder
 from ccpo.learning.config import TrainConfig
+from ccpo.learning.conformal import CalibrationScores
 from ccpo.learning.heads import policy_probs
 from ccpo.learning.mlp import NumpyMLP
 from ccpo.learning.weights import read_weights, write_weights
@@ -68,6 +69,7 @@ class TrainedPolicy:
     config: TrainConfig
     kappa_online: float
     kappa_batch: float | None = None
+    calibration: CalibrationScores | None = None  # κ̂'s scores (online level tracker)
     feature_spec: dict[str, Any] = field(default_factory=lambda: dict(FEATURE_SPEC))
     prices: dict[str, Any] | None = None
     log: list[dict[str, float]] = field(default_factory=list)
@@ -127,6 +129,7 @@ class TrainedPolicy:
             "alpha": self.alpha,
             "kappa_online": self.kappa_online,
             "kappa_batch": self.kappa_batch,
+            **({"calibration_scores": self.calibration.to_json()} if self.calibration else {}),
             "horizon": self.horizon,
             "obs_mean": self.obs_mean.tolist(),
             "obs_std": self.obs_std.tolist(),
@@ -162,6 +165,7 @@ class TrainedPolicy:
             cfg,
             float(meta["kappa_online"]),
             kappa_batch=meta.get("kappa_batch"),
+            calibration=CalibrationScores.from_json(meta.get("calibration_scores")),
             feature_spec=spec,
             prices=prices,
             log=log,

@@ -64,7 +64,7 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.artifact import read_side_files, write_folder
-from ccpo.learning.conformal import check_alpha
+from ccpo.learning.conformal import CalibrationScores, check_alpha
 from ccpo.learning.replay import calibrated_cost
 from ccpo.learning.trees import compile_hgb
 from ccpo.traces.episodes import NEXT, Episodes
@@ -243,6 +243,7 @@ class StoppingPolicy:
     config: StopConfig
     variant: str = "cstop"
     kappa_batch: float | None = None
+    calibration: CalibrationScores | None = None  # κ̂'s scores (online level tracker)
     feature_spec: dict[str, Any] = field(default_factory=lambda: dict(FEATURE_SPEC))
     prices: dict[str, Any] | None = None
     log: list[dict[str, float]] = field(default_factory=list)
@@ -289,6 +290,7 @@ class StoppingPolicy:
             "alpha": self.alpha,
             "kappa_online": None,
             "kappa_batch": self.kappa_batch,
+            **({"calibration_scores": self.calibration.to_json()} if self.calibration else {}),
             "horizon": self.horizon,
             "config": asdict(self.config),
             "info": self.info,
@@ -313,6 +315,7 @@ class StoppingPolicy:
             config=StopConfig(**meta["config"]),
             variant=meta.get("variant", meta["method"]),
             kappa_batch=meta.get("kappa_batch"),
+            calibration=CalibrationScores.from_json(meta.get("calibration_scores")),
             feature_spec=spec,
             prices=prices,
             log=log,

@@ -25,7 +25,7 @@ from ccpo.errors import CCPOError, PhaseError
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.methods import METHODS, resolve_method, variant_name
 from ccpo.learning.policy import TrainedPolicy, load_policy
-from ccpo.learning.replay import calibrate_kappa
+from ccpo.learning.replay import calibrate_policy
 from ccpo.learning.single import DELTA, SINGLE_METHODS, SingleAnswerPolicy, fit_single_method
 from ccpo.learning.stopping import StoppingPolicy, fit_method
 from ccpo.product.evaluate import check_alpha
@@ -154,7 +154,7 @@ class ConformalPolicy:
             self.policy.calibrate(ep)
             return self
         probs = self.policy.probs(ep.obs)
-        self.policy.kappa_batch = float(calibrate_kappa(ep, probs, self.config.alpha))
+        calibrate_policy(self.policy, ep, probs, self.config.alpha)
         return self
 
     def predict_set(self, data: TracesLike) -> list[PredictedSet]:

@@ -272,13 +272,13 @@ def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None
 def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     """Split-conformal κ̂ on the calibration questions (batch scoring) and the provenance, set
     on ``pol``; returns the calibration figures for summary.json and the full-set rate."""
-    from ccpo.learning.replay import calibrate_kappa
+    from ccpo.learning.replay import calibrate_policy
     from ccpo.product.evaluate import full_set_rate
     from ccpo.traces.episodes import conformal_rollout
 
     probs = pol.probs(ep.obs)
     if pol.scoring == "batch":
-        pol.kappa_batch = float(calibrate_kappa(ep, probs, alpha, cal))
+        calibrate_policy(pol, ep, probs, alpha, cal)
     pol.provenance = provenance
     cal_ep = ep.subset(cal)
     full = full_set_rate(cal_ep, probs[cal], pol.kappa)

@@ -13,7 +13,12 @@ questions would pull κ down even when nothing has shifted.
 η_k = η_0 k^(−1/2−ξ)): a miss lowers κ, so the sets {π ≥ κ} grow; a run of covered questions
 raises it. Under drift a step size that decays to zero stops tracking, so η_k stops decaying
 after ``max_step`` feedbacks (η_k = η_0 · min(k, max_step)^(−1/2−ξ)); ``max_step=None`` gives
-the training schedule exactly.
+the training schedule exactly. When the artifact keeps its calibration scores (policies
+trained since they are kept), the tracker moves the *level* u of the split-conformal
+quantile instead, κ = Q(u) (Gibbs & Candès's adaptive conformal inference proper): the same
+step rule, a fixed point at coverage 1 − α, and far faster where the coverage curve is flat in
+κ (derivation and figures: :mod:`ccpo.learning.conformal`); the band and the step bound are
+then in level units (shares of the calibration questions).
 
 Feedback comes from clients, so κ must not follow whoever sends the most of it
 (:class:`KappaBounds`): κ does not move before ``min_feedback`` feedbacks, moves by at most
@@ -35,7 +40,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ccpo.errors import CCPOError
-from ccpo.learning.conformal import OnlineThreshold, bounded_step_size, short_beyond_noise
+from ccpo.learning.conformal import (
+    CalibrationScores,
+    OnlineThreshold,
+    bounded_step_size,
+    short_beyond_noise,
+)
 from ccpo.runtime.config import ServerConfig
 
 RECENT = 200  # feedbacks in the "recent coverage" window
@@ -82,17 +92,46 @@ class Counters:
 @dataclass(frozen=True)
 class KappaBounds:
     """How far feedback may move κ: not before ``min_feedback`` feedbacks, at most
-    ``max_delta`` per feedback, never outside [``lower``, ``upper``]."""
+    ``max_delta`` per feedback, never outside [``lower``, ``upper``]. With calibration
+    ``scores`` the tracker moves the level u (κ = Q(u),
+    :class:`ccpo.learning.conformal.CalibrationScores`) and ``lower``/``upper`` are levels."""
 
     lower: float = 0.0
     upper: float = 1.0
     max_delta: float = 1.0
     min_feedback: int = 0
+    scores: CalibrationScores | None = None
 
     @classmethod
-    def around(cls, kappa: float, band: float, max_delta: float, min_feedback: int) -> KappaBounds:
-        """The band [κ̂ − band, κ̂ + band] ∩ [0, 1] around the calibrated κ̂."""
-        return cls(max(0.0, kappa - band), min(1.0, kappa + band), max_delta, min_feedback)
+    def around(
+        cls,
+        kappa: float,
+        alpha: float,
+        band: float,
+        max_delta: float,
+        min_feedback: int,
+        scores: CalibrationScores | None = None,
+    ) -> KappaBounds:
+        """The band around the calibrated κ̂: levels [α − band, α + band] ∩ [0, 1] with
+        calibration ``scores``, else [κ̂ − band, κ̂ + band] ∩ [0, 1]."""
+        mid = kappa if scores is None else alpha
+        return cls(max(0.0, mid - band), min(1.0, mid + band), max_delta, min_feedback, scores)
+
+    @property
+    def kappa_range(self) -> tuple[float, float]:
+        """The band in κ units (what /metrics reports)."""
+        if self.scores is None:
+            return self.lower, self.upper
+        return self.scores.kappa(self.lower), self.scores.kappa(self.upper)
+
+    def clamp(self, tracker: OnlineThreshold) -> None:
+        """Bring a restored tracker into the band (an operator narrowed it)."""
+        if self.scores is None:
+            tracker.kappa = min(max(tracker.kappa, self.lower), self.upper)
+            return
+        level = self.scores.level_of(tracker.kappa) if tracker.level is None else tracker.level
+        tracker.level = min(max(level, self.lower), self.upper)
+        tracker.kappa = self.scores.kappa(tracker.level)
 
     def eta_max(self, alpha: float) -> float:
         """The largest η that keeps every step within ``max_delta``."""
@@ -100,14 +139,29 @@ class KappaBounds:
 
 
 def online_kappa(
-    kappa: float | None, alpha: float, train_eta0: float, xi: float, cfg: ServerConfig
+    kappa: float | None,
+    alpha: float,
+    train_eta0: float,
+    xi: float,
+    cfg: ServerConfig,
+    scores: CalibrationScores | None = None,
 ) -> tuple[OnlineThreshold, KappaBounds]:
     """The online κ tracker and its bounds for a policy of calibrated ``kappa`` (None: a point
     policy) under the server settings ``cfg``: η_0 = ``cfg.kappa_eta0``, else the training η_0
-    per question (``train_eta0``), the band around κ̂, the per-feedback bound and warm-up."""
+    per question (``train_eta0``), the band, the per-feedback bound and warm-up. With the
+    artifact's calibration ``scores`` the tracker moves the level (starting at α, where
+    Q(α) = κ̂); without, κ itself."""
     k = kappa if kappa is not None else 0.0
-    tracker = OnlineThreshold(alpha=alpha, kappa=k, eta0=cfg.kappa_eta0 or train_eta0, xi=xi)
-    bounds = KappaBounds.around(k, cfg.kappa_band, cfg.kappa_max_delta, cfg.kappa_min_feedback)
+    tracker = OnlineThreshold(
+        alpha=alpha,
+        kappa=k,
+        eta0=cfg.kappa_eta0 or train_eta0,
+        xi=xi,
+        level=None if scores is None else alpha,
+    )
+    bounds = KappaBounds.around(
+        k, alpha, cfg.kappa_band, cfg.kappa_max_delta, cfg.kappa_min_feedback, scores
+    )
     return tracker, bounds
 
 
@@ -120,24 +174,26 @@ def apply_feedback(
     bounds: KappaBounds,
 ) -> None:
     """One feedback: the coverage counters, and (if ``adapt``, after ``bounds.min_feedback``
-    feedbacks) one step of κ ← κ + η_k(covered − (1 − α)) (paper Eq. 9, corrected sign) with
-    η_k frozen after ``max_step`` steps and bounded by ``bounds.max_delta`` (a bound on η, so
-    the fixed point stays at coverage 1 − α), κ kept in the band. Mutates ``tracker`` and
-    ``c``."""
+    feedbacks) one step of u (or κ) ← · + η_k(covered − (1 − α)) (paper Eq. 9, corrected
+    sign) with η_k frozen after ``max_step`` steps and bounded by ``bounds.max_delta`` (a
+    bound on η, so the fixed point stays at coverage 1 − α), kept in the band. Mutates
+    ``tracker`` and ``c``."""
     c.feedback += 1
     c.covered += int(covered)
     c.recent.append(int(covered))
     if adapt and c.feedback > bounds.min_feedback:
         old = tracker.kappa
+        moving = tracker.kappa if bounds.scores is None else tracker.level
+        if moving is None:  # a level tracker restored from one that moved κ
+            moving = bounds.scores.level_of(tracker.kappa)
         cut = tracker.eta(max_step) > bounds.eta_max(tracker.alpha)
-        free = old + tracker.eta(max_step) * (float(covered) - (1.0 - tracker.alpha))
-        tracker.update(
-            float(covered),
-            max_step=max_step,
-            max_delta=bounds.max_delta,
-            lower=bounds.lower,
-            upper=bounds.upper,
-        )
+        free = moving + tracker.eta(max_step) * (float(covered) - (1.0 - tracker.alpha))
+        box = dict(max_step=max_step, max_delta=bounds.max_delta, lower=bounds.lower,
+                   upper=bounds.upper)  # fmt: skip
+        if bounds.scores is None:
+            tracker.update(float(covered), **box)
+        else:
+            tracker.update_level(float(covered), bounds.scores, **box)
         c.kappa_clamped += int(cut or not bounds.lower <= free <= bounds.upper)
         c.kappa_moves += int(tracker.kappa != old)
 

@@ -70,7 +70,12 @@ class Service:
         self.kappa_artifact = agent.kappa
         # training takes one κ step per batch of questions; here one per question
         tracker, self.kappa_bounds = online_kappa(
-            agent.kappa, pol.alpha, pol.config.eta0 / pol.config.batch_size, pol.config.xi, cfg
+            agent.kappa,
+            pol.alpha,
+            pol.config.eta0 / pol.config.batch_size,
+            pol.config.xi,
+            cfg,
+            getattr(pol, "calibration", None),
         )
         self.store = StateStore(
             cfg.state,
@@ -87,7 +92,7 @@ class Service:
                 if cfg.kappa_eta0:  # an explicit step size wins over the stored one
                     t.eta0 = cfg.kappa_eta0
                 if cfg.adapt_kappa:  # a band narrowed by the operator applies at once
-                    t.kappa = min(max(t.kappa, self.kappa_bounds.lower), self.kappa_bounds.upper)
+                    self.kappa_bounds.clamp(t)
 
             self.store.update_tracker(operator_settings)
             if cfg.adapt_kappa:
@@ -355,8 +360,8 @@ class Service:
             coverage_short=d.short,
             kappa=self.agent.kappa,
             kappa_artifact=self.kappa_artifact,
-            kappa_lower=None if point else self.kappa_bounds.lower,
-            kappa_upper=None if point else self.kappa_bounds.upper,
+            kappa_lower=None if point else self.kappa_bounds.kappa_range[0],
+            kappa_upper=None if point else self.kappa_bounds.kappa_range[1],
             kappa_moves=c.kappa_moves,
             kappa_clamped=c.kappa_clamped,
             alpha=self.agent.alpha,
