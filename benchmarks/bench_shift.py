@@ -1,6 +1,6 @@
 """A distribution shift on bundled data, served live with feedback (issue 31, item 7).
 
-    python benchmarks/bench_shift.py [--feedbacks 1000] [--alpha 0.1] [--seed 0]
+    python benchmarks/bench_shift.py [--feedbacks 1300] [--alpha 0.1] [--seed 0] [--streams 10]
 
 ``mmlu-public``'s 57 subjects are split by round-1 base accuracy
 (:func:`ccpo.testing.shift.subject_shift`): a policy is trained (``ccpo train``, default
@@ -17,6 +17,14 @@ settings takes hours on 2 busy cores). Per setting of the online κ (``server:``
 deploy config) it reports κ after 100 / 500 / 1,000 feedbacks, the coverage that κ gives on
 *all* harder-half questions (replayed: the truth), the coverage served in each window, and
 the cost per question.
+
+The tracker moves the level of the policy's calibration quantile (κ = Q(u), policies keep
+their calibration scores; :mod:`ccpo.learning.conformal`); the rows marked "κ tracker" run the
+same settings with κ moving itself (a policy without calibration scores), for comparison.
+Besides the table of one stream, it reports the coverage over the second half of
+``--streams`` seeded streams (mean and lowest), the team's check ("≥ 0.885 over the second
+half of 1,300 shifted questions at ``kappa_eta0: 0.5``"), and the same for a stream *without*
+shift (the harder half split in two by id: calibrated on one part, served on the other).
 
 Settings: ``fixed κ̂`` (no adaptation), the defaults, ``kappa_eta0: 0.5`` (the issue's live
 case), the same with the band opened to 1 (what an operator does when ``ccpo check`` says the
@@ -57,8 +65,12 @@ SETTINGS: dict[str, dict] = {
     "slowest": {"adapt_kappa": True, "kappa_eta0": 0.005, "kappa_max_delta": 0.001,
                 "kappa_min_feedback": 200, "kappa_max_step": None},
     "defaults, unanswerable as a miss": {"adapt_kappa": True},
+    "κ tracker, defaults": {"adapt_kappa": True},
+    "κ tracker, kappa_eta0 0.5": {"adapt_kappa": True, "kappa_eta0": 0.5},
+    "κ tracker, kappa_eta0 0.5, band 1": {"adapt_kappa": True, "kappa_eta0": 0.5,
+                                         "kappa_band": 1.0},
 }  # fmt: skip
-MARKS = (100, 500, 1000)
+MARKS = (100, 500, 1000, 1300)
 
 
 def stream(policy: Path, hard: Path, replay: str, work: Path, name: str, order, traces):
@@ -101,7 +113,12 @@ def simulate(pol, ep, probs, order, name: str):
     :func:`~ccpo.runtime.feedback.apply_feedback`: the code ``serve`` runs)."""
     cfg = ServerConfig(**{**SETTINGS[name], "state": None})
     tracker, bounds = online_kappa(
-        pol.kappa, pol.alpha, pol.config.eta0 / pol.config.batch_size, pol.config.xi, cfg
+        pol.kappa,
+        pol.alpha,
+        pol.config.eta0 / pol.config.batch_size,
+        pol.config.xi,
+        cfg,
+        None if name.startswith("κ tracker") else pol.calibration,
     )
     scores, solvable = covering_scores(ep, probs), ep.solvable
     miss_unanswerable = name.endswith("as a miss")
@@ -118,7 +135,8 @@ def simulate(pol, ep, probs, order, name: str):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--feedbacks", type=int, default=1000)
+    ap.add_argument("--feedbacks", type=int, default=1300)
+    ap.add_argument("--streams", type=int, default=10, help="seeded streams for the summary")
     ap.add_argument(
         "--served",
         type=int,
@@ -135,6 +153,9 @@ def main() -> None:
     cli("train", "--traces", str(easy), "--alpha", str(args.alpha), "--seed", str(args.seed),
         "--out", str(policy))  # fmt: skip
     pol = load_policy(policy)
+    bare = load_policy(policy)  # the same policy without its calibration scores
+    bare.calibration = None
+    bare_folder = bare.save(work / "policy-without-calibration-scores")
     prices = load_prices(prices_from_mapping(pol.prices), sidecar_prices(hard))
     traces = read_traces(hard)
     ep = build_episodes(traces, prices)
@@ -149,8 +170,9 @@ def main() -> None:
     try:
         with ThreadPoolExecutor(len(SETTINGS)) as pool:
             runs = {
-                name: pool.submit(stream, policy, hard, replay, work / name, name,
-                                  order[: args.served], traces)
+                name: pool.submit(stream,
+                                  bare_folder if name.startswith("κ tracker") else policy,
+                                  hard, replay, work / name, name, order[: args.served], traces)
                 for name in SETTINGS
             }  # fmt: skip
         served = {name: run.result() for name, run in runs.items()}
@@ -182,6 +204,49 @@ def main() -> None:
             f"{cov[a:b].mean():.3f}" for a, b in zip([0, *marks], marks, strict=False)
         )
         print(f"| {name} | {after} | {wins} | {cost.mean() * 100:.4f} |", flush=True)
+    half = args.feedbacks // 2
+    print(f"\ncoverage over feedbacks {half + 1}–{args.feedbacks}, {args.streams} seeded "
+          f"streams (seeds {args.seed}…{args.seed + args.streams - 1}):")  # fmt: skip
+    print("| setting | shifted: mean (lowest) | cost ¢ | no shift: mean (lowest) | cost ¢ |")
+    print("|---|---|---|---|---|")
+    shifted = {name: [] for name in SETTINGS}
+    same = {name: [] for name in SETTINGS}
+    for k in range(args.seed, args.seed + args.streams):
+        o = np.random.default_rng([k, 31]).integers(0, len(traces), args.feedbacks)
+        for name in SETTINGS:
+            _, cov, cost = simulate(pol, ep, probs, o, name)
+            shifted[name].append((cov[half:].mean(), cost[half:].mean()))
+        # no shift: the harder half split in two by id, κ̂ and its scores from one part
+        cal_idx, serve_idx = _halves(traces, k)
+        local = _recalibrated(pol, ep, probs, cal_idx)
+        o = np.random.default_rng([k, 32]).choice(serve_idx, args.feedbacks)
+        for name in SETTINGS:
+            _, cov, cost = simulate(local, ep, probs, o, name)
+            same[name].append((cov[half:].mean(), cost[half:].mean()))
+    for name in SETTINGS:
+        a, b = np.array(shifted[name]), np.array(same[name])
+        print(f"| {name} | {a[:, 0].mean():.3f} ({a[:, 0].min():.3f}) | "
+              f"{a[:, 1].mean() * 100:.4f} | {b[:, 0].mean():.3f} ({b[:, 0].min():.3f}) | "
+              f"{b[:, 1].mean() * 100:.4f} |", flush=True)  # fmt: skip
+
+
+def _halves(traces, seed: int):
+    """The questions split in two by a seeded hash of their id (order-free)."""
+    from ccpo.product.evaluate import id_order
+
+    order = id_order([t.id for t in traces], seed)
+    return np.sort(order[: len(order) // 2]), np.sort(order[len(order) // 2 :])
+
+
+def _recalibrated(pol, ep, probs, cal):
+    """A copy of ``pol`` whose κ̂ and calibration scores come from the questions ``cal``."""
+    import copy
+
+    from ccpo.learning.replay import calibrate_policy
+
+    local = copy.copy(pol)
+    calibrate_policy(local, ep, probs, pol.alpha, cal)
+    return local
 
 
 if __name__ == "__main__":

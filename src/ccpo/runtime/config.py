@@ -141,14 +141,16 @@ class ServerConfig(BaseModel):
         0.1,
         ge=0,
         le=1,
-        description="online κ stays within κ̂ ± this (κ̂: the artifact's); widen with care",
+        description="online κ stays within the calibration quantiles at levels α ± this "
+        "(κ̂ ± this for policies without calibration scores); widen with care",
     )
     kappa_max_delta: float = Field(
         0.01,
         gt=0,
         le=1,
-        description="largest κ step per feedback (a bound on η: η ≤ this / max(α, 1 − α), "
-        "so the fixed point stays at coverage 1 − α)",
+        description="largest step of the calibration level (of κ without calibration "
+        "scores) per feedback (a bound on η: η ≤ this / max(α, 1 − α), so the fixed point "
+        "stays at coverage 1 − α)",
     )
     kappa_min_feedback: int = Field(
         50, ge=0, description="feedbacks received before κ moves at all"

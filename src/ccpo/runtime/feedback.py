@@ -112,10 +112,13 @@ class KappaBounds:
         min_feedback: int,
         scores: CalibrationScores | None = None,
     ) -> KappaBounds:
-        """The band around the calibrated κ̂: levels [α − band, α + band] ∩ [0, 1] with
-        calibration ``scores``, else [κ̂ − band, κ̂ + band] ∩ [0, 1]."""
-        mid = kappa if scores is None else alpha
-        return cls(max(0.0, mid - band), min(1.0, mid + band), max_delta, min_feedback, scores)
+        """The band around the calibrated κ̂: levels [α − band, α + band] with calibration
+        ``scores`` (not cut to [0, 1]: Q is 0 below level 0 and 1 above 1, and a level below 0
+        keeps the misses it still owes, which the telescoping coverage bound counts; Gibbs &
+        Candès let α_t leave [0, 1] alike), else [κ̂ − band, κ̂ + band] ∩ [0, 1]."""
+        if scores is not None:
+            return cls(alpha - band, alpha + band, max_delta, min_feedback, scores)
+        return cls(max(0.0, kappa - band), min(1.0, kappa + band), max_delta, min_feedback)
 
     @property
     def kappa_range(self) -> tuple[float, float]:
