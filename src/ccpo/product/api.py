@@ -126,8 +126,13 @@ class ConformalPolicy:
 
     # ------------------------------------------------------------------ phases
     def fit(self, data: TracesLike | Episodes) -> ConformalPolicy:
-        """Train π (and the online κ) on every question of ``data``."""
+        """Train π (and the online κ) on every question of ``data``, in an order set by a
+        seeded hash of the question ids (:func:`ccpo.product.evaluate.id_order`), so the same
+        questions in any order give the same policy, as ``ccpo train`` does."""
+        from ccpo.product.evaluate import id_order
+
         ep, _ = self._episodes(data)
+        ep = ep.subset(id_order(ep.ids, self.config.seed))
         idx, alpha, seed = np.arange(ep.n), self.config.alpha, self.config.seed
         if self.answer == "single":
             self.policy = fit_single_method(self.method, ep, idx, alpha, seed, self.delta)
