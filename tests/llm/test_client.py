@@ -431,3 +431,76 @@ def test_scripted_world_is_quiet_when_a_client_resets(capfd) -> None:
         assert r.status_code == 200
     err = capfd.readouterr().err
     assert "Traceback" not in err and "ConnectionResetError" not in err
+
+
+def _billed_usd(srv: ScriptedServer) -> float:
+    """What the scripted endpoint billed ($1 an input token, model "m")."""
+    return float(srv.billed.get("m", [0, 0])[0])
+
+
+@pytest.mark.parametrize("backend", ["aiohttp", "httpx"])
+def test_an_attempt_with_no_reply_is_counted_at_its_worst_case(tmp_path: Path, backend) -> None:
+    """The endpoint takes 0.4 s, the client waits 0.15 s, twice: both attempts time out, the
+    endpoint completes (and bills) both anyway. The ledger records each at its worst case
+    ($28: ≥ the $1 billed), so recorded spend ≥ billed; nothing stays reserved."""
+    prices = _dollar_per_input_token(tmp_path)
+    retry = RetryPolicy(max_retries=1, backoff_base=0.001, backoff_max=0.001, timeout=0.15)
+
+    async def go(url: str):
+        c = LLMClient(prices=prices, retry=retry, http_backend=backend)
+        with pytest.raises(LLMCallError, match="timeout") as e:
+            await c.chat(Endpoint("m", url), _req("q000", max_tokens=4))
+        await c.aclose()
+        return c, e.value
+
+    with ScriptedServer(fallback="x", latency=0.4) as srv:
+        c, err = run(go(srv.url))
+        time.sleep(0.6)  # the endpoint finishes what it was sent
+        billed = _billed_usd(srv)
+    assert srv.n_requests == 2 and billed == 2.0 and err.unsure
+    assert c.spent_usd == c.ledger.total == 2 * 28.0 >= billed
+    assert c.ledger.reserved == 0.0
+
+
+def test_a_timeout_then_a_reply_records_both_and_an_http_error_records_nothing(
+    tmp_path: Path,
+) -> None:
+    """Seeded failures (seed 4: the first request fails, the second not): a time-out (no
+    reply read) is counted at its worst case ($28) beside the reply's $1; an HTTP 500 is not
+    billed, so only the reply's $1 is recorded."""
+    prices = _dollar_per_input_token(tmp_path)
+    retry = RetryPolicy(max_retries=3, backoff_base=0.001, backoff_max=0.001, timeout=0.2)
+
+    async def go(url: str):
+        c = LLMClient(prices=prices, retry=retry)
+        r = await c.chat(Endpoint("m", url), _req("q000", max_tokens=4))
+        await c.aclose()
+        return c, r
+
+    for kind, expect in (("timeout", 28.0 + 1.0), ("500", 1.0)):
+        with ScriptedServer(
+            fallback="x", failure_rate=0.5, failure_kinds=[kind], timeout_sleep=0.3, seed=4
+        ) as srv:
+            c, r = run(go(srv.url))
+        assert srv.failure_log == [kind] and srv.n_completions == 1, srv.failure_log
+        assert r.cost_usd == 1.0
+        assert c.spent_usd == c.ledger.total == expect and c.ledger.reserved == 0.0
+
+
+def test_a_retry_after_an_unsure_attempt_needs_room_in_the_budget(tmp_path: Path) -> None:
+    """A $40 budget holds one $28 worst case: the first attempt times out and counts $28, the
+    retry would need another $28 and is never sent (BudgetExceeded); spend stays ≤ the cap."""
+    prices = _dollar_per_input_token(tmp_path)
+    retry = RetryPolicy(max_retries=3, backoff_base=0.001, backoff_max=0.001, timeout=0.15)
+
+    async def go(url: str):
+        c = LLMClient(prices=prices, retry=retry, max_cost=40.0)
+        with pytest.raises(BudgetExceeded):
+            await c.chat(Endpoint("m", url), _req("q000", max_tokens=4))
+        await c.aclose()
+        return c
+
+    with ScriptedServer(fallback="x", latency=0.4) as srv:
+        c = run(go(srv.url))
+    assert srv.n_requests == 1
+    assert c.ledger.total == 28.0 <= 40.0 and c.ledger.reserved == 0.0

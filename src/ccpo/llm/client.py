@@ -56,7 +56,7 @@ import os
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -72,7 +72,11 @@ DUMMY_API_KEY = "sk-no-key-required"
 
 
 class LLMCallError(CCPOError):
-    """A call failed for good (retries exhausted, or a request the endpoint refuses)."""
+    """A call failed for good (retries exhausted, or a request the endpoint refuses).
+    ``unsure``: its last attempt may have been billed (no reply read; counted at its worst
+    case)."""
+
+    unsure: bool = False
 
 
 class BudgetExceeded(CCPOError):
@@ -394,12 +398,15 @@ class _AiohttpTransport:
         #: a failure below HTTP (mapped by :func:`transport_error`)
         self.errors: tuple[type[BaseException], ...] = (OSError,)
         self.timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
+        #: failures before the request left (no connection): never billed
+        self.unsent: tuple[type[BaseException], ...] = (ConnectionRefusedError,)
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, Any, bytes]:
         if self._session is None:
             import aiohttp
 
             self.errors = (aiohttp.ClientError, OSError)
+            self.unsent = (aiohttp.ClientConnectorError, ConnectionRefusedError)
             self._session = aiohttp.ClientSession(
                 # the client's semaphores bound the connections per endpoint
                 connector=aiohttp.TCPConnector(limit=0),
@@ -424,6 +431,7 @@ class _HttpxTransport:
         self._client: Any = None
         self.errors: tuple[type[BaseException], ...] = (OSError,)
         self.timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
+        self.unsent: tuple[type[BaseException], ...] = (ConnectionRefusedError,)
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, Any, bytes]:
         if self._client is None:
@@ -431,6 +439,7 @@ class _HttpxTransport:
 
             self.errors = (httpx.TransportError, OSError)
             self.timeouts = (TimeoutError, httpx.TimeoutException)
+            self.unsent = (httpx.ConnectError, httpx.ConnectTimeout, ConnectionRefusedError)
             self._client = httpx.AsyncClient(
                 timeout=self._timeout,
                 follow_redirects=True,
@@ -802,14 +811,11 @@ class LLMClient:
             worst = self.worst_cost(endpoint, request)
             rb = await self._reserve(worst)
             env = _envelope.get()
-            cost = 0.0
-            try:
-                res = await self._call(endpoint, request)
-                cost = res.cost_usd = self._cost(endpoint.model, res)
-            except asyncio.CancelledError:
-                cost = worst  # cut off mid-call (a shutdown): it may have been billed in full
-                raise
-            finally:
+            held = True  # a reservation of ``worst`` is held for the attempt in flight
+
+            def settle(cost: float) -> None:
+                """Record an attempt's ``cost`` and release its reservation."""
+                nonlocal held
                 if env is None:
                     self.ledger.settle(worst, cost, call=True)
                 else:  # what the call did not cost stays held, for its question (one step)
@@ -818,7 +824,30 @@ class LLMClient:
                     env.free += worst - cost
                 if rb is not None:
                     rb.ledger.settle(worst, cost)
-            self.spent_usd += cost
+                self.spent_usd += cost
+                held = False
+
+            async def rebill() -> None:
+                """An attempt that may have been billed (no reply read) is counted at its
+                worst case before the next is sent, which reserves its own."""
+                nonlocal rb, held
+                settle(worst)
+                rb = await self._reserve(worst)
+                held = True
+
+            cost = 0.0
+            try:
+                res = await self._call(endpoint, request, rebill)
+                cost = res.cost_usd = self._cost(endpoint.model, res)
+            except asyncio.CancelledError:
+                cost = worst  # cut off mid-call (a shutdown): it may have been billed in full
+                raise
+            except LLMCallError as e:
+                cost = worst if e.unsure else 0.0  # the last attempt may have been billed
+                raise
+            finally:
+                if held:
+                    settle(cost)
             self.n_calls += 1
             self.cache.put(key, fields, sample, res.to_cache())
             fut.set_result(res)
@@ -834,9 +863,21 @@ class LLMClient:
         finally:
             self._inflight.pop(key, None)
 
-    async def _call(self, endpoint: Endpoint, request: ChatRequest) -> ChatResult:
+    async def _call(
+        self,
+        endpoint: Endpoint,
+        request: ChatRequest,
+        rebill: Callable[[], Awaitable[None]] | None = None,
+    ) -> ChatResult:
         """Send ``request`` until it succeeds, retrying the failures :func:`status_error` and
-        :func:`transport_error` deem passing (the one place a call meets the network)."""
+        :func:`transport_error` deem passing (the one place a call meets the network).
+
+        An attempt whose outcome is unknown may have been billed: the request may have left
+        and no HTTP status came back (a time-out, a connection cut after sending), or a 2xx
+        came back that cannot be read (its usage unknown). Before retrying one, ``rebill()``
+        counts it at its worst case and reserves the next attempt's; when the last attempt
+        is one, the :class:`LLMCallError` says so (``unsure``). An HTTP error status or a
+        connection never made is not billed."""
         url = chat_url(endpoint.base_url)
         headers = self._headers(endpoint, request)
         want_lp = request.logprobs
@@ -845,20 +886,25 @@ class LLMClient:
         while True:
             self.n_attempts += 1
             retry_after: float | None = None
+            unsure = False
             try:
                 async with self._sem_for(endpoint):
                     status, resp_headers, raw = await self._http.post(url, headers, body)
                 if 200 <= status < 300:
+                    unsure = True  # billed; usage unknown until it parses
                     return _parse_completion(json.loads(raw), request)
                 last, retry_after = status_error(endpoint, status, resp_headers, raw, want_lp)
             except self._http.errors as e:
                 last = transport_error(e, endpoint, self._http.timeouts)
+                unsure = not any(isinstance(x, self._http.unsent) for x in _causes(e))
             except (_Malformed, ValueError, TypeError, KeyError, AttributeError) as e:
                 last = f"malformed response ({type(e).__name__})"
             if attempt >= self.retry.max_retries:
-                raise LLMCallError(
+                err = LLMCallError(
                     f"{endpoint.where}: giving up after {attempt + 1} attempts (last error: {last})"
                 )
+                err.unsure = unsure
+                raise err
             delay = min(self.retry.backoff_max, self.retry.backoff_base * 2**attempt)
             delay = self._rng.uniform(0, delay)
             if retry_after is not None:
@@ -866,6 +912,8 @@ class LLMClient:
             attempt += 1
             self.n_retries += 1
             log.info("%s: %s; retry %d in %.2fs", endpoint.where, last, attempt, delay)
+            if unsure and rebill is not None:
+                await rebill()
             await asyncio.sleep(delay)
 
 
