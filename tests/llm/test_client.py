@@ -504,3 +504,20 @@ def test_a_retry_after_an_unsure_attempt_needs_room_in_the_budget(tmp_path: Path
         c = run(go(srv.url))
     assert srv.n_requests == 1
     assert c.ledger.total == 28.0 <= 40.0 and c.ledger.reserved == 0.0
+
+
+@pytest.mark.parametrize("backend", ["aiohttp", "httpx"])
+def test_credentials_in_the_url_beside_an_api_key(backend) -> None:
+    """An endpoint URL with ``user:password@`` and an API key: the key's bearer header is
+    what the endpoint gets, on both transports (aiohttp refused the pair outright)."""
+
+    async def go(url: str):
+        c = LLMClient(retry=RetryPolicy(max_retries=0, timeout=5), http_backend=backend)
+        try:
+            return await c.chat(Endpoint("m", url, api_key="sk-url-cred"), _req())
+        finally:
+            await c.aclose()
+
+    with ScriptedServer(fallback="fine", api_key="sk-url-cred") as srv:
+        r = run(go(srv.url.replace("http://", "http://user:pw@")))
+    assert r.text == "fine" and srv.n_completions == 1

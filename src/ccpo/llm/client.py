@@ -412,6 +412,10 @@ class _AiohttpTransport:
                 connector=aiohttp.TCPConnector(limit=0),
                 timeout=aiohttp.ClientTimeout(total=self._timeout),
             )
+        if "@" in url and "Authorization" in headers:
+            # aiohttp refuses credentials in the URL beside an Authorization header; the
+            # header wins, as it does with httpx
+            url = without_userinfo(url)
         async with self._session.post(url, data=body, headers=headers) as r:
             return r.status, r.headers, await r.read()
 
@@ -467,6 +471,13 @@ def make_transport(backend: str, timeout: float) -> _AiohttpTransport | _HttpxTr
         if backend == "aiohttp":
             raise CCPOError("the aiohttp HTTP backend needs aiohttp: pip install aiohttp") from None
         return _HttpxTransport(timeout)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without its ``user:password@`` part."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=host))
 
 
 def chat_url(base_url: str | None) -> str:
