@@ -412,10 +412,6 @@ class _AiohttpTransport:
                 connector=aiohttp.TCPConnector(limit=0),
                 timeout=aiohttp.ClientTimeout(total=self._timeout),
             )
-        if "@" in url and "Authorization" in headers:
-            # aiohttp refuses credentials in the URL beside an Authorization header; the
-            # header wins, as it does with httpx
-            url = without_userinfo(url)
         async with self._session.post(url, data=body, headers=headers) as r:
             return r.status, r.headers, await r.read()
 
@@ -891,6 +887,10 @@ class LLMClient:
         connection never made is not billed."""
         url = chat_url(endpoint.base_url)
         headers = self._headers(endpoint, request)
+        if "@" in url and "Authorization" in headers:
+            # the API key's bearer header wins over credentials in the URL (aiohttp refuses
+            # the pair, httpx would send the URL's as basic auth instead of the key)
+            url = without_userinfo(url)
         want_lp = request.logprobs
         body = _request_body(endpoint.model, request, want_lp)
         attempt = 0
