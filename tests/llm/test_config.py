@@ -60,3 +60,22 @@ def test_config_yaml_and_overrides(tmp_path: Path) -> None:
     y.write_text("task: mmlu\nbogus: 1\n")
     with pytest.raises(CCPOError, match="bogus"):
         build_config(y, {})
+
+
+def test_a_bare_model_shorthand_does_not_hide_the_star_endpoint():
+    """``base_model``/``guide_model`` that only name the models, beside ``endpoints: {"*":
+    ...}``: both models go to the '*' URL (before, to the OpenAI API); a shorthand with its
+    own URL or key variable still wins, and an explicit entry wins over both."""
+    star = {"*": {"url": "http://star/v1"}}
+    bare = DeployConfig(base_model="b", guide_model="g", endpoints=star)
+    assert bare.endpoint_for("b").base_url == "http://star/v1"
+    assert bare.endpoint_for("g").base_url == "http://star/v1"
+    own = DeployConfig(base_model="b", base_url="http://b/v1", guide_model="g",
+                       guide_key_env="GK", endpoints=star)  # fmt: skip
+    assert own.endpoint_for("b").base_url == "http://b/v1"
+    assert own.endpoint_for("g").api_key_env == "GK"
+    named = DeployConfig(base_model="b", base_url="http://b/v1",
+                         endpoints={**star, "b": {"url": "http://named/v1"}})  # fmt: skip
+    assert named.endpoint_for("b").base_url == "http://named/v1"
+    alone = DeployConfig(base_model="b")
+    assert alone.endpoint_for("b").base_url is None  # the OpenAI API, as before

@@ -150,12 +150,19 @@ class EndpointSettings(BaseModel):
 
     def endpoint_for(self, model: str) -> Endpoint:
         """The endpoint of ``model``: its ``endpoints`` entry, else the base/guide shorthand
-        that names it, else the ``'*'`` entry; a clear error naming the model otherwise."""
+        that names it, else the ``'*'`` entry; a clear error naming the model otherwise. A
+        shorthand that only names the model (no URL, key or key variable of its own) does not
+        hide the ``'*'`` entry: it would send the model to the OpenAI API instead."""
         if model in self.endpoints:
             return self.endpoints[model].endpoint(model)
-        if model == self.base_model:
+        star = "*" in self.endpoints
+        if model == self.base_model and (
+            not star or self.base_url or self.base_key_env or self.base_api_key
+        ):
             return self.base_endpoint()
-        if model == self.guide_model:
+        if model == self.guide_model and (
+            not star or self.guide_url or self.guide_key_env or self.guide_api_key
+        ):
             return self.guide_endpoint()
         if "*" in self.endpoints:
             return self.endpoints["*"].endpoint(model)
