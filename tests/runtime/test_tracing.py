@@ -298,3 +298,25 @@ def test_a_failed_call_is_an_error_span_without_its_message(policy_dir, prices_p
     )
     raw = b"".join(rx.bodies)
     assert b"giving up" not in raw and b"HTTP 500" not in raw
+
+
+def test_ask_exports_the_question_trace_too(world, policy_dir, prices_path, tmp_path):
+    """``ccpo ask`` (a subprocess that exits right after answering) exports the same span tree
+    as serve: one ``invoke_agent`` span, a child per LLM call, flushed before it exits."""
+    cfg = _config(tmp_path, world, prices_path, kappa=0.0)
+    with OTLPReceiver() as rx:
+        before = world.n_requests
+        out = subprocess.run(
+            [sys.executable, "-m", "ccpo.product.cli", "ask", Q, "--policy", str(policy_dir),
+             "--config", str(cfg), "--json"],
+            env=_otel_env(rx, OTEL_BSP_SCHEDULE_DELAY="60000"),  # only the exit flush sends
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        calls = world.n_requests - before
+        spans = rx.wait_for(QUESTION_SPAN)
+    ans = json.loads(out.stdout)
+    roots = [s for s in spans if s.name == QUESTION_SPAN]
+    assert len(roots) == 1 and roots[0].attributes["ccpo.rounds"] == ans["rounds"] == 4
+    kids = [s for s in spans if s.parent_id == roots[0].span_id]
+    assert len(kids) == calls == 8 and all(s.name.startswith("chat ") for s in kids)

@@ -158,7 +158,9 @@ def register(app: typer.Typer) -> None:
         settings: dict | None = None,
     ) -> None:
         """Answer one question with a trained policy and live endpoints: the answer set, its
-        cost and the per-round log (base answer, guide verdict, π, the action set)."""
+        cost and the per-round log (base answer, guide verdict, π, the action set). With
+        OTEL_EXPORTER_OTLP_ENDPOINT set, exports the question's OpenTelemetry trace, as serve
+        does (pip install 'ccpo[otel]')."""
         from ccpo.runtime.agent import (
             BudgetExceeded,
             ConformalAgent,
@@ -174,6 +176,7 @@ def register(app: typer.Typer) -> None:
                 raise CCPOError(f"{context}: cannot read the context JSON ({e})") from None
         over = _overrides(**(settings or {}), prices=prices)
         cfg = load_deploy_config(config, over, _ASK_FLAGS)
+        tracing.configure_from_env()  # flushed when the command exits
         quiet_http_logs()
         with printing_provenance(lambda: ConformalAgent.from_artifact(policy, cfg)) as agent:
             try:
