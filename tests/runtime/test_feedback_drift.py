@@ -111,5 +111,6 @@ def test_a_policy_with_calibration_scores_moves_kappa_along_them(world, prices_p
     assert served == expect
     assert served[5] < loaded.kappa  # six misses lowered κ to a lower calibration score
     assert all(k in (*loaded.calibration.below, 0.0, 1.0) for k in served)
+    assert m["kappa_level"] == tr.level and loaded.calibration.kappa(tr.level) == served[-1]
     assert m["kappa_lower"] == loaded.calibration.kappa(0.0)
     assert m["kappa_upper"] == loaded.calibration.kappa(0.2)

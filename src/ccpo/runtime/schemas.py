@@ -117,6 +117,12 @@ class ServerMetrics(BaseModel):
     kappa_artifact: float | None = Field(description="κ of the artifact (or the config)")
     kappa_lower: float | None = Field(description="the lowest κ feedback may reach")
     kappa_upper: float | None = Field(description="the highest κ feedback may reach")
+    kappa_level: float | None = Field(
+        None,
+        description="the calibration level u of online κ (κ = Q(u), the split-conformal "
+        "threshold at level u of the policy's calibration scores; starts at α); None for a "
+        "policy without calibration scores",
+    )
     kappa_moves: int = Field(description="feedbacks that moved κ")
     kappa_clamped: int = Field(description="κ steps cut short by the step bound or the band")
     alpha: float

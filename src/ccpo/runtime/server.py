@@ -149,6 +149,7 @@ _GAUGES = {
     "kappa_artifact": ("ccpo_kappa_artifact", "kappa of the artifact (or the config)"),
     "kappa_lower": ("ccpo_kappa_lower", "the lowest kappa feedback may reach"),
     "kappa_upper": ("ccpo_kappa_upper", "the highest kappa feedback may reach"),
+    "kappa_level": ("ccpo_kappa_level", "calibration level of online kappa (starts at alpha)"),
     "alpha": ("ccpo_alpha", "target miscoverage alpha"),
     "adapt_kappa": ("ccpo_adapt_kappa", "1 if kappa is updated from feedback"),
     "budget_usd": ("ccpo_budget_usd", "the total budget in USD"),

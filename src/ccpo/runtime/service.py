@@ -362,6 +362,7 @@ class Service:
             kappa_artifact=self.kappa_artifact,
             kappa_lower=None if point else self.kappa_bounds.kappa_range[0],
             kappa_upper=None if point else self.kappa_bounds.kappa_range[1],
+            kappa_level=None if self.kappa_bounds.scores is None else tracker.level,
             kappa_moves=c.kappa_moves,
             kappa_clamped=c.kappa_clamped,
             alpha=self.agent.alpha,
