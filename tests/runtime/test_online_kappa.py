@@ -244,3 +244,24 @@ def test_level_tracker_holds_coverage_under_a_shift_the_kappa_tracker_crawls_thr
     assert min(level_cov) >= 1 - alpha - 3 * se, level_cov
     assert abs(np.mean(level_cov) - (1 - alpha)) <= se, level_cov
     assert max(kappa_cov) < 1 - alpha - 3 * se, kappa_cov
+
+
+def test_level_band_and_warm_up_stay_under_a_flood_of_misses():
+    """1,000 "none of them" at α = 0.2 with band 0.1 (levels [0.1, 0.3]) and a 50-feedback
+    warm-up: κ does not move for 50 feedbacks, then falls to Q(0.1) and no further; 1,000
+    covered ones then take it no higher than Q(0.3)."""
+    from ccpo.learning.conformal import CalibrationScores
+    from ccpo.runtime.feedback import online_kappa
+
+    cal = CalibrationScores.from_scores(_scores(np.random.default_rng(9), 200))
+    cfg = ServerConfig(adapt_kappa=True, kappa_eta0=0.5, kappa_band=0.1)
+    tr, bounds = online_kappa(cal.kappa(0.2), 0.2, 0.05, 0.1, cfg, cal)
+    c, kappas = Counters(), []
+    for _ in range(1000):
+        apply_feedback(tr, c, False, True, cfg.kappa_max_step, bounds)
+        kappas.append(tr.kappa)
+    assert kappas[:50] == [cal.kappa(0.2)] * 50
+    assert min(kappas) == kappas[-1] == cal.kappa(0.1) and tr.level == pytest.approx(0.1)
+    for _ in range(1000):
+        apply_feedback(tr, c, True, True, cfg.kappa_max_step, bounds)
+    assert tr.kappa == cal.kappa(0.3) and tr.level == pytest.approx(0.3)
