@@ -89,7 +89,7 @@ from ccpo.runtime.schemas import (
 )
 from ccpo.runtime.service import Service
 
-__all__ = ["Service", "create_app", "openapi_spec", "run", "uvicorn_config"]
+__all__ = ["FastHealth", "Service", "create_app", "openapi_spec", "run", "uvicorn_config"]
 
 log = logging.getLogger("ccpo.serve")
 
@@ -254,8 +254,9 @@ def create_app(service: Service | None = None) -> FastAPI:
         responses=_ANSWER_ERRORS,
         summary="Answer a question with the conformal policy",
     )
-    async def answer(req: AnswerRequest, s: Service = Depends(guarded)) -> AnswerSet:
-        return await s.answer(req)
+    async def answer(req: AnswerRequest, s: Service = Depends(guarded)) -> Response:
+        # the JSON the store keeps, serialised once (FastAPI would validate and dump again)
+        return Response(await s.answer_json(req), media_type="application/json")
 
     @app.post(
         "/v1/chat/completions",
@@ -328,6 +329,26 @@ def create_app(service: Service | None = None) -> FastAPI:
     return app
 
 
+class FastHealth:
+    """Pure ASGI, outermost: ``GET /healthz`` answered before FastAPI's middleware stack,
+    routing and validation (the same body as the route's), so that under load a probe waits
+    only for its turn of the event loop. Everything else goes to ``app``."""
+
+    def __init__(self, app: Any, service: Service) -> None:
+        self.app, self.service = app, service
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/healthz" or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        h = self.service.health()
+        body = h.model_dump_json().encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        status = 200 if h.status == "ok" else 503
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
 def openapi_spec() -> dict[str, Any]:
     """The OpenAPI document of the app (independent of any policy or config)."""
     return create_app(None).openapi()
@@ -347,7 +368,7 @@ def uvicorn_config(service: Service, log_level: str = "info") -> uvicorn.Config:
             cfg.max_connections, limits.cap, limits.nofile,
         )  # fmt: skip
     return uvicorn.Config(
-        create_app(service),
+        FastHealth(create_app(service), service),
         host=cfg.host,
         port=cfg.port,
         log_level=log_level,

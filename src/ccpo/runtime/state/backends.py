@@ -58,7 +58,12 @@ class Tx(Protocol):
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
-    def run(self, sql: str, params: Sequence[Any] = ()) -> int: ...
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Send a statement now, read its rows later (``.fetchall()``): in PostgreSQL's write
+        transactions statements sent one after the other go in one round trip."""
+        ...
 
 
 class Backend(Protocol):
@@ -143,17 +148,36 @@ class _Tx:
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._execute(sql, params).fetchall()
 
-    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._execute(sql, params).rowcount
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._execute(sql, params)
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._execute(sql, params)
 
 
 # ----------------------------------------------------------------------------- SQLite
+class _Rows:
+    """A statement's rows, read already."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+
 class _SQLiteTx(_Tx):
     def _execute(self, sql: str, params: Sequence[Any]) -> Any:
         try:
             return self.conn.execute(sql, tuple(params))
         except sqlite3.IntegrityError as e:
             raise DuplicateKey(str(e)) from None
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return _Rows(self._execute(sql, params).fetchall())
 
 
 class SQLiteBackend:
@@ -205,12 +229,28 @@ class SQLiteBackend:
 # ----------------------------------------------------------------------------- PostgreSQL
 class _PgTx(_Tx):
     def _execute(self, sql: str, params: Sequence[Any]) -> Any:
-        import psycopg
+        # the SQL is written with ? placeholders; psycopg's are %s
+        return self.conn.execute(sql.replace("?", "%s"), tuple(params))
 
-        try:  # the SQL is written with ? placeholders; psycopg's are %s
-            return self.conn.execute(sql.replace("?", "%s"), tuple(params))
-        except psycopg.errors.UniqueViolation as e:
-            raise DuplicateKey(str(e).splitlines()[0]) from None
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        with _unique():
+            return self._execute(sql, params).fetchone()
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with _unique():
+            return self._execute(sql, params).fetchall()
+
+
+@contextlib.contextmanager
+def _unique() -> Iterator[None]:
+    """A unique-key violation as :class:`DuplicateKey` (met when a result is read: in a
+    pipeline that is later than the statement was sent)."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.errors.UniqueViolation as e:
+        raise DuplicateKey(str(e).splitlines()[0]) from None
 
 
 class PostgresBackend:
@@ -258,7 +298,7 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Tx]:
-        with self._pool.connection() as conn, conn.transaction():
+        with self._pool.connection() as conn, _unique(), conn.transaction():
             yield _PgTx(conn)
 
     @contextlib.contextmanager
