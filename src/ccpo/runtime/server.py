@@ -48,6 +48,7 @@ the service it serves is :mod:`ccpo.runtime.service`, the wire models
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from contextlib import asynccontextmanager
@@ -388,8 +389,25 @@ def uvicorn_config(service: Service, log_level: str = "info") -> uvicorn.Config:
     )
 
 
+GC_THRESHOLDS = (10_000, 10, 10)  # Python's default: (700, 10, 10)
+
+
+def quiet_gc() -> None:
+    """Keep the cyclic garbage collector from stalling the event loop while serving: what
+    exists once the service is loaded (modules, the policy, FastAPI's app: about 90,000
+    objects) is moved out of the collector's sight (``gc.freeze``), and the youngest
+    generation is collected every 10,000 allocations instead of 700. Measured at c=64
+    (docs/decisions.md): full collections took 53–63 ms every 1.6 s (every question in
+    flight and ``/healthz`` waited); after, 7–10 ms, and the collector's time fell from
+    about 10% of the loop's to 1%."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def run(service: Service, log_level: str = "info") -> None:  # pragma: no cover - CLI path
     host = service.cfg.host
     if host not in ("127.0.0.1", "localhost", "::1") and service.token is None:
         log.warning("serving on %s without a bearer token: anyone who can reach it can spend", host)
+    quiet_gc()
     uvicorn.Server(uvicorn_config(service, log_level)).run()

@@ -227,18 +227,68 @@ class SQLiteBackend:
 
 
 # ----------------------------------------------------------------------------- PostgreSQL
+class _Later:
+    """The rows of a statement sent in a batch, read once the batch has gone."""
+
+    def __init__(self, tx: _PgTx) -> None:
+        self.tx = tx
+        self.rows: list[tuple[Any, ...]] | None = None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        if self.rows is None:
+            self.tx.flush()
+        assert self.rows is not None
+        return self.rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        rows = self.fetchall()
+        return rows[0] if rows else None
+
+
 class _PgTx(_Tx):
-    def _execute(self, sql: str, params: Sequence[Any]) -> Any:
-        # the SQL is written with ? placeholders; psycopg's are %s
-        return self.conn.execute(sql.replace("?", "%s"), tuple(params))
+    """Statements are queued and go out together, in one round trip, when a result is read
+    (or the transaction commits): e.g. BEGIN, the answers' insert, the state row's lock and
+    the leases' read in one; the lease and state writes with COMMIT in another. They are
+    bound client-side (psycopg's ``ClientCursor``, PostgreSQL's simple query protocol: the
+    one that takes several statements at once)."""
+
+    def __init__(self, conn: Any, begin: bool = False) -> None:
+        super().__init__(conn)
+        self._queued: list[tuple[str, Sequence[Any], _Later | None]] = []
+        if begin:
+            self.run("BEGIN")
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> _Later:
+        later = _Later(self)
+        self._queued.append((sql, params, later))
+        return later
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._queued.append((sql, params, None))
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        with _unique():
-            return self._execute(sql, params).fetchone()
+        return self.send(sql, params).fetchone()
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.send(sql, params).fetchall()
+
+    def flush(self) -> None:
+        """Send what is queued, in one round trip; each statement's rows to its reader."""
+        import psycopg
+
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        cur = psycopg.ClientCursor(self.conn)
+        # the SQL is written with ? placeholders; psycopg's are %s
+        text = "; ".join(cur.mogrify(q.replace("?", "%s"), tuple(p)) for q, p, _ in queued)
         with _unique():
-            return self._execute(sql, params).fetchall()
+            cur.execute(text)
+            for k, (_, _, later) in enumerate(queued):
+                if k:
+                    cur.nextset()
+                if later is not None:
+                    later.rows = cur.fetchall() if cur.description is not None else []
 
 
 @contextlib.contextmanager
@@ -298,8 +348,17 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Tx]:
-        with self._pool.connection() as conn, _unique(), conn.transaction():
-            yield _PgTx(conn)
+        with self._pool.connection() as conn:
+            tx = _PgTx(conn, begin=True)
+            try:
+                yield tx
+                tx.run("COMMIT")
+                tx.flush()
+            except BaseException:
+                if not conn.closed and conn.info.transaction_status != 0:  # not idle
+                    with contextlib.suppress(Exception):
+                        conn.execute("ROLLBACK")
+                raise
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Tx]:

@@ -82,7 +82,7 @@ log = logging.getLogger("ccpo.serve")
 
 SCHEMA_VERSION = 3  # 1: the one-process SQLite format (tables kv, answers); 2: no leases.idle
 STATE_FORMAT = "ccpo.serve-state"
-FLUSH_S = 0.25  # a settlement waits at most this long for a transaction to ride on
+FLUSH_S = 1.0  # a settlement waits at most this long for a transaction to ride on
 SPARE_IDLE_S = 1.0  # a spare wallet nobody took for this long is released (no cap only)
 _TRIM_EVERY = 64  # answers inserted between two trims of the answer table
 _SCHEMA_LOCK = 0x63_63_70_6F  # PostgreSQL advisory lock id while creating tables ("ccpo")
