@@ -21,7 +21,8 @@ call), the gateways under test, and this load generator (aiohttp). Rows:
 Every row gets a fresh state database per start (``ccpo serve``'s default config: no response
 cache, no rate limit). Per row and repetition:
 a warm-up, ``--c1-questions`` one at a time, then ``--questions`` at concurrency
-``--concurrency``, while /healthz is polled every 20 ms on a connection of its own. Reported,
+``--concurrency``, while /healthz is polled every 20 ms on a connection of its own, from a
+process of its own (a probe's time is the gateway's, not the load generator's queueing). Reported,
 as medians over ``--reps`` interleaved repetitions (rows in turn within each repetition):
 answers/s at c=64, the latency added over the LLM calls' own time (the question's calls ×
 ``--latency``) p50 at c=1 and c=64, CPU per question of the gateway processes (and of
@@ -163,6 +164,9 @@ def start_floor(llm_url: str, calls: Path) -> Gateway:
     return Gateway([start_proc(cmd, url, what="floor")], [url])
 
 
+LITELLM_KEY = "sk-bench-gateway-local"  # recent LiteLLM proxies refuse to start without one
+
+
 def start_litellm(llm_url: str, tmp: Path) -> Gateway:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -170,13 +174,35 @@ def start_litellm(llm_url: str, tmp: Path) -> Gateway:
         {"model_name": m, "litellm_params": {"model": f"openai/{m}", "api_base": llm_url,
                                              "api_key": "sk-no-key-required"}}
         for m in PRICES
-    ]}  # fmt: skip
+    ], "general_settings": {"master_key": LITELLM_KEY}}  # fmt: skip
     (tmp / "litellm.yaml").write_text(yaml.safe_dump(cfg))
     exe = shutil.which("litellm") or str(Path(sys.executable).parent / "litellm")
     cmd = [exe, "--config", str(tmp / "litellm.yaml"), "--port", str(port), "--host", "127.0.0.1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_http(url + "/health/liveliness", proc, 180, "litellm")
     return Gateway([proc], [url])
+
+
+# /healthz polled every 20 ms from a process of its own (in the load generator's event loop
+# a probe's time would include that loop's own queueing), until its stdin closes
+POLLER = """
+import http.client, json, sys, threading, time, urllib.parse
+u = urllib.parse.urlsplit(sys.argv[1])
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+out, conn = [], http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+while not stop.is_set():
+    t0 = time.perf_counter()
+    try:
+        conn.request("GET", u.path)
+        conn.getresponse().read()
+        out.append(time.perf_counter() - t0)
+    except (OSError, http.client.HTTPException):
+        out.append(float("inf"))
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    time.sleep(0.02)
+print(json.dumps(out))
+"""
 
 
 async def load(
@@ -188,10 +214,8 @@ async def load(
     sem = asyncio.Semaphore(conc)
     lat: dict[int, float] = {}
     errors: list[str] = []
-    health: list[float] = []
-    done = asyncio.Event()
     conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn) as http, aiohttp.ClientSession() as side:
+    async with aiohttp.ClientSession(connector=conn) as http:
 
         async def one(k: int, i: int) -> None:
             url = gw.urls[k % len(gw.urls)]
@@ -210,7 +234,8 @@ async def load(
                         for b in calls[str(i)]:
                             async with http.post(
                                 url + "/v1/chat/completions", data=b,
-                                headers={"Content-Type": "application/json"},
+                                headers={"Content-Type": "application/json",
+                                         "Authorization": f"Bearer {LITELLM_KEY}"},
                             ) as r:  # fmt: skip
                                 body = await r.read()
                                 if r.status != 200:
@@ -221,24 +246,15 @@ async def load(
                     return
                 lat[i] = time.perf_counter() - t0
 
-        async def poll() -> None:
-            url = gw.urls[0] + ("/healthz" if calls is None else "/health/liveliness")
-            while not done.is_set():
-                t0 = time.perf_counter()
-                try:
-                    async with side.get(url) as r:
-                        await r.read()
-                    health.append(time.perf_counter() - t0)
-                except aiohttp.ClientError:
-                    health.append(float("inf"))
-                await asyncio.sleep(0.02)
-
-        poller = asyncio.create_task(poll())
+        path = "/healthz" if calls is None else "/health/liveliness"
+        poller = subprocess.Popen(
+            [sys.executable, "-c", POLLER, gw.urls[0] + path],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
         t0 = time.perf_counter()
         await asyncio.gather(*(one(k, i) for k, i in enumerate(ids)))
         wall = time.perf_counter() - t0
-        done.set()
-        await poller
+        health = json.loads(poller.communicate(input="", timeout=60)[0])
     return {"lat": lat, "wall": wall, "errors": errors, "health": health}
 
 
