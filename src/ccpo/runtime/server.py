@@ -40,7 +40,9 @@ still being answered waits for that answer. Every error body is ``{"error": {"ty
 "message": ...}}``, a bug's 500 (``internal_error``) included. Refused requests are counted in
 memory, not written one by one.
 
-The module holds the app (routes, error handlers, the Prometheus export, uvicorn's settings);
+The module holds the app (routes, error handlers, the Prometheus export, uvicorn's settings,
+and two fast paths that answer ``GET /healthz`` and a well-formed ``POST /v1/answer`` before
+FastAPI's routing: :class:`FastHealth`, :class:`FastAnswer`);
 the service it serves is :mod:`ccpo.runtime.service`, the wire models
 :mod:`ccpo.runtime.schemas`, the rails that run before a body is read
 :mod:`ccpo.runtime.rails`.
