@@ -21,13 +21,17 @@ call), the gateways under test, and this load generator (aiohttp). Rows:
 Every row gets a fresh state database per start (``ccpo serve``'s default config: no response
 cache, no rate limit). Per row and repetition:
 a warm-up, ``--c1-questions`` one at a time, then ``--questions`` at concurrency
-``--concurrency``, while /healthz is polled every 20 ms on a connection of its own. Reported,
+``--concurrency``, while /healthz is polled every 20 ms on a connection of its own, from a
+process of its own (a probe's time is the gateway's, not the load generator's queueing). Reported,
 as medians over ``--reps`` interleaved repetitions (rows in turn within each repetition):
 answers/s at c=64, the latency added over the LLM calls' own time (the question's calls ×
 ``--latency``) p50 at c=1 and c=64, CPU per question of the gateway processes (and of
-PostgreSQL), /healthz p99 under load; then each row's ratios to the floor and the issue's
-targets (SQLite ≥ 0.6 × the floor's answers/s, PostgreSQL 1 replica ≥ 0.5 ×; added p50 at c=1
-≤ the floor's + 1.5 ms on SQLite, + 3 ms on PostgreSQL). The machine is shared: ratios within
+PostgreSQL), /healthz p99 under load, the store's PostgreSQL commits per question at c=1
+(its write transactions, counted as updates of its state row; the idle spare wallet's release
+included); then each row's
+ratios to the floor and the issue's targets (SQLite ≥ 0.6 × the floor's answers/s, PostgreSQL
+1 replica ≥ 0.5 ×; added p50 at c=1 ≤ the floor's + 1.5 ms on SQLite, + 3 ms on PostgreSQL;
+/healthz p99 ≤ 20 ms; PostgreSQL commits per question ≤ 1.5). The machine is shared: ratios within
 one interleaved run are what counts, not absolute numbers.
 """
 
@@ -98,6 +102,7 @@ class Gateway:
 
     def __init__(self, procs: list[subprocess.Popen], urls: list[str]) -> None:
         self.procs, self.urls = procs, urls
+        self.state: str | None = None  # ccpo's state (a PostgreSQL URL: commits counted)
 
     @property
     def pids(self) -> list[int]:
@@ -125,6 +130,18 @@ def start_proc(
     return proc
 
 
+def state_writes(url: str) -> int:
+    """The store's write transactions so far, every replica's: each updates the one state
+    row once (``pg_stat_user_tables.n_tup_upd`` of ``ccpo_state``; unlike the database's
+    ``xact_commit`` it leaves out autovacuum's). Backends report theirs within a second of
+    going idle: wait a little before reading."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        return int(c.execute("SELECT n_tup_upd FROM pg_stat_user_tables "
+                             "WHERE relname = 'ccpo_state'").fetchone()[0])  # fmt: skip
+
+
 def start_ccpo(policy: Path, config: Path, state: str, n: int, tag: str, env: dict) -> Gateway:
     procs, urls = [], []
     for i in range(n):
@@ -135,7 +152,9 @@ def start_ccpo(policy: Path, config: Path, state: str, n: int, tag: str, env: di
                "--replica", f"{tag}-{i}", "--log-level", "error"]  # fmt: skip
         procs.append(start_proc(cmd, url, env, f"ccpo serve {tag}-{i}"))
         urls.append(url)
-    return Gateway(procs, urls)
+    gw = Gateway(procs, urls)
+    gw.state = state
+    return gw
 
 
 def start_floor(llm_url: str, calls: Path) -> Gateway:
@@ -145,6 +164,9 @@ def start_floor(llm_url: str, calls: Path) -> Gateway:
     return Gateway([start_proc(cmd, url, what="floor")], [url])
 
 
+LITELLM_KEY = "sk-bench-gateway-local"  # recent LiteLLM proxies refuse to start without one
+
+
 def start_litellm(llm_url: str, tmp: Path) -> Gateway:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -152,7 +174,7 @@ def start_litellm(llm_url: str, tmp: Path) -> Gateway:
         {"model_name": m, "litellm_params": {"model": f"openai/{m}", "api_base": llm_url,
                                              "api_key": "sk-no-key-required"}}
         for m in PRICES
-    ]}  # fmt: skip
+    ], "general_settings": {"master_key": LITELLM_KEY}}  # fmt: skip
     (tmp / "litellm.yaml").write_text(yaml.safe_dump(cfg))
     exe = shutil.which("litellm") or str(Path(sys.executable).parent / "litellm")
     cmd = [exe, "--config", str(tmp / "litellm.yaml"), "--port", str(port), "--host", "127.0.0.1"]
@@ -167,6 +189,28 @@ def start_litellm(llm_url: str, tmp: Path) -> Gateway:
     return Gateway([proc], [url])
 
 
+# /healthz polled every 20 ms from a process of its own (in the load generator's event loop
+# a probe's time would include that loop's own queueing), until its stdin closes
+POLLER = """
+import http.client, json, sys, threading, time, urllib.parse
+u = urllib.parse.urlsplit(sys.argv[1])
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+out, conn = [], http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+while not stop.is_set():
+    t0 = time.perf_counter()
+    try:
+        conn.request("GET", u.path)
+        conn.getresponse().read()
+        out.append(time.perf_counter() - t0)
+    except (OSError, http.client.HTTPException):
+        out.append(float("inf"))
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    time.sleep(0.02)
+print(json.dumps(out))
+"""
+
+
 async def load(
     gw: Gateway, ids: list[int], conc: int, calls: dict[str, list[str]] | None = None
 ) -> dict:
@@ -176,10 +220,8 @@ async def load(
     sem = asyncio.Semaphore(conc)
     lat: dict[int, float] = {}
     errors: list[str] = []
-    health: list[float] = []
-    done = asyncio.Event()
     conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn) as http, aiohttp.ClientSession() as side:
+    async with aiohttp.ClientSession(connector=conn) as http:
 
         async def one(k: int, i: int) -> None:
             url = gw.urls[k % len(gw.urls)]
@@ -198,7 +240,8 @@ async def load(
                         for b in calls[str(i)]:
                             async with http.post(
                                 url + "/v1/chat/completions", data=b,
-                                headers={"Content-Type": "application/json"},
+                                headers={"Content-Type": "application/json",
+                                         "Authorization": f"Bearer {LITELLM_KEY}"},
                             ) as r:  # fmt: skip
                                 body = await r.read()
                                 if r.status != 200:
@@ -209,24 +252,15 @@ async def load(
                     return
                 lat[i] = time.perf_counter() - t0
 
-        async def poll() -> None:
-            url = gw.urls[0] + ("/healthz" if calls is None else "/health/liveliness")
-            while not done.is_set():
-                t0 = time.perf_counter()
-                try:
-                    async with side.get(url) as r:
-                        await r.read()
-                    health.append(time.perf_counter() - t0)
-                except aiohttp.ClientError:
-                    health.append(float("inf"))
-                await asyncio.sleep(0.02)
-
-        poller = asyncio.create_task(poll())
+        path = "/healthz" if calls is None else "/health/liveliness"
+        poller = subprocess.Popen(
+            [sys.executable, "-c", POLLER, gw.urls[0] + path],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
         t0 = time.perf_counter()
         await asyncio.gather(*(one(k, i) for k, i in enumerate(ids)))
         wall = time.perf_counter() - t0
-        done.set()
-        await poller
+        health = json.loads(poller.communicate(input="", timeout=60)[0])
     return {"lat": lat, "wall": wall, "errors": errors, "health": health}
 
 
@@ -243,7 +277,14 @@ def measure(
     try:
         via = calls if replay else None
         asyncio.run(load(gw, ids["warm"], 8, via))
+        db = gw.state if gw.state and "://" in gw.state else None
+        if db:  # settled: every backend has reported its commits
+            time.sleep(1.5)
+            x0 = state_writes(db)
         one = asyncio.run(load(gw, ids["c1"], 1, via))
+        if db:
+            time.sleep(1.5)  # (includes the commit releasing the idle spare wallet)
+            x1 = state_writes(db)
         pg = pg_pids(pg_data) if pg_data is not None else []
         c0, p0 = cpu_s(gw.pids), cpu_s(pg)
         many = asyncio.run(load(gw, ids["many"], args.concurrency, via))
@@ -258,6 +299,8 @@ def measure(
         "added_ms_p50_c64": float(np.median(added_ms(many, calls, args.latency))),
         "cpu_ms_per_question": 1e3 * (c1 - c0) / n,
         "pg_cpu_ms_per_question": 1e3 * (p1 - p0) / n if pg else None,
+        # the store's PostgreSQL commits per question at c=1, every replica's
+        "pg_commits_per_question_c1": (x1 - x0) / max(1, len(one["lat"])) if db else None,
         "healthz_ms_p99": float(np.percentile(health, 99)) if health.size else None,
         "errors": len(one["errors"]) + len(many["errors"]),
         "error_examples": (one["errors"] + many["errors"])[:2],
@@ -383,14 +426,15 @@ def main() -> None:
         up.wait(timeout=20)
 
     keys = ("answers_per_s", "added_ms_p50_c1", "added_ms_p50_c64", "cpu_ms_per_question",
-            "pg_cpu_ms_per_question", "healthz_ms_p99")  # fmt: skip
+            "pg_cpu_ms_per_question", "healthz_ms_p99", "pg_commits_per_question_c1")  # fmt: skip
     floor = {k: median_of(runs["floor"], k) for k in keys} if "floor" in runs else None
     print(
         f"\nmedians of {args.reps} interleaved repetitions; upstream {args.latency * 1e3:.0f} "
         f"ms, {out['llm_calls_per_question']:.2f} LLM calls per question, c={args.concurrency}"
     )
     print(f"{'row':<12} {'answers/s':>9} {'x floor':>7} {'added p50 c=1':>13} {'c=64':>7} "
-          f"{'CPU ms/q':>8} {'+PG':>5} {'healthz p99':>11} {'errors':>6}")  # fmt: skip
+          f"{'CPU ms/q':>8} {'+PG':>5} {'healthz p99':>11} {'PG commits/q c=1':>16} "
+          f"{'errors':>6}")  # fmt: skip
     for row in rows:
         med = {k: median_of(runs[row], k) for k in keys}
         ratio = med["answers_per_s"] / floor["answers_per_s"] if floor else None
@@ -407,7 +451,8 @@ def main() -> None:
         print(f"{row:<12} {f(med['answers_per_s']):>9} {f(ratio, '.2f'):>7} "
               f"{f(med['added_ms_p50_c1']):>13} {f(med['added_ms_p50_c64']):>7} "
               f"{f(med['cpu_ms_per_question'], '.2f'):>8} {f(med['pg_cpu_ms_per_question']):>5} "
-              f"{f(med['healthz_ms_p99']):>11} {med['errors']:>6}")  # fmt: skip
+              f"{f(med['healthz_ms_p99']):>11} "
+              f"{f(med['pg_commits_per_question_c1'], '.2f'):>16} {med['errors']:>6}")  # fmt: skip
     if floor:
         print("\ntargets (issue 30):")
         for row, share, extra in (("sqlite", 0.6, 1.5), ("pg1", 0.5, 3.0)):
@@ -415,7 +460,11 @@ def main() -> None:
                 m = out["rows"][row]
                 print(f"  {row}: answers/s {m['x_floor_answers_per_s']:.2f} x floor (target >= "
                       f"{share}); added p50 at c=1 floor {m['added_ms_p50_c1_over_floor']:+.1f} ms "
-                      f"(target <= +{extra})")  # fmt: skip
+                      f"(target <= +{extra}); /healthz p99 {m['healthz_ms_p99']:.1f} ms (target "
+                      "<= 20)")  # fmt: skip
+                if m.get("pg_commits_per_question_c1") is not None:
+                    print(f"        PostgreSQL commits per question at c=1 "
+                          f"{m['pg_commits_per_question_c1']:.2f} (target <= 1.5)")  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(out, indent=1) + "\n")
 

@@ -7,7 +7,10 @@ a total budget), ``calls`` calls drawn from that wallet (each settled: no write 
 the wallet's rest released, and the answer record (awaited). The LLM calls themselves take no
 time here: this is the store's ceiling, not a server's.
 
-    python benchmarks/bench_store.py [--seconds 3] [--repeats 3] [--concurrency 64]
+    python benchmarks/bench_store.py [--seconds 3] [--repeats 3] [--concurrency 64] [--no-cap]
+
+``--no-cap``: no total budget, as ``ccpo serve`` without ``max_cost_total`` (a question's
+wallet then comes from the replica's spare one when questions come back to back).
 
 Stores: a throw-away PostgreSQL cluster (fsync on, as deployed) and a SQLite file (WAL);
 1 and 3 writer processes; repetitions interleaved (every configuration once per round),
@@ -34,7 +37,9 @@ WALLET = 0.004  # USD held per question at admission (the scripted world's order
 CALL_COST = 0.0002
 
 
-def _worker(location: str, name: str, seconds: float, conc: int, go, out) -> None:
+def _worker(
+    location: str, name: str, seconds: float, conc: int, go, out, cap: float | None = 1e9
+) -> None:
     from ccpo.runtime.state import StateStore, StoreLedger
 
     store = StateStore(location, "bench", OnlineThreshold(alpha=0.1), replica=name, timeout=10)
@@ -43,11 +48,11 @@ def _worker(location: str, name: str, seconds: float, conc: int, go, out) -> Non
               "cost_usd": 0.0, "rounds": 2, "log": [{"round": 1}, {"round": 2}]}  # fmt: skip
 
     async def question(i: int) -> None:
-        if not await ledger.areserve(WALLET, 1e9):
+        if not await ledger.areserve(WALLET, cap):
             raise RuntimeError("refused")
         n = int(CALLS) + (i % 100 < (CALLS % 1) * 100)
         for _ in range(n):  # a call drawn wholly from the wallet: no write
-            await ledger.areserve(0.0, 1e9, call=True, sent=CALL_COST)
+            await ledger.areserve(0.0, cap, call=True, sent=CALL_COST)
             ledger.settle(CALL_COST, CALL_COST, call=True, sent=CALL_COST)
         ledger.settle(WALLET - n * CALL_COST, 0.0)
         await store.arecord_answer({**answer, "id": f"{name}-{i}", "cost_usd": n * CALL_COST})
@@ -84,12 +89,14 @@ def _worker(location: str, name: str, seconds: float, conc: int, go, out) -> Non
     out.put((n, commits, dt, total))
 
 
-def run_once(location: str, procs: int, seconds: float, conc: int) -> dict[str, float]:
+def run_once(
+    location: str, procs: int, seconds: float, conc: int, cap: float | None = 1e9
+) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
     run = uuid.uuid4().hex[:6]
     ps = [
-        ctx.Process(target=_worker, args=(location, f"w{k}-{run}", seconds, conc, go, out))
+        ctx.Process(target=_worker, args=(location, f"w{k}-{run}", seconds, conc, go, out, cap))
         for k in range(procs)
     ]
     for p in ps:
@@ -148,7 +155,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds")
     ap.add_argument("--concurrency", type=int, default=64, help="questions at once per process")
     ap.add_argument("--procs", default="1,3", help="writer processes to measure")
+    ap.add_argument(
+        "--no-cap",
+        action="store_true",
+        help="no total budget (as serve without max_cost_total: wallets from the spare one)",
+    )
     args = ap.parse_args()
+    cap = None if args.no_cap else 1e9
     procs = [int(x) for x in args.procs.split(",")]
     with PostgresCluster() as pg, tempfile.TemporaryDirectory() as tmp:
         configs = []
@@ -158,11 +171,12 @@ def main() -> None:
         rows: dict[str, list[dict[str, float]]] = {c[0]: [] for c in configs}
         for rep in range(args.repeats):
             for name, loc, p in configs:
-                r = run_once(loc, p, args.seconds, args.concurrency)
+                r = run_once(loc, p, args.seconds, args.concurrency, cap)
                 rows[name].append(r)
                 print(f"round {rep + 1} {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()))
         print(f"\nmedians of {args.repeats} interleaved runs, concurrency {args.concurrency} "
-              f"per process, {args.seconds:g} s each:")  # fmt: skip
+              f"per process, {args.seconds:g} s each, "
+              f"{'no cap' if cap is None else 'a cap'}:")  # fmt: skip
         print("| store, writers | questions/s | commits / question | PG xact_commit / question |")
         print("|---|---|---|---|")
         for name, rs in rows.items():

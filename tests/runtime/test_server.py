@@ -9,6 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
+from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.server import openapi_spec
 from tests.llm.conftest import make_world
 
@@ -40,6 +41,10 @@ def test_answer_health_metrics(world, policy_dir, prices_path):
         assert r2.status_code == 200 and len(r2.json()["id"]) == 32
         again = post(ls.url, "/v1/answer", {"question": Q, "id": "a-1"})  # idempotent retry
         assert again.json() == s
+        # the body is the record the store keeps (serialised once), as the app's model says
+        assert ls.service.store.lookup("a-1")[1] == s
+        assert AnswerSet.model_validate_json(r.content).model_dump(mode="json") == s
+        assert r.headers["content-type"] == "application/json"
         clash = post(ls.url, "/v1/answer", {"question": "other", "id": "a-1"})
         assert clash.status_code == 409 and "already used" in clash.json()["error"]["message"]
         m = httpx.get(ls.url + "/metrics.json").json()
@@ -252,3 +257,32 @@ def test_hotpotqa_uses_react_over_the_given_context(world, policy_dir, prices_pa
         assert s["rounds"] == 4 and "Paris" in s["answers"]  # the scripted ReAct finishes
         prompts = [x["messages"][-1]["content"] for x in world.requests]
         assert any("Observation 1: [Paris" in p for p in prompts)  # searched the context
+
+
+def test_healthz_is_answered_before_the_app_with_the_routes_body(world, policy_dir, prices_path):
+    """``GET /healthz`` is answered by the outermost ASGI layer (``FastHealth``), with the body
+    and status FastAPI's own route gives (which still serves HEAD and the OpenAPI spec)."""
+    from starlette.testclient import TestClient
+
+    from ccpo.runtime.server import create_app
+
+    svc = make_service(policy_dir, world, prices_path)
+    with LiveServer(svc) as ls:
+        fast = httpx.get(ls.url + "/healthz")
+        routed = TestClient(create_app(svc)).get("/healthz")  # the route, no fast path
+    assert fast.status_code == routed.status_code == 200
+    assert fast.headers["content-type"] == routed.headers["content-type"] == "application/json"
+    assert fast.json() == routed.json() == svc.health().model_dump(mode="json")
+
+
+def test_an_answer_utf8_cannot_encode_is_sent_escaped():
+    """A lone surrogate an endpoint sent back in an answer: the JSON text stored and sent
+    escapes it (pydantic's own serialiser refuses it)."""
+    from ccpo.runtime.service import as_json
+
+    s = AnswerSet(id="x", question="q", answers=["a\ud800"], answer="a\ud800", rounds=1,
+                  horizon=2, cost_usd=0.0, cost_by_model={}, log=[], alpha=0.1, kappa=0.3,
+                  policy="ccpo")  # fmt: skip
+    text = as_json(s)
+    text.encode("utf-8")  # sendable
+    assert json.loads(text)["answers"] == ["a\ud800"]

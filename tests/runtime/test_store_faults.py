@@ -374,3 +374,74 @@ def test_a_lost_lease_never_releases_money_held_since(tmp_path):
     finally:
         a.close()
         b.close()
+
+
+def test_back_to_back_questions_cost_one_commit_each_without_a_cap(
+    pg, world, policy_dir, prices_path
+):
+    """No ``max_cost_total``, questions one after the other: each takes its wallet from the
+    spare one its predecessor's answer transaction reserved (durable before any of its calls
+    is sent, counted in flight), so it costs one commit, its answer; once nobody asks, the
+    spare goes back and nothing stays reserved."""
+    svc = make_service(policy_dir, world, prices_path, {"state": pg.new_database()}, kappa=0.0)
+    with LiveServer(svc) as ls, httpx.Client(base_url=ls.url, timeout=30) as http:
+        warm = [http.post("/v1/answer", json={"question": f"{Q} w{i}"}) for i in range(3)]
+        assert svc.store.counters.inflight_usd > 0  # the spare, held for the next question
+        c0 = svc.store.commits
+        answered = [http.post("/v1/answer", json={"question": f"{Q} {i}"}) for i in range(10)]
+        commits = svc.store.commits - c0
+        m = settled(ls.url, within=5.0)
+    assert all(r.status_code == 200 for r in warm + answered)
+    assert commits <= 10 + 1, commits  # (+1: a settlement or the heartbeat may run alone)
+    assert m["reserved_usd"] == 0.0 and m["inflight_usd"] == 0.0
+    assert m["dollars_spent"] == pytest.approx(sum(r.json()["cost_usd"] for r in warm + answered))
+    assert m["dollars_spent"] >= billed_usd(world, prices_path) - 1e-12
+
+
+def test_the_spare_wallet_is_durable_released_when_idle_and_never_released_twice(tmp_path):
+    """The spare wallet at the store: topped up only by a transaction that runs anyway, taken
+    without a write, released after ``SPARE_IDLE_S`` unused; a lease lost while it was held
+    (counted as spent by another replica) does not release it a second time."""
+    from ccpo.learning.conformal import OnlineThreshold
+    from ccpo.runtime.state import StateStore
+    from ccpo.runtime.state.store import SPARE_IDLE_S
+
+    path, tr = str(tmp_path / "s.db"), OnlineThreshold(alpha=0.1)
+    a = StateStore(path, "fp", tr, replica="a")
+    b = StateStore(path, "fp", tr, replica="b")
+    try:
+        assert not a.take_spare(0.2)  # none yet; a second ask soon after asks for one
+        assert not a.take_spare(0.2)
+        a.flush()  # a transaction that runs anyway tops it up: durable, in flight
+        assert a.counters.reserved_usd == pytest.approx(0.2)
+        assert a.counters.inflight_usd == pytest.approx(0.2)
+        n = a.commits
+        assert a.take_spare(0.2) and a.commits == n  # no write
+        a.settle(0.2, 0.05, inflight=0.2)  # that question's wallet settles
+        a.flush()  # ... and the spare is topped up again
+        assert a.counters.spent_usd == pytest.approx(0.05)
+        assert a.counters.reserved_usd == pytest.approx(0.2)
+        deadline = time.monotonic() + SPARE_IDLE_S + 3
+        while a.refresh()[1].reserved_usd > 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert a.counters.reserved_usd == 0.0 and a.counters.inflight_usd == 0.0
+        # held while the lease is lost: counted as spent once, released never
+        assert not a.take_spare(0.1) and not a.take_spare(0.1)
+        a.flush()
+        with a.db.write() as tx:
+            tx.run("UPDATE ccpo_leases SET expires = 0 WHERE replica = 'a'")
+        b.flush()  # b ends a's lease: the spare (0.1) counted as spent
+        assert b.counters.spent_usd == pytest.approx(0.15)
+        assert a.take_spare(0.05)  # half of it goes to a question: a wallet since
+        a.flush()  # a is back with a new lease; what was left of the spare is not released
+        a.settle(0.05, 0.01, inflight=0.05)
+        a.flush()
+        c = a.counters
+        assert c.spent_usd == pytest.approx(0.16)  # more than billed, never less
+        leases = {r: (x, y) for r, x, y, _ in a.leases()}
+        assert c.reserved_usd == pytest.approx(sum(x for x, _ in leases.values()))
+        assert c.inflight_usd == pytest.approx(sum(y for _, y in leases.values()))
+    finally:
+        a.close()
+        b.close()
+    assert StateStore(path, "fp", tr, replica="c").counters.reserved_usd == 0.0

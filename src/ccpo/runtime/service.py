@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -36,6 +37,17 @@ from ccpo.runtime.state import (
 )
 
 log = logging.getLogger("ccpo.serve")
+
+Answered = tuple[AnswerSet, str]  # an answer set and its JSON text
+
+
+def as_json(s: AnswerSet) -> str:
+    """``s`` as JSON text; with \\u escapes when it holds what UTF-8 cannot encode (a lone
+    surrogate an endpoint sent back in an answer)."""
+    try:
+        return s.model_dump_json()
+    except ValueError:  # pydantic's serialisation error
+        return json.dumps(s.model_dump(mode="json"))
 
 
 def artifact_fingerprint(folder: str | Path) -> str:
@@ -100,7 +112,7 @@ class Service:
         agent.ledger = StoreLedger(self.store)
         self.limiter = self._limiter(cfg.rate_limit_per_minute, cfg.rate_burst)
         self.feedback_limiter = self._limiter(cfg.feedback_per_minute, cfg.feedback_burst)
-        self._answering: dict[str, tuple[str, asyncio.Future[AnswerSet]]] = {}
+        self._answering: dict[str, tuple[str, asyncio.Future[Answered]]] = {}
         self._active = 0  # questions being answered (awaited on shutdown)
         self._idle = asyncio.Event()
         self._idle.set()
@@ -147,6 +159,14 @@ class Service:
         """Answer ``req`` (see :mod:`ccpo.runtime.server`); the state database away: 503
         ``state_unavailable`` before any LLM call; the server stopping (its grace period
         over): 503 ``shutting_down``, the calls cut off counted at their worst case."""
+        return (await self.answered(req))[0]
+
+    async def answer_json(self, req: AnswerRequest) -> str:
+        """:meth:`answer` as the JSON text that was stored (serialised once)."""
+        return (await self.answered(req))[1]
+
+    async def answered(self, req: AnswerRequest) -> Answered:
+        """:meth:`answer` with its JSON text."""
         self._active += 1
         self._idle.clear()
         try:
@@ -174,7 +194,7 @@ class Service:
             if why:
                 raise self._reject(422, "invalid_request", f"{where}: {why}")
 
-    async def _answer_once(self, req: AnswerRequest) -> AnswerSet:
+    async def _answer_once(self, req: AnswerRequest) -> Answered:
         self._unstorable(req)
         if len(req.question) > self.cfg.max_question_chars:
             raise self._reject(
@@ -195,11 +215,12 @@ class Service:
         old = await self.store.alookup(req.id)
         if old is not None:
             if old[0] == req.question:
-                return AnswerSet.model_validate(old[1])
+                s = AnswerSet.model_validate(old[1])
+                return s, as_json(s)
             raise self._reject(
                 409, "conflict", f"id '{req.id}' was already used for another question"
             )
-        fut: asyncio.Future[AnswerSet] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Answered] = asyncio.get_running_loop().create_future()
         self._answering[req.id] = (req.question, fut)
         try:
             s = await self._answer(req)
@@ -215,7 +236,7 @@ class Service:
         finally:
             del self._answering[req.id]
 
-    async def _answer(self, req: AnswerRequest) -> AnswerSet:
+    async def _answer(self, req: AnswerRequest) -> Answered:
         agent = self.agent
         if (
             agent.needs_context
@@ -260,13 +281,16 @@ class Service:
             log.warning("request %s: %s", req.id, e)
             msg = self.public(f"LLM endpoint unusable: {e}")
             raise ApiError(502, "upstream_error", msg) from None
+        text = as_json(s)  # once: stored, and the response's body
+        counted = {"id": s.id, "question": s.question, "cost_usd": s.cost_usd,
+                   "answers": s.answers, "rounds": s.rounds}  # fmt: skip
         try:
-            await self.store.arecord_answer(s.model_dump(mode="json"))
+            await self.store.arecord_answer(counted, text)
         except DuplicateKey:
             raise ApiError(
                 409, "conflict", f"id '{s.id}' was used by a concurrent request"
             ) from None
-        return s
+        return s, text
 
     async def feedback(self, req: FeedbackRequest) -> FeedbackResponse:
         try:

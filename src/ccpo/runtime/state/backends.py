@@ -58,7 +58,12 @@ class Tx(Protocol):
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
-    def run(self, sql: str, params: Sequence[Any] = ()) -> int: ...
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Send a statement now, read its rows later (``.fetchall()``): in PostgreSQL's write
+        transactions statements sent one after the other go in one round trip."""
+        ...
 
 
 class Backend(Protocol):
@@ -143,17 +148,36 @@ class _Tx:
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._execute(sql, params).fetchall()
 
-    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._execute(sql, params).rowcount
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._execute(sql, params)
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._execute(sql, params)
 
 
 # ----------------------------------------------------------------------------- SQLite
+class _Rows:
+    """A statement's rows, read already."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+
 class _SQLiteTx(_Tx):
     def _execute(self, sql: str, params: Sequence[Any]) -> Any:
         try:
             return self.conn.execute(sql, tuple(params))
         except sqlite3.IntegrityError as e:
             raise DuplicateKey(str(e)) from None
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return _Rows(self._execute(sql, params).fetchall())
 
 
 class SQLiteBackend:
@@ -203,14 +227,80 @@ class SQLiteBackend:
 
 
 # ----------------------------------------------------------------------------- PostgreSQL
+class _Later:
+    """The rows of a statement sent in a batch, read once the batch has gone."""
+
+    def __init__(self, tx: _PgTx) -> None:
+        self.tx = tx
+        self.rows: list[tuple[Any, ...]] | None = None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        if self.rows is None:
+            self.tx.flush()
+        assert self.rows is not None
+        return self.rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        rows = self.fetchall()
+        return rows[0] if rows else None
+
+
 class _PgTx(_Tx):
-    def _execute(self, sql: str, params: Sequence[Any]) -> Any:
+    """Statements are queued and go out together, in one round trip, when a result is read
+    (or the transaction commits): e.g. BEGIN, the answers' insert, the state row's lock and
+    the leases' read in one; the lease and state writes with COMMIT in another. They are
+    bound client-side (psycopg's ``ClientCursor``, PostgreSQL's simple query protocol: the
+    one that takes several statements at once)."""
+
+    def __init__(self, conn: Any, begin: bool = False) -> None:
+        super().__init__(conn)
+        self._queued: list[tuple[str, Sequence[Any], _Later | None]] = []
+        if begin:
+            self.run("BEGIN")
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> _Later:
+        later = _Later(self)
+        self._queued.append((sql, params, later))
+        return later
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._queued.append((sql, params, None))
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        return self.send(sql, params).fetchone()
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.send(sql, params).fetchall()
+
+    def flush(self) -> None:
+        """Send what is queued, in one round trip; each statement's rows to its reader."""
         import psycopg
 
-        try:  # the SQL is written with ? placeholders; psycopg's are %s
-            return self.conn.execute(sql.replace("?", "%s"), tuple(params))
-        except psycopg.errors.UniqueViolation as e:
-            raise DuplicateKey(str(e).splitlines()[0]) from None
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        cur = psycopg.ClientCursor(self.conn)
+        # the SQL is written with ? placeholders; psycopg's are %s
+        text = "; ".join(cur.mogrify(q.replace("?", "%s"), tuple(p)) for q, p, _ in queued)
+        with _unique():
+            cur.execute(text)
+            for k, (_, _, later) in enumerate(queued):
+                if k:
+                    cur.nextset()
+                if later is not None:
+                    later.rows = cur.fetchall() if cur.description is not None else []
+
+
+@contextlib.contextmanager
+def _unique() -> Iterator[None]:
+    """A unique-key violation as :class:`DuplicateKey` (met when a result is read: in a
+    pipeline that is later than the statement was sent)."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.errors.UniqueViolation as e:
+        raise DuplicateKey(str(e).splitlines()[0]) from None
 
 
 class PostgresBackend:
@@ -258,8 +348,17 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Tx]:
-        with self._pool.connection() as conn, conn.transaction():
-            yield _PgTx(conn)
+        with self._pool.connection() as conn:
+            tx = _PgTx(conn, begin=True)
+            try:
+                yield tx
+                tx.run("COMMIT")
+                tx.flush()
+            except BaseException:
+                if not conn.closed and conn.info.transaction_status != 0:  # not idle
+                    with contextlib.suppress(Exception):
+                        conn.execute("ROLLBACK")
+                raise
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Tx]:
