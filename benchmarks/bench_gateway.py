@@ -178,10 +178,7 @@ def start_litellm(llm_url: str, tmp: Path) -> Gateway:
     (tmp / "litellm.yaml").write_text(yaml.safe_dump(cfg))
     exe = shutil.which("litellm") or str(Path(sys.executable).parent / "litellm")
     cmd = [exe, "--config", str(tmp / "litellm.yaml"), "--port", str(port), "--host", "127.0.0.1"]
-    # offline (no price-map fetch); no master key, as ccpo runs here without a bearer token
-    # (loopback only)
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"}  # fmt: skip
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # offline: no price-map fetch
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
     )
