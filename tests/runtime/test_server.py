@@ -262,14 +262,19 @@ def test_hotpotqa_uses_react_over_the_given_context(world, policy_dir, prices_pa
 def test_healthz_is_answered_before_the_app_with_the_routes_body(world, policy_dir, prices_path):
     """``GET /healthz`` is answered by the outermost ASGI layer (``FastHealth``), with the body
     and status FastAPI's own route gives (which still serves HEAD and the OpenAPI spec)."""
-    from starlette.testclient import TestClient
+    import asyncio
 
     from ccpo.runtime.server import create_app
+
+    async def through_the_route(app) -> httpx.Response:  # the app alone: no fast path
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+            return await http.get("/healthz")
 
     svc = make_service(policy_dir, world, prices_path)
     with LiveServer(svc) as ls:
         fast = httpx.get(ls.url + "/healthz")
-        routed = TestClient(create_app(svc)).get("/healthz")  # the route, no fast path
+        routed = asyncio.run(through_the_route(create_app(svc)))
     assert fast.status_code == routed.status_code == 200
     assert fast.headers["content-type"] == routed.headers["content-type"] == "application/json"
     assert fast.json() == routed.json() == svc.health().model_dump(mode="json")
