@@ -261,12 +261,20 @@ class OnlineThreshold:
         >>> tr.update_level(0.0, cal, max_delta=0.05) < cal.kappa(0.1)
         True
         """
-        if self.level is None:
-            self.level = scores.level_of(self.kappa)
+        level = self.position(scores)
         eta = self._eta(max_step, max_delta)
-        self.level = online_threshold_update(self.level, covered, self.alpha, eta, lower, upper)
+        self.level = online_threshold_update(level, covered, self.alpha, eta, lower, upper)
         self.kappa = scores.kappa(self.level)
         return self.kappa
+
+    def position(self, scores: CalibrationScores | None) -> float:
+        """What the tracker moves: κ (no ``scores``), else the level u, taken from κ the first
+        time (a tracker restored from one that moved κ itself)."""
+        if scores is None:
+            return self.kappa
+        if self.level is None:
+            self.level = scores.level_of(self.kappa)
+        return self.level
 
     def eta(self, max_step: int | None = None) -> float:
         """The η_k the next :meth:`update` takes before any bound."""

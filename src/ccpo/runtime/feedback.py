@@ -129,12 +129,11 @@ class KappaBounds:
 
     def clamp(self, tracker: OnlineThreshold) -> None:
         """Bring a restored tracker into the band (an operator narrowed it)."""
+        kept = min(max(tracker.position(self.scores), self.lower), self.upper)
         if self.scores is None:
-            tracker.kappa = min(max(tracker.kappa, self.lower), self.upper)
-            return
-        level = self.scores.level_of(tracker.kappa) if tracker.level is None else tracker.level
-        tracker.level = min(max(level, self.lower), self.upper)
-        tracker.kappa = self.scores.kappa(tracker.level)
+            tracker.kappa = kept
+        else:
+            tracker.level, tracker.kappa = kept, self.scores.kappa(kept)
 
     def eta_max(self, alpha: float) -> float:
         """The largest η that keeps every step within ``max_delta``."""
@@ -185,12 +184,9 @@ def apply_feedback(
     c.covered += int(covered)
     c.recent.append(int(covered))
     if adapt and c.feedback > bounds.min_feedback:
-        old = tracker.kappa
-        moving = tracker.kappa if bounds.scores is None else tracker.level
-        if moving is None:  # a level tracker restored from one that moved κ
-            moving = bounds.scores.level_of(tracker.kappa)
-        cut = tracker.eta(max_step) > bounds.eta_max(tracker.alpha)
-        free = moving + tracker.eta(max_step) * (float(covered) - (1.0 - tracker.alpha))
+        old, eta = tracker.kappa, tracker.eta(max_step)
+        cut = eta > bounds.eta_max(tracker.alpha)
+        free = tracker.position(bounds.scores) + eta * (float(covered) - (1.0 - tracker.alpha))
         box = dict(max_step=max_step, max_delta=bounds.max_delta, lower=bounds.lower,
                    upper=bounds.upper)  # fmt: skip
         if bounds.scores is None:
