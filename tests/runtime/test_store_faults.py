@@ -73,6 +73,18 @@ def wait_billed(world, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def billed_and_recorded(world, prices: Path, policy: Path, state: str):
+    """Once the world has finished its calls: what it billed, and the metrics a replica
+    started afterwards on ``state`` reads there."""
+    wait_billed(world)
+    billed = billed_usd(world, prices)
+    svc = make_service(policy, world, prices, {"state": state})
+    try:
+        return billed, svc.metrics()
+    finally:
+        svc.store.close()
+
+
 class Load:
     """Threads asking questions (and giving feedback on every answer) until stopped; every
     response kept as (status, json or None, question id, feedback?, seconds)."""
@@ -248,11 +260,7 @@ def test_sigterm_counts_calls_cut_off_after_the_grace_at_their_worst(
         finally:
             if proc.poll() is None:
                 proc.kill()
-        wait_billed(slow)
-        billed = billed_usd(slow, prices_path)
-        svc = make_service(policy_dir, slow, prices_path, {"state": state})
-        m = svc.metrics()
-        svc.store.close()
+        billed, m = billed_and_recorded(slow, prices_path, policy_dir, state)
     assert billed > 0 and m.dollars_spent >= billed
     assert m.reserved_usd == 0.0 and m.inflight_usd == 0.0
     assert len(out) == 3
@@ -283,11 +291,7 @@ def test_kill_9_leaves_the_calls_counted_at_their_worst(pg, policy_dir, prices_p
         finally:
             if proc.poll() is None:
                 proc.kill()
-        wait_billed(slow)
-        billed = billed_usd(slow, prices_path)
-        svc = make_service(policy_dir, slow, prices_path, {"state": state})
-        m = svc.metrics()
-        svc.store.close()
+        billed, m = billed_and_recorded(slow, prices_path, policy_dir, state)
     assert billed > 0 and m.dollars_spent >= billed
     assert m.reserved_usd == 0.0 and m.inflight_usd == 0.0
     assert m.requests == 1
