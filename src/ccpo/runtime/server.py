@@ -246,8 +246,7 @@ def create_app(service: Service | None = None) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, e: Exception) -> JSONResponse:
-        log.error("%s %s failed", request.method, request.url.path, exc_info=e)
-        return error_response(500, "internal_error", f"the server failed ({type(e).__name__})")
+        return bug_response(request.method, request.url.path, e)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -336,6 +335,13 @@ def create_app(service: Service | None = None) -> FastAPI:
     return app
 
 
+def bug_response(method: str, path: str, e: Exception) -> Any:
+    """A bug's JSON 500 (``internal_error``, naming the exception's type only), logged with
+    its traceback: the app's handler and :class:`FastAnswer` alike."""
+    log.error("%s %s failed", method, path, exc_info=e)
+    return error_response(500, "internal_error", f"the server failed ({type(e).__name__})")
+
+
 class FastAnswer:
     """Pure ASGI, innermost of the middlewares (inside the rails and the tracing context): a
     ``POST /v1/answer`` whose JSON body is a valid :class:`AnswerRequest` goes straight to the
@@ -378,9 +384,7 @@ class FastAnswer:
             await error_response(e.status, e.type, e.message, e.headers)(scope, receive, send)
             return
         except Exception as e:  # as the app's handler of bugs does
-            log.error("POST /v1/answer failed", exc_info=e)
-            msg = f"the server failed ({type(e).__name__})"
-            await error_response(500, "internal_error", msg)(scope, receive, send)
+            await bug_response("POST", "/v1/answer", e)(scope, receive, send)
             return
         data = text.encode()
         headers = [(b"content-length", b"%d" % len(data)), (b"content-type", b"application/json")]
