@@ -291,3 +291,27 @@ def test_an_answer_utf8_cannot_encode_is_sent_escaped():
     text = as_json(s)
     text.encode("utf-8")  # sendable
     assert json.loads(text)["answers"] == ["a\ud800"]
+
+
+def test_a_bug_answers_the_documented_json_500_on_both_paths(world, policy_dir, prices_path):
+    """A bug while answering (injected: the service's answer raises) gives the JSON 500
+    ``internal_error`` naming only the exception's type, on the fast path (``/v1/answer``)
+    and through the app's handler (``/v1/chat/completions``)."""
+    svc = make_service(policy_dir, world, prices_path)
+
+    async def broken(req):
+        raise RuntimeError("secret detail")
+
+    svc.answered = broken
+    with LiveServer(svc) as ls:
+        fast = httpx.post(ls.url + "/v1/answer", json={"question": "Q?"})
+        chat = httpx.post(
+            ls.url + "/v1/chat/completions",
+            json={"model": "ccpo", "messages": [{"role": "user", "content": "Q?"}]},
+        )
+    for r in (fast, chat):
+        assert r.status_code == 500 and r.headers["content-type"] == "application/json"
+        err = r.json()["error"]
+        assert err["type"] == "internal_error"
+        assert err["message"] == "the server failed (RuntimeError)"
+        assert "secret detail" not in r.text
