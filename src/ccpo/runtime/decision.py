@@ -16,6 +16,7 @@ going on, the action set is empty (no answer joins); stopping, it is the one ans
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,9 +28,7 @@ from ccpo.learning.policy import TrainedPolicy
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.episodes import (
     NEXT,
-    allowed_actions,
     answer_actions,
-    effective_scores,
     single_clears,
 )
 from ccpo.traces.featurize import FEATURE_NAMES, featurize_rounds
@@ -69,13 +68,23 @@ def decide(
     if getattr(policy, "answer", "set") == "single":
         return _decide_single(policy, task, rounds, obs, kappa, family)
     p = policy.probs(obs)[t - 1]
-    allowed = allowed_actions(horizon)[t - 1]
-    e = effective_scores(p, allowed)
-    k = np.inf if kappa is None else float(kappa)
-    members = e >= k
-    raw = allowed & (p >= k)
+    members, fallback = action_set(p.tolist(), t == horizon, kappa)
     acts = tuple(a for a, m in zip(ACTIONS, members, strict=True) if m)
-    return RoundDecision(p, acts, fallback=not raw.any(), go_on=bool(members[NEXT]))
+    return RoundDecision(p, acts, fallback=fallback, go_on=members[NEXT])
+
+
+def action_set(probs: list[float], last: bool, kappa: float | None) -> tuple[list[bool], bool]:
+    """C(o_t) = {a : e(a|o_t) ≥ κ} for one round's π (``last``: round T, ``next`` masked) as
+    :func:`~ccpo.traces.episodes.effective_scores` defines e (the first argmax of the
+    allowed actions is in for every κ), on three floats rather than arrays (the agent asks
+    every round); and whether that argmax is in only as the fallback (no allowed π ≥ κ).
+    ``kappa=None``: κ = +inf (greedy)."""
+    k = math.inf if kappa is None else float(kappa)
+    allowed = [True, True, not last]
+    masked = [v if ok else -math.inf for v, ok in zip(probs, allowed, strict=True)]
+    top = masked.index(max(masked))
+    members = [i == top or v >= k for i, v in enumerate(masked)]
+    return members, not any(v >= k for v in masked)
 
 
 def _decide_single(

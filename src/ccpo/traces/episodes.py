@@ -25,6 +25,7 @@ Shapes: N questions, T rounds, F features, K evaluation splits, n questions per 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,10 +116,13 @@ class Episodes:
         return ~self.empty
 
 
+@functools.lru_cache(maxsize=64)
 def allowed_actions(horizon: int) -> np.ndarray:
-    """[T, 3] bool: every action allowed except ``next`` at the last round."""
+    """[T, 3] bool: every action allowed except ``next`` at the last round (read-only, made
+    once per T: the live agent asks for it every round)."""
     m = np.ones((horizon, 3), dtype=bool)
     m[-1, NEXT] = False
+    m.flags.writeable = False
     return m
 
 
