@@ -19,8 +19,8 @@ call), the gateways under test, and this load generator (aiohttp). Rows:
   httptools hidden, to measure a change before/after in the same run.
 
 Every row gets a fresh state database per start (``ccpo serve``'s default config: no response
-cache, no rate limit). Per row and repetition:
-a warm-up, ``--c1-questions`` one at a time, then ``--questions`` at concurrency
+cache, no rate limit; ``--cap USD``: under a total budget, ``max_cost_total``). Per row and
+repetition: a warm-up, ``--c1-questions`` one at a time, then ``--questions`` at concurrency
 ``--concurrency``, while /healthz is polled every 20 ms on a connection of its own, from a
 process of its own (a probe's time is the gateway's, not the load generator's queueing). Reported,
 as medians over ``--reps`` interleaved repetitions (rows in turn within each repetition):
@@ -320,6 +320,9 @@ def main() -> None:
         "--kappa", type=float, default=0.2, help="the policy's κ (0.2: ~3.6 calls/question)"
     )
     ap.add_argument("--rows", default="floor,sqlite,pg1,pg3,litellm", help="rows to run")
+    ap.add_argument(
+        "--cap", type=float, default=None, help="serve under max_cost_total USD (default: none)"
+    )
     ap.add_argument("--base-src", type=Path, default=None, help="also run ccpo from DIR/src")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args()
@@ -350,7 +353,8 @@ def main() -> None:
         counter[0] += 1
         cfg = {"task": "mmlu", "base_model": "bench-base", "base_url": llm_url,
                "guide_model": "bench-guide", "guide_url": llm_url, "prices": [str(prices)],
-               "concurrency": 256, "timeout": 30, "kappa": args.kappa}  # fmt: skip
+               "concurrency": 256, "timeout": 30, "kappa": args.kappa,
+               **({"max_cost_total": args.cap} if args.cap else {})}  # fmt: skip
         p = tmp / f"deploy-{counter[0]}.yaml"
         p.write_text(yaml.safe_dump(cfg))
         return p

@@ -385,14 +385,16 @@ def test_a_lost_lease_never_releases_money_held_since(tmp_path):
         b.close()
 
 
-def test_back_to_back_questions_cost_one_commit_each_without_a_cap(
-    pg, world, policy_dir, prices_path
-):
-    """No ``max_cost_total``, questions one after the other: each takes its wallet from the
-    spare one its predecessor's answer transaction reserved (durable before any of its calls
-    is sent, counted in flight), so it costs one commit, its answer; once nobody asks, the
-    spare goes back and nothing stays reserved."""
-    svc = make_service(policy_dir, world, prices_path, {"state": pg.new_database()}, kappa=0.0)
+@pytest.mark.parametrize("cap", [None, 5.0], ids=["no-cap", "cap"])
+def test_back_to_back_questions_cost_one_commit_each(pg, world, policy_dir, prices_path, cap):
+    """Questions one after the other, without ``max_cost_total`` or under one with room:
+    each takes its wallet from the spare one its predecessor's answer transaction reserved
+    (durable before any of its calls is sent, counted in flight), so it costs one commit, its
+    answer; once nobody asks, the spare goes back and nothing stays reserved."""
+    svc = make_service(
+        policy_dir, world, prices_path, {"state": pg.new_database()}, kappa=0.0,
+        **({} if cap is None else {"max_cost_total": cap}),
+    )  # fmt: skip
     with LiveServer(svc) as ls, httpx.Client(base_url=ls.url, timeout=30) as http:
         warm = [http.post("/v1/answer", json={"question": f"{Q} w{i}"}) for i in range(3)]
         assert svc.store.counters.inflight_usd > 0  # the spare, held for the next question
@@ -405,6 +407,51 @@ def test_back_to_back_questions_cost_one_commit_each_without_a_cap(
     assert m["reserved_usd"] == 0.0 and m["inflight_usd"] == 0.0
     assert m["dollars_spent"] == pytest.approx(sum(r.json()["cost_usd"] for r in warm + answered))
     assert m["dollars_spent"] >= billed_usd(world, prices_path) - 1e-12
+
+
+def test_under_a_cap_the_spare_never_holds_room_a_question_needs(tmp_path):
+    """Under a total budget: the spare is topped up only while ``SPARE_ROOM`` wallets still
+    fit after it; a question needing more than it holds releases it in the transaction that
+    reserves its wallet (so that the spare's money is room for it); reserved and spent never
+    pass the cap."""
+    from ccpo.learning.conformal import OnlineThreshold
+    from ccpo.runtime.state import StateStore
+    from ccpo.runtime.state.store import SPARE_ROOM
+
+    cap, w = 1.0, 0.01
+
+    def store(name: str) -> StateStore:
+        return StateStore(str(tmp_path / name), "fp", OnlineThreshold(alpha=0.1), replica="a")
+
+    a = store("room.db")
+    try:
+        assert not a.take_spare(w, cap) and not a.take_spare(w, cap)  # asked back to back
+        assert a.reserve(w, cap, w)  # this question's wallet: its transaction tops one up
+        assert a.counters.reserved_usd == pytest.approx(2 * w)
+        n = a.commits
+        assert a.take_spare(w, cap) and a.commits == n  # the next wallet: no write
+        # both wallets settle, spending all but SPARE_ROOM + 0.5 wallets: no new spare
+        a.settle(2 * w, cap - (SPARE_ROOM + 0.5) * w, inflight=2 * w)
+        a.flush()
+        assert a.counters.reserved_usd == 0.0  # one would leave < SPARE_ROOM wallets
+        assert not a.take_spare(w, cap)
+        c = a.counters
+        assert c.spent_usd + c.reserved_usd <= cap + 1e-12
+    finally:
+        a.close()
+    a = store("big.db")
+    try:
+        assert not a.take_spare(w, cap) and not a.take_spare(w, cap)
+        assert a.reserve(w, cap, w)
+        assert a.counters.reserved_usd == pytest.approx(2 * w)  # wallet + spare
+        big = cap - 2 * w + w / 2  # fits only with the spare's money
+        assert not a.take_spare(big, cap)  # too small: released ...
+        assert a.reserve(big, cap, big)  # ... in this transaction: room for the question
+        c = a.counters
+        assert c.reserved_usd == pytest.approx(w + big)  # and no new spare (no room)
+        assert c.spent_usd + c.reserved_usd <= cap + 1e-12
+    finally:
+        a.close()
 
 
 def test_the_spare_wallet_is_durable_released_when_idle_and_never_released_twice(tmp_path):

@@ -43,11 +43,11 @@ class StoreLedger(SpendLedger):
         self, usd: float, cap: float | None, call: bool = False, sent: float = 0.0
     ) -> bool:
         # a call drawn wholly from its question's wallet needs no write: the wallet is in
-        # the store, counted in flight, since the question was admitted; without a cap a
-        # wallet comes from the spare one when it can (reserved by an earlier transaction)
+        # the store, counted in flight, since the question was admitted; a wallet comes
+        # from the spare one when it can (reserved by an earlier transaction)
         if (
             usd > 0
-            and not (cap is None and self.store.take_spare(usd))
+            and not self.store.take_spare(usd, cap)
             and not await self.store.areserve(usd, cap, usd, idle=self._idle)
         ):
             return False
@@ -60,7 +60,7 @@ class StoreLedger(SpendLedger):
     ) -> bool:
         if (
             usd > 0
-            and not (cap is None and self.store.take_spare(usd))
+            and not self.store.take_spare(usd, cap)
             and not self.store.reserve(usd, cap, usd, idle=self._idle)
         ):
             return False

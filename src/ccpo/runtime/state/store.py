@@ -22,13 +22,16 @@ transaction (at the latest ``FLUSH_S`` later, or by the heartbeat); a transactio
 leaves the delta to the next one. Until written, the money stays reserved and counted in the
 lease at its worst case, so the budget errs only on the safe side.
 
-**A spare wallet without a cap.** Without ``max_cost_total`` nothing waits for room, so a
-replica answering questions back to back keeps one question's wallet reserved ahead
-(:meth:`StateStore.take_spare`): its answer's transaction tops the spare up, the next question
-takes it with no write. At concurrency 1 a question then costs one commit (its answer), not
-two; the spare is money counted in flight like any wallet (spent at its worst case if the
-replica dies) and goes back once nobody asked for it for ``SPARE_IDLE_S``. With a cap it is not
-used: it would be budget other replicas cannot spend.
+**A spare wallet.** A replica answering questions back to back keeps one question's wallet
+reserved ahead (:meth:`StateStore.take_spare`): its answer's transaction tops the spare up,
+the next question takes it with no write. At concurrency 1 a question then costs one commit
+(its answer), not two, and its first call waits for none. The spare is money reserved and
+counted in flight like any wallet (spent at its worst case if the replica dies); it goes back
+once nobody asked for it for ``SPARE_IDLE_S``, or at once when a question needs more than it
+holds (released in the transaction that reserves that question's wallet, so the spare never
+stands between a question and room in the budget). Under a cap (``max_cost_total``) it is
+topped up only while what is left of the budget after it still holds ``SPARE_ROOM`` wallets:
+near the end of a budget no replica keeps money aside that another could spend.
 
 **Money never forgotten.** Reservations are held under the replica's **lease** (a
 ``ccpo_leases`` row with an expiry, renewed by every transaction of the replica and by the
@@ -83,7 +86,8 @@ log = logging.getLogger("ccpo.serve")
 SCHEMA_VERSION = 3  # 1: the one-process SQLite format (tables kv, answers); 2: no leases.idle
 STATE_FORMAT = "ccpo.serve-state"
 FLUSH_S = 1.0  # a settlement waits at most this long for a transaction to ride on
-SPARE_IDLE_S = 1.0  # a spare wallet nobody took for this long is released (no cap only)
+SPARE_IDLE_S = 1.0  # a spare wallet nobody took for this long is released
+SPARE_ROOM = 16  # under a cap, a spare is topped up only if this many wallets fit after it
 _TRIM_EVERY = 64  # answers inserted between two trims of the answer table
 _SCHEMA_LOCK = 0x63_63_70_6F  # PostgreSQL advisory lock id while creating tables ("ccpo")
 _EPS = 1e-12
@@ -264,6 +268,7 @@ class StateStore:
         # replica's next question; topped up to ``_spare_want`` by write transactions
         self._spare = 0.0
         self._spare_want = 0.0
+        self._spare_cap: float | None = None  # the total budget the questions asking run under
         self._spare_taken: float | None = None  # when a question last asked for it
         self._spare_streak = False  # the last two asked within SPARE_IDLE_S: worth topping up
         self._no_spare = False  # closing: no spare any more
@@ -739,24 +744,29 @@ class StateStore:
             self._flush_at = time.monotonic() + FLUSH_S / 2
 
     # ------------------------------------------------------------------ the spare wallet
-    def take_spare(self, usd: float) -> bool:
-        """Without a cap: take ``usd`` from the spare wallet, money reserved and counted in
-        flight by an earlier transaction of this replica (so durable), with no write; False
-        if it holds less. Questions asked back to back (two within ``SPARE_IDLE_S``) have the
-        next write transaction top it up to their wallet's size, so at concurrency 1 a
-        question costs one commit (its answer) instead of two; the spare goes back (one
-        write) once nobody asked for it for ``SPARE_IDLE_S``."""
+    def take_spare(self, usd: float, cap: float | None = None) -> bool:
+        """Take ``usd`` from the spare wallet, money reserved and counted in flight by an
+        earlier transaction of this replica (so durable), with no write; False if it holds
+        less (then what it holds is released with the next transaction, the one that
+        reserves this question's wallet). Questions asked back to back (two within
+        ``SPARE_IDLE_S``) have the next write transaction top it up to their wallet's size
+        (under the total budget ``cap``, only while ``SPARE_ROOM`` wallets still fit after
+        it), so at concurrency 1 a question costs one commit (its answer) instead of two; the
+        spare goes back (one write) once nobody asked for it for ``SPARE_IDLE_S``."""
         now = time.monotonic()
         with self._cond:
             if self._no_spare:
                 return False
             last, self._spare_taken = self._spare_taken, now
+            self._spare_cap = cap
             self._spare_streak = last is not None and now - last < SPARE_IDLE_S
             if self._spare_streak:
                 self._spare_want = max(self._spare_want, usd)
             if self._spare + _EPS >= usd and usd > 0:
                 self._spare = _less(self._spare, usd)
                 return True
+            if self._spare > 0:  # too small for this question: it must not hold room back
+                self._release_spare()
             return False
 
     def _top_up(self, b: Batch) -> float:
@@ -766,8 +776,13 @@ class StateStore:
             if not self._spare_streak or self._no_spare:
                 return 0.0
             top = _less(self._spare_want, self._spare)
+            cap, want = self._spare_cap, self._spare_want
+        c = b.counters
+        if cap is not None and top > 0:
+            left = cap * (1 + _EPS) - (c.spent_usd + c.reserved_usd + top)
+            if left < SPARE_ROOM * want:
+                return 0.0
         if top > 0:
-            c = b.counters
             c.reserved_usd += top
             c.inflight_usd += top
             b.lease.reserved += top
@@ -777,14 +792,20 @@ class StateStore:
     def _drop_spare(self) -> None:
         """Release the spare (nobody asked for it lately, or the store closes): a settlement
         written with the next transaction, at once. Under ``_cond``."""
-        spare, self._spare, self._spare_want = self._spare, 0.0, 0.0
+        self._spare_want = 0.0
         self._spare_streak = False
-        if spare > 0:
-            d = self._delta
-            d.reserved += spare
-            d.inflight += spare
+        if self._spare > 0:
+            self._release_spare()
             self._flush_at = time.monotonic()
             self._cond.notify()
+
+    def _release_spare(self) -> None:
+        """The spare back to the budget: a settlement written with the next transaction.
+        Under ``_cond``."""
+        spare, self._spare = self._spare, 0.0
+        d = self._delta
+        d.reserved += spare
+        d.inflight += spare
 
     def pending(self) -> bool:
         """Settlements wait to be written (money this replica is about to free)."""
