@@ -20,14 +20,17 @@ call), the gateways under test, and this load generator (aiohttp). Rows:
 
 Every row gets a fresh state database per start (``ccpo serve``'s default config: no response
 cache, no rate limit; ``--cap USD``: under a total budget, ``max_cost_total``). Per row and
-repetition: a warm-up, ``--c1-questions`` one at a time, then ``--questions`` at concurrency
-``--concurrency``, while /healthz is polled every 20 ms on a connection of its own, from a
-process of its own (a probe's time is the gateway's, not the load generator's queueing). Reported,
+repetition: every row is started and warmed up, and ``--c1-questions`` are asked one at a
+time, each question of every row in turn (the order rotating; so that the shared machine's
+moments weigh on every row alike; no /healthz polling then); then row by row, a fresh start,
+a warm-up and ``--questions`` at concurrency ``--concurrency``, while /healthz is polled every
+20 ms on a connection of its own, from a process of its own (a probe's time is the gateway's,
+not the load generator's queueing). Reported,
 as medians over ``--reps`` interleaved repetitions (rows in turn within each repetition):
 answers/s at c=64, the latency added over the LLM calls' own time (the question's calls ×
 ``--latency``) p50 at c=1 and c=64, CPU per question of the gateway processes (and of
 PostgreSQL), /healthz p99 under load, the store's PostgreSQL commits per question at c=1
-(its write transactions, counted as updates of its state row; the idle spare wallet's release
+(its write transactions, every replica's ``state_commits``; the idle spare wallet's release
 included); then each row's
 ratios to the floor and the issue's targets (SQLite ≥ 0.6 × the floor's answers/s, PostgreSQL
 1 replica ≥ 0.5 ×; added p50 at c=1 ≤ the floor's + 1.5 ms on SQLite, + 3 ms on PostgreSQL;
@@ -130,16 +133,11 @@ def start_proc(
     return proc
 
 
-def state_writes(url: str) -> int:
-    """The store's write transactions so far, every replica's: each updates the one state
-    row once (``pg_stat_user_tables.n_tup_upd`` of ``ccpo_state``; unlike the database's
-    ``xact_commit`` it leaves out autovacuum's). Backends report theirs within a second of
-    going idle: wait a little before reading."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as c:
-        return int(c.execute("SELECT n_tup_upd FROM pg_stat_user_tables "
-                             "WHERE relname = 'ccpo_state'").fetchone()[0])  # fmt: skip
+def state_commits(gw: Gateway) -> int:
+    """The store's write transactions so far, every replica's (``state_commits`` of each
+    replica's ``/metrics.json``: its writer's own count; PostgreSQL's statistics, read before,
+    reach the statistics views up to 10 s late and counted a warm-up's commits at c=1)."""
+    return sum(httpx.get(u + "/metrics.json", timeout=30).json()["state_commits"] for u in gw.urls)
 
 
 def start_ccpo(policy: Path, config: Path, state: str, n: int, tag: str, env: dict) -> Gateway:
@@ -208,12 +206,38 @@ print(json.dumps(out))
 """
 
 
+async def ask(
+    http: aiohttp.ClientSession, url: str, i: int, calls: dict[str, list[str]] | None
+) -> float | str:
+    """Question ``i`` at ``url``: its latency (s), or what went wrong. ``calls``: replay its
+    recorded calls through an OpenAI-compatible proxy (LiteLLM) instead of ``/v1/answer``."""
+    t0 = time.perf_counter()
+    try:
+        if calls is None:
+            async with http.post(url + "/v1/answer", json={"question": question(i)}) as r:
+                body = await r.read()
+                if r.status != 200:
+                    return f"HTTP {r.status}: {body[:200]!r}"
+        else:
+            for b in calls[str(i)]:
+                async with http.post(
+                    url + "/v1/chat/completions", data=b,
+                    headers={"Content-Type": "application/json",
+                             "Authorization": f"Bearer {LITELLM_KEY}"},
+                ) as r:  # fmt: skip
+                    body = await r.read()
+                    if r.status != 200:
+                        return f"HTTP {r.status}: {body[:200]!r}"
+    except aiohttp.ClientError as e:
+        return f"{type(e).__name__}: {str(e)[:120]}"
+    return time.perf_counter() - t0
+
+
 async def load(
     gw: Gateway, ids: list[int], conc: int, calls: dict[str, list[str]] | None = None
 ) -> dict:
     """``ids``' questions, ``conc`` at once, round-robin over the gateway's URLs, /healthz
-    polled meanwhile. ``calls``: replay each question's recorded calls through an
-    OpenAI-compatible proxy (LiteLLM) instead of asking ``/v1/answer``."""
+    polled meanwhile. ``calls``: replay each question's recorded calls (see :func:`ask`)."""
     sem = asyncio.Semaphore(conc)
     lat: dict[int, float] = {}
     errors: list[str] = []
@@ -221,33 +245,12 @@ async def load(
     async with aiohttp.ClientSession(connector=conn) as http:
 
         async def one(k: int, i: int) -> None:
-            url = gw.urls[k % len(gw.urls)]
             async with sem:
-                t0 = time.perf_counter()
-                try:
-                    if calls is None:
-                        async with http.post(
-                            url + "/v1/answer", json={"question": question(i)}
-                        ) as r:
-                            body = await r.read()
-                            if r.status != 200:
-                                errors.append(f"HTTP {r.status}: {body[:200]!r}")
-                                return
-                    else:
-                        for b in calls[str(i)]:
-                            async with http.post(
-                                url + "/v1/chat/completions", data=b,
-                                headers={"Content-Type": "application/json",
-                                         "Authorization": f"Bearer {LITELLM_KEY}"},
-                            ) as r:  # fmt: skip
-                                body = await r.read()
-                                if r.status != 200:
-                                    errors.append(f"HTTP {r.status}: {body[:200]!r}")
-                                    return
-                except aiohttp.ClientError as e:
-                    errors.append(f"{type(e).__name__}: {str(e)[:120]}")
-                    return
-                lat[i] = time.perf_counter() - t0
+                got = await ask(http, gw.urls[k % len(gw.urls)], i, calls)
+            if isinstance(got, str):
+                errors.append(got)
+            else:
+                lat[i] = got
 
         path = "/healthz" if calls is None else "/health/liveliness"
         poller = subprocess.Popen(
@@ -261,27 +264,70 @@ async def load(
     return {"lat": lat, "wall": wall, "errors": errors, "health": health}
 
 
+async def one_at_a_time(gws: dict[str, Gateway], ids: list[int], replay: dict) -> dict:
+    """Concurrency 1, every row at once: each question goes to every row in turn (the order
+    rotating from one question to the next), so that what the shared machine is doing at a
+    moment weighs on every row alike. A gateway of several replicas takes its questions
+    round-robin. ``replay``: the recorded calls for the rows that replay them (LiteLLM)."""
+    rows = list(gws)
+    lat: dict[str, dict[int, float]] = {r: {} for r in rows}
+    errors: dict[str, list[str]] = {r: [] for r in rows}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        for k, i in enumerate(ids):
+            for row in rows[k % len(rows) :] + rows[: k % len(rows)]:
+                gw = gws[row]
+                got = await ask(http, gw.urls[k % len(gw.urls)], i, replay.get(row))
+                if isinstance(got, str):
+                    errors[row].append(got)
+                else:
+                    lat[row][i] = got
+    return {r: {"lat": lat[r], "errors": errors[r]} for r in rows}
+
+
 def added_ms(res: dict, calls: dict[str, list[str]], latency: float) -> np.ndarray:
     """Each answered question's latency minus its LLM calls' own time (ms)."""
     return np.asarray([1e3 * (t - len(calls[str(i)]) * latency) for i, t in res["lat"].items()])
 
 
+def measure_c1(
+    starters: dict, ids: dict[str, list[int]], calls: dict, args, replays: set[str]
+) -> dict[str, dict]:
+    """Every row started, warmed, then asked ``ids["c1"]`` one at a time, interleaved
+    (:func:`one_at_a_time`): added p50 at c=1 and, on PostgreSQL, commits per question."""
+    gws: dict[str, Gateway] = {}
+    try:
+        for row, start in starters.items():
+            gws[row] = start()
+            asyncio.run(load(gws[row], ids["warm"], 8, calls if row in replays else None))
+        dbs = {r: g for r, g in gws.items() if g.state and "://" in g.state}
+        time.sleep(1.5 if dbs else 0)  # the warm-up's spare wallets released
+        x0 = {r: state_commits(g) for r, g in dbs.items()}
+        res = asyncio.run(one_at_a_time(gws, ids["c1"], {r: calls for r in replays}))
+        time.sleep(1.5 if dbs else 0)  # (includes the commit releasing the idle spare wallet)
+        x1 = {r: state_commits(g) for r, g in dbs.items()}
+    finally:
+        for g in gws.values():
+            g.stop()
+    return {
+        row: {
+            "added_ms_p50_c1": float(np.median(added_ms(r, calls, args.latency))),
+            "pg_commits_per_question_c1": (x1[row] - x0[row]) / max(1, len(r["lat"]))
+            if row in dbs
+            else None,
+            "errors_c1": r["errors"],
+        }
+        for row, r in res.items()
+    }
+
+
 def measure(
     start, ids: dict[str, list[int]], calls: dict, args, pg_data: Path | None, replay: bool
 ) -> dict:
-    """Start a gateway, warm it, measure c=1 then c=64 (CPU, /healthz), stop it."""
+    """Start a gateway, warm it, measure c=64 (answers/s, CPU, /healthz), stop it."""
     gw = start()
     try:
         via = calls if replay else None
         asyncio.run(load(gw, ids["warm"], 8, via))
-        db = gw.state if gw.state and "://" in gw.state else None
-        if db:  # settled: every backend has reported its commits
-            time.sleep(1.5)
-            x0 = state_writes(db)
-        one = asyncio.run(load(gw, ids["c1"], 1, via))
-        if db:
-            time.sleep(1.5)  # (includes the commit releasing the idle spare wallet)
-            x1 = state_writes(db)
         pg = pg_pids(pg_data) if pg_data is not None else []
         c0, p0 = cpu_s(gw.pids), cpu_s(pg)
         many = asyncio.run(load(gw, ids["many"], args.concurrency, via))
@@ -292,15 +338,12 @@ def measure(
     health = np.asarray(many["health"]) * 1e3
     return {
         "answers_per_s": len(many["lat"]) / many["wall"],
-        "added_ms_p50_c1": float(np.median(added_ms(one, calls, args.latency))),
         "added_ms_p50_c64": float(np.median(added_ms(many, calls, args.latency))),
         "cpu_ms_per_question": 1e3 * (c1 - c0) / n,
         "pg_cpu_ms_per_question": 1e3 * (p1 - p0) / n if pg else None,
-        # the store's PostgreSQL commits per question at c=1, every replica's
-        "pg_commits_per_question_c1": (x1 - x0) / max(1, len(one["lat"])) if db else None,
         "healthz_ms_p99": float(np.percentile(health, 99)) if health.size else None,
-        "errors": len(one["errors"]) + len(many["errors"]),
-        "error_examples": (one["errors"] + many["errors"])[:2],
+        "errors": len(many["errors"]),
+        "error_examples": many["errors"][:2],
     }
 
 
@@ -412,13 +455,18 @@ def main() -> None:
                 return lambda: start_ccpo(policy, config(), pg.new_database(), k, row, env)
 
             runs: dict[str, list[dict]] = {r: [] for r in rows}
+            replays = {r for r in rows if r == "litellm"}
             for rep in range(args.reps):
+                one = measure_c1({r: starter(r) for r in rows}, ids, calls, args, replays)
                 for row in rows:
                     is_pg = row.startswith("pg")
                     res = measure(
                         starter(row), ids, calls, args, pg.data if is_pg else None,
-                        replay=row == "litellm",
+                        replay=row in replays,
                     )  # fmt: skip
+                    c1 = one[row]
+                    res["errors"] += len(c1.pop("errors_c1"))
+                    res.update(c1)
                     runs[row].append(res)
                     short = {k: round(v, 2) if isinstance(v, float) else v for k, v in res.items()}
                     print(f"rep {rep} {row}: {json.dumps(short)}", flush=True)

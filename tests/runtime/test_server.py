@@ -53,6 +53,11 @@ def test_answer_health_metrics(world, policy_dir, prices_path):
         assert m["dollars_spent"] == pytest.approx(m["cost_usd"])
         assert m["mean_rounds"] == (s["rounds"] + r2.json()["rounds"]) / 2
         assert m["coverage"] is None
+        # this replica's own write transactions: each answer's commit at least
+        assert 2 <= m["state_commits"] <= ls.service.store.commits
+        prom = httpx.get(ls.url + "/metrics").text
+        line = f'ccpo_state_commits_total{{replica="{m["replica"]}"}} '
+        assert float(prom.split(line)[1].split()[0]) >= m["state_commits"]
 
 
 @pytest.mark.parametrize(

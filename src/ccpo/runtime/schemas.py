@@ -136,6 +136,11 @@ class ServerMetrics(BaseModel):
         0.0, description="all money reserved: calls in flight and questions admitted"
     )
     replica: str = Field("", description="this replica's id (the metrics are the shared state's)")
+    state_commits: int = Field(
+        0,
+        description="write transactions this replica committed to the state since it started "
+        "(its own, unlike the shared values above; one commits every operation pending at once)",
+    )
     uptime_s: float
 
 

@@ -138,6 +138,7 @@ _COUNTERS = {  # Metrics field -> (Prometheus name, help)
     "feedback": ("ccpo_feedback", "feedbacks received"),
     "kappa_moves": ("ccpo_kappa_moves", "feedbacks that moved kappa"),
     "kappa_clamped": ("ccpo_kappa_clamped", "kappa steps cut short by the step bound or band"),
+    "state_commits": ("ccpo_state_commits", "write transactions this replica committed"),
 }
 _GAUGES = {
     "mean_set_size": ("ccpo_mean_set_size", "mean number of answers returned"),

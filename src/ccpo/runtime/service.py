@@ -395,6 +395,7 @@ class Service:
             inflight_usd=c.inflight_usd,
             reserved_usd=c.reserved_usd,
             replica=self.store.replica,
+            state_commits=self.store.commits,
             uptime_s=time.monotonic() - self.started,
         )
 
