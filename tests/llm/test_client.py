@@ -173,6 +173,44 @@ def test_budget_stops_new_paid_calls(tmp_path: Path) -> None:
         assert srv.n_requests == 73  # the refused call was never sent
 
 
+def test_a_question_waiting_for_admission_outlasts_admitted_ones_short_of_room(
+    tmp_path: Path,
+) -> None:
+    """Near the end of a budget, two admitted questions whose wallets fall short of their
+    second calls wait, and a third waits to be admitted: the admitted ones give way first
+    (one refused, the other finishes on its money) and the third is then admitted and
+    answered, instead of being refused while money was still held."""
+    prices = _dollar_per_input_token(tmp_path)
+    # a call: 22 scripted input tokens ($22), worst case $67; wallets of $70 (one call's
+    # worst case): two fit the $150 budget. After their first calls the two admitted wait
+    # for $19 more each (room $10) and the third for its $70: all wait, nothing in flight.
+
+    async def go(url: str):
+        c = LLMClient(prices=prices, retry=FAST, max_cost=150.0, concurrency=8)
+        ep = Endpoint("m", url)
+
+        async def question(i: int, calls: int) -> int:
+            if i == 2:
+                await asyncio.sleep(0.01)  # after the first two are admitted
+            async with c.admit(lambda: 70.0):
+                for k in range(calls):
+                    await c.chat(ep, _req(f"q{i}{k} " + "w " * 20, max_tokens=4))
+            return i
+
+        rs = await asyncio.gather(
+            question(0, 2), question(1, 2), question(2, 1), return_exceptions=True
+        )
+        await c.aclose()
+        return c, rs
+
+    with ScriptedServer(fallback="x", latency=0.02) as srv:
+        c, rs = run(go(srv.url))
+    assert isinstance(rs[0], BudgetExceeded) != isinstance(rs[1], BudgetExceeded), rs
+    assert rs[2] == 2, rs  # admitted once the two had given way or finished
+    assert srv.n_requests == 4  # 2 first calls, one second call, the third's call
+    assert c.spent_usd == pytest.approx(88.0) and c.ledger.reserved == pytest.approx(0.0)
+
+
 def test_budget_holds_at_concurrency_64(tmp_path: Path) -> None:
     prices = _dollar_per_input_token(tmp_path)
 

@@ -338,10 +338,12 @@ class SpendLedger:
         with self._values() as v:
             v[slot] = max(0.0, v[slot] + delta)
 
-    def stuck(self) -> bool:
-        """Nothing will free room: no call is in flight and every admitted question waits."""
+    def stuck(self, admitted: bool = True) -> bool:
+        """Nothing will free room: no call is in flight and every admitted question waits
+        (for a question not yet admitted, ``admitted=False``: and none is admitted; the
+        admitted ones give way first, and what their wallets held may then admit it)."""
         with self._values() as v:
-            return v[2] <= 0 and v[4] >= v[3]
+            return v[2] <= 0 and v[4] >= v[3] and (admitted or v[3] <= 0)
 
 
 @dataclass
@@ -710,7 +712,7 @@ class LLMClient:
             self.ledger.count(SpendLedger.WAITING, 1)
         try:
             while not await self.ledger.areserve(usd, self.max_cost, call=call, sent=sent):
-                if self.ledger.stuck():
+                if self.ledger.stuck(admitted):
                     raise BudgetExceeded(
                         f"budget of ${self.max_cost:.4f} reached (spent "
                         f"${self.ledger.total:.4f}, ${self.ledger.reserved:.4f} reserved; the "

@@ -84,16 +84,24 @@ class StoreLedger(SpendLedger):
     def reserved(self) -> float:
         return self.store.counters.reserved_usd
 
-    def stuck(self) -> bool:
+    def stuck(self, admitted: bool = True) -> bool:
         """Nothing will free room: for ``stuck_s`` on end, every question admitted here
         waited, no call of this replica was in flight, none of its settlements waited to be
         written, and no other replica held money it was not waiting with (as of this
         replica's last transactions). The time bridges the moments between a question's
-        admission and its first call, or between two calls of another replica."""
+        admission and its first call, or between two calls of another replica. A question
+        not yet admitted (``admitted=False``) also waits while admitted questions anywhere
+        hold money: they give way first, and their wallets may then admit it."""
         now = time.monotonic()
         if not self._idle() or self.store.others_busy or self.store.pending():
             self._stuck_since = None
             return False
         if self._stuck_since is None:
             self._stuck_since = now
+        if not admitted and (self._admitted() or self.store.others_hold):
+            return False
         return now - self._stuck_since >= self.stuck_s
+
+    def _admitted(self) -> bool:
+        with self._values() as v:
+            return v[3] > 0

@@ -156,6 +156,7 @@ class Batch:
     lease_ended: bool = False  # its lease row was deleted (a clean stop)
     lease_lost: bool = False  # its lease had expired: what it held is now ``orphan``
     others_busy: bool = False
+    others_hold: bool = False
     inserted: set[str] = field(default_factory=set)  # answer ids this transaction inserted
 
 
@@ -262,6 +263,7 @@ class StateStore:
         self._mirror = Lease()  # the lease as this replica's last commit left it
         self._orphan = Lease()  # what a lost lease held (counted as spent when it expired)
         self.others_busy = False  # another replica holds money it will free by itself
+        self.others_hold = False  # another replica holds money (busy, or its questions wait)
         self.commits = 0  # transactions committed by the writer (benchmarks, tests)
         self._delta = _Delta()
         # the spare wallet (no cap only): reserved and counted in flight, durably, for this
@@ -567,7 +569,7 @@ class StateStore:
         if writes:
             self.commits += 1
             self._mirror, self._orphan = b.lease, b.orphan
-            self.others_busy = b.others_busy
+            self.others_busy, self.others_hold = b.others_busy, b.others_hold
             with self._cond:
                 if b.lease_lost:  # the spare was in the lease that ended: counted as spent
                     gone, self._spare = self._spare, 0.0
@@ -607,8 +609,8 @@ class StateStore:
         """Every lease in one read: expired ones (and, on a heartbeat, those of dead processes
         of this host) end, their calls counted as spent at the worst case; this replica's
         becomes ``b.lease`` (a new one if it has none); ``b.others_busy``: another replica
-        holds money and is not waiting for room."""
-        busy = False
+        holds money and is not waiting for room; ``b.others_hold``: another holds money."""
+        busy = hold = False
         for replica, host, pid, reserved, inflight, expires, idle in rows:
             reserved, inflight = float(reserved), float(inflight)
             mine = replica == self.replica
@@ -620,9 +622,10 @@ class StateStore:
                 self._lease_lost |= mine
             elif mine:
                 b.lease, b.new_lease = Lease(reserved, inflight, bool(idle)), False
-            elif reserved > 0 and not idle:
-                busy = True
-        b.others_busy = busy
+            elif reserved > 0:
+                hold = True
+                busy = busy or not idle
+        b.others_busy, b.others_hold = busy, hold
         if b.new_lease:
             held = self._mirror
             if self._lease_lost or held.reserved > 0 or held.inflight > 0:
