@@ -266,7 +266,7 @@ class StateStore:
         self.others_hold = False  # another replica holds money (busy, or its questions wait)
         self.commits = 0  # transactions committed by the writer (benchmarks, tests)
         self._delta = _Delta()
-        # the spare wallet (no cap only): reserved and counted in flight, durably, for this
+        # the spare wallet: reserved and counted in flight, durably, for this
         # replica's next question; topped up to ``_spare_want`` by write transactions
         self._spare = 0.0
         self._spare_want = 0.0
