@@ -34,3 +34,30 @@ def test_cache_key_sample_index_and_fields(tmp_path: Path) -> None:
     disabled = ResponseCache(None)
     disabled.put("k", f, 0, {"text": "a"})
     assert disabled.get("k") is None and not disabled.enabled
+
+
+def test_the_in_flight_key_tells_requests_apart_as_the_cache_key_does() -> None:
+    """Without a cache, a request in flight is matched by a tuple (no digest): every field
+    that changes the cache key changes it, and only those (the ladder step does not)."""
+    req = ChatRequest([{"role": "user", "content": "hi"}], temperature=1.0, step={"round": "1"})
+    key = req.flight_key("m", 0)
+    assert key == ChatRequest([{"role": "user", "content": "hi"}], 1.0).flight_key("m", 0)
+    assert hash(key) == hash(req.flight_key("m", 0))
+    changed = [
+        ChatRequest([{"role": "user", "content": "ho"}], 1.0),
+        ChatRequest([{"role": "system", "content": "hi"}], 1.0),
+        ChatRequest([{"role": "user", "content": "hi"}], 0.5),
+        ChatRequest([{"role": "user", "content": "hi"}], 1.0, max_tokens=7),
+        ChatRequest([{"role": "user", "content": "hi"}], 1.0, stop=["x"]),
+        ChatRequest([{"role": "user", "content": "hi"}], 1.0, logprobs=False),
+        ChatRequest([{"role": "user", "content": "hi"}], 1.0, top_logprobs=2),
+    ]
+    for other in changed:
+        assert other.flight_key("m", 0) != key
+        assert cache_key(other.key_fields("m"), 0) != cache_key(req.key_fields("m"), 0)
+    assert req.flight_key("n", 0) != key and req.flight_key("m", 1) != key
+    # without log-probs, top_logprobs is in neither key
+    a = ChatRequest([{"role": "user", "content": "hi"}], logprobs=False, top_logprobs=2)
+    b = ChatRequest([{"role": "user", "content": "hi"}], logprobs=False, top_logprobs=5)
+    assert a.flight_key("m", 0) == b.flight_key("m", 0)
+    assert cache_key(a.key_fields("m"), 0) == cache_key(b.key_fields("m"), 0)

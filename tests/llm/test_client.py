@@ -559,3 +559,27 @@ def test_credentials_in_the_url_beside_an_api_key(backend) -> None:
     with ScriptedServer(fallback="fine", api_key="sk-url-cred") as srv:
         r = run(go(srv.url.replace("http://", "http://user:pw@")))
     assert r.text == "fine" and srv.n_completions == 1
+
+
+def test_token_logprobs_of_a_reply_and_its_odd_shapes() -> None:
+    """A reply's per-token log-probs: alternatives without a number are skipped; a token
+    without one (absent, text, NaN) or not an object leaves the reply without log-probs."""
+    from ccpo.llm.client import _parse_completion
+
+    def reply(content):
+        msg = {"role": "assistant", "content": "Yes"}
+        return {"choices": [{"message": msg, "logprobs": {"content": content}}], "usage": {}}
+
+    req = ChatRequest([{"role": "user", "content": "q"}])
+    ok = [{"token": "Yes", "logprob": -0.5,
+           "top_logprobs": [{"token": "Yes", "logprob": -0.5}, {"token": "No", "logprob": "x"},
+                            "junk", {"token": 7, "logprob": -3}]}]  # fmt: skip
+    r = _parse_completion(reply(ok), req)
+    assert [(t.token, t.logprob, t.top) for t in r.logprobs] == [
+        ("Yes", -0.5, {"Yes": -0.5, "7": -3.0})
+    ]
+    assert r.usage_estimated and r.input_tokens >= 1
+    for bad in ([{"token": "a"}], [{"token": "a", "logprob": "x"}],
+                [{"token": "a", "logprob": float("nan")}], ["a"], [*ok, None]):  # fmt: skip
+        assert _parse_completion(reply(bad), req).logprobs is None, bad
+    assert _parse_completion(reply([]), req).logprobs is None  # nothing given: none

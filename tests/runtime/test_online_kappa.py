@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
 
 import numpy as np
@@ -265,3 +266,21 @@ def test_level_band_and_warm_up_stay_under_a_flood_of_misses():
     for _ in range(1000):
         apply_feedback(tr, c, True, True, cfg.kappa_max_step, bounds)
     assert tr.kappa == cal.kappa(0.3) and tr.level == pytest.approx(0.3)
+
+
+def test_the_state_rows_json_is_every_field_and_reads_back():
+    """The tracker and the counters are written field by field (no deep copy): the JSON holds
+    every dataclass field and reads back equal."""
+    import dataclasses
+
+    from ccpo.runtime.state.store import tracker_json
+
+    c = Counters(requests=3, cost_usd=0.25, spent_usd=0.5, reserved_usd=0.125)
+    c.recent.extend([1, 0, 1])
+    d = c.to_json()
+    assert set(d) == {f.name for f in dataclasses.fields(Counters)}
+    assert d["recent"] == [1, 0, 1] and json.loads(json.dumps(d)) == d
+    assert Counters.from_json(json.loads(json.dumps(d))) == c
+    t = OnlineThreshold(alpha=0.1, kappa=0.3, step=4, level=0.7)
+    assert tracker_json(t) == dataclasses.asdict(t)
+    assert OnlineThreshold(**json.loads(json.dumps(tracker_json(t)))) == t

@@ -48,6 +48,7 @@ import contextlib
 import contextvars
 import dataclasses
 import email.utils
+import functools
 import importlib.util
 import json
 import logging
@@ -56,7 +57,7 @@ import os
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -94,6 +95,7 @@ OPENAI_HOST = "api.openai.com"
 OPENAI_URL = f"https://{OPENAI_HOST}/v1"
 
 
+@functools.lru_cache(maxsize=256)  # asked on every call (its key, its headers)
 def is_openai_api(base_url: str | None) -> bool:
     """True iff ``base_url`` is the OpenAI API itself: no URL (the SDK's default), or an
     ``https`` URL whose parsed host is exactly ``api.openai.com`` (not a path or a longer host
@@ -163,6 +165,20 @@ class ChatRequest:
     def headers(self) -> dict[str, str]:
         """The ``X-CCPO-Round`` / ``X-CCPO-Role`` headers of :attr:`step`."""
         return {f"X-CCPO-{k.capitalize()}": str(v) for k, v in (self.step or {}).items()}
+
+    def flight_key(self, model: str, sample: int) -> tuple[Any, ...]:
+        """What tells this request from another in flight: the fields of
+        :meth:`key_fields` and ``sample``, as a tuple (hashed, not serialised)."""
+        return (
+            model,
+            tuple((m["role"], m["content"]) for m in self.messages),
+            float(self.temperature),
+            int(self.max_tokens),
+            tuple(self.stop) if self.stop else None,
+            bool(self.logprobs),
+            int(self.top_logprobs) if self.logprobs else 0,
+            int(sample),
+        )
 
     def key_fields(self, model: str) -> dict[str, Any]:
         return {
@@ -543,6 +559,28 @@ def _get(obj: Any, key: str) -> Any:
     return obj.get(key) if isinstance(obj, dict) else None
 
 
+def _token_logprobs(content: list[Any]) -> list[TokenLogprob] | None:
+    """The tokens' log-probs of a choice's ``logprobs.content`` (None when a token has none,
+    or not a number); of its alternatives those with a number. Written out rather than
+    through :func:`_get`: a reply carries (1 + top_logprobs) entries per token."""
+    lps = []
+    append = lps.append
+    for tok in content:
+        if not isinstance(tok, dict):
+            return None
+        lp = tok.get("logprob")
+        if not isinstance(lp, int | float) or lp != lp:  # absent, not a number, NaN
+            return None
+        top = {}
+        for alt in tok.get("top_logprobs") or ():
+            if isinstance(alt, dict):
+                v = alt.get("logprob")
+                if isinstance(v, int | float):
+                    top[str(alt.get("token"))] = float(v)
+        append(TokenLogprob(str(tok.get("token")), float(lp), top))
+    return lps
+
+
 def _parse_completion(resp: Any, request: ChatRequest) -> ChatResult:
     """Turn a chat-completion response body (JSON as dicts) into a ChatResult; raise
     ``_Malformed`` for anything unusable."""
@@ -556,17 +594,7 @@ def _parse_completion(resp: Any, request: ChatRequest) -> ChatResult:
     lps: list[TokenLogprob] | None = None
     content = _get(_get(ch, "logprobs"), "content")
     if content and isinstance(content, list):
-        lps = []
-        for tok in content:
-            lp = _get(tok, "logprob")
-            if lp is None or not isinstance(lp, int | float) or math.isnan(lp):
-                lps = None
-                break
-            top = {}
-            for alt in _get(tok, "top_logprobs") or []:
-                if isinstance(_get(alt, "logprob"), int | float):
-                    top[str(alt.get("token"))] = float(alt["logprob"])
-            lps.append(TokenLogprob(str(_get(tok, "token")), float(lp), top))
+        lps = _token_logprobs(content)
     usage = _get(resp, "usage")
     n_in, n_out = _get(usage, "prompt_tokens"), _get(usage, "completion_tokens")
     estimated = False
@@ -613,7 +641,7 @@ class LLMClient:
         self._http = make_transport(http_backend, self.retry.timeout)
         self._rng = random.Random(seed)
         self._sems: dict[str | None, asyncio.Semaphore] = {}
-        self._inflight: dict[str, asyncio.Future[ChatResult]] = {}
+        self._inflight: dict[Hashable, asyncio.Future[ChatResult]] = {}
         self._no_logprobs: set[tuple[str | None, str]] = set()
         self._probe = asyncio.Lock()
         self.max_call_worst = 0.0  # the largest worst case a paid call reserved so far
@@ -678,7 +706,9 @@ class LLMClient:
         log-probs has its answers cached under the key without them, so a later run against
         an endpoint that serves them asks again.
         """
-        with tracing.llm_call(endpoint, request) as span:  # a no-op unless tracing is on
+        if not tracing.on():
+            return await self._chat(endpoint, request, sample)
+        with tracing.llm_call(endpoint, request) as span:
             return span.done(await self._chat(endpoint, request, sample))
 
     async def _chat(self, endpoint: Endpoint, request: ChatRequest, sample: int) -> ChatResult:
@@ -803,12 +833,18 @@ class LLMClient:
             env.free = 0.0
 
     async def _chat_once(self, endpoint: Endpoint, request: ChatRequest, sample: int) -> ChatResult:
-        fields = request.key_fields(endpoint.model)
-        key = cache_key(fields, sample)
-        hit = self.cache.get(key)
-        if hit is not None:
-            self.n_cached += 1
-            return ChatResult.from_cache(hit)
+        cached = self.cache.enabled
+        fields: dict[str, Any] = {}
+        key: Hashable
+        if cached:
+            fields = request.key_fields(endpoint.model)
+            key = cache_key(fields, sample)
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.n_cached += 1
+                return ChatResult.from_cache(hit)
+        else:  # the same request in flight is all it is compared with: no digest needed
+            key = request.flight_key(endpoint.model, sample)
         fut = self._inflight.get(key)
         if fut is not None:  # the same request is being paid for right now: wait for it
             res = await asyncio.shield(fut)
@@ -858,7 +894,8 @@ class LLMClient:
                 if held:
                     settle(cost)
             self.n_calls += 1
-            self.cache.put(key, fields, sample, res.to_cache())
+            if cached:
+                self.cache.put(key, fields, sample, res.to_cache())  # type: ignore[arg-type]
             fut.set_result(res)
             return res
         except BaseException as e:

@@ -206,6 +206,11 @@ class _Off:
 _OFF = _Off()
 
 
+def on() -> bool:
+    """Tracing is on (the hot path skips the hooks' context managers when it is not)."""
+    return _state["tracer"] is not None
+
+
 def current() -> _Question | _Off:
     """The question being answered in this task (a no-op when tracing is off)."""
     return _question.get() or _OFF

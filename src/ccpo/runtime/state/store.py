@@ -66,7 +66,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from ccpo.errors import CCPOError
@@ -108,6 +108,14 @@ _DDL = (
 _LEASES = "SELECT replica, host, pid, reserved_usd, inflight_usd, expires, idle FROM ccpo_leases"
 
 T = TypeVar("T")
+
+
+_TRACKER_FIELDS = tuple(f.name for f in fields(OnlineThreshold))
+
+
+def tracker_json(t: OnlineThreshold) -> dict[str, Any]:
+    """κ's tracker as JSON values (its fields are numbers: no deep copy)."""
+    return {f: getattr(t, f) for f in _TRACKER_FIELDS}
 
 
 def default_replica_id() -> str:
@@ -342,7 +350,7 @@ class StateStore:
             tx.run("INSERT INTO ccpo_meta (key, value) VALUES (?, ?)", (k, v))
         tx.run(
             "INSERT INTO ccpo_state (id, tracker, counters) VALUES (1, ?, ?)",
-            (json.dumps(asdict(tracker)), json.dumps(counters.to_json())),
+            (json.dumps(tracker_json(tracker)), json.dumps(counters.to_json())),
         )
         return meta
 
@@ -553,7 +561,7 @@ class StateStore:
                         )
                     tx.run(
                         "UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1",
-                        (json.dumps(asdict(tracker)), json.dumps(c.to_json())),
+                        (json.dumps(tracker_json(tracker)), json.dumps(c.to_json())),
                     )
         except BaseException:
             with self._cond:  # written by none: back to the next transaction
