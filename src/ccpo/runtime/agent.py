@@ -42,6 +42,7 @@ goes into answers rather than into questions that cannot finish.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 import warnings
@@ -220,7 +221,7 @@ class ConformalAgent:
         return load_prices(own, *config.prices)
 
     # ------------------------------------------------------------------ properties
-    @property
+    @functools.cached_property
     def needs_context(self) -> bool:
         """The ladder runs ReAct rounds with no search corpus: questions must bring their
         paragraphs (``context``)."""
@@ -358,7 +359,10 @@ class ConformalAgent:
         try:
             # admitted when what a question may cost fits what is left of the budget
             client = runner.client
-            with tracing.question(self, qid, k) as span:  # a no-op unless tracing is on
+            if not tracing.on():
+                async with client.admit(lambda: self._question_estimate(client)) as env:
+                    return await self._rollout(runner, env, question, qid, context, k, budget, t0)
+            with tracing.question(self, qid, k) as span:
                 async with client.admit(lambda: self._question_estimate(client)) as env:
                     return span.done(
                         await self._rollout(runner, env, question, qid, context, k, budget, t0)
@@ -395,49 +399,44 @@ class ConformalAgent:
         joined: list[tuple[str, float, int, str]] = []  # (normalised, π(a|o_t), t, a)
         by_model: dict[str, float] = dict.fromkeys(self.ladder.models(), 0.0)
         total = worst = 0.0
-        for t in range(1, self.horizon + 1):
-            if budget is not None and t > 1 and total + worst > budget:
-                raise RequestBudgetExceeded(
-                    f"round {t} would take it over its budget of "
-                    f"${budget:.6f} (spent ${total:.6f} in {t - 1} rounds; the policy wants "
-                    "another round)"
-                )
-            before = env.spent
-            ro = await run_round(runner, question, t, outs, backend)
-            self._costliest_round = max(self._costliest_round, env.spent - before)
-            outs.append(ro)
-            lr = live_round(ro.record())
-            rounds.append(lr)
-            cb, cg = self.prices.round_costs(lr)
-            by_model[lr.base.model] += cb
-            by_model[lr.guide.model] += cg
-            total += cb + cg
-            worst = max(worst, cb + cg)
-            d = decide(self.policy, self.task, self.horizon, rounds, k, self.family)
-            tracing.current().round(t, d, cb + cg, ro.reused)
-            for i, (a, text) in enumerate((("base", lr.base.answer), ("guide", lr.guide.answer))):
-                key = self._norm(text)
-                if a in d.actions and key:  # an empty answer adds none
-                    answers.setdefault(key, text)
-                    joined.append((key, float(d.probs[i]), t, a))
-            logs.append(
-                RoundLog(
-                    round=t,
-                    base_model=lr.base.model,
-                    guide_model=lr.guide.model,
-                    models=ro.models(),
-                    base_answer=lr.base.answer,
-                    guide_verdict=lr.guide.verdict,  # type: ignore[arg-type]
-                    guide_answer=lr.guide.answer,
-                    uncertainty=lr.guide.uncertainty,
-                    pi={a: float(v) for a, v in zip(ACTIONS, d.probs, strict=True)},
-                    actions=list(d.actions),  # type: ignore[arg-type]
-                    fallback=d.fallback,
-                    cost_usd=cb + cg,
-                )
-            )
-            if not d.go_on:
-                break
+        nxt: asyncio.Future[RoundOutput] | None = None  # the next round, already sent
+        before = 0.0
+        try:
+            for t in range(1, self.horizon + 1):
+                if nxt is None:
+                    before = env.spent
+                    ro = await run_round(runner, question, t, outs, backend)
+                else:
+                    ro = await nxt
+                    nxt = None
+                self._costliest_round = max(self._costliest_round, env.spent - before)
+                outs.append(ro)
+                lr = live_round(ro.record())
+                rounds.append(lr)
+                cb, cg = self.prices.round_costs(lr)
+                by_model[lr.base.model] += cb
+                by_model[lr.guide.model] += cg
+                total += cb + cg
+                worst = max(worst, cb + cg)
+                d = decide(self.policy, self.task, self.horizon, rounds, k, self.family)
+                if d.go_on and t < self.horizon:
+                    if budget is not None and total + worst > budget:
+                        raise RequestBudgetExceeded(
+                            f"round {t + 1} would take it over its budget of "
+                            f"${budget:.6f} (spent ${total:.6f} in {t} rounds; the policy "
+                            "wants another round)"
+                        )
+                    # round t + 1 sends its first call before round t's log is written
+                    before = env.spent
+                    nxt = asyncio.ensure_future(run_round(runner, question, t + 1, outs, backend))
+                    await asyncio.sleep(0)  # (it runs up to its first wait for the network)
+                logs.append(self._round_log(t, ro, lr, d, cb + cg, answers, joined))
+                if not d.go_on:
+                    break
+        finally:
+            if nxt is not None:  # an error or a cancellation before it was awaited
+                nxt.cancel()
+                await asyncio.gather(nxt, return_exceptions=True)  # its calls settle first
         best = one_answer(joined)
         return AnswerSet(
             id=qid,
@@ -454,6 +453,39 @@ class ConformalAgent:
             kappa=k,
             policy=self.policy.variant,
             latency_ms=(time.perf_counter() - t0) * 1000.0,
+        )
+
+    def _round_log(
+        self,
+        t: int,
+        ro: RoundOutput,
+        lr: Round,
+        d: RoundDecision,
+        cost: float,
+        answers: dict[str, str],
+        joined: list[tuple[str, float, int, str]],
+    ) -> RoundLog:
+        """Round ``t``'s log, its answers in C(o_t) joined to the set (``answers``: normalised
+        → first spelling; ``joined``: (normalised, π(a|o_t), t, a)), its tracing event."""
+        tracing.current().round(t, d, cost, ro.reused)
+        for i, (a, text) in enumerate((("base", lr.base.answer), ("guide", lr.guide.answer))):
+            key = self._norm(text)
+            if a in d.actions and key:  # an empty answer adds none
+                answers.setdefault(key, text)
+                joined.append((key, float(d.probs[i]), t, a))
+        return RoundLog(
+            round=t,
+            base_model=lr.base.model,
+            guide_model=lr.guide.model,
+            models=ro.models(),
+            base_answer=lr.base.answer,
+            guide_verdict=lr.guide.verdict,  # type: ignore[arg-type]
+            guide_answer=lr.guide.answer,
+            uncertainty=lr.guide.uncertainty,
+            pi={a: float(v) for a, v in zip(ACTIONS, d.probs, strict=True)},
+            actions=list(d.actions),  # type: ignore[arg-type]
+            fallback=d.fallback,
+            cost_usd=cost,
         )
 
     def normalize(self, answer: str) -> str:

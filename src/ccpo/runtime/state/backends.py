@@ -280,15 +280,20 @@ class _PgTx(_Tx):
         if not queued:
             return
         cur = psycopg.ClientCursor(self.conn)
-        # the SQL is written with ? placeholders; psycopg's are %s
-        text = "; ".join(cur.mogrify(q.replace("?", "%s"), tuple(p)) for q, p, _ in queued)
+        # the SQL is written with ? placeholders; psycopg's are %s; bound in one call
+        text = cur.mogrify(
+            "; ".join(q.replace("?", "%s") for q, _, _ in queued),
+            [x for _, p, _ in queued for x in p],
+        )
+        tuples = psycopg.pq.ExecStatus.TUPLES_OK
         with _unique():
             cur.execute(text)
             for k, (_, _, later) in enumerate(queued):
                 if k:
                     cur.nextset()
-                if later is not None:
-                    later.rows = cur.fetchall() if cur.description is not None else []
+                if later is not None:  # (the status, not .description: no column objects)
+                    res = cur.pgresult
+                    later.rows = cur.fetchall() if res and res.status == tuples else []
 
 
 @contextlib.contextmanager

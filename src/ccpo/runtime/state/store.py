@@ -444,8 +444,9 @@ class StateStore:
 
     async def _await(self, op: _Op) -> Any:
         assert op.afut is not None
-        try:
-            return await asyncio.wait_for(op.afut, self.timeout)
+        try:  # awaited directly (wait_for would wrap it: two more turns of the loop)
+            async with asyncio.timeout(self.timeout):  # on expiry op.afut is cancelled: gone
+                return await op.afut
         except TimeoutError:
             raise self._late() from None
 
