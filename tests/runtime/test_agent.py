@@ -238,3 +238,36 @@ def test_a_bad_keyword_argument_is_blamed_on_the_argument(world, policy_dir, pri
     with pytest.raises(CCPOError, match=r"^argument kappa: .*less than or equal to 1") as e:
         ConformalAgent.from_artifact(policy_dir, cfg, kappa=2.0)
     assert "d.yaml" not in str(e.value)
+
+
+def test_a_question_cut_off_in_a_round_sent_ahead_leaves_nothing_behind(
+    world, policy_dir, prices_path
+):
+    """κ = 0: every round goes on, and round t + 1's first call is sent before round t's log
+    is written. Cut off (as the server's shutdown does) while round 2's base call is in
+    flight: no task is left running, the call is counted at its worst case, and nothing stays
+    reserved."""
+    values = deploy_values(world, prices_path, kappa=0.0, max_cost_total=1.0)
+
+    async def main():
+        ag = ConformalAgent.from_artifact(policy_dir, values)
+        first = await ag.aanswer(MMLU_Q + " (first)")  # it runs alone and prices a question
+        client = ag._runner().client
+        world.latency = 0.5
+        n0 = world.n_requests
+        task = asyncio.ensure_future(ag.aanswer(MMLU_Q))
+        while world.n_requests < n0 + 3:  # round 1's two calls, then round 2's base call
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        out = (first.cost_usd, ag.spent_usd, client.ledger.reserved, left)
+        world.latency = 0.0
+        await ag.aclose()
+        return out
+
+    first_cost, spent, reserved, left = asyncio.run(main())
+    assert left == []
+    assert reserved == 0.0
+    assert spent > first_cost  # round 1 and the cut-off call (at its worst case) are counted
