@@ -271,6 +271,37 @@ class RequestBudgetExceeded(CCPOError):
     """A question would exceed its own dollar budget; the call that would have was not sent."""
 
 
+class _Held:
+    """The slots of a process's own ledger, as a context manager (no lock needed)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = values
+
+    def __enter__(self) -> list[float]:
+        return self.values
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _Locked:
+    """The slots of a ledger shared by processes, held under its lock."""
+
+    __slots__ = ("lock", "values")
+
+    def __init__(self, shared: Any) -> None:
+        self.lock, self.values = shared.get_lock(), shared.get_obj()
+
+    def __enter__(self) -> Any:
+        self.lock.acquire()
+        return self.values
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
 class SpendLedger:
     """USD spent by one run, USD reserved for it and the paid calls in flight, against which
     ``max_cost`` is checked.
@@ -293,14 +324,12 @@ class SpendLedger:
     def __init__(self, shared: Any | None = None, spent: float = 0.0) -> None:
         self._shared = shared
         self._local = [float(spent), 0.0, 0.0, 0.0, 0.0]
+        self._held = _Held(self._local) if shared is None else _Locked(shared)
 
-    @contextlib.contextmanager
     def _values(self) -> Any:
-        if self._shared is None:
-            yield self._local
-            return
-        with self._shared.get_lock():
-            yield self._shared.get_obj()
+        """``with self._values() as v``: the slots, under the shared array's lock if any (an
+        object made once, not a generator per use: a call reads or writes them six times)."""
+        return self._held
 
     def try_reserve(
         self, usd: float, cap: float | None, call: bool = False, sent: float = 0.0
