@@ -206,9 +206,18 @@ class _Off:
 _OFF = _Off()
 
 
-def on() -> bool:
-    """Tracing is on (the hot path skips the hooks' context managers when it is not)."""
-    return _state["tracer"] is not None
+class _OffContext:
+    """What :func:`question` and :func:`llm_call` return when tracing is off: a context made
+    once that gives :data:`_OFF` (no generator per question or call on the hot path)."""
+
+    def __enter__(self) -> _Off:
+        return _OFF
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_OFF_CONTEXT = _OffContext()
 
 
 def current() -> _Question | _Off:
@@ -216,14 +225,19 @@ def current() -> _Question | _Off:
     return _question.get() or _OFF
 
 
-@contextlib.contextmanager
-def question(agent: Any, qid: str, kappa: float | None) -> Iterator[_Question | _Off]:
+def question(
+    agent: Any, qid: str, kappa: float | None
+) -> contextlib.AbstractContextManager[_Question | _Off]:
     """The span of one question answered by ``agent`` (a ``ConformalAgent``); the LLM calls
-    made inside become its children. Yields what records its rounds and result."""
+    made inside become its children. Gives what records its rounds and result."""
+    if _state["tracer"] is None:
+        return _OFF_CONTEXT
+    return _question_span(agent, qid, kappa)
+
+
+@contextlib.contextmanager
+def _question_span(agent: Any, qid: str, kappa: float | None) -> Iterator[_Question]:
     tracer = _state["tracer"]
-    if tracer is None:
-        yield _OFF
-        return
     from opentelemetry.trace import SpanKind
 
     attrs = {
@@ -320,14 +334,17 @@ def _server(base_url: str | None) -> tuple[str | None, int | None]:
     return u.hostname, port
 
 
-@contextlib.contextmanager
-def llm_call(endpoint: Any, request: Any) -> Iterator[_Call | _Off]:
+def llm_call(endpoint: Any, request: Any) -> contextlib.AbstractContextManager[_Call | _Off]:
     """The span of one chat completion (``endpoint``: an ``Endpoint``, ``request``: a
-    ``ChatRequest``), cache hits included; yields what records the ``ChatResult``."""
+    ``ChatRequest``), cache hits included; gives what records the ``ChatResult``."""
+    if _state["tracer"] is None:
+        return _OFF_CONTEXT
+    return _llm_call_span(endpoint, request)
+
+
+@contextlib.contextmanager
+def _llm_call_span(endpoint: Any, request: Any) -> Iterator[_Call]:
     tracer = _state["tracer"]
-    if tracer is None:
-        yield _OFF
-        return
     from opentelemetry.trace import SpanKind
 
     host, port = _server(endpoint.base_url)

@@ -359,10 +359,7 @@ class ConformalAgent:
         try:
             # admitted when what a question may cost fits what is left of the budget
             client = runner.client
-            if not tracing.on():
-                async with client.admit(lambda: self._question_estimate(client)) as env:
-                    return await self._rollout(runner, env, question, qid, context, k, budget, t0)
-            with tracing.question(self, qid, k) as span:
+            with tracing.question(self, qid, k) as span:  # a no-op unless tracing is on
                 async with client.admit(lambda: self._question_estimate(client)) as env:
                     return span.done(
                         await self._rollout(runner, env, question, qid, context, k, budget, t0)
