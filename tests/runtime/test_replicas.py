@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
-from ccpo.runtime.state import SCHEMA_VERSION, StateStore
+from ccpo.runtime.state import SCHEMA_VERSION, DuplicateKey, StateStore
 
 from .conftest import LiveServer, make_service
 
@@ -113,6 +114,101 @@ def test_a_dead_replicas_lease_expires_into_spent_money(pg_cluster):
     assert not live.reserve(0.21, 1.0)  # 0.2 spent + 0.6 reserved: 0.2 left
     live.close()
     ghost.db.close()
+
+
+def _answer(qid: str, cost: float) -> dict:
+    return {"id": qid, "question": "Q", "answers": ["A"], "cost_usd": cost, "rounds": 1}
+
+
+def test_a_replica_alone_sends_its_writes_whole_and_redoes_a_race_it_lost(pg_cluster):
+    """A replica that finds the state row as it left it sends its next answers and
+    reservations whole (computed ahead, one guarded statement). A write of another replica
+    in between, or an answer id already taken, fails the guard: nothing of it stays, and the
+    usual transaction redoes it. Every count and dollar adds up either way."""
+    url = pg_cluster.new_database()
+    tr = OnlineThreshold(alpha=0.1, kappa=0.5)
+    a = StateStore(url, "fp", tr, replica="a")
+    b = StateStore(url, "fp", tr, replica="b")
+    try:
+        for i in range(4):
+            a.record_answer(_answer(f"q{i}", 0.001))
+        assert a.commits_whole >= 2 and a.commits_moved == 0
+        assert a.reserve(0.125, None, inflight=0.125)
+        whole = a.commits_whole
+        assert whole >= 3  # the reservation went whole too
+        assert b.reserve(0.25, None)  # b writes the row a computes from
+        a.record_answer(_answer("q4", 0.002))
+        assert (a.commits_moved, a.commits_whole) == (1, whole)  # guard failed, redone
+        a.record_answer(_answer("q5", 0.004))  # the row is as a left it again: ...
+        a.record_answer(_answer("q6", 0.008))
+        assert a.commits_whole == whole + 1  # ... whole again
+        with pytest.raises(DuplicateKey):  # taken: the guard fails, the redo refuses it
+            a.record_answer(_answer("q6", 0.5))
+        assert a.commits_moved == 2
+        a.settle(0.125, 0.0625, inflight=0.125)
+        a.flush()
+        c = a.refresh()[1]
+        assert c.requests == 7
+        assert c.cost_usd == pytest.approx(0.004 + 0.002 + 0.004 + 0.008, abs=1e-15)
+        assert (c.spent_usd, c.reserved_usd, c.inflight_usd) == (0.0625, 0.25, 0.0)
+        assert sorted((r[0], r[1]) for r in a.leases()) == [("a", 0.0), ("b", 0.25)]
+        with a.db.read() as tx:
+            rows = tx.all("SELECT id, answer FROM ccpo_answers ORDER BY id")
+        assert [r[0] for r in rows] == [f"q{i}" for i in range(7)]
+        assert json.loads(rows[6][1])["cost_usd"] == 0.008  # the first q6, not the refused one
+    finally:
+        a.close()
+        b.close()
+
+
+def test_replicas_racing_whole_and_usual_writes_lose_no_count_or_cent(pg_cluster):
+    """Two replicas answer, reserve and settle from four threads at once, so that writes sent
+    whole and usual transactions race for the one state row: the counters and the money
+    come out exact (nothing counted twice, nothing lost), and both paths were taken."""
+    url = pg_cluster.new_database()
+    tr = OnlineThreshold(alpha=0.1, kappa=0.5)
+    stores = [StateStore(url, "fp", tr, replica=r) for r in ("a", "b")]
+    per, usd = 60, 2.0**-10  # a dyadic cost: every sum is exact in floating point
+
+    def work(k: int) -> None:
+        s = stores[k % 2]
+        for i in range(per):
+            assert s.reserve(2 * usd, None, inflight=2 * usd)
+            s.record_answer(_answer(f"t{k}-{i}", usd))
+            s.settle(2 * usd, usd, inflight=2 * usd)
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(work, range(4)))
+        for s in stores:
+            s.flush()
+        c = stores[0].refresh()[1]
+        assert c.requests == 4 * per
+        assert c.cost_usd == c.spent_usd == 4 * per * usd
+        assert c.reserved_usd == c.inflight_usd == 0.0
+        assert sum(s.commits_whole for s in stores) > 0
+        assert sum(s.commits_moved for s in stores) > 0
+    finally:
+        for s in stores:
+            s.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_answer_table_keeps_the_newest_max_records(backend, pg_cluster, tmp_path):
+    """Past ``max_records`` answers the oldest go (checked every 64 inserts), on either
+    backend and whichever way the answers were written: 130 answers, 10 kept, 12 present
+    (2 since the last trim), the newest."""
+    url = pg_cluster.new_database() if backend == "postgresql" else str(tmp_path / "s.sqlite")
+    s = StateStore(url, "fp", OnlineThreshold(alpha=0.1, kappa=0.5), max_records=10)
+    try:
+        for i in range(130):
+            s.record_answer(_answer(f"q{i:03d}", 0.001))
+        with s.db.read() as tx:
+            kept = [r[0] for r in tx.all("SELECT id FROM ccpo_answers ORDER BY created, id")]
+        assert kept == [f"q{i:03d}" for i in range(118, 130)]
+        assert s.refresh()[1].requests == 130
+    finally:
+        s.close()
 
 
 def test_a_newer_schema_is_refused(pg_cluster):

@@ -141,6 +141,12 @@ class ServerMetrics(BaseModel):
         description="write transactions this replica committed to the state since it started "
         "(its own, unlike the shared values above; one commits every operation pending at once)",
     )
+    state_commits_whole: int = Field(
+        0,
+        description="of them, those sent whole: computed ahead from the state as this replica "
+        "left it and written in one guarded statement (PostgreSQL, while no other replica "
+        "writes in between)",
+    )
     uptime_s: float
 
 

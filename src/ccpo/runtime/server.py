@@ -139,6 +139,7 @@ _COUNTERS = {  # Metrics field -> (Prometheus name, help)
     "kappa_moves": ("ccpo_kappa_moves", "feedbacks that moved kappa"),
     "kappa_clamped": ("ccpo_kappa_clamped", "kappa steps cut short by the step bound or band"),
     "state_commits": ("ccpo_state_commits", "write transactions this replica committed"),
+    "state_commits_whole": ("ccpo_state_commits_whole", "of them, sent whole (one statement)"),
 }
 _GAUGES = {
     "mean_set_size": ("ccpo_mean_set_size", "mean number of answers returned"),

@@ -396,6 +396,7 @@ class Service:
             reserved_usd=c.reserved_usd,
             replica=self.store.replica,
             state_commits=self.store.commits,
+            state_commits_whole=self.store.commits_whole,
             uptime_s=time.monotonic() - self.started,
         )
 

@@ -34,6 +34,12 @@ class DuplicateKey(CCPOError):
     """An insert met a row with the same key (e.g. an answer id used by a concurrent request)."""
 
 
+class Moved(Exception):
+    """A write sent whole (:attr:`Backend.whole`) found the rows it was computed from changed
+    by another replica: nothing of it was done (its guard raised, the transaction rolled
+    back); the store redoes it the usual way."""
+
+
 class StateUnavailable(CCPOError):
     """The state database did not answer within the deadline, or failed: nothing was done
     (``ccpo serve`` answers a JSON 503 ``state_unavailable``)."""
@@ -73,8 +79,14 @@ class Backend(Protocol):
     where: str  # printable: a path, or user@host:port/db (never a password)
     lock: str  # appended to the state row's SELECT in a write transaction
     now: str  # SQL: the database's clock, epoch seconds
+    whole: bool  # a write computed ahead may be sent whole, guarded (:class:`Moved`)
 
     def write(self) -> contextlib.AbstractContextManager[Tx]: ...
+
+    def write_whole(self, sql: str, params: Sequence[Any]) -> None:
+        """One statement as its own transaction, durable when it returns (``whole``
+        backends); :class:`Moved` if its guard divided by zero (nothing of it done)."""
+        ...
 
     def read(self) -> contextlib.AbstractContextManager[Tx]: ...
 
@@ -185,6 +197,7 @@ class SQLiteBackend:
 
     kind = "sqlite"
     lock = ""
+    whole = False  # reading costs no round trip here
     now = "((julianday('now') - 2440587.5) * 86400.0)"
 
     def __init__(self, path: Path | None, timeout: float = 30.0) -> None:
@@ -286,7 +299,7 @@ class _PgTx(_Tx):
             [x for _, p, _ in queued for x in p],
         )
         tuples = psycopg.pq.ExecStatus.TUPLES_OK
-        with _unique():
+        with _errors():
             cur.execute(text)
             for k, (_, _, later) in enumerate(queued):
                 if k:
@@ -297,15 +310,18 @@ class _PgTx(_Tx):
 
 
 @contextlib.contextmanager
-def _unique() -> Iterator[None]:
+def _errors() -> Iterator[None]:
     """A unique-key violation as :class:`DuplicateKey` (met when a result is read: in a
-    pipeline that is later than the statement was sent)."""
+    pipeline that is later than the statement was sent); a division by zero, the guard of a
+    write sent whole (the store's only division), as :class:`Moved`."""
     import psycopg
 
     try:
         yield
     except psycopg.errors.UniqueViolation as e:
         raise DuplicateKey(str(e).splitlines()[0]) from None
+    except psycopg.errors.DivisionByZero:
+        raise Moved() from None
 
 
 class PostgresBackend:
@@ -313,6 +329,7 @@ class PostgresBackend:
 
     kind = "postgresql"
     lock = " FOR UPDATE"
+    whole = True
     now = "extract(epoch from clock_timestamp())::float8"
 
     def __init__(self, url: str, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
@@ -369,6 +386,12 @@ class PostgresBackend:
     def read(self) -> Iterator[Tx]:
         with self._pool.connection() as conn:
             yield _PgTx(conn)
+
+    def write_whole(self, sql: str, params: Sequence[Any]) -> None:
+        # bound by the server and prepared (its plan made once per connection, not per
+        # call: the statement of a write sent whole is long); autocommit: its own transaction
+        with self._pool.connection() as conn, _errors():
+            conn.execute(sql.replace("?", "%s"), params, prepare=True)
 
     def close(self) -> None:
         self._pool.close()
