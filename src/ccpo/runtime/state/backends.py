@@ -35,9 +35,8 @@ class DuplicateKey(CCPOError):
 
 
 class Moved(Exception):
-    """A write sent whole (:attr:`Backend.whole`) found the rows it was computed from changed
-    by another replica: nothing of it was done (its guard raised, the transaction rolled
-    back); the store redoes it the usual way."""
+    """A write sent whole (:meth:`Backend.write_whole`) found the rows it was computed from
+    changed by another replica: nothing of it was done; the store redoes it the usual way."""
 
 
 class StateUnavailable(CCPOError):
@@ -55,6 +54,11 @@ def unstorable(text: str) -> str | None:
     except UnicodeEncodeError:
         return "it contains a lone surrogate (not valid UTF-8)"
     return None
+
+
+Step = tuple[str, Sequence[Any], int]
+"""One statement of a write sent whole: SQL (an INSERT or UPDATE, ``?`` placeholders), its
+parameters, and how many rows it must change."""
 
 
 class Tx(Protocol):
@@ -79,13 +83,12 @@ class Backend(Protocol):
     where: str  # printable: a path, or user@host:port/db (never a password)
     lock: str  # appended to the state row's SELECT in a write transaction
     now: str  # SQL: the database's clock, epoch seconds
-    whole: bool  # a write computed ahead may be sent whole, guarded (:class:`Moved`)
 
     def write(self) -> contextlib.AbstractContextManager[Tx]: ...
 
-    def write_whole(self, sql: str, params: Sequence[Any]) -> None:
-        """One statement as its own transaction, durable when it returns (``whole``
-        backends); :class:`Moved` if its guard divided by zero (nothing of it done)."""
+    def write_whole(self, steps: Sequence[Step]) -> None:
+        """Run the ``steps`` as one transaction, durable when it returns, if each changes
+        exactly the rows it expects; else none of them (:class:`Moved`)."""
         ...
 
     def read(self) -> contextlib.AbstractContextManager[Tx]: ...
@@ -197,7 +200,6 @@ class SQLiteBackend:
 
     kind = "sqlite"
     lock = ""
-    whole = False  # reading costs no round trip here
     now = "((julianday('now') - 2440587.5) * 86400.0)"
 
     def __init__(self, path: Path | None, timeout: float = 30.0) -> None:
@@ -233,6 +235,20 @@ class SQLiteBackend:
     def read(self) -> Iterator[Tx]:
         with self._lock:
             yield _SQLiteTx(self._db)
+
+    def write_whole(self, steps: Sequence[Step]) -> None:
+        """The steps in one transaction, rolled back at the first that changes other rows
+        than it expects."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, params, n in steps:
+                    if self._db.execute(sql, tuple(params)).rowcount != n:
+                        raise Moved()
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:
@@ -320,7 +336,7 @@ def _errors() -> Iterator[None]:
         yield
     except psycopg.errors.UniqueViolation as e:
         raise DuplicateKey(str(e).splitlines()[0]) from None
-    except psycopg.errors.DivisionByZero:
+    except psycopg.errors.DivisionByZero:  # the guard of write_whole (no other SQL divides)
         raise Moved() from None
 
 
@@ -329,7 +345,6 @@ class PostgresBackend:
 
     kind = "postgresql"
     lock = " FOR UPDATE"
-    whole = True
     now = "extract(epoch from clock_timestamp())::float8"
 
     def __init__(self, url: str, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
@@ -387,9 +402,15 @@ class PostgresBackend:
         with self._pool.connection() as conn:
             yield _PgTx(conn)
 
-    def write_whole(self, sql: str, params: Sequence[Any]) -> None:
-        # bound by the server and prepared (its plan made once per connection, not per
-        # call: the statement of a write sent whole is long); autocommit: its own transaction
+    def write_whole(self, steps: Sequence[Step]) -> None:
+        """One statement, so one round trip and its own transaction (autocommit): the steps
+        as data-modifying CTEs, and a guard that divides by zero (undoing the statement)
+        unless each changed the rows it expected. Bound by the server and prepared: its plan
+        is made once per connection rather than per call."""
+        ctes = [f"s{k} AS ({sql} RETURNING 1)" for k, (sql, _, _) in enumerate(steps)]
+        ok = " AND ".join(f"(SELECT count(*) FROM s{k}) = {n}" for k, (_, _, n) in enumerate(steps))
+        sql = f"WITH {', '.join(ctes)} SELECT 1 / ({ok})::int"
+        params = [x for _, p, _ in steps for x in p]
         with self._pool.connection() as conn, _errors():
             conn.execute(sql.replace("?", "%s"), params, prepare=True)
 

@@ -16,16 +16,18 @@ many questions. Serialised at that row, a budget check and its reservation are s
 atomic step over all replicas (no check-then-increment race), a feedback moves κ exactly
 once, a repeated feedback id finds the first one's record.
 
-**Sent whole while alone** (PostgreSQL). A replica whose last transaction found the state row
-as it had left it (nobody else wrote in between) computes its next batch ahead, from that row
-and its own lease, and sends it as one prepared statement: the answers inserted, the state row
-and the lease written, and a guard that divides by zero, so undoing the whole statement,
-unless the row and the lease were still what the batch was computed from and every answer
-went in. Then the batch is redone the usual way. The writes are those the usual transaction
-would have made from the same rows; it saves a round trip and holds the row lock for none
-(0.5 ms of a 2 ms answer at concurrency 1). Batches that read (feedback, lookups),
-heartbeats (they end expired leases), trims, and a reservation that does not fit (an expired
-lease read the usual way might make room) always go the usual way.
+**Sent whole while alone.** A replica whose last transaction found the state row as it had
+left it (nobody else wrote in between) computes its next batch ahead, from that row and its
+own lease, and sends the writes whole (:meth:`~ccpo.runtime.state.backends.Backend.
+write_whole`): the answers inserted, the state row and the lease written, each guarded by
+the rows it must change, so that nothing is done unless the row and the lease were still what
+the batch was computed from and every answer went in. Then the batch is redone the usual way.
+The writes are those the usual transaction would have made from the same rows. In PostgreSQL
+that is one prepared statement: a round trip saved and the row lock held across none (an
+answer's transaction 2.0 → 1.5 ms at concurrency 1); in SQLite, two reads and their parsing.
+Batches that read (feedback, lookups), heartbeats (they end expired leases), trims, and a
+reservation that does not fit (an expired lease read the usual way might make room) always go
+the usual way.
 
 **Settlements never block and are never lost.** Releasing money and adding what a call cost
 (:meth:`StateStore.settle`) is a delta kept in memory and written with the replica's next
@@ -89,6 +91,7 @@ from ccpo.runtime.state.backends import (
     DuplicateKey,
     Moved,
     StateUnavailable,
+    Step,
     Tx,
     open_backend,
     unstorable,
@@ -197,12 +200,11 @@ def answer_rows(
 
 
 def insert_sql(now_sql: str, n: int) -> str:
-    """The insert of ``n`` answer rows (:func:`answer_rows`), skipping ids already taken; its
-    rows are the ids that went in."""
+    """The insert of ``n`` answer rows (:func:`answer_rows`), skipping ids already taken."""
     return (
         "INSERT INTO ccpo_answers (id, question, answer, replica, created) VALUES "
         + ", ".join([f"(?, ?, ?, ?, {now_sql})"] * n)
-        + " ON CONFLICT (id) DO NOTHING RETURNING id"
+        + " ON CONFLICT (id) DO NOTHING"
     )
 
 
@@ -215,7 +217,8 @@ def insert_answers(
     sent = []
     for k in range(0, len(answers), _WHOLE_MAX):
         rows = answer_rows(replica, answers[k : k + _WHOLE_MAX])
-        sent.append(tx.send(insert_sql(now_sql, len(rows)), [x for row in rows for x in row]))
+        sql = insert_sql(now_sql, len(rows)) + " RETURNING id"  # the ids that went in
+        sent.append(tx.send(sql, [x for row in rows for x in row]))
     return sent
 
 
@@ -645,10 +648,10 @@ class StateStore:
         return b, results, top, texts
 
     def _whole_ready(self, ops: list[_Op]) -> bool:
-        """The batch may be sent whole: the backend gains a round trip by it, this replica's
-        last transaction found nobody else had written since its own (so the row it left is
-        likely still there), every op computes on the batch alone, and no trim is due."""
-        if not (self.db.whole and self._solo and not self._lease_lost):
+        """The batch may be sent whole: this replica's last transaction found nobody else had
+        written since its own (so the row it left is likely still there), its lease is its
+        own, every op computes on the batch alone, and no trim is due."""
+        if not (self._solo and not self._lease_lost):
             return False
         n = sum(op.answer is not None for op in ops)
         return n <= _WHOLE_MAX and not self._trim_due(n) and all(op.whole for op in ops)
@@ -678,23 +681,22 @@ class StateStore:
             top = self._top_up(b)
             texts = self._texts_of(b)
             lease = b.lease
-            ctes = [
-                "st AS (UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1 "
-                "AND tracker = ? AND counters = ? RETURNING id)",
-                "ls AS (UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, "
-                f"expires = {now} + ?, idle = ? WHERE replica = ? AND expires >= {now} "
-                "AND reserved_usd = ? AND inflight_usd = ? RETURNING replica)",
-            ]
-            params: list[Any] = [*texts, *old]
-            params += [lease.reserved, lease.inflight, self.expiry, int(lease.idle)]
-            params += [self.replica, m.reserved, m.inflight]
-            guard = "(SELECT count(*) FROM st) * (SELECT count(*) FROM ls)"
+            steps: list[Step] = []
             if records:
                 rows = answer_rows(self.replica, records)
-                ctes.insert(0, f"ins AS ({insert_sql(now, len(rows))})")
-                params = [x for row in rows for x in row] + params
-                guard += f" * ((SELECT count(*) FROM ins) / {len(ids)})"
-            self.db.write_whole(f"WITH {', '.join(ctes)} SELECT 1 / ({guard})", params)
+                steps.append((insert_sql(now, len(rows)), [x for r in rows for x in r], len(ids)))
+            steps.append((
+                "UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1 AND tracker = ? "
+                "AND counters = ?", (*texts, *old), 1,
+            ))  # fmt: skip
+            steps.append((
+                f"UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, expires = {now} + ?,"
+                f" idle = ? WHERE replica = ? AND expires >= {now} AND reserved_usd = ? AND "
+                "inflight_usd = ?",
+                (lease.reserved, lease.inflight, self.expiry, int(lease.idle), self.replica,
+                 m.reserved, m.inflight), 1,
+            ))  # fmt: skip
+            self.db.write_whole(steps)
         except _Redo:
             return None
         except Moved:
