@@ -649,9 +649,11 @@ class StateStore:
 
     def _whole_ready(self, ops: list[_Op]) -> bool:
         """The batch may be sent whole: this replica's last transaction found nobody else had
-        written since its own (so the row it left is likely still there), its lease is its
-        own, every op computes on the batch alone, and no trim is due."""
-        if not (self._solo and not self._lease_lost):
+        written since its own and no other replica holding money (so the row it left is
+        likely still there when the batch arrives: a guard that fails costs a round trip,
+        and a wait for the row lock of the replica that moved it), its lease is its own,
+        every op computes on the batch alone, and no trim is due."""
+        if not self._solo or self.others_hold or self._lease_lost:
             return False
         n = sum(op.answer is not None for op in ops)
         return n <= _WHOLE_MAX and not self._trim_due(n) and all(op.whole for op in ops)
