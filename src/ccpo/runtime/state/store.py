@@ -17,17 +17,17 @@ atomic step over all replicas (no check-then-increment race), a feedback moves �
 once, a repeated feedback id finds the first one's record.
 
 **Sent whole while alone.** A replica whose last transaction found the state row as it had
-left it (nobody else wrote in between) computes its next batch ahead, from that row and its
-own lease, and sends the writes whole (:meth:`~ccpo.runtime.state.backends.Backend.
-write_whole`): the answers inserted, the state row and the lease written, each guarded by
-the rows it must change, so that nothing is done unless the row and the lease were still what
-the batch was computed from and every answer went in. Then the batch is redone the usual way.
-The writes are those the usual transaction would have made from the same rows. In PostgreSQL
-that is one prepared statement: a round trip saved and the row lock held across none (an
-answer's transaction 2.0 → 1.5 ms at concurrency 1); in SQLite, two reads and their parsing.
-Batches that read (feedback, lookups), heartbeats (they end expired leases), trims, and a
-reservation that does not fit (an expired lease read the usual way might make room) always go
-the usual way.
+left it (nobody else wrote in between) and no other replica holding money computes its next
+batch ahead, from that row and its own lease, and sends the writes whole
+(:meth:`~ccpo.runtime.state.backends.Backend.write_whole`): the answers inserted, the state
+row and the lease written, each guarded by the rows it must change, so that nothing is done
+unless the row and the lease were still what the batch was computed from and every answer
+went in. Then the batch is redone the usual way. The writes are those the usual transaction
+would have made from the same rows. In PostgreSQL that is one prepared statement: a round
+trip saved and the row lock held across none (an answer's transaction 2.0 → 1.5 ms at
+concurrency 1); in SQLite, two reads and their parsing. Batches that read (feedback,
+lookups), heartbeats (they end expired leases), trims, and a reservation that does not fit
+(an expired lease read the usual way might make room) always go the usual way.
 
 **Settlements never block and are never lost.** Releasing money and adding what a call cost
 (:meth:`StateStore.settle`) is a delta kept in memory and written with the replica's next
@@ -662,21 +662,31 @@ class StateStore:
         self, ops: list[_Op], delta: _Delta
     ) -> tuple[Batch, list[tuple[bool, Any]], float, tuple[str, str]] | None:
         """:meth:`_transact` without reading first: computed from the state row and lease as
-        this replica's last transaction left them, and sent as one statement (one round trip,
-        no row lock held across a round trip). The statement's guard divides by zero, and so
-        undoes it whole, unless the state row and this replica's lease were still what the
-        batch was computed from and every answer went in; then None: the batch is redone by
-        :meth:`_transact`. The writes are the ones :meth:`_transact` would have made from
-        the same rows, so the two are one transaction as far as anyone can tell."""
+        this replica's last transaction left them, and sent as guarded steps
+        (:meth:`Backend.write_whole`: in PostgreSQL one statement, one round trip, no row lock
+        held across a round trip). Nothing is done unless the state row and this replica's
+        lease were still what the batch was computed from and every answer went in; then (or
+        when an op asks for it, :class:`_Redo`) None: :meth:`_transact` redoes the batch. The
+        writes are the ones :meth:`_transact` would have made from the same rows."""
         records = [(op.answer, op.text) for op in ops if op.answer is not None]
         ids = {a["id"] for a, _ in records}
         old, m = self._texts, self._mirror
         assert old is not None
         tracker, c = self._parse(old)
         now = self.db.now
-        b = Batch(None, tracker, c, Lease(m.reserved, m.inflight, m.idle), math.nan,  # type: ignore[arg-type]
-                  self._orphan, new_lease=False, inserted=set(ids), ahead=True)  # fmt: skip
-        b.others_busy, b.others_hold = self.others_busy, self.others_hold
+        b = Batch(
+            tx=None,  # type: ignore[arg-type]  # (ops sent whole run no SQL of their own)
+            tracker=tracker,
+            counters=c,
+            lease=Lease(m.reserved, m.inflight, m.idle),
+            now=math.nan,  # (only the leases' read needs the database's clock)
+            orphan=self._orphan,
+            new_lease=False,
+            others_busy=self.others_busy,
+            others_hold=self.others_hold,
+            inserted=set(ids),
+            ahead=True,
+        )
         try:
             self._apply(b, delta)
             results = self._run_ops(ops, b)
