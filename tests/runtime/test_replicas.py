@@ -203,6 +203,36 @@ def test_replicas_racing_whole_and_usual_writes_lose_no_count_or_cent(pg_cluster
             s.close()
 
 
+def test_a_prepared_statement_that_vanishes_is_redone_and_no_longer_prepared(pg_cluster, caplog):
+    """Behind a connection pooler in transaction mode (PgBouncer before 1.21) a prepared
+    statement may not exist on the server session the next write lands on. The write that
+    meets that is redone the usual way (nothing lost, nothing counted twice), one warning
+    says why, and writes sent whole go on unprepared."""
+    url = pg_cluster.new_database()
+    s = StateStore(url, "fp", OnlineThreshold(alpha=0.1, kappa=0.5))
+    try:
+        for i in range(3):
+            s.record_answer(_answer(f"q{i}", 0.001))
+        assert s.commits_whole >= 1 and s.db._prepare
+        for _ in range(4):  # the server forgets them (as the pooler's other session would),
+            with s.db._pool.connection() as conn:  # one by one: psycopg sees DEALLOCATE ALL
+                names = conn.execute("SELECT name FROM pg_prepared_statements").fetchall()
+                for (name,) in names:
+                    conn.execute(f'DEALLOCATE "{name}"')
+        whole, moved = s.commits_whole, s.commits_moved
+        with caplog.at_level("WARNING", logger="ccpo.serve"):
+            for i in range(3, 6):
+                s.record_answer(_answer(f"q{i}", 0.001))
+        assert not s.db._prepare
+        assert s.commits_moved == moved + 1  # the one write that met it, redone
+        assert s.commits_whole >= whole + 1  # whole again, unprepared
+        assert "prepared statements do not last here" in caplog.text
+        c = s.refresh()[1]
+        assert c.requests == 6 and c.cost_usd == pytest.approx(0.006, abs=1e-15)
+    finally:
+        s.close()
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_the_answer_table_keeps_the_newest_max_records(backend, pg_cluster, tmp_path):
     """Past ``max_records`` answers the oldest go (checked every 64 inserts), on either

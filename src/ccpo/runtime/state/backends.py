@@ -18,6 +18,7 @@ transaction that holds the store's one lock until it commits (:meth:`Backend.wri
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -28,6 +29,7 @@ from urllib.parse import urlsplit
 from ccpo.errors import CCPOError
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
+log = logging.getLogger("ccpo.serve")
 
 
 class DuplicateKey(CCPOError):
@@ -345,6 +347,7 @@ class PostgresBackend:
 
     kind = "postgresql"
     lock = " FOR UPDATE"
+    _prepare = True  # a write sent whole is a prepared statement (until that fails once)
     now = "extract(epoch from clock_timestamp())::float8"
 
     def __init__(self, url: str, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
@@ -407,12 +410,30 @@ class PostgresBackend:
         as data-modifying CTEs, and a guard that divides by zero (undoing the statement)
         unless each changed the rows it expected. Bound by the server and prepared: its plan
         is made once per connection rather than per call."""
+        import psycopg
+
         ctes = [f"s{k} AS ({sql} RETURNING 1)" for k, (sql, _, _) in enumerate(steps)]
         ok = " AND ".join(f"(SELECT count(*) FROM s{k}) = {n}" for k, (_, _, n) in enumerate(steps))
         sql = f"WITH {', '.join(ctes)} SELECT 1 / ({ok})::int"
         params = [x for _, p, _ in steps for x in p]
-        with self._pool.connection() as conn, _errors():
-            conn.execute(sql.replace("?", "%s"), params, prepare=True)
+        prepare = self._prepare
+        try:
+            with self._pool.connection() as conn, _errors():
+                conn.execute(sql.replace("?", "%s"), params, prepare=prepare)
+        except (
+            psycopg.errors.InvalidSqlStatementName,  # a pooler in transaction mode lost it
+            psycopg.errors.DuplicatePreparedStatement,  # or gave us another client's session
+        ) as e:
+            if not prepare:
+                raise
+            self._prepare = False  # nothing was run: the store redoes the batch its usual way
+            log.warning(
+                "state database %s: prepared statements do not last here (%s; a connection "
+                "pooler in transaction mode?); writes sent whole are no longer prepared",
+                self.where,
+                str(e).strip().splitlines()[0],
+            )
+            raise Moved() from None
 
     def close(self) -> None:
         self._pool.close()
