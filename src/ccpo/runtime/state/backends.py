@@ -1,10 +1,12 @@
 """Where ``ccpo serve`` keeps its state: an embedded SQLite file (the default, nothing to start)
 or a PostgreSQL database shared by several replicas (``server.state: postgresql://...``).
 
-Both offer the same three things to :class:`~ccpo.runtime.state.store.StateStore`: a write
+Both offer the same four things to :class:`~ccpo.runtime.state.store.StateStore`: a write
 transaction that holds the store's one lock until it commits (:meth:`Backend.write`), a read
-(:meth:`Backend.read`), and the SQL spellings that differ (``lock``: the row-lock clause;
-``now``: the database's clock in epoch seconds). SQL is written once, with ``?`` placeholders.
+(:meth:`Backend.read`), a write sent whole (:meth:`Backend.write_whole`: guarded steps, all
+or none, in PostgreSQL one prepared statement) and the SQL spellings that differ (``lock``:
+the row-lock clause; ``now``: the database's clock in epoch seconds). SQL is written once,
+with ``?`` placeholders.
 
 - **SQLite**: one connection per process, ``BEGIN IMMEDIATE`` takes the file's write lock (so
   a second process on the same file waits, never interleaves); WAL journal.
