@@ -135,6 +135,11 @@ def tracker_json(t: OnlineThreshold) -> dict[str, Any]:
     return {f: getattr(t, f) for f in _TRACKER_FIELDS}
 
 
+def state_texts(tracker: OnlineThreshold, counters: Counters) -> tuple[str, str]:
+    """The state row's ``tracker`` and ``counters`` columns, as written."""
+    return json.dumps(tracker_json(tracker)), json.dumps(counters.to_json())
+
+
 def default_replica_id() -> str:
     """``host-pid-random``: unique per process, readable in ``/metrics``."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -191,9 +196,10 @@ class _Redo(Exception):
     check that fails might pass once the leases have been read: an expired one frees room)."""
 
 
-def answer_rows(
-    replica: str, answers: list[tuple[dict[str, Any], str | None]]
-) -> list[tuple[str, str, str, str]]:
+_Record = tuple[dict[str, Any], str | None]  # an answer record and its JSON (None: not made)
+
+
+def answer_rows(replica: str, answers: list[_Record]) -> list[tuple[str, str, str, str]]:
     """The rows of answer records (each with its JSON text, None: made here): id, question,
     the record, the replica."""
     return [(a["id"], a["question"], t or json.dumps(a), replica) for a, t in answers]
@@ -208,9 +214,7 @@ def insert_sql(now_sql: str, n: int) -> str:
     )
 
 
-def insert_answers(
-    tx: Tx, now_sql: str, replica: str, answers: list[tuple[dict[str, Any], str | None]]
-) -> list:
+def insert_answers(tx: Tx, now_sql: str, replica: str, answers: list[_Record]) -> list:
     """Send the inserts of answer records (each with its JSON text, None: made here), 500 rows
     a statement, skipping ids already taken; each statement's rows (``.fetchall()``) are the
     ids that went in. Sent before the state row is locked, so that the lock is held for less."""
@@ -388,7 +392,7 @@ class StateStore:
             tx.run("INSERT INTO ccpo_meta (key, value) VALUES (?, ?)", (k, v))
         tx.run(
             "INSERT INTO ccpo_state (id, tracker, counters) VALUES (1, ?, ?)",
-            (json.dumps(tracker_json(tracker)), json.dumps(counters.to_json())),
+            state_texts(tracker, counters),
         )
         return meta
 
@@ -559,13 +563,14 @@ class StateStore:
         with self._cond:
             delta, self._delta = self._delta, _Delta()
         writes = beat or bool(delta) or any(not op.read for op in ops)
+        records = [(op.answer, op.text) for op in ops if op.answer is not None]
         self._busy_since = time.monotonic()
         try:
             done = None
-            if writes and not beat and self._whole_ready(ops):
-                done = self._write_whole(ops, delta)
+            if writes and not beat and self._whole_ready(ops, len(records)):
+                done = self._write_whole(ops, records, delta)
             if done is None:
-                done = self._transact(ops, delta, writes, beat)
+                done = self._transact(ops, records, delta, writes, beat)
         except BaseException:
             with self._cond:  # written by none: back to the next transaction
                 d = self._delta
@@ -596,7 +601,7 @@ class StateStore:
         self._hand_out(ops, results)
 
     def _transact(
-        self, ops: list[_Op], delta: _Delta, writes: bool, beat: bool
+        self, ops: list[_Op], records: list[_Record], delta: _Delta, writes: bool, beat: bool
     ) -> tuple[Batch, list[tuple[bool, Any]], float, tuple[str, str]]:
         """The batch read, computed and written in one transaction; (the batch, the ops'
         results, the spare's top-up, the state row's text as committed). Round trips in
@@ -606,7 +611,6 @@ class StateStore:
         with self.db.write() if writes else self.db.read() as tx:
             # sent together (one round trip in PostgreSQL): the answers, the state row
             # (locked) and, read once it is locked, the leases
-            records = [(op.answer, op.text) for op in ops if op.answer is not None]
             inserts = insert_answers(tx, self.db.now, self.replica, records)
             lock = self.db.lock if writes else ""
             state = tx.send(
@@ -643,23 +647,22 @@ class StateStore:
                         f"expires = {self.db.now} + ?, idle = ? WHERE replica = ?",
                         (*values, self.replica),
                     )
-                texts = self._texts_of(b)
+                texts = state_texts(b.tracker, b.counters)
                 tx.run("UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1", texts)
         return b, results, top, texts
 
-    def _whole_ready(self, ops: list[_Op]) -> bool:
+    def _whole_ready(self, ops: list[_Op], n: int) -> bool:
         """The batch may be sent whole: this replica's last transaction found nobody else had
         written since its own and no other replica holding money (so the row it left is
         likely still there when the batch arrives: a guard that fails costs a round trip,
         and a wait for the row lock of the replica that moved it), its lease is its own,
-        every op computes on the batch alone, and no trim is due."""
+        every op computes on the batch alone, and no trim is due (``n``: answers in it)."""
         if not self._solo or self.others_hold or self._lease_lost:
             return False
-        n = sum(op.answer is not None for op in ops)
         return n <= _WHOLE_MAX and not self._trim_due(n) and all(op.whole for op in ops)
 
     def _write_whole(
-        self, ops: list[_Op], delta: _Delta
+        self, ops: list[_Op], records: list[_Record], delta: _Delta
     ) -> tuple[Batch, list[tuple[bool, Any]], float, tuple[str, str]] | None:
         """:meth:`_transact` without reading first: computed from the state row and lease as
         this replica's last transaction left them, and sent as guarded steps
@@ -668,7 +671,6 @@ class StateStore:
         lease were still what the batch was computed from and every answer went in; then (or
         when an op asks for it, :class:`_Redo`) None: :meth:`_transact` redoes the batch. The
         writes are the ones :meth:`_transact` would have made from the same rows."""
-        records = [(op.answer, op.text) for op in ops if op.answer is not None]
         ids = {a["id"] for a, _ in records}
         old, m = self._texts, self._mirror
         assert old is not None
@@ -691,7 +693,7 @@ class StateStore:
             self._apply(b, delta)
             results = self._run_ops(ops, b)
             top = self._top_up(b)
-            texts = self._texts_of(b)
+            texts = state_texts(b.tracker, b.counters)
             lease = b.lease
             steps: list[Step] = []
             if records:
@@ -718,11 +720,6 @@ class StateStore:
         self._inserted += len(ids)
         self.commits_whole += 1
         return b, results, top, texts
-
-    @staticmethod
-    def _texts_of(b: Batch) -> tuple[str, str]:
-        """The state row's tracker and counters as written."""
-        return json.dumps(tracker_json(b.tracker)), json.dumps(b.counters.to_json())
 
     @staticmethod
     def _run_ops(ops: list[_Op], b: Batch) -> list[tuple[bool, Any]]:
