@@ -583,3 +583,41 @@ def test_token_logprobs_of_a_reply_and_its_odd_shapes() -> None:
                 [{"token": "a", "logprob": float("nan")}], ["a"], [*ok, None]):  # fmt: skip
         assert _parse_completion(reply(bad), req).logprobs is None, bad
     assert _parse_completion(reply([]), req).logprobs is None  # nothing given: none
+
+
+def test_reply_json_reads_what_the_standard_library_reads() -> None:
+    """The reply parser (orjson in the serve extra) gives json.loads's result, NaN included
+    (orjson refuses it: the standard library reads it); an integer past 64 bits comes as a
+    float (so a token count that large is no count: the usage is estimated); what neither
+    reads is a ValueError, as before (a malformed reply)."""
+    import json
+
+    from ccpo.llm.client import _orjson, reply_json
+
+    assert _orjson is not None  # the dev install has the serve extra
+    for raw in (
+        b'{"choices": [{"message": {"content": "B"}, "logprobs": {"content": [{"token": "B",'
+        b' "logprob": -0.25, "top_logprobs": [{"token": "A", "logprob": -1.5e-3}]}]}}]}',
+        b'{"a": NaN, "b": -Infinity}',
+        b'{"n": 12345678901234567, "s": "\\u00e9\\ud83d\\ude00"}',
+        '{"k": "é", "k": 2}'.encode(),
+    ):
+        got, want = reply_json(raw), json.loads(raw)
+        assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True), raw
+    for bad in (b"", b"{", b'{"a": 1}x', b"\xff\xfe"):
+        with pytest.raises(ValueError):
+            reply_json(bad)
+    big = reply_json(b'{"usage": {"prompt_tokens": 123456789012345678901234567890}}')
+    assert isinstance(big["usage"]["prompt_tokens"], float)
+
+
+def test_alternatives_are_read_when_asked_and_compare_as_before() -> None:
+    """A token's alternatives are read on demand, with the same filter as before; two
+    tokens are equal when token, log-prob and alternatives are."""
+    from ccpo.llm.client import TokenLogprob
+
+    lazy = TokenLogprob("Yes", -0.5, alts=[{"token": "No", "logprob": -1}, {"token": "x"}, 3])
+    assert lazy == TokenLogprob("Yes", -0.5, {"No": -1.0})
+    assert lazy.top == {"No": -1.0} and lazy != TokenLogprob("Yes", -0.5)
+    assert TokenLogprob("a", -1.0, alts="not a list").top == {}
+    assert "top={'No': -1.0}" in repr(lazy)
