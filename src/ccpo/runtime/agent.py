@@ -75,7 +75,7 @@ from ccpo.runtime.decision import RoundDecision, decide, policy_horizon
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.ladder import Ladder
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
-from ccpo.traces.schema import ACTIONS, Round
+from ccpo.traces.schema import ACTIONS
 
 __all__ = [
     "AnswerSet",
@@ -390,7 +390,7 @@ class ConformalAgent:
         q = Question(qid, self.task, question, [], parse_context(context, "context"))
         backend = runner.backend_for(q)
         outs: list[RoundOutput] = []
-        rounds: list[Round] = []
+        rounds: list[Any] = []  # live rounds (protocol.live_round): a Round's attributes
         logs: list[RoundLog] = []
         answers: dict[str, str] = {}  # normalised → first spelling
         joined: list[tuple[str, float, int, str]] = []  # (normalised, π(a|o_t), t, a)
@@ -456,7 +456,7 @@ class ConformalAgent:
         self,
         t: int,
         ro: RoundOutput,
-        lr: Round,
+        lr: Any,
         d: RoundDecision,
         cost: float,
         answers: dict[str, str],
