@@ -14,10 +14,7 @@ from ccpo.learning.heads import (
     log_softmask,
     log_softmask_jacobian,
     masked_kl,
-    policy_probs,
-    round_probs,
 )
-from ccpo.learning.mlp import NumpyMLP
 from ccpo.learning.nets import masked_log_probs, masked_probs
 
 
@@ -93,26 +90,3 @@ def test_masked_kl() -> None:
     assert masked_kl(old, new, valid) == pytest.approx(want, rel=1e-12)
     assert masked_kl(old, old, valid) == 0.0
     assert masked_kl(old, new, valid) > 0
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_round_probs_is_the_row_of_policy_probs(seed: int) -> None:
-    """The live agent's one-row π (floats, the softmax in Python) equals row t of the batch
-    π the replay computes, for every row of every episode, ``next`` masked exactly at T."""
-    rng = np.random.default_rng(seed)
-    f, h, T = 19, 16, 4
-    layers = [
-        (rng.normal(size=(f, h)), rng.normal(size=h), "tanh"),
-        (rng.normal(size=(h, h)), rng.normal(size=h), "relu"),
-        (rng.normal(size=(h, 3)) * 3.0, rng.normal(size=3), None),
-    ]
-    net = NumpyMLP(layers)
-    mean, std = rng.normal(size=f), rng.uniform(0.5, 2.0, size=f)
-    obs = rng.normal(size=(50, T, f)).astype(np.float32)
-    batch = policy_probs(net, obs, mean, std)
-    for e in range(obs.shape[0]):
-        for t in range(T):
-            row = round_probs(net, obs[e, t], mean, std, last=t == T - 1)
-            np.testing.assert_allclose(row, batch[e, t], rtol=1e-12, atol=1e-15)
-            assert (row[2] == 0.0) == (t == T - 1)
-            assert abs(sum(row) - 1.0) < 1e-12

@@ -621,3 +621,30 @@ def test_alternatives_are_read_when_asked_and_compare_as_before() -> None:
     assert lazy.top == {"No": -1.0} and lazy != TokenLogprob("Yes", -0.5)
     assert TokenLogprob("a", -1.0, alts="not a list").top == {}
     assert "top={'No': -1.0}" in repr(lazy)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, float("nan")])
+def test_a_request_body_is_the_json_it_was(temperature: float) -> None:
+    """The request body (orjson in the serve extra) is the JSON json.dumps wrote: the same
+    values, non-ASCII text as UTF-8; a NaN temperature goes out as json wrote it; a lone
+    surrogate fails as it did (UnicodeEncodeError)."""
+    import json
+
+    from ccpo.llm.client import _request_body
+
+    msgs = [{"role": "system", "content": "Réponds «vite» 😀"}, {"role": "user", "content": "Q?"}]
+    req = ChatRequest(msgs, temperature, max_tokens=64, stop=["\n\n"], top_logprobs=3)
+    for want_lp in (True, False):
+        body = _request_body("m", req, want_lp)
+        lp = {"logprobs": True, "top_logprobs": 3} if want_lp else {}
+        want = {"model": "m", "messages": msgs, "temperature": temperature, "max_tokens": 64,
+                "stop": ["\n\n"], **lp}  # fmt: skip
+        got = json.loads(body)
+        if temperature == temperature:  # (NaN != NaN)
+            assert got == want
+        assert "Réponds «vite» 😀".encode() in body
+        assert (b"NaN" in body) == (temperature != temperature)
+        assert (b'"top_logprobs":' in body.replace(b" ", b"")) == want_lp
+    bad = ChatRequest([{"role": "user", "content": "a \ud800 b"}])
+    with pytest.raises(UnicodeEncodeError):
+        _request_body("m", bad, True)

@@ -24,13 +24,12 @@ masked actions are finite and meaningless: weight them by q = 0.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from ccpo.learning.mlp import NumpyMLP
-from ccpo.traces.episodes import NEXT, allowed_actions
+from ccpo.traces.episodes import allowed_actions
 
 __all__ = [
     "log_pi",
@@ -39,7 +38,6 @@ __all__ = [
     "log_softmask_jacobian",
     "masked_kl",
     "policy_probs",
-    "round_probs",
     "softmax_log_jacobian",
 ]
 
@@ -73,22 +71,6 @@ def policy_probs(
         raise ValueError(f"obs must have shape [..., T, {forward.in_dim}], got {obs.shape}")
     logits = forward((obs - mean) / std)
     return np.exp(log_pi(logits, allowed_actions(obs.shape[-2])))
-
-
-def round_probs(
-    net: NumpyMLP, row: np.ndarray, mean: np.ndarray, std: np.ndarray, last: bool
-) -> list[float]:
-    """π(·|o_t) of one observation row as three floats: :func:`policy_probs`'s row t (the
-    network is per-round: row t of its output depends on row t of its input only), with the
-    masked softmax on floats (``last``: round T, ``next`` masked). What the live agent asks
-    every round: a third of :func:`policy_probs`'s numpy calls, which run cold after a wait
-    for an LLM. Equal to :func:`policy_probs` up to the last bits (tested)."""
-    z = net((row - mean) / std).tolist()
-    if last:
-        z[NEXT] = -math.inf
-    top = max(z)
-    log_norm = top + math.log(sum(math.exp(v - top) for v in z))
-    return [math.exp(v - log_norm) for v in z]
 
 
 def log_pi_jacobian(logits: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,7 @@ from ccpo.errors import CCPOError
 from ccpo.learning.artifact import read_meta, read_side_files, write_folder
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.conformal import CalibrationScores
-from ccpo.learning.heads import policy_probs, round_probs
+from ccpo.learning.heads import policy_probs
 from ccpo.learning.mlp import NumpyMLP
 from ccpo.learning.weights import read_weights, write_weights
 from ccpo.traces.featurize import FEATURE_NAMES, FEATURE_SPEC
@@ -120,11 +120,6 @@ class TrainedPolicy:
     def probs(self, obs: np.ndarray) -> np.ndarray:
         """π(a|o) for observations [..., T, F] (``next`` masked at the last round)."""
         return policy_probs(self.net, obs, self.obs_mean, self.obs_std)
-
-    def round_probs(self, row: np.ndarray, last: bool) -> list[float]:
-        """π(·|o_t) for one round's observation ``row`` [F] (``last``: round T): row t of
-        :meth:`probs`, as floats (:func:`~ccpo.learning.heads.round_probs`)."""
-        return round_probs(self.net, row, self.obs_mean, self.obs_std, last)
 
     def save(self, folder: str | Path) -> Path:
         meta = {

@@ -41,7 +41,7 @@ __all__ = ["RoundDecision", "decide", "policy_horizon"]
 class RoundDecision:
     """The policy's decision after round t: π(·|o_t), C(o_t), and whether to go on."""
 
-    probs: tuple[float, ...]  # π(·|o_t), one per action
+    probs: np.ndarray  # [3]
     actions: tuple[str, ...]
     fallback: bool
     go_on: bool
@@ -58,26 +58,19 @@ def decide(
     """C(o_t) for the last of ``rounds`` (t = len(rounds)); ``kappa=None``: greedy (point policy).
 
     The observations are padded to ``[T, F]`` so that ``next`` is masked exactly at round T;
-    row t of π depends on row t of the observations only (the network is per-round), so a
-    policy with ``round_probs`` (:meth:`~ccpo.learning.policy.TrainedPolicy.round_probs`) is
-    asked for that row alone.
+    row t of π depends on row t of the observations only (the network is per-round).
     """
     t = len(rounds)
     if not 1 <= t <= horizon:
         raise ValueError(f"need 1..{horizon} rounds, got {t}")
-    rows = featurize_rounds(task, horizon, rounds, family)
-    by_row = getattr(policy, "round_probs", None)  # a per-round network: row t alone
-    if by_row is not None and getattr(policy, "answer", "set") == "set":
-        p = by_row(rows[t - 1], t == horizon)
-    else:
-        obs = np.zeros((horizon, len(FEATURE_NAMES)), dtype=np.float32)
-        obs[:t] = rows
-        if getattr(policy, "answer", "set") == "single":
-            return _decide_single(policy, task, rounds, obs, kappa, family)
-        p = policy.probs(obs)[t - 1].tolist()
-    members, fallback = action_set(p, t == horizon, kappa)
+    obs = np.zeros((horizon, len(FEATURE_NAMES)), dtype=np.float32)
+    obs[:t] = featurize_rounds(task, horizon, rounds, family)
+    if getattr(policy, "answer", "set") == "single":
+        return _decide_single(policy, task, rounds, obs, kappa, family)
+    p = policy.probs(obs)[t - 1]
+    members, fallback = action_set(p.tolist(), t == horizon, kappa)
     acts = tuple(a for a, m in zip(ACTIONS, members, strict=True) if m)
-    return RoundDecision(tuple(p), acts, fallback=fallback, go_on=members[NEXT])
+    return RoundDecision(p, acts, fallback=fallback, go_on=members[NEXT])
 
 
 def action_set(probs: list[float], last: bool, kappa: float | None) -> tuple[list[bool], bool]:
@@ -102,16 +95,16 @@ def _decide_single(
     t = len(rounds)
     lam = policy.kappa if kappa is None else float(kappa)
     h = policy.stop_scores(obs)  # row t depends on rows t, t − 1 only: as in the replay
-    p = [0.0, 0.0, 0.0]
+    p = np.zeros(3)
     if not single_clears(h, lam)[t - 1]:
         p[NEXT] = 1.0
-        return RoundDecision(tuple(p), (), fallback=False, go_on=True)
+        return RoundDecision(p, (), fallback=False, go_on=True)
     norm = normalizer_for(task, family)
     last = rounds[-1]
     answered = np.array([norm(last.base.answer) != "", norm(last.guide.answer) != ""])
     a = int(answer_actions(answered[None])[0])
     p[a] = 1.0
-    return RoundDecision(tuple(p), (ACTIONS[a],), fallback=False, go_on=False)
+    return RoundDecision(p, (ACTIONS[a],), fallback=False, go_on=False)
 
 
 def policy_horizon(policy: TrainedPolicy, rounds: int | None = None) -> int:
