@@ -611,6 +611,20 @@ def test_reply_json_reads_what_the_standard_library_reads() -> None:
     assert isinstance(big["usage"]["prompt_tokens"], float)
 
 
+def test_reply_json_without_orjson_is_json(monkeypatch) -> None:
+    """The core install (no orjson) parses with the standard library, errors included."""
+    import json
+
+    from ccpo.llm import client
+
+    monkeypatch.setattr(client, "_orjson", None)
+    raw = b'{"a": [1, 2.5, "\\u00e9"], "n": 123456789012345678901234567890}'
+    assert client.reply_json(raw) == json.loads(raw)
+    assert isinstance(client.reply_json(raw)["n"], int)
+    with pytest.raises(ValueError):
+        client.reply_json(b"{")
+
+
 def test_alternatives_are_read_when_asked_and_compare_as_before() -> None:
     """A token's alternatives are read on demand, with the same filter as before; two
     tokens are equal when token, log-prob and alternatives are."""
@@ -623,14 +637,19 @@ def test_alternatives_are_read_when_asked_and_compare_as_before() -> None:
     assert "top={'No': -1.0}" in repr(lazy)
 
 
+@pytest.mark.parametrize("orjson", [True, False])
 @pytest.mark.parametrize("temperature", [0.0, 0.7, float("nan")])
-def test_a_request_body_is_the_json_it_was(temperature: float) -> None:
-    """The request body (orjson in the serve extra) is the JSON json.dumps wrote: the same
-    values, non-ASCII text as UTF-8; a NaN temperature goes out as json wrote it; a lone
-    surrogate fails as it did (UnicodeEncodeError)."""
+def test_a_request_body_is_the_json_it_was(temperature: float, orjson: bool, monkeypatch) -> None:
+    """The request body (orjson in the serve extra, json in the core install) is the JSON
+    json.dumps wrote: the same values, non-ASCII text as UTF-8; a NaN temperature goes out as
+    json wrote it; a lone surrogate fails as it did (UnicodeEncodeError)."""
     import json
 
+    from ccpo.llm import client
     from ccpo.llm.client import _request_body
+
+    if not orjson:
+        monkeypatch.setattr(client, "_orjson", None)
 
     msgs = [{"role": "system", "content": "Réponds «vite» 😀"}, {"role": "user", "content": "Q?"}]
     req = ChatRequest(msgs, temperature, max_tokens=64, stop=["\n\n"], top_logprobs=3)

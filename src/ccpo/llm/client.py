@@ -65,13 +65,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ccpo.errors import CCPOError
 from ccpo.llm import tracing
+from ccpo.llm.cache import ResponseCache, cache_key
+from ccpo.traces.prices import PriceTable
 
 try:  # the serve extra: a reply with log-probs parses in about a third of json's time
     import orjson as _orjson
 except ImportError:  # pragma: no cover - the core install
     _orjson = None  # type: ignore[assignment]
-from ccpo.llm.cache import ResponseCache, cache_key
-from ccpo.traces.prices import PriceTable
 
 log = logging.getLogger("ccpo.llm")
 
@@ -653,8 +653,9 @@ def _alternatives(alts: Any) -> dict[str, float]:
 
 
 def reply_json(raw: bytes) -> Any:
-    """A reply body's JSON: ``orjson`` when installed, else (and for anything it refuses that
-    the standard library reads: NaN, integers past 64 bits) :func:`json.loads`."""
+    """A reply body's JSON: ``orjson`` when installed, else (and for what it refuses that the
+    standard library reads: NaN, Infinity) :func:`json.loads`. (orjson reads an integer past
+    64 bits as a float: a token count that large is then no count, the usage is estimated.)"""
     if _orjson is not None:
         try:
             return _orjson.loads(raw)
