@@ -173,13 +173,14 @@ def test_budget_stops_new_paid_calls(tmp_path: Path) -> None:
         assert srv.n_requests == 73  # the refused call was never sent
 
 
-def test_a_question_waiting_for_admission_outlasts_admitted_ones_short_of_room(
+def test_admitted_questions_short_of_room_give_their_wallets_back_before_any_is_refused(
     tmp_path: Path,
 ) -> None:
     """Near the end of a budget, two admitted questions whose wallets fall short of their
-    second calls wait, and a third waits to be admitted: the admitted ones give way first
-    (one refused, the other finishes on its money) and the third is then admitted and
-    answered, instead of being refused while money was still held."""
+    second calls wait, and a third waits to be admitted. Nothing is in flight: rather than
+    refuse a question that has paid for a call, the waiting wallets go back to the budget,
+    both admitted questions finish, and the third (which has paid nothing) is refused
+    instead of being admitted ahead of them. Every dollar paid bought an answer."""
     prices = _dollar_per_input_token(tmp_path)
     # a call: 22 scripted input tokens ($22), worst case $67; wallets of $70 (one call's
     # worst case): two fit the $150 budget. After their first calls the two admitted wait
@@ -205,10 +206,12 @@ def test_a_question_waiting_for_admission_outlasts_admitted_ones_short_of_room(
 
     with ScriptedServer(fallback="x", latency=0.02) as srv:
         c, rs = run(go(srv.url))
-    assert isinstance(rs[0], BudgetExceeded) != isinstance(rs[1], BudgetExceeded), rs
-    assert rs[2] == 2, rs  # admitted once the two had given way or finished
-    assert srv.n_requests == 4  # 2 first calls, one second call, the third's call
+        sent = [r["messages"][-1]["content"][:3] for r in srv.requests]
+    assert rs[:2] == [0, 1], rs
+    assert isinstance(rs[2], BudgetExceeded) and "up to $70" in str(rs[2]), rs
+    assert sorted(sent) == ["q00", "q01", "q10", "q11"]  # the third sent nothing
     assert c.spent_usd == pytest.approx(88.0) and c.ledger.reserved == pytest.approx(0.0)
+    assert not c.ledger.waiting()
 
 
 def test_budget_holds_at_concurrency_64(tmp_path: Path) -> None:

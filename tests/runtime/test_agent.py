@@ -15,6 +15,7 @@ from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
 from ccpo.runtime import AnswerSet, ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.agent import policy_horizon
+from ccpo.testing.scripted_server import prompt_text
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.episodes import NEXT, build_episodes, conformal_rollout, conformal_sets
 from ccpo.traces.io import read_traces
@@ -155,6 +156,34 @@ def test_budgets(world, policy_dir, prices_path):
         agent.answer(MMLU_Q + "?")
     assert world.n_requests == 0
     agent.close()
+
+
+def test_under_a_total_budget_questions_are_admitted_on_a_whole_questions_cost(
+    world, policy_dir, prices_path
+):
+    """A question's wallet is T x the costliest round of the questions *over* so far (plus a
+    call's worst case): one arriving while the first question is in its second round waits
+    for it to end, rather than being admitted on its first round, the cheapest (its prompts
+    grow), with a wallet too small for its last calls."""
+    world.latency = 0.02
+    values = deploy_values(world, prices_path, kappa=0.0, max_cost_total=1.0)
+    agent = ConformalAgent.from_artifact(policy_dir, values)
+
+    async def go() -> tuple[AnswerSet, AnswerSet]:
+        first = asyncio.ensure_future(agent.aanswer(f"{MMLU_Q} #first"))
+        while world.n_requests < 3:  # round 2 sent: round 1 paid for
+            await asyncio.sleep(0.002)
+        second = await agent.aanswer(f"{MMLU_Q} #second")
+        return await first, second
+
+    with agent:
+        a, b = asyncio.run(go())
+    assert a.rounds == b.rounds == 4  # κ = 0: every round
+    texts = [prompt_text(r) for r in world.requests]
+    firsts = [i for i, t in enumerate(texts) if "#first" in t]
+    seconds = [i for i, t in enumerate(texts) if "#second" in t]
+    assert len(firsts) == len(seconds) == 8
+    assert max(firsts) < min(seconds), (firsts, seconds)
 
 
 def test_config_errors(world, policy_dir, prices_path, tmp_path):

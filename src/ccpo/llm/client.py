@@ -366,11 +366,19 @@ class SpendLedger:
         return self._held
 
     def try_reserve(
-        self, usd: float, cap: float | None, call: bool = False, sent: float = 0.0
+        self,
+        usd: float,
+        cap: float | None,
+        call: bool = False,
+        sent: float = 0.0,
+        admission: bool = False,
     ) -> bool:
         """Reserve ``usd`` if it fits under ``cap`` (None: always); False, reserving nothing,
         if it does not. ``call``: for a call about to be sent (counted as in flight), whose
-        worst case is ``sent`` (``usd`` plus what its question held for it already)."""
+        worst case is ``sent`` (``usd`` plus what its question held for it already).
+        ``admission``: for a question's wallet, which gives way to admitted questions waiting
+        for room (here the client checks :meth:`waiting`; a ledger shared by replicas also
+        checks theirs)."""
         with self._values() as v:
             if cap is not None and v[0] + v[1] + usd > cap * (1 + 1e-12):
                 return False
@@ -379,11 +387,16 @@ class SpendLedger:
             return True
 
     async def areserve(
-        self, usd: float, cap: float | None, call: bool = False, sent: float = 0.0
+        self,
+        usd: float,
+        cap: float | None,
+        call: bool = False,
+        sent: float = 0.0,
+        admission: bool = False,
     ) -> bool:
         """:meth:`try_reserve` for the event loop: a ledger kept in a database
         (``ccpo.runtime.state``) awaits its commit here without blocking the loop."""
-        return self.try_reserve(usd, cap, call=call, sent=sent)
+        return self.try_reserve(usd, cap, call=call, sent=sent, admission=admission)
 
     def settle(
         self, reserved: float, spent: float, call: bool = False, sent: float | None = None
@@ -416,6 +429,11 @@ class SpendLedger:
         """Count a question in (``delta`` 1) or out (-1) of ``ADMITTED`` or ``WAITING``."""
         with self._values() as v:
             v[slot] = max(0.0, v[slot] + delta)
+
+    def waiting(self) -> bool:
+        """Some admitted question waits for room (questions not yet admitted give way)."""
+        with self._values() as v:
+            return v[4] > 0
 
     def stuck(self, admitted: bool = True) -> bool:
         """Nothing will free room: no call is in flight and every admitted question waits
@@ -810,29 +828,57 @@ class LLMClient:
             return 0.0
         return self.prices.cost(endpoint.model, *worst_case_tokens(request))
 
-    async def _wait_for_room(
-        self, usd: float, call: bool, admitted: bool = False, sent: float = 0.0
-    ) -> None:
+    async def _wait_for_room(self, usd: float, call: bool, env: Envelope | None = None) -> None:
         """Reserve ``usd`` in the run's ledger, waiting while room may still come free (calls
         in flight settle, admitted questions finish and release what they hold);
         :class:`BudgetExceeded` once nothing can free room and it still does not fit.
-        ``admitted``: the waiter is an admitted question (it counts as waiting meanwhile)."""
-        if await self.ledger.areserve(usd, self.max_cost, call=call, sent=sent):
+
+        ``env``: the wallet of the admitted question this call is for, drawn on first. Its
+        question counts as waiting meanwhile. When every admitted question waits and no call
+        is in flight (each wallet short of its next call's worst case, the rest of the budget
+        held by the others' wallets), the wallets are given back to the budget rather than a
+        question refused after it has paid for calls: the others then find room, finish and
+        release what they held, and this one draws its whole call from the budget. Only
+        once it has nothing left to give back, and a poll later still nothing moves, is it
+        refused. A question's admission (``call`` False) waits while admitted questions wait
+        for room, here or (a ledger in a database) at another replica: they were paid for
+        first."""
+        held = min(env.free, usd) if env is not None else 0.0
+        if env is not None:
+            env.free -= held
+        ledger, admission = self.ledger, not call
+
+        async def room() -> bool:
+            if admission and ledger.waiting():
+                return False
+            return await ledger.areserve(
+                usd - held, self.max_cost, call=call, sent=usd, admission=admission
+            )
+
+        if await room():
             return
-        if admitted:
-            self.ledger.count(SpendLedger.WAITING, 1)
+        if env is not None:
+            ledger.count(SpendLedger.WAITING, 1)
         try:
-            while not await self.ledger.areserve(usd, self.max_cost, call=call, sent=sent):
-                if self.ledger.stuck(admitted):
-                    raise BudgetExceeded(
-                        f"budget of ${self.max_cost:.4f} reached (spent "
-                        f"${self.ledger.total:.4f}, ${self.ledger.reserved:.4f} reserved; the "
-                        f"next could cost up to ${usd:.6f})"
-                    )
-                await asyncio.sleep(self.ledger.poll_s)
+            while not await room():
+                if ledger.stuck(env is not None):
+                    if env is not None and env.free + held > 0:
+                        ledger.settle(env.free + held, 0.0)  # its wallet, back to the budget
+                        env.free = held = 0.0
+                    else:
+                        raise BudgetExceeded(
+                            f"budget of ${self.max_cost:.4f} reached (spent "
+                            f"${ledger.total:.4f}, ${ledger.reserved:.4f} reserved; the "
+                            f"next could cost up to ${usd:.6f})"
+                        )
+                await asyncio.sleep(ledger.poll_s)
+        except BaseException:
+            if env is not None:
+                env.free += held
+            raise
         finally:
-            if admitted:
-                self.ledger.count(SpendLedger.WAITING, -1)
+            if env is not None:
+                ledger.count(SpendLedger.WAITING, -1)
 
     async def _reserve(self, usd: float) -> RequestBudget | None:
         """Reserve ``usd`` before a paid call: in its question's budget (if any:
@@ -844,16 +890,12 @@ class LLMClient:
                 f"the next call could cost up to ${usd:.6f}; the question's budget of "
                 f"${rb.cap:.6f} has ${max(0.0, rb.cap - rb.ledger.total):.6f} left"
             )
-        env = _envelope.get()
-        held = min(env.free, usd) if env is not None else 0.0
         try:
-            await self._wait_for_room(usd - held, call=True, admitted=env is not None, sent=usd)
+            await self._wait_for_room(usd, call=True, env=_envelope.get())
         except BudgetExceeded:
             if rb is not None:
                 rb.ledger.settle(usd, 0.0)
             raise
-        if env is not None:
-            env.free -= held
         self.max_call_worst = max(self.max_call_worst, usd)
         return rb
 

@@ -33,10 +33,14 @@ round that would take it over its budget (estimated by its most expensive round 
 from round 1 on, before any call whose worst case would not fit what is left of it, with
 :class:`RequestBudgetExceeded`. ``max_cost_total`` caps the dollars actually paid
 (:class:`~ccpo.llm.client.BudgetExceeded`): a question is admitted only while T × the costliest
-round so far, plus the worst case of one call, fits what is left (the first question runs
-alone); it holds that much as its wallet, and every call reserves its worst case (from the
-wallet first) before it is sent, so concurrent questions never overshoot the cap and the money
-goes into answers rather than into questions that cannot finish.
+round of the questions over so far, plus the worst case of one call, fits what is left (until
+one is over, questions run one at a time); it holds that much as its wallet, and every call
+reserves its worst case (from the wallet first) before it is sent, so concurrent questions
+never overshoot the cap and the money goes into answers rather than into questions that cannot
+finish. Admitted questions whose wallets fall short come before new ones, and give their
+wallets back to each other rather than one being refused after it paid
+(:meth:`~ccpo.llm.client.LLMClient.admit`). This is an estimate, not a bound: a question whose
+rounds cost more than any before it may still be refused mid-way when the budget is at its end.
 """
 
 from __future__ import annotations
@@ -192,7 +196,7 @@ class ConformalAgent:
         )
         self.spent_offset = float(spent_offset)
         self.ledger: SpendLedger | None = None  # the total budget's ledger (None: a fresh one)
-        self._costliest_round = 0.0  # what the costliest round so far paid
+        self._costliest_round = 0.0  # what the costliest round of a finished question paid
         self._runners: dict[int, tuple[asyncio.AbstractEventLoop, Runner, ResponseCache]] = {}
         self._closed_spent = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -370,8 +374,9 @@ class ConformalAgent:
             request_budget.reset(token)
 
     def _question_estimate(self, client: LLMClient) -> float | None:
-        """What to hold for a question: T x the costliest round so far (plus a call's worst
-        case: :meth:`LLMClient.question_estimate`); None before any round was paid."""
+        """What to hold for a question: T x the costliest round of the questions over so far
+        (plus a call's worst case: :meth:`LLMClient.question_estimate`); None before one is
+        over."""
         c = self._costliest_round
         return client.question_estimate(c * self.horizon if c else None)
 
@@ -395,7 +400,7 @@ class ConformalAgent:
         answers: dict[str, str] = {}  # normalised → first spelling
         joined: list[tuple[str, float, int, str]] = []  # (normalised, π(a|o_t), t, a)
         by_model: dict[str, float] = dict.fromkeys(self.ladder.models(), 0.0)
-        total = worst = 0.0
+        total = worst = costliest = 0.0
         nxt: asyncio.Future[RoundOutput] | None = None  # the next round, already sent
         before = 0.0
         try:
@@ -406,7 +411,7 @@ class ConformalAgent:
                 else:
                     ro = await nxt
                     nxt = None
-                self._costliest_round = max(self._costliest_round, env.spent - before)
+                costliest = max(costliest, env.spent - before)
                 outs.append(ro)
                 lr = live_round(ro.record())
                 rounds.append(lr)
@@ -434,6 +439,10 @@ class ConformalAgent:
             if nxt is not None:  # an error or a cancellation before it was awaited
                 nxt.cancel()
                 await asyncio.gather(nxt, return_exceptions=True)  # its calls settle first
+            # known to the next questions' estimates once the question is over, not round by
+            # round: its first rounds and calls are its cheapest (its prompts grow), and a
+            # question admitted on them would hold too little
+            self._costliest_round = max(self._costliest_round, costliest)
         best = one_answer(joined)
         return AnswerSet(
             id=qid,

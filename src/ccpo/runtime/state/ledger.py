@@ -23,7 +23,9 @@ class StoreLedger(SpendLedger):
     ``total`` is all money spent under this state (``absolute``: the client's cap is the whole
     ``max_cost_total``, not what is left of it). The counts of this process's calls and admitted
     questions stay local (they decide when a waiting question gives up); whether another
-    replica holds money it will free comes from the store (its leases' ``idle``)."""
+    replica holds money it will free comes from the store (its leases' ``idle``), and whether
+    an admitted question of another waits for room (``waiting``: admissions here give way to
+    it, as to this replica's own, see :meth:`LLMClient._wait_for_room`)."""
 
     poll_s = 0.05  # a question waiting for room looks again at this pace (rides on batches)
     stuck_s = 0.5  # nothing frees room for this long (several transactions): give up
@@ -33,6 +35,13 @@ class StoreLedger(SpendLedger):
         super().__init__()
         self.store = store
         self._stuck_since: float | None = None
+        store.waiting = self.waiting  # on its lease: admissions at other replicas give way
+
+    def count(self, slot: int, delta: int) -> None:
+        before = self.waiting()
+        super().count(slot, delta)
+        if slot == self.WAITING and self.waiting() != before:
+            self.store.waiting_changed()
 
     def _idle(self) -> bool:
         """No call of this replica in flight and every question admitted here waits."""
@@ -40,7 +49,12 @@ class StoreLedger(SpendLedger):
             return v[2] <= 0 and v[4] >= v[3]
 
     async def areserve(
-        self, usd: float, cap: float | None, call: bool = False, sent: float = 0.0
+        self,
+        usd: float,
+        cap: float | None,
+        call: bool = False,
+        sent: float = 0.0,
+        admission: bool = False,
     ) -> bool:
         # a call drawn wholly from its question's wallet needs no write: the wallet is in
         # the store, counted in flight, since the question was admitted; a wallet comes
@@ -48,7 +62,7 @@ class StoreLedger(SpendLedger):
         if (
             usd > 0
             and not self.store.take_spare(usd, cap)
-            and not await self.store.areserve(usd, cap, usd, idle=self._idle)
+            and not await self.store.areserve(usd, cap, usd, idle=self._idle, admission=admission)
         ):
             return False
         with self._values() as v:
@@ -56,12 +70,17 @@ class StoreLedger(SpendLedger):
         return True
 
     def try_reserve(
-        self, usd: float, cap: float | None, call: bool = False, sent: float = 0.0
+        self,
+        usd: float,
+        cap: float | None,
+        call: bool = False,
+        sent: float = 0.0,
+        admission: bool = False,
     ) -> bool:
         if (
             usd > 0
             and not self.store.take_spare(usd, cap)
-            and not self.store.reserve(usd, cap, usd, idle=self._idle)
+            and not self.store.reserve(usd, cap, usd, idle=self._idle, admission=admission)
         ):
             return False
         with self._values() as v:
@@ -91,14 +110,16 @@ class StoreLedger(SpendLedger):
         replica's last transactions). The time bridges the moments between a question's
         admission and its first call, or between two calls of another replica. A question
         not yet admitted (``admitted=False``) also waits while admitted questions anywhere
-        hold money: they give way first, and their wallets may then admit it."""
+        hold money, or another replica's admitted question waits for room: they go first,
+        and their wallets may then admit it."""
         now = time.monotonic()
         if not self._idle() or self.store.others_busy or self.store.pending():
             self._stuck_since = None
             return False
         if self._stuck_since is None:
             self._stuck_since = now
-        if not admitted and (self._admitted() or self.store.others_hold):
+        store = self.store
+        if not admitted and (self._admitted() or store.others_hold or store.others_waiting):
             return False
         return now - self._stuck_since >= self.stuck_s
 

@@ -63,7 +63,8 @@ caller gave up but which committed anyway is undone (a reservation is released).
 
 **Schema with a version.** Tables are created on first start, with ``schema_version`` in
 ``ccpo_meta``; a store of a newer version is refused, older ones are converted in place (v1:
-the one-process SQLite format ``ccpo.serve-state/v1``; v2: leases without ``idle``). The store
+the one-process SQLite format ``ccpo.serve-state/v1``; v2: leases without ``idle``; v3:
+without ``waiting``). The store
 records a fingerprint of the policy artifact and refuses to be used with another policy.
 """
 
@@ -99,7 +100,8 @@ from ccpo.runtime.state.backends import (
 
 log = logging.getLogger("ccpo.serve")
 
-SCHEMA_VERSION = 3  # 1: the one-process SQLite format (tables kv, answers); 2: no leases.idle
+SCHEMA_VERSION = 4  # 1: the one-process SQLite format (tables kv, answers); 2: no leases.idle;
+# 3: no leases.waiting
 STATE_FORMAT = "ccpo.serve-state"
 FLUSH_S = 1.0  # a settlement waits at most this long for a transaction to ride on
 SPARE_IDLE_S = 1.0  # a spare wallet nobody took for this long is released
@@ -116,13 +118,15 @@ _DDL = (
     "CREATE TABLE IF NOT EXISTS ccpo_leases (replica TEXT PRIMARY KEY, host TEXT NOT NULL,"
     " pid INTEGER NOT NULL, reserved_usd DOUBLE PRECISION NOT NULL,"
     " inflight_usd DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION NOT NULL,"
-    " idle INTEGER NOT NULL DEFAULT 0)",
+    " idle INTEGER NOT NULL DEFAULT 0, waiting INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS ccpo_answers (id TEXT PRIMARY KEY, question TEXT NOT NULL,"
     " answer TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, feedback TEXT, replica TEXT)",
     "CREATE INDEX IF NOT EXISTS ccpo_answers_created ON ccpo_answers (created)",
 )
 
-_LEASES = "SELECT replica, host, pid, reserved_usd, inflight_usd, expires, idle FROM ccpo_leases"
+_LEASES = (
+    "SELECT replica, host, pid, reserved_usd, inflight_usd, expires, idle, waiting FROM ccpo_leases"
+)
 
 T = TypeVar("T")
 
@@ -145,6 +149,10 @@ def default_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+def _never() -> bool:
+    return False
+
+
 def _less(x: float, y: float) -> float:
     """x − y, never below 0, and exactly 0 when only rounding is left (sums of floats)."""
     d = x - y
@@ -164,12 +172,14 @@ def _process_gone(pid: int) -> bool:
 @dataclass
 class Lease:
     """This replica's lease as the running transaction sees it: what it holds reserved, the
-    part of that counted as spent if it dies (in flight), and whether all its questions wait
-    for room (``idle``: it will free nothing by itself)."""
+    part of that counted as spent if it dies (in flight), whether all its questions wait
+    for room (``idle``: it will free nothing by itself), and whether one of its admitted
+    questions waits for room (``waiting``: questions are admitted nowhere meanwhile)."""
 
     reserved: float = 0.0
     inflight: float = 0.0
     idle: bool = False
+    waiting: bool = False
 
 
 @dataclass
@@ -187,6 +197,7 @@ class Batch:
     lease_lost: bool = False  # its lease had expired: what it held is now ``orphan``
     others_busy: bool = False
     others_hold: bool = False
+    others_waiting: bool = False
     inserted: set[str] = field(default_factory=set)  # answer ids this transaction inserted
     ahead: bool = False  # computed ahead, to be sent whole: the leases were not read
 
@@ -310,6 +321,11 @@ class StateStore:
         self._orphan = Lease()  # what a lost lease held (counted as spent when it expired)
         self.others_busy = False  # another replica holds money it will free by itself
         self.others_hold = False  # another replica holds money (busy, or its questions wait)
+        self.others_waiting = False  # an admitted question of another replica waits for room
+        # whether an admitted question of this replica waits for room (its ledger sets it):
+        # written to its lease with every write, and a change of it makes one (waiting_changed)
+        self.waiting: Callable[[], bool] = _never
+        self._lease_dirty = False
         self.commits = 0  # transactions committed by the writer (benchmarks, tests)
         self.commits_whole = 0  # of them sent whole (one round trip: _write_whole)
         self.commits_moved = 0  # sent whole, found the state moved, redone
@@ -364,8 +380,10 @@ class StateStore:
                         f"{self.where}: this state belongs to another policy artifact; use "
                         "another state (or delete it to start afresh)"
                     )
-                if version == 2:  # leases learn whether their replica waits for room
-                    tx.run("ALTER TABLE ccpo_leases ADD COLUMN idle INTEGER NOT NULL DEFAULT 0")
+                if version in (2, 3):  # leases learn whether their replica waits for room
+                    for col in ("idle", "waiting")[version - 2 :]:
+                        add = f"ALTER TABLE ccpo_leases ADD COLUMN {col} INTEGER NOT NULL"
+                        tx.run(add + " DEFAULT 0")
                     tx.run(
                         "UPDATE ccpo_meta SET value = ? WHERE key = 'schema_version'",
                         (str(SCHEMA_VERSION),),
@@ -562,7 +580,8 @@ class StateStore:
         (:meth:`_transact`)."""
         with self._cond:
             delta, self._delta = self._delta, _Delta()
-        writes = beat or bool(delta) or any(not op.read for op in ops)
+            dirty, self._lease_dirty = self._lease_dirty, False
+        writes = beat or dirty or bool(delta) or any(not op.read for op in ops)
         records = [(op.answer, op.text) for op in ops if op.answer is not None]
         self._busy_since = time.monotonic()
         try:
@@ -587,6 +606,7 @@ class StateStore:
             self.commits += 1
             self._mirror, self._orphan = b.lease, b.orphan
             self.others_busy, self.others_hold = b.others_busy, b.others_hold
+            self.others_waiting = b.others_waiting
             with self._cond:
                 if b.lease_lost:  # the spare was in the lease that ended: counted as spent
                     gone, self._spare = self._spare, 0.0
@@ -634,17 +654,22 @@ class StateStore:
             if writes:
                 top = self._top_up(b)
                 lease = b.lease
-                values = (lease.reserved, lease.inflight, self.expiry, int(lease.idle))
+                lease.waiting = self.waiting()
+                values = (
+                    lease.reserved, lease.inflight, self.expiry, int(lease.idle),
+                    int(lease.waiting),
+                )  # fmt: skip
                 if b.new_lease:
                     tx.run(
                         "INSERT INTO ccpo_leases (reserved_usd, inflight_usd, expires, idle, "
-                        f"replica, host, pid) VALUES (?, ?, {self.db.now} + ?, ?, ?, ?, ?)",
+                        "waiting, replica, host, pid) VALUES "
+                        f"(?, ?, {self.db.now} + ?, ?, ?, ?, ?, ?)",
                         (*values, self.replica, self.host, os.getpid()),
                     )
                 elif not b.lease_ended:
                     tx.run(
                         "UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, "
-                        f"expires = {self.db.now} + ?, idle = ? WHERE replica = ?",
+                        f"expires = {self.db.now} + ?, idle = ?, waiting = ? WHERE replica = ?",
                         (*values, self.replica),
                     )
                 texts = state_texts(b.tracker, b.counters)
@@ -680,12 +705,13 @@ class StateStore:
             tx=None,  # type: ignore[arg-type]  # (ops sent whole run no SQL of their own)
             tracker=tracker,
             counters=c,
-            lease=Lease(m.reserved, m.inflight, m.idle),
+            lease=Lease(m.reserved, m.inflight, m.idle, m.waiting),
             now=math.nan,  # (only the leases' read needs the database's clock)
             orphan=self._orphan,
             new_lease=False,
             others_busy=self.others_busy,
             others_hold=self.others_hold,
+            others_waiting=self.others_waiting,
             inserted=set(ids),
             ahead=True,
         )
@@ -695,6 +721,7 @@ class StateStore:
             top = self._top_up(b)
             texts = state_texts(b.tracker, b.counters)
             lease = b.lease
+            lease.waiting = self.waiting()
             steps: list[Step] = []
             if records:
                 rows = answer_rows(self.replica, records)
@@ -705,10 +732,10 @@ class StateStore:
             ))  # fmt: skip
             steps.append((
                 f"UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, expires = {now} + ?,"
-                f" idle = ? WHERE replica = ? AND expires >= {now} AND reserved_usd = ? AND "
-                "inflight_usd = ?",
-                (lease.reserved, lease.inflight, self.expiry, int(lease.idle), self.replica,
-                 m.reserved, m.inflight), 1,
+                f" idle = ?, waiting = ? WHERE replica = ? AND expires >= {now} AND "
+                "reserved_usd = ? AND inflight_usd = ?",
+                (lease.reserved, lease.inflight, self.expiry, int(lease.idle),
+                 int(lease.waiting), self.replica, m.reserved, m.inflight), 1,
             ))  # fmt: skip
             self.db.write_whole(steps)
         except _Redo:
@@ -757,9 +784,10 @@ class StateStore:
         """Every lease in one read: expired ones (and, on a heartbeat, those of dead processes
         of this host) end, their calls counted as spent at the worst case; this replica's
         becomes ``b.lease`` (a new one if it has none); ``b.others_busy``: another replica
-        holds money and is not waiting for room; ``b.others_hold``: another holds money."""
-        busy = hold = False
-        for replica, host, pid, reserved, inflight, expires, idle in rows:
+        holds money and is not waiting for room; ``b.others_hold``: another holds money;
+        ``b.others_waiting``: an admitted question of another waits for room."""
+        busy = hold = waits = False
+        for replica, host, pid, reserved, inflight, expires, idle, waiting in rows:
             reserved, inflight = float(reserved), float(inflight)
             mine = replica == self.replica
             dead = float(expires) < b.now or (
@@ -769,11 +797,14 @@ class StateStore:
                 self._release(b, replica, reserved, inflight)
                 self._lease_lost |= mine
             elif mine:
-                b.lease, b.new_lease = Lease(reserved, inflight, bool(idle)), False
-            elif reserved > 0:
-                hold = True
-                busy = busy or not idle
-        b.others_busy, b.others_hold = busy, hold
+                b.lease = Lease(reserved, inflight, bool(idle), bool(waiting))
+                b.new_lease = False
+            else:
+                waits = waits or bool(waiting)
+                if reserved > 0:
+                    hold = True
+                    busy = busy or not idle
+        b.others_busy, b.others_hold, b.others_waiting = busy, hold, waits
         if b.new_lease:
             held = self._mirror
             if self._lease_lost or held.reserved > 0 or held.inflight > 0:
@@ -828,13 +859,21 @@ class StateStore:
 
     # ------------------------------------------------------------------ money
     def _reserve_op(
-        self, usd: float, cap: float | None, inflight: float, idle: bool | Callable[[], bool]
+        self,
+        usd: float,
+        cap: float | None,
+        inflight: float,
+        idle: bool | Callable[[], bool],
+        admission: bool = False,
     ) -> tuple[Callable[[Batch], bool], Callable[[bool], None]]:
         def fn(b: Batch) -> bool:
             c = b.counters
-            if cap is not None and c.spent_usd + c.reserved_usd + usd > cap * (1 + _EPS):
-                if b.ahead:  # an expired lease, read by the usual way, may free room
-                    raise _Redo()
+            behind = admission and cap is not None and b.others_waiting
+            if behind or (
+                cap is not None and c.spent_usd + c.reserved_usd + usd > cap * (1 + _EPS)
+            ):
+                if b.ahead:  # the leases, read by the usual way, may free room (one expired,
+                    raise _Redo()  # or the question waiting elsewhere got its room)
                 b.lease.idle = idle() if callable(idle) else idle
                 return False
             c.reserved_usd += usd
@@ -856,14 +895,16 @@ class StateStore:
         cap: float | None,
         inflight: float = 0.0,
         idle: bool | Callable[[], bool] = False,
+        admission: bool = False,
     ) -> bool:
         """Reserve ``usd`` under the total budget ``cap`` (None: no cap) if spent + reserved
         + ``usd`` ≤ ``cap`` over all replicas, ``inflight`` of it counted as spent should this
         replica die before settling it; False (nothing reserved) if it does not fit, then
         ``idle`` (or its value when the transaction runs) says whether every question of this
-        replica waits for room. Durable when it
-        returns; atomic across replicas."""
-        fn, undo = self._reserve_op(usd, cap, inflight, idle)
+        replica waits for room. ``admission``: a question's wallet, which under a cap gives
+        way (False) while an admitted question of another replica waits for room (a lease's
+        ``waiting``). Durable when it returns; atomic across replicas."""
+        fn, undo = self._reserve_op(usd, cap, inflight, idle, admission)
         return self._call(fn, undo=undo, whole=True)
 
     async def areserve(
@@ -872,9 +913,10 @@ class StateStore:
         cap: float | None,
         inflight: float = 0.0,
         idle: bool | Callable[[], bool] = False,
+        admission: bool = False,
     ) -> bool:
         """:meth:`reserve` without blocking the event loop."""
-        fn, undo = self._reserve_op(usd, cap, inflight, idle)
+        fn, undo = self._reserve_op(usd, cap, inflight, idle, admission)
         return await self._acall(fn, undo=undo, whole=True)
 
     def settle(self, reserved: float, spent: float, inflight: float = 0.0) -> None:
@@ -959,6 +1001,13 @@ class StateStore:
         d = self._delta
         d.reserved += spare
         d.inflight += spare
+
+    def waiting_changed(self) -> None:
+        """Whether a question of this replica waits for room (:attr:`waiting`) changed: the
+        lease says so with the next transaction, within ``FLUSH_S`` (never blocking)."""
+        with self._cond:
+            self._lease_dirty = True
+            self._lazy()
 
     def pending(self) -> bool:
         """Settlements wait to be written (money this replica is about to free)."""
