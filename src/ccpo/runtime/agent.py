@@ -39,8 +39,9 @@ reserves its worst case (from the wallet first) before it is sent, so concurrent
 never overshoot the cap and the money goes into answers rather than into questions that cannot
 finish. Admitted questions whose wallets fall short come before new ones, and give their
 wallets back to each other rather than one being refused after it paid
-(:meth:`~ccpo.llm.client.LLMClient.admit`). This is an estimate, not a bound: a question whose
-rounds cost more than any before it may still be refused mid-way when the budget is at its end.
+(:meth:`~ccpo.llm.client.LLMClient._wait_for_room`). This is an estimate, not a bound: a
+question whose rounds cost more than any before it may still be refused mid-way when the
+budget is at its end.
 """
 
 from __future__ import annotations
