@@ -370,12 +370,10 @@ class SpendLedger:
         usd: float,
         cap: float | None,
         call: bool = False,
-        sent: float = 0.0,
         admission: bool = False,
     ) -> bool:
         """Reserve ``usd`` if it fits under ``cap`` (None: always); False, reserving nothing,
-        if it does not. ``call``: for a call about to be sent (counted as in flight), whose
-        worst case is ``sent`` (``usd`` plus what its question held for it already).
+        if it does not. ``call``: for a call about to be sent (counted as in flight).
         ``admission``: for a question's wallet, which gives way to admitted questions waiting
         for room (here the client checks :meth:`waiting`; a ledger shared by replicas also
         checks theirs)."""
@@ -391,12 +389,11 @@ class SpendLedger:
         usd: float,
         cap: float | None,
         call: bool = False,
-        sent: float = 0.0,
         admission: bool = False,
     ) -> bool:
         """:meth:`try_reserve` for the event loop: a ledger kept in a database
         (``ccpo.runtime.state``) awaits its commit here without blocking the loop."""
-        return self.try_reserve(usd, cap, call=call, sent=sent, admission=admission)
+        return self.try_reserve(usd, cap, call=call, admission=admission)
 
     def settle(
         self, reserved: float, spent: float, call: bool = False, sent: float | None = None
@@ -851,9 +848,7 @@ class LLMClient:
         async def room() -> bool:
             if admission and ledger.waiting():
                 return False
-            return await ledger.areserve(
-                usd - held, self.max_cost, call=call, sent=usd, admission=admission
-            )
+            return await ledger.areserve(usd - held, self.max_cost, call=call, admission=admission)
 
         if await room():
             return

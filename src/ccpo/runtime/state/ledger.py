@@ -53,7 +53,6 @@ class StoreLedger(SpendLedger):
         usd: float,
         cap: float | None,
         call: bool = False,
-        sent: float = 0.0,
         admission: bool = False,
     ) -> bool:
         # a call drawn wholly from its question's wallet needs no write: the wallet is in
@@ -74,7 +73,6 @@ class StoreLedger(SpendLedger):
         usd: float,
         cap: float | None,
         call: bool = False,
-        sent: float = 0.0,
         admission: bool = False,
     ) -> bool:
         if (

@@ -653,12 +653,7 @@ class StateStore:
                 self._trim(tx, added)
             if writes:
                 top = self._top_up(b)
-                lease = b.lease
-                lease.waiting = self.waiting()
-                values = (
-                    lease.reserved, lease.inflight, self.expiry, int(lease.idle),
-                    int(lease.waiting),
-                )  # fmt: skip
+                values = self._lease_values(b.lease)
                 if b.new_lease:
                     tx.run(
                         "INSERT INTO ccpo_leases (reserved_usd, inflight_usd, expires, idle, "
@@ -720,8 +715,6 @@ class StateStore:
             results = self._run_ops(ops, b)
             top = self._top_up(b)
             texts = state_texts(b.tracker, b.counters)
-            lease = b.lease
-            lease.waiting = self.waiting()
             steps: list[Step] = []
             if records:
                 rows = answer_rows(self.replica, records)
@@ -734,8 +727,7 @@ class StateStore:
                 f"UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, expires = {now} + ?,"
                 f" idle = ?, waiting = ? WHERE replica = ? AND expires >= {now} AND "
                 "reserved_usd = ? AND inflight_usd = ?",
-                (lease.reserved, lease.inflight, self.expiry, int(lease.idle),
-                 int(lease.waiting), self.replica, m.reserved, m.inflight), 1,
+                (*self._lease_values(b.lease), self.replica, m.reserved, m.inflight), 1,
             ))  # fmt: skip
             self.db.write_whole(steps)
         except _Redo:
@@ -747,6 +739,12 @@ class StateStore:
         self._inserted += len(ids)
         self.commits_whole += 1
         return b, results, top, texts
+
+    def _lease_values(self, lease: Lease) -> tuple[float, float, float, int, int]:
+        """This replica's lease as both write paths write it (reserved, in flight, the expiry
+        to add to the database's clock, idle, waiting), ``waiting`` taken now."""
+        lease.waiting = self.waiting()
+        return lease.reserved, lease.inflight, self.expiry, int(lease.idle), int(lease.waiting)
 
     @staticmethod
     def _run_ops(ops: list[_Op], b: Batch) -> list[tuple[bool, Any]]:
