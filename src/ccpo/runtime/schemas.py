@@ -147,6 +147,11 @@ class ServerMetrics(BaseModel):
         "left it and written in one guarded statement (PostgreSQL, while no other replica "
         "writes in between)",
     )
+    state_commits_here: int = Field(
+        0,
+        description="of those, committed on the event loop itself: a lone question's answer "
+        "on a SQLite file, where the commit only appends to the log and never waits",
+    )
     uptime_s: float
 
 

@@ -140,6 +140,7 @@ _COUNTERS = {  # Metrics field -> (Prometheus name, help)
     "kappa_clamped": ("ccpo_kappa_clamped", "kappa steps cut short by the step bound or band"),
     "state_commits": ("ccpo_state_commits", "write transactions this replica committed"),
     "state_commits_whole": ("ccpo_state_commits_whole", "of them, sent whole (one statement)"),
+    "state_commits_here": ("ccpo_state_commits_here", "of those, committed on the event loop"),
 }
 _GAUGES = {
     "mean_set_size": ("ccpo_mean_set_size", "mean number of answers returned"),

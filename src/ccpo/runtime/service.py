@@ -114,6 +114,8 @@ class Service:
         self.feedback_limiter = self._limiter(cfg.feedback_per_minute, cfg.feedback_burst)
         self._answering: dict[str, tuple[str, asyncio.Future[Answered]]] = {}
         self._active = 0  # questions being answered (awaited on shutdown)
+        # a lone question's writes may commit on the loop (SQLite, where that never waits)
+        self.store.alone = lambda: self._active == 1
         self._idle = asyncio.Event()
         self._idle.set()
         self._upstream = sorted(  # as given, and as messages show them (redact_url)
@@ -397,6 +399,7 @@ class Service:
             replica=self.store.replica,
             state_commits=self.store.commits,
             state_commits_whole=self.store.commits_whole,
+            state_commits_here=self.store.commits_here,
             uptime_s=time.monotonic() - self.started,
         )
 

@@ -9,7 +9,12 @@ the row-lock clause; ``now``: the database's clock in epoch seconds). SQL is wri
 with ``?`` placeholders.
 
 - **SQLite**: one connection per process, ``BEGIN IMMEDIATE`` takes the file's write lock (so
-  a second process on the same file waits, never interleaves); WAL journal.
+  a second process on the same file waits, never interleaves); WAL journal. A second
+  connection that never waits (busy timeout 0, no automatic checkpoint) runs a write sent
+  whole on the calling thread (``write_whole(steps, wait=False)``): it only appends to the
+  WAL, in the page cache (``synchronous=NORMAL``: no fsync at commit), or fails at once
+  (:class:`Busy`); checkpoints, which do fsync, run on the writer's connection
+  (:meth:`SQLiteBackend.checkpoint`).
 - **PostgreSQL** (``pip install 'ccpo[postgres]'``: psycopg 3 and its pool): a small
   connection pool; a write transaction locks the store's one state row with ``SELECT ... FOR
   UPDATE`` (the store does that), which serialises every write of every replica at that row.
@@ -41,6 +46,11 @@ class DuplicateKey(CCPOError):
 class Moved(Exception):
     """A write sent whole (:meth:`Backend.write_whole`) found the rows it was computed from
     changed by another replica: nothing of it was done; the store redoes it the usual way."""
+
+
+class Busy(Exception):
+    """A write that may not wait (``write_whole(steps, wait=False)``) found the file's write
+    lock held (by another process, or a checkpoint): nothing was done."""
 
 
 class StateUnavailable(CCPOError):
@@ -87,15 +97,21 @@ class Backend(Protocol):
     where: str  # printable: a path, or user@host:port/db (never a password)
     lock: str  # appended to the state row's SELECT in a write transaction
     now: str  # SQL: the database's clock, epoch seconds
+    here: bool  # write_whole(steps, wait=False) is offered: it never waits (see SQLite)
 
     def write(self) -> contextlib.AbstractContextManager[Tx]: ...
 
-    def write_whole(self, steps: Sequence[Step]) -> None:
+    def write_whole(self, steps: Sequence[Step], wait: bool = True) -> None:
         """Run the ``steps`` as one transaction, durable when it returns, if each changes
-        exactly the rows it expects; else none of them (:class:`Moved`)."""
+        exactly the rows it expects; else none of them (:class:`Moved`). ``wait=False``
+        (only where ``here``): without waiting for a lock or the disk, else :class:`Busy`."""
         ...
 
     def read(self) -> contextlib.AbstractContextManager[Tx]: ...
+
+    def checkpoint(self) -> None:
+        """Move what writes that may not wait appended to the log into the database."""
+        ...
 
     def close(self) -> None: ...
 
@@ -210,19 +226,28 @@ class SQLiteBackend:
         self.path = path
         self.where = str(path) if path is not None else "(in memory)"
         self._lock = threading.Lock()
+        self.here = True
+        self._nowait: sqlite3.Connection | None = None  # (in memory: the one connection)
         try:
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(
-                str(path) if path else ":memory:",
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=timeout,
-            )
+            self._db = self._connect(timeout)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            if path is not None:  # (a second connection to :memory: is another database)
+                self._nowait = self._connect(0.0)
+                self._nowait.execute("PRAGMA wal_autocheckpoint=0")  # the writer's to do
         except (sqlite3.DatabaseError, OSError) as e:
             raise CCPOError(f"{self.where}: not a usable state file ({e})") from None
+
+    def _connect(self, timeout: float) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            str(self.path) if self.path else ":memory:",
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=timeout,
+        )
+        db.execute("PRAGMA synchronous=NORMAL")
+        return db
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Tx]:
@@ -240,23 +265,53 @@ class SQLiteBackend:
         with self._lock:
             yield _SQLiteTx(self._db)
 
-    def write_whole(self, steps: Sequence[Step]) -> None:
+    def write_whole(self, steps: Sequence[Step], wait: bool = True) -> None:
         """The steps in one transaction, rolled back at the first that changes other rows
-        than it expects."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+        than it expects. ``wait=False``: on the connection that never waits (its caller
+        keeps it to one thread at a time), :class:`Busy` if the write lock is held."""
+        if wait:
+            with self._lock:
+                self._whole(self._db, steps)
+            return
+        if self._nowait is None:  # in memory: no file, no other process; the one connection
+            if not self._lock.acquire(blocking=False):
+                raise Busy()
             try:
-                for sql, params, n in steps:
-                    if self._db.execute(sql, tuple(params)).rowcount != n:
-                        raise Moved()
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+                self._whole(self._db, steps)
+            finally:
+                self._lock.release()
+            return
+        try:
+            self._nowait.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            if e.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise Busy() from None
+            raise
+        self._whole(self._nowait, steps, begun=True)
+
+    @staticmethod
+    def _whole(db: sqlite3.Connection, steps: Sequence[Step], begun: bool = False) -> None:
+        if not begun:
+            db.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, params, n in steps:
+                if db.execute(sql, tuple(params)).rowcount != n:
+                    raise Moved()
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def checkpoint(self) -> None:
+        """A passive checkpoint on the writer's connection (waits for no reader or writer)."""
+        with self._lock:
+            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            if self._nowait is not None:
+                self._nowait.close()
 
 
 # ----------------------------------------------------------------------------- PostgreSQL
@@ -407,7 +462,12 @@ class PostgresBackend:
         with self._pool.connection() as conn:
             yield _PgTx(conn)
 
-    def write_whole(self, steps: Sequence[Step]) -> None:
+    here = False  # every write is a round trip: never on an event loop
+
+    def checkpoint(self) -> None:
+        """Nothing to do: PostgreSQL checkpoints by itself."""
+
+    def write_whole(self, steps: Sequence[Step], wait: bool = True) -> None:
         """One statement, so one round trip and its own transaction (autocommit): the steps
         as data-modifying CTEs, and a guard that divides by zero (undoing the statement)
         unless each changed the rows it expected. Bound by the server and prepared: its plan
