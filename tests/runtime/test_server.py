@@ -320,3 +320,28 @@ def test_a_bug_answers_the_documented_json_500_on_both_paths(world, policy_dir, 
         assert err["type"] == "internal_error"
         assert err["message"] == "the server failed (RuntimeError)"
         assert "secret detail" not in r.text
+
+
+def test_a_bug_in_the_rails_is_the_json_500_too(world, policy_dir, prices_path):
+    """A bug in the rails themselves (injected: the token check raises): ``/v1/answer``,
+    whose rails run ahead of FastAPI's error middleware (``FastHealth``), gives the same JSON
+    500 as a route behind it."""
+    svc = make_service(policy_dir, world, prices_path)
+
+    def broken(auth):
+        raise RuntimeError("secret detail")
+
+    svc.check_auth = broken
+    with LiveServer(svc) as ls:
+        fast = httpx.post(ls.url + "/v1/answer", json={"question": "Q?"})
+        junk = httpx.post(ls.url + "/v1/answer", content=b"{junk")
+        chat = httpx.post(
+            ls.url + "/v1/chat/completions",
+            json={"model": "ccpo", "messages": [{"role": "user", "content": "Q?"}]},
+        )
+    for r in (fast, junk, chat):
+        assert r.status_code == 500 and r.headers["content-type"] == "application/json"
+        assert r.json()["error"] == {
+            "type": "internal_error", "message": "the server failed (RuntimeError)"
+        }  # fmt: skip
+    assert world.n_requests == 0

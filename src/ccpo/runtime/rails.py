@@ -110,9 +110,10 @@ class Guard:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         svc = self.holder.get("service")
-        if scope["type"] != "http" or svc is None:
-            await self.app(scope, receive, send)
+        if scope["type"] != "http" or svc is None or scope.get("ccpo.guarded"):
+            await self.app(scope, receive, send)  # (guarded already: once per request)
             return
+        scope["ccpo.guarded"] = True
         headers = dict(scope.get("headers") or [])
         path = scope.get("path", "")
         if path in _GUARDED:

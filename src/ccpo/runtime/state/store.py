@@ -5,10 +5,11 @@ feedback. The backend is an embedded SQLite file or a shared PostgreSQL database
 and what it costs: docs/decisions.md ("Group commit and envelopes").
 
 **One writer per replica, group commit.** Nothing here waits on the event loop. Every
-operation is handed to the replica's one writer thread (but for the one case below), which takes *all* operations pending
-at that moment into one transaction: it locks the single row of ``ccpo_state`` (``SELECT ...
-FOR UPDATE`` in PostgreSQL; ``BEGIN IMMEDIATE`` in SQLite), reads money, κ and counters,
-applies the operations in order, writes the row back and commits. Callers await the commit
+operation is handed to the replica's one writer thread (but for the one case below), which
+takes *all* operations pending at that moment into one transaction: it locks the single
+row of ``ccpo_state`` (``SELECT ... FOR UPDATE`` in PostgreSQL; ``BEGIN IMMEDIATE`` in
+SQLite), reads money, κ and counters, applies the operations in order, writes the row back
+and commits. Callers await the commit
 (:meth:`StateStore.areserve`, :meth:`~StateStore.arecord_answer`, ...), so a reservation is
 durable before its call is sent and an acknowledged answer or feedback is in the database.
 The row lock is taken once per batch, not once per operation: under load one commit carries
