@@ -638,8 +638,9 @@ class StateStore:
     def _run_here(self, op: _Op) -> tuple[bool, Any] | None:
         """Run ``op`` in a transaction of its own on the calling thread, an event loop with
         nothing else to do (a lone question), when that cannot wait: the backend offers it
-        (SQLite on a file: :meth:`Backend.write_whole` with ``wait=False`` only appends to the
-        WAL in the page cache, or fails at once), the writer is idle with nothing queued, and
+        (SQLite: :meth:`Backend.write_whole` with ``wait=False`` only appends to the WAL in the
+        page cache, or fails at once; in memory it tries the one connection's lock without
+        waiting), the writer is idle with nothing queued, and
         the batch can be sent whole (:meth:`_whole_ready`). Saves the two thread wake-ups of
         a hand-over to the writer and back (0.2–0.3 ms at concurrency 1, on every answer's
         critical path). Its result, as :meth:`_run_ops` gives it; None: nothing was done (the
