@@ -434,11 +434,11 @@ class FastHealth:
         self.answer = tracing.IncomingContext(Guard(FastAnswer(app, holder), holder))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/v1/answer":
+            await self._answer(scope, receive, send)
+            return
         if scope["type"] != "http" or scope["path"] != "/healthz" or scope["method"] != "GET":
-            if scope["type"] == "http" and scope["path"] == "/v1/answer":
-                await self._answer(scope, receive, send)
-            else:
-                await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
             return
         try:
             h = self.service.health()
