@@ -6,9 +6,10 @@ transaction that holds the store's one lock until it commits (:meth:`Backend.wri
 (:meth:`Backend.read`), a write sent whole (:meth:`Backend.write_whole`: guarded steps, all
 or none, in PostgreSQL one prepared statement) and the SQL spellings that differ (``lock``:
 the row-lock clause; ``now``: the database's clock in epoch seconds). SQL is written once,
-with ``?`` placeholders.
+with ``?`` placeholders. SQLite also offers a write sent whole that never waits (``here``)
+and the checkpoint that goes with it (:meth:`Backend.checkpoint`; PostgreSQL: nothing to do).
 
-- **SQLite**: one connection per process, ``BEGIN IMMEDIATE`` takes the file's write lock (so
+- **SQLite**: the writer's connection, ``BEGIN IMMEDIATE`` takes the file's write lock (so
   a second process on the same file waits, never interleaves); WAL journal. A second
   connection that never waits (busy timeout 0, no automatic checkpoint) runs a write sent
   whole on the calling thread (``write_whole(steps, wait=False)``): it only appends to the
