@@ -15,8 +15,9 @@ call), the gateways under test, and this load generator (aiohttp). Rows:
 - **litellm**: the LiteLLM proxy (no database) in front of the upstream, the load generator
   replaying each question's calls through it; skipped unless ``litellm`` is installed;
 - with ``--base-src DIR``: **sqlite@base** and **pg1@base**, ``ccpo serve`` run from the source
-  tree ``DIR/src`` (e.g. ``git archive <commit> src | tar -x -C DIR``) with uvloop and
-  httptools hidden, to measure a change before/after in the same run.
+  tree ``DIR/src`` (e.g. ``git archive <commit> src | tar -x -C DIR``), to measure a change
+  before/after in the same run; ``--base-hide uvloop,httptools`` hides those modules from it
+  (a tree from before they were in the ``serve`` extra: uvicorn takes them when importable).
 
 Every row gets a fresh state database per start (``ccpo serve``'s default config: no response
 cache, no rate limit; ``--cap USD``: under a total budget, ``max_cost_total``). Per row and
@@ -368,6 +369,9 @@ def main() -> None:
         "--cap", type=float, default=None, help="serve under max_cost_total USD (default: none)"
     )
     ap.add_argument("--base-src", type=Path, default=None, help="also run ccpo from DIR/src")
+    ap.add_argument(
+        "--base-hide", default="", help="modules the --base-src rows cannot import (a,b,...)"
+    )
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args()
 
@@ -409,8 +413,8 @@ def main() -> None:
         rows.remove("litellm")
     envs: dict[str, dict] = {"": {}}
     if args.base_src is not None:
-        hide = tmp / "hide"  # the base ran without uvloop and httptools: hide them
-        for mod in ("uvloop", "httptools"):
+        hide = tmp / "hide"  # (--base-hide: a package such a tree was installed without)
+        for mod in [m for m in args.base_hide.split(",") if m]:
             (hide / mod).mkdir(parents=True)
             (hide / mod / "__init__.py").write_text(
                 "raise ImportError('hidden by the benchmark')\n"
