@@ -53,7 +53,7 @@ def _worker(
         n = int(CALLS) + (i % 100 < (CALLS % 1) * 100)
         for _ in range(n):  # a call drawn wholly from the wallet: no write
             await ledger.areserve(0.0, cap, call=True)
-            ledger.settle(CALL_COST, CALL_COST, call=True, sent=CALL_COST)
+            ledger.settle(CALL_COST, CALL_COST, call=True)
         ledger.settle(WALLET - n * CALL_COST, 0.0)
         await store.arecord_answer({**answer, "id": f"{name}-{i}", "cost_usd": n * CALL_COST})
 

@@ -395,13 +395,11 @@ class SpendLedger:
         (``ccpo.runtime.state``) awaits its commit here without blocking the loop."""
         return self.try_reserve(usd, cap, call=call, admission=admission)
 
-    def settle(
-        self, reserved: float, spent: float, call: bool = False, sent: float | None = None
-    ) -> None:
+    def settle(self, reserved: float, spent: float, call: bool = False) -> None:
         """Release a reservation of ``reserved`` and record the ``spent`` it really cost.
-        ``call``: a call is back (no longer in flight), whose worst case was ``sent``
-        (default ``reserved``; more when part of it stays held for its question). Never
-        blocks (a database ledger writes it with its next transaction)."""
+        ``call``: a call is back (no longer in flight; ``reserved`` may be less than its
+        worst case when the rest stays held for its question). Never blocks (a database
+        ledger writes it with its next transaction)."""
         with self._values() as v:
             v[1] = max(0.0, v[1] - reserved)
             v[0] += spent
@@ -982,7 +980,7 @@ class LLMClient:
                 if env is None:
                     self.ledger.settle(worst, cost, call=True)
                 else:  # what the call did not cost stays held, for its question (one step)
-                    self.ledger.settle(cost, cost, call=True, sent=worst)
+                    self.ledger.settle(cost, cost, call=True)
                     env.spent += cost
                     env.free += worst - cost
                 if rb is not None:

@@ -85,9 +85,7 @@ class StoreLedger(SpendLedger):
             v[2] += float(call)
         return True
 
-    def settle(
-        self, reserved: float, spent: float, call: bool = False, sent: float | None = None
-    ) -> None:
+    def settle(self, reserved: float, spent: float, call: bool = False) -> None:
         if reserved > 0 or spent > 0:
             self.store.settle(reserved, spent, inflight=reserved)
         with self._values() as v:
