@@ -123,15 +123,45 @@ class Gateway:
                 p.kill()
 
 
+#: every started process's stderr (a pipe nobody reads would stop a chatty server once full),
+#: in one folder a run makes (:func:`logged_popen`)
+LOGS: list[Path] = []
+
+
+def logged_popen(cmd: list[str], env: dict, what: str) -> subprocess.Popen:
+    """``cmd`` started with its stderr in a file of its own (:data:`LOGS`)."""
+    folder = LOGS[0].parent if LOGS else Path(tempfile.mkdtemp(prefix="bench-gateway-logs-"))
+    log = folder / f"{len(LOGS)}.log"
+    LOGS.append(log)
+    with open(log, "w", encoding="utf-8") as err:
+        err.write(f"# {what}: {' '.join(cmd)}\n")
+        err.flush()
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+
+
 def start_proc(
-    cmd: list[str], url: str, env: dict | None = None, what: str = ""
+    cmd: list[str],
+    url: str,
+    env: dict | None = None,
+    what: str = "",
+    health: str = "/healthz",
+    wait: float = 120,
 ) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    wait_for_http(url + "/healthz", proc, 120, what)
+    proc = logged_popen(cmd, {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, what)
+    try:
+        wait_for_http(url + health, proc, wait, what)
+    except RuntimeError as e:
+        proc.kill()
+        raise RuntimeError(f"{e}; its stderr: {LOGS[-1]}") from None
     return proc
+
+
+def report_logs() -> None:
+    """Name the processes whose stderr shows an error (a traceback, a logged error)."""
+    for p in LOGS:
+        text = p.read_text(errors="replace") if p.exists() else ""
+        if "Traceback" in text or "ERROR" in text:
+            print(f"errors in the stderr of {text.splitlines()[0][2:70]}...: {p}")
 
 
 def state_commits(gw: Gateway) -> int:
@@ -177,11 +207,8 @@ def start_litellm(llm_url: str, tmp: Path) -> Gateway:
     (tmp / "litellm.yaml").write_text(yaml.safe_dump(cfg))
     exe = shutil.which("litellm") or str(Path(sys.executable).parent / "litellm")
     cmd = [exe, "--config", str(tmp / "litellm.yaml"), "--port", str(port), "--host", "127.0.0.1"]
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # offline: no price-map fetch
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
-    )
-    wait_for_http(url + "/health/liveliness", proc, 180, "litellm")
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # offline: no price-map fetch
+    proc = start_proc(cmd, url, env, "litellm", health="/health/liveliness", wait=180)
     return Gateway([proc], [url])
 
 
@@ -207,6 +234,10 @@ print(json.dumps(out))
 """
 
 
+#: a question unanswered this long is an error (the run goes on; aiohttp's default is 300 s)
+CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=120)
+
+
 async def ask(
     http: aiohttp.ClientSession, url: str, i: int, calls: dict[str, list[str]] | None
 ) -> float | str:
@@ -229,7 +260,7 @@ async def ask(
                     body = await r.read()
                     if r.status != 200:
                         return f"HTTP {r.status}: {body[:200]!r}"
-    except aiohttp.ClientError as e:
+    except (aiohttp.ClientError, TimeoutError) as e:  # (counted as errors: the run goes on)
         return f"{type(e).__name__}: {str(e)[:120]}"
     return time.perf_counter() - t0
 
@@ -243,7 +274,7 @@ async def load(
     lat: dict[int, float] = {}
     errors: list[str] = []
     conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn) as http:
+    async with aiohttp.ClientSession(connector=conn, timeout=CLIENT_TIMEOUT) as http:
 
         async def one(k: int, i: int) -> None:
             async with sem:
@@ -273,7 +304,8 @@ async def one_at_a_time(gws: dict[str, Gateway], ids: list[int], replay: dict) -
     rows = list(gws)
     lat: dict[str, dict[int, float]] = {r: {} for r in rows}
     errors: dict[str, list[str]] = {r: [] for r in rows}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn, timeout=CLIENT_TIMEOUT) as http:
         for k, i in enumerate(ids):
             for row in rows[k % len(rows) :] + rows[: k % len(rows)]:
                 gw = gws[row]
@@ -479,6 +511,7 @@ def main() -> None:
     finally:
         up.terminate()
         up.wait(timeout=20)
+        report_logs()
 
     keys = ("answers_per_s", "added_ms_p50_c1", "added_ms_p50_c64", "cpu_ms_per_question",
             "pg_cpu_ms_per_question", "healthz_ms_p99", "pg_commits_per_question_c1")  # fmt: skip
