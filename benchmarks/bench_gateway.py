@@ -59,6 +59,7 @@ import numpy as np
 import yaml
 from bench_serve import make_policy
 
+from ccpo.runtime.state.store import SPARE_IDLE_UNCAPPED_S
 from ccpo.testing import free_port, wait_for_http
 from ccpo.traces.prices import write_price_file
 
@@ -333,10 +334,11 @@ def measure_c1(
             gws[row] = start()
             asyncio.run(load(gws[row], ids["warm"], 8, calls if row in replays else None))
         dbs = {r: g for r, g in gws.items() if g.state and "://" in g.state}
-        time.sleep(1.5 if dbs else 0)  # the warm-up's spare wallets released
+        idle = SPARE_IDLE_UNCAPPED_S + 0.5  # (the longer of the two windows)
+        time.sleep(idle if dbs else 0)  # the warm-up's spare wallets released
         x0 = {r: state_commits(g) for r, g in dbs.items()}
         res = asyncio.run(one_at_a_time(gws, ids["c1"], {r: calls for r in replays}))
-        time.sleep(1.5 if dbs else 0)  # (includes the commit releasing the idle spare wallet)
+        time.sleep(idle if dbs else 0)  # (includes the commit releasing the idle spare wallet)
         x1 = {r: state_commits(g) for r, g in dbs.items()}
     finally:
         for g in gws.values():

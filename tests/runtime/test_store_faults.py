@@ -28,6 +28,7 @@ import httpx
 import pytest
 import yaml
 
+from ccpo.runtime.state.store import SPARE_IDLE_S, SPARE_IDLE_UNCAPPED_S
 from ccpo.testing import free_port, wait_for_http
 from ccpo.traces.prices import load_prices
 from tests.llm.conftest import make_world
@@ -340,7 +341,7 @@ def test_without_a_cap_nothing_stays_reserved_and_calls_are_not_written(
         c0 = svc.store.commits
         answered = [http.post("/v1/answer", json={"question": f"{Q} {i}"}) for i in range(12)]
         commits = svc.store.commits - c0
-        m = settled(ls.url, within=5.0)
+        m = settled(ls.url, within=SPARE_IDLE_UNCAPPED_S + 3)
     assert all(r.status_code == 200 for r in answered)
     assert m["reserved_usd"] == 0.0 and m["inflight_usd"] == 0.0
     assert m["dollars_spent"] == pytest.approx(sum(r.json()["cost_usd"] for r in answered))
@@ -401,7 +402,7 @@ def test_back_to_back_questions_cost_one_commit_each(pg, world, policy_dir, pric
         c0 = svc.store.commits
         answered = [http.post("/v1/answer", json={"question": f"{Q} {i}"}) for i in range(10)]
         commits = svc.store.commits - c0
-        m = settled(ls.url, within=5.0)
+        m = settled(ls.url, within=SPARE_IDLE_UNCAPPED_S + 3)
     assert all(r.status_code == 200 for r in warm + answered)
     assert commits <= 10 + 1, commits  # (+1: a settlement or the heartbeat may run alone)
     assert m["reserved_usd"] == 0.0 and m["inflight_usd"] == 0.0
@@ -454,13 +455,43 @@ def test_under_a_cap_the_spare_never_holds_room_a_question_needs(tmp_path):
         a.close()
 
 
-def test_the_spare_wallet_is_durable_released_when_idle_and_never_released_twice(tmp_path):
-    """The spare wallet at the store: topped up only by a transaction that runs anyway, taken
-    without a write, released after ``SPARE_IDLE_S`` unused; a lease lost while it was held
-    (counted as spent by another replica) does not release it a second time."""
+def test_the_spare_outlasts_a_pause_without_a_cap_and_goes_back_in_a_second_under_one(tmp_path):
+    """Without a cap a spare holds no room another question could use: it waits
+    ``SPARE_IDLE_UNCAPPED_S`` for the next question (taken after a 2 s pause with no write);
+    under a cap it goes back after ``SPARE_IDLE_S``, so that it never keeps room aside long."""
     from ccpo.learning.conformal import OnlineThreshold
     from ccpo.runtime.state import StateStore
-    from ccpo.runtime.state.store import SPARE_IDLE_S
+
+    tr = OnlineThreshold(alpha=0.1)
+    free = StateStore(str(tmp_path / "free.db"), "fp", tr, replica="free")
+    capped = StateStore(str(tmp_path / "capped.db"), "fp", tr, replica="capped")
+    try:
+        asked = time.monotonic()
+        for store, cap in ((free, None), (capped, 5.0)):
+            assert not store.take_spare(0.2, cap) and not store.take_spare(0.2, cap)
+            store.flush()  # topped up: two questions asked back to back
+            assert store.counters.reserved_usd == pytest.approx(0.2)
+        deadline = asked + SPARE_IDLE_S + 1.5  # (the writer looks at least every 0.5 s)
+        assert deadline < asked + SPARE_IDLE_UNCAPPED_S
+        while capped.refresh()[1].reserved_usd > 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert capped.counters.reserved_usd == 0.0 and capped.counters.inflight_usd == 0.0
+        assert not capped.take_spare(0.2, 5.0)  # gone back: this question reserves its own
+        time.sleep(max(0.0, asked + SPARE_IDLE_S + 1.0 - time.monotonic()))
+        n = free.commits
+        assert free.take_spare(0.2) and free.commits == n  # still held after 2 s: no write
+    finally:
+        free.close()
+        capped.close()
+
+
+def test_the_spare_wallet_is_durable_released_when_idle_and_never_released_twice(tmp_path):
+    """The spare wallet at the store: topped up only by a transaction that runs anyway, taken
+    without a write, released after ``SPARE_IDLE_UNCAPPED_S`` unused (no cap); a lease lost
+    while it was held (counted as spent by another replica) does not release it a second
+    time."""
+    from ccpo.learning.conformal import OnlineThreshold
+    from ccpo.runtime.state import StateStore
 
     path, tr = str(tmp_path / "s.db"), OnlineThreshold(alpha=0.1)
     a = StateStore(path, "fp", tr, replica="a")
@@ -477,7 +508,7 @@ def test_the_spare_wallet_is_durable_released_when_idle_and_never_released_twice
         a.flush()  # ... and the spare is topped up again
         assert a.counters.spent_usd == pytest.approx(0.05)
         assert a.counters.reserved_usd == pytest.approx(0.2)
-        deadline = time.monotonic() + SPARE_IDLE_S + 3
+        deadline = time.monotonic() + SPARE_IDLE_UNCAPPED_S + 3  # (asked without a cap)
         while a.refresh()[1].reserved_usd > 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert a.counters.reserved_usd == 0.0 and a.counters.inflight_usd == 0.0

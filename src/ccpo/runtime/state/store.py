@@ -52,8 +52,9 @@ reserved ahead (:meth:`StateStore.take_spare`): its answer's transaction tops th
 the next question takes it with no write. At concurrency 1 a question then costs one commit
 (its answer), not two, and its first call waits for none. The spare is money reserved and
 counted in flight like any wallet (spent at its worst case if the replica dies); it goes back
-once nobody asked for it for ``SPARE_IDLE_S``, or at once when a question needs more than it
-holds (released in the transaction that reserves that question's wallet, so the spare never
+once nobody asked for it for ``SPARE_IDLE_S`` (``SPARE_IDLE_UNCAPPED_S`` without a cap, where
+it holds no room another could use), or at once when a question needs more than it holds
+(released in the transaction that reserves that question's wallet, so the spare never
 stands between a question and room in the budget). Under a cap (``max_cost_total``) it is
 topped up only while what is left of the budget after it still holds ``SPARE_ROOM`` wallets:
 near the end of a budget no replica keeps money aside that another could spend.
@@ -117,7 +118,12 @@ SCHEMA_VERSION = 4  # 1: the one-process SQLite format (tables kv, answers); 2: 
 # 3: no leases.waiting
 STATE_FORMAT = "ccpo.serve-state"
 FLUSH_S = 1.0  # a settlement waits at most this long for a transaction to ride on
-SPARE_IDLE_S = 1.0  # a spare wallet nobody took for this long is released
+SPARE_IDLE_S = 1.0  # a spare wallet nobody took for this long is released (under a cap)
+#: ... and without a cap (``max_cost_total``), where a spare holds no room another question
+#: could use: at low traffic (a question every few seconds) each question then takes its
+#: wallet with no commit on its critical path (a round trip to PostgreSQL, ~1.1 ms here); the
+#: cost is a spare counted as spent at its worst case if the replica dies in that time
+SPARE_IDLE_UNCAPPED_S = 5.0
 SPARE_ROOM = 16  # under a cap, a spare is topped up only if this many wallets fit after it
 _TRIM_EVERY = 64  # answers inserted between two trims of the answer table
 _WHOLE_MAX = 500  # answer rows in one insert statement
@@ -575,7 +581,7 @@ class StateStore:
                         break
                     wake = next_beat if self._down is None else backoff
                     if self._spare > 0 or self._spare_want > 0:
-                        idle_at = (self._spare_taken or 0.0) + SPARE_IDLE_S
+                        idle_at = (self._spare_taken or 0.0) + self._spare_idle()
                         if now >= idle_at:
                             self._drop_spare()
                             continue
@@ -1041,17 +1047,17 @@ class StateStore:
         earlier transaction of this replica (so durable), with no write; False if it holds
         less (then what it holds is released with the next transaction, the one that
         reserves this question's wallet). Questions asked back to back (two within
-        ``SPARE_IDLE_S``) have the next write transaction top it up to their wallet's size
+        :meth:`_spare_idle`) have the next write transaction top it up to their wallet's size
         (under the total budget ``cap``, only while ``SPARE_ROOM`` wallets still fit after
         it), so at concurrency 1 a question costs one commit (its answer) instead of two; the
-        spare goes back (one write) once nobody asked for it for ``SPARE_IDLE_S``."""
+        spare goes back (one write) once nobody asked for it for that long."""
         now = time.monotonic()
         with self._cond:
             if self._no_spare:
                 return False
             last, self._spare_taken = self._spare_taken, now
             self._spare_cap = cap
-            self._spare_streak = last is not None and now - last < SPARE_IDLE_S
+            self._spare_streak = last is not None and now - last < self._spare_idle()
             if self._spare_streak:
                 self._spare_want = max(self._spare_want, usd)
             if self._spare + _EPS >= usd and usd > 0:
@@ -1060,6 +1066,11 @@ class StateStore:
             if self._spare > 0:  # too small for this question: it must not hold room back
                 self._release_spare()
             return False
+
+    def _spare_idle(self) -> float:
+        """How long the spare waits unasked before it goes back: ``SPARE_IDLE_S`` under a
+        cap (the last question's), ``SPARE_IDLE_UNCAPPED_S`` without. Under ``_cond``."""
+        return SPARE_IDLE_S if self._spare_cap is not None else SPARE_IDLE_UNCAPPED_S
 
     def _top_up(self, b: Batch) -> float:
         """Inside a write transaction: reserve what the spare lacks (all of it counted in
