@@ -222,12 +222,12 @@ class SQLiteBackend:
     kind = "sqlite"
     lock = ""
     now = "((julianday('now') - 2440587.5) * 86400.0)"
+    here = True  # write_whole(steps, wait=False): appends to the WAL or fails at once
 
     def __init__(self, path: Path | None, timeout: float = 30.0) -> None:
         self.path = path
         self.where = str(path) if path is not None else "(in memory)"
         self._lock = threading.Lock()
-        self.here = True
         self._nowait: sqlite3.Connection | None = None  # (in memory: the one connection)
         try:
             if path is not None:
@@ -407,6 +407,7 @@ class PostgresBackend:
     lock = " FOR UPDATE"
     _prepare = True  # a write sent whole is a prepared statement (until that fails once)
     now = "extract(epoch from clock_timestamp())::float8"
+    here = False  # every write is a round trip: never on an event loop
 
     def __init__(self, url: str, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
         self.where = safe_url(url)
@@ -462,8 +463,6 @@ class PostgresBackend:
     def read(self) -> Iterator[Tx]:
         with self._pool.connection() as conn:
             yield _PgTx(conn)
-
-    here = False  # every write is a round trip: never on an event loop
 
     def checkpoint(self) -> None:
         """Nothing to do: PostgreSQL checkpoints by itself."""
