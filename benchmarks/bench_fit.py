@@ -15,7 +15,7 @@ import statistics
 
 from _timing import timed
 
-from ccpo.learning.stopping import AUTO_CANDIDATES, fit_auto, stopping_fitter
+from ccpo.policies.registry import AUTO_CANDIDATES, fit_auto, stopping_fitter
 from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
 from ccpo.product.reproduce import bundled_sets
 

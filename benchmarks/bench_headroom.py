@@ -24,7 +24,8 @@ from _sweep import ALPHAS, sweep_parser
 
 from ccpo.learning.baselines import oracle_metrics
 from ccpo.learning.conformal import split_conformal_threshold
-from ccpo.learning.stopping import fit_method, membership_scores
+from ccpo.policies.cstop import membership_scores
+from ccpo.policies.registry import fit_method
 from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
 from ccpo.product.policies import conformal_metrics
 from ccpo.product.reproduce import resolve_data

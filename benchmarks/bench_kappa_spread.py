@@ -24,7 +24,7 @@ import argparse
 import numpy as np
 
 from ccpo.learning.replay import calibrate_kappa
-from ccpo.learning.stopping import fit_method
+from ccpo.policies.registry import fit_method
 from ccpo.product.evaluate import id_order, id_splits, load_episodes, split_sizes
 from ccpo.product.reproduce import bundled_sets
 from ccpo.traces.episodes import conformal_rollout

@@ -46,7 +46,7 @@ import numpy as np
 import yaml
 from bench_ladder_serve import cli, start
 
-from ccpo.learning.policy import load_policy
+from ccpo.policies.registry import load_policy
 from ccpo.product.evaluate import sidecar_prices
 from ccpo.runtime.config import ServerConfig
 from ccpo.runtime.feedback import Counters, apply_feedback, online_kappa

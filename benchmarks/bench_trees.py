@@ -16,8 +16,9 @@ import time
 
 import numpy as np
 
-from ccpo.learning.stopping import stop_features, stopping_fitter
 from ccpo.learning.trees import compile_hgb
+from ccpo.policies.classifier import stop_features
+from ccpo.policies.registry import stopping_fitter
 from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
 from ccpo.product.reproduce import bundled_sets
 

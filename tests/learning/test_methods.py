@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ccpo.errors import CCPOError
-from ccpo.learning.methods import METHODS, compare_rows, method_help, resolve_method
-from ccpo.learning.stopping import SCORE_METHODS
+from ccpo.policies.registry import METHODS, SCORE_METHODS, compare_rows, method_help, resolve_method
 
 
 def test_score_methods_are_what_stopping_fits():
@@ -34,7 +33,7 @@ def test_help_names_every_method_and_rows_end_with_auto():
 def test_one_name_for_a_trained_policy():
     """train, compare and the API name a trained (method, λ) through variant_name, and it
     reads back through resolve_method."""
-    from ccpo.learning.methods import variant_name
+    from ccpo.policies.registry import variant_name
 
     assert variant_name("ccpo") == "ccpo" and variant_name("ccpo", 0.5) == "ccpo-lam0.5"
     assert variant_name("cpo-batch", 0.5) == "cpo-batch"  # λ prices sets, a point π has none

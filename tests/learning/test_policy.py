@@ -14,8 +14,8 @@ from ccpo.errors import CCPOError
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.mlp import NumpyMLP
 from ccpo.learning.nets import NEXT, PolicyNet, masked_probs
-from ccpo.learning.policy import TrainedPolicy, horizon_from_obs_mean
 from ccpo.learning.trainers import train
+from ccpo.policies.rl import TrainedPolicy, horizon_from_obs_mean
 
 
 def _modules_after(code: str) -> set[str]:

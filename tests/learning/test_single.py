@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from ccpo.learning.single import (
+from ccpo.policies.registry import fit_single_method
+from ccpo.policies.single import (
     RUN_ALL,
     Unreachable,
     binomial_pvalues,
     calibrate_splits,
     candidate_thresholds,
-    fit_single_method,
     ltt_threshold,
     reachable_alpha,
 )

@@ -9,24 +9,21 @@ import numpy as np
 import pytest
 
 from ccpo.errors import CCPOError
+from ccpo.learning.config import StopConfig
 from ccpo.learning.conformal import split_conformal_threshold
-from ccpo.learning.policy import load_policy
-from ccpo.learning.stopping import (
+from ccpo.learning.replay import calibrated_cost
+from ccpo.policies.classifier import stop_features
+from ccpo.policies.cstop import StoppingPolicy, fit_stopping, fixable_labels, membership_scores
+from ccpo.policies.registry import (
     AUTO_CANDIDATES,
-    StopConfig,
-    StoppingPolicy,
-    calibrated_cost,
     candidate_fitter,
-    depth_schedule,
     fit_auto,
     fit_method,
-    fit_stopping,
-    fixable_labels,
-    membership_scores,
+    load_policy,
     select_method,
-    stop_features,
     stopping_fitter,
 )
+from ccpo.policies.rules import depth_schedule
 from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
 from ccpo.product.reproduce import bundled_sets
 from ccpo.traces.episodes import conformal_rollout, conformal_sets, covering_scores

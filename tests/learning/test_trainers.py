@@ -16,8 +16,8 @@ import torch
 
 from ccpo.errors import CCPOError, PhaseError
 from ccpo.learning.conformal import split_conformal_threshold
-from ccpo.learning.policy import TrainedPolicy
 from ccpo.learning.trainers import TrainConfig, allowed_actions, target_log_probs, train
+from ccpo.policies.rl import TrainedPolicy
 from ccpo.product.api import ConformalPolicy
 from ccpo.product.evaluate import make_splits
 from ccpo.traces.episodes import build_episodes, conformal_rollout, covering_scores

@@ -8,8 +8,7 @@ import json
 import subprocess
 import sys
 
-from ccpo.learning.config import TrainConfig
-from ccpo.learning.stopping import StopConfig
+from ccpo.learning.config import StopConfig, TrainConfig
 from ccpo.product.cli import main
 from ccpo.product.cli_config import config_help
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ccpo.learning.methods import METHODS
+from ccpo.policies.registry import METHODS
 from ccpo.traces.io import read_traces, write_traces
 from ccpo.traces.sim import SimConfig, generate
 from tests.product.test_exit_codes import assert_usage_error, ccpo

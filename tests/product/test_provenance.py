@@ -142,7 +142,7 @@ def test_train_flags_degenerate_policy(sim_file, tmp_path, capsys):
 
 
 def test_small_kappa_is_not_printed_as_zero(sim_file, tmp_path, capsys):
-    from ccpo.learning.policy import TrainedPolicy
+    from ccpo.policies.rl import TrainedPolicy
 
     argv = ["train", "--traces", str(sim_file), "--method", "ccpo", "--steps", "5"]
     argv += ["--out", str(tmp_path / "k")]

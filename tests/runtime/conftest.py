@@ -9,8 +9,8 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from ccpo.learning.policy import TrainedPolicy
 from ccpo.learning.trainers import TrainConfig, train
+from ccpo.policies.rl import TrainedPolicy
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.prices import load_prices, write_price_file
 from ccpo.traces.sim import SimConfig, generate
@@ -95,7 +95,7 @@ def make_policy(folder: Path, method: str = "ccpo", steps: int = 30) -> Path:
 
 def make_stop_policy(folder: Path, method: str = "cstop") -> Path:
     """Fit a replay-trained stopping policy (CStop) on the same synthetic traces and save it."""
-    from ccpo.learning.stopping import stopping_fitter
+    from ccpo.policies.registry import stopping_fitter
 
     prices = load_prices()
     ep = build_episodes(generate(SimConfig(n=300, seed=0)), prices)

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from ccpo.errors import CCPOError, UnknownModelPriceError
-from ccpo.learning.policy import TrainedPolicy
 from ccpo.llm.client import BudgetExceeded
 from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
+from ccpo.policies.rl import TrainedPolicy
 from ccpo.runtime import AnswerSet, ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.agent import policy_horizon
 from ccpo.testing.scripted_server import prompt_text
@@ -232,7 +232,7 @@ def test_the_constructor_checks_provenance(world, policy_dir, prices_path, tmp_p
     errors with warnings.simplefilter); a matching provenance says nothing."""
     import warnings
 
-    from ccpo.learning.policy import load_policy
+    from ccpo.policies.registry import load_policy
     from ccpo.runtime.agent import PolicyProvenanceWarning
     from ccpo.runtime.config import load_deploy_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ccpo.learning.policy import TrainedPolicy
+from ccpo.policies.rl import TrainedPolicy
 from ccpo.runtime.decision import decide
 from ccpo.traces.episodes import NEXT
 

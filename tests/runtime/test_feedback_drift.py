@@ -76,9 +76,8 @@ def test_a_policy_with_calibration_scores_moves_kappa_along_them(world, prices_p
     process on the same feedback, and /metrics reports the band in κ units."""
     import numpy as np
 
-    from ccpo.learning.policy import load_policy
     from ccpo.learning.replay import calibrate_policy
-    from ccpo.learning.stopping import stopping_fitter
+    from ccpo.policies.registry import load_policy, stopping_fitter
     from ccpo.runtime.config import ServerConfig
     from ccpo.runtime.feedback import Counters, apply_feedback, online_kappa
     from ccpo.traces.episodes import build_episodes

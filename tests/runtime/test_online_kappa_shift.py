@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from ccpo.learning.policy import load_policy
+from ccpo.policies.registry import load_policy
 from ccpo.product.evaluate import sidecar_prices
 from ccpo.runtime.config import ServerConfig
 from ccpo.runtime.feedback import Counters, apply_feedback, online_kappa

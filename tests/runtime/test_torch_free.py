@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from ccpo.learning.policy import load_policy
+from ccpo.policies.registry import load_policy
 from ccpo.testing import free_port
 from ccpo.traces.featurize import FEATURE_NAMES
 

@@ -1,8 +1,8 @@
-"""The hyperparameters of CCPO / CPO training (:class:`TrainConfig`), apart from the trainer.
+"""Typed hyperparameters: :class:`TrainConfig` (CCPO / CPO training) and :class:`StopConfig`
+(the classifier-scored policies: CStop and the single-answer rules).
 
-A trained policy folder stores its config (``policy.json``), so reading one back needs this
-class but not the training loop (:mod:`ccpo.learning.trainers`, which imports torch): the
-artifact (:mod:`ccpo.learning.policy`) and the live agent import it from here.
+A policy folder stores its config (``policy.json``), so reading one back needs these classes
+but not the training loop (:mod:`ccpo.learning.trainers`, which imports torch).
 """
 
 from __future__ import annotations
@@ -12,13 +12,23 @@ from typing import Literal
 
 from ccpo.learning.conformal import check_alpha
 
-__all__ = ["ConstraintValue", "KappaUpdate", "Method", "Rollouts", "TrainConfig", "TrustRegion"]
+__all__ = [
+    "ConstraintValue",
+    "KappaUpdate",
+    "Learner",
+    "Method",
+    "Rollouts",
+    "StopConfig",
+    "TrainConfig",
+    "TrustRegion",
+]
 
 Method = Literal["ccpo", "cpo"]
 Rollouts = Literal["exact", "sampled"]
 KappaUpdate = Literal["online", "calibrated"]
 TrustRegion = Literal["score", "target"]
 ConstraintValue = Literal["coverage", "surrogate"]
+Learner = Literal["hgb", "logistic"]
 
 
 @dataclass
@@ -117,3 +127,31 @@ class TrainConfig:
             raise ValueError(f"average_from must be in [0, 1], got {self.average_from}")
         if self.steps < 1 or self.batch_size < 1 or self.exact_batch_size < 1:
             raise ValueError("steps and batch_size must be positive")
+
+
+@dataclass
+class StopConfig:
+    """Hyperparameters of CStop (defaults measured on the bundled sets, see the benchmark)."""
+
+    alpha: float = 0.1  # miscoverage level α the artifact is calibrated for
+    learner: Learner = "hgb"  # "hgb": HistGradientBoostingClassifier; "logistic"
+    max_iter: int = 200  # boosting iterations (hgb)
+    learning_rate: float = 0.05  # shrinkage (hgb)
+    max_leaf_nodes: int = 15  # leaves per tree (hgb)
+    min_samples_leaf: int = 20  # smallest leaf (hgb)
+    l2_regularization: float = 1.0  # leaf-value L2 penalty (hgb)
+    c: float = 1.0  # inverse L2 strength (logistic)
+    seed: int = 0  # seeds the learner
+    # auto: CCPO training steps per cross-fitting fold (0: CCPO is not a candidate)
+    auto_ccpo_steps: int = 300
+    # online κ tracker of `ccpo serve --adapt-kappa` (κ̂ steps per feedback)
+    eta0: float = 0.05
+    xi: float = 0.1
+    batch_size: int = 1
+
+    def __post_init__(self) -> None:
+        check_alpha(self.alpha)
+        if self.learner not in ("hgb", "logistic"):
+            raise ValueError(f"learner must be 'hgb' or 'logistic', got {self.learner!r}")
+        if self.auto_ccpo_steps < 0:
+            raise ValueError(f"auto_ccpo_steps must be >= 0, got {self.auto_ccpo_steps}")

@@ -19,7 +19,7 @@ num_threshold`` goes left (``_predictor.pyx``, ``_predict_one_from_raw_data``). 
 tree by tree in that order in float64, and is repeated here in the same order, so every row's
 probability is the same float as scikit-learn's, and, being computed elementwise, the same
 whether the row is scored alone or in a batch (the batch invariance that
-:func:`ccpo.learning.stopping.fixable_probability` promises). A model this cannot reproduce
+:func:`ccpo.policies.classifier.fixable_probability` promises). A model this cannot reproduce
 exactly (categorical splits, more than one tree per iteration) is not compiled:
 :func:`compile_hgb` returns None and the caller keeps scikit-learn.
 

@@ -122,7 +122,7 @@ class ConformalPolicy:
 
     @property
     def is_calibrated(self) -> bool:
-        return self.policy is not None and self.policy.kappa_batch is not None
+        return self.policy is not None and self.policy.is_calibrated
 
     # ------------------------------------------------------------------ phases
     def fit(self, data: TracesLike | Episodes) -> ConformalPolicy:
@@ -167,7 +167,7 @@ class ConformalPolicy:
         question, by replaying its trace."""
         if self.policy is None:
             raise PhaseError("predict_set() needs a trained policy: call fit(traces) first")
-        if self.policy.kappa_batch is None:
+        if not self.policy.is_calibrated:
             raise PhaseError(
                 "predict_set() needs a calibrated threshold: call calibrate(held_out_traces) "
                 "after fit()"
@@ -208,7 +208,7 @@ class ConformalPolicy:
     @classmethod
     def load(cls, folder: str | Path) -> ConformalPolicy:
         pol = load_policy(folder)
-        if pol.scoring == "point":
+        if pol.greedy:
             raise CCPOError(f"{folder} holds a pointwise CPO policy, not a conformal one")
         own = (
             None if pol.prices is None else prices_from_mapping(pol.prices, f"{folder}/prices.json")
@@ -229,7 +229,7 @@ def _single_answers(
 ) -> list[PredictedSet]:
     """The one answer per question of a single-answer policy, by the replay's own rule
     (:func:`ccpo.traces.episodes.single_stops`, :func:`ccpo.traces.episodes.answer_actions`)."""
-    stop = single_stops(policy.stop_scores(ep.obs), policy.kappa)
+    stop = single_stops(policy.stop_scores(ep.obs), policy.threshold)
     act = answer_actions(ep.answered)
     out = []
     for i, tr in enumerate(traces):

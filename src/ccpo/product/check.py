@@ -113,7 +113,7 @@ def check_policy(
     policy: Any, ep: Episodes, *, name: str = "policy", traces: str = "", against: str = ""
 ) -> CheckReport:
     """Score ``policy`` with its own κ̂ on every question of ``ep`` (see the module docstring)."""
-    if getattr(policy, "scoring", "batch") == "point":
+    if policy.greedy:
         raise CCPOError(
             f"{name} is a point policy ({policy.variant}): it returns one answer without a "
             "threshold κ, so there is no calibrated guarantee to check; check a set-valued "
@@ -121,7 +121,7 @@ def check_policy(
         )
     if ep.n == 0:
         raise CCPOError(f"{traces or 'the trace file'} holds no questions to check on")
-    alpha, kappa = float(policy.alpha), float(policy.kappa)
+    alpha, kappa = float(policy.alpha), float(policy.threshold)
     rollout, restore = _rollout_and_restore(policy, ep, alpha)
     covered, cost, size, rounds = _means(rollout(kappa))
     cov = covered / ep.n

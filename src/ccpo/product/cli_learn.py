@@ -169,7 +169,7 @@ def register(app: typer.Typer) -> None:
             f"calibration coverage {summary['calibration_coverage']:.3f} on "
             f"{count(sizes['calibration'], 'question')}"
         )
-        if pol.scoring != "point":
+        if not pol.greedy:
             warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
         console.print(f"wrote policy folder {out}")
 
@@ -277,7 +277,7 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     from ccpo.traces.episodes import conformal_rollout
 
     probs = pol.probs(ep.obs)
-    if pol.scoring == "batch":
+    if pol.calibrates:
         calibrate_policy(pol, ep, probs, alpha, cal)
     pol.provenance = provenance
     cal_ep = ep.subset(cal)
@@ -358,10 +358,10 @@ def _train_single(
     cal = sp.cal[0]
     cal_ep = ep.subset(cal)
     got = pol.calibrate(cal_ep)
-    m = single_rollout(cal_ep, pol.stop_scores(cal_ep.obs), pol.kappa)
+    m = single_rollout(cal_ep, pol.stop_scores(cal_ep.obs), pol.lam)
     summary = {
         "method": method, "variant": pol.variant, "answer": "single", "seconds": round(seconds, 2),
-        "threshold": pol.kappa, "delta": delta, "calibration_misses": got.misses,
+        "threshold": pol.lam, "delta": delta, "calibration_misses": got.misses,
         "calibration_coverage": float(m.covered.mean()),
         "calibration_cost_cents": float(m.cost.sum() * 100),
         "calibration_rounds": float(m.length.mean()), "sizes": sizes, **pol.info,
@@ -374,7 +374,7 @@ def _train_single(
         _print_choice(auto["validation"], auto["picked"])
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} in {seconds:.1f} s on "
-        f"{sizes['train']} questions; λ̂ = {pol.kappa:.4g} (Learn-then-Test, δ = {delta:g}); "
+        f"{sizes['train']} questions; λ̂ = {pol.lam:.4g} (Learn-then-Test, δ = {delta:g}); "
         f"calibration {what} {summary['calibration_coverage']:.3f}, "
         f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
     )

@@ -126,7 +126,7 @@ def dry_run(
             agent = ConformalAgent.from_artifact(policy, values)
         replay.prices = agent.prices  # the same table as the live agent's
         if agent.kappa is not None and replay.policy is not None:
-            replay.policy.kappa_batch = agent.kappa  # and the same κ (a config may set one)
+            replay.policy.set_threshold(agent.kappa)  # and the same κ (a config may set one)
         expected = replay.predict_set(chosen)
 
         async def ask_all() -> list[Any]:

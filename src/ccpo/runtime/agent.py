@@ -19,10 +19,9 @@ The live rollout follows DESIGN.md's episode semantics exactly, with the same co
 - answers in C(o_t) join the set (de-duplicated with the task normaliser; an empty answer
   never joins); the agent goes on to round t+1 iff ``next`` ∈ C(o_t), and no model is called
   once it is not. The one ``answer`` is the set's most likely member
-  (:func:`ccpo.runtime.answer_set.one_answer`), which for a single-answer policy
-  (``policy.answer == "single"``: C(o_t) empty while it goes on, one answer action when it
-  stops) is the answer it returned; ``guarantee`` says what is promised against what
-  (:func:`ccpo.runtime.answer_set.guarantee_of`).
+  (:func:`ccpo.runtime.answer_set.one_answer`), which for a single-answer policy (C(o_t)
+  empty while it goes on, one answer action when it stops) is the answer it returned;
+  ``guarantee`` says what is promised against what (:func:`ccpo.runtime.answer_set.guarantee_of`).
 
 A **point** policy (variant ``cpo``) has no κ: it acts greedily (C(o_t) = {argmax π}), which is
 the point rollout of DESIGN.md; ``AnswerSet.kappa`` is then null.
@@ -58,7 +57,6 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError
-from ccpo.learning.policy import TrainedPolicy, check_provenance, load_policy
 from ccpo.llm import tracing
 from ccpo.llm.cache import ResponseCache
 from ccpo.llm.client import (
@@ -74,6 +72,9 @@ from ccpo.llm.client import (
 )
 from ccpo.llm.protocol import RoundOutput, Runner, live_round, make_runner, run_round
 from ccpo.llm.tasks.loaders import Question, parse_context
+from ccpo.policies.base import Policy
+from ccpo.policies.provenance import check_provenance
+from ccpo.policies.registry import load_policy
 from ccpo.runtime.answer_set import AnswerSet, Guarantee, RoundLog, guarantee_of, one_answer
 from ccpo.runtime.config import DeployConfig, as_deploy_config
 from ccpo.runtime.decision import RoundDecision, decide, policy_horizon
@@ -102,12 +103,12 @@ class PolicyProvenanceWarning(UserWarning):
 
 
 def deploy_provenance_notes(
-    policy: Any, task: str, horizon: int, ladder: Ladder, where: str
+    policy: Policy, task: str, horizon: int, ladder: Ladder, where: str
 ) -> list[str]:
     """The policy's recorded provenance against a live deployment of ``ladder`` (live
     endpoints: never synthetic): :class:`CCPOError` for another task or horizon, one note per
     other model or for a policy trained on synthetic traces (see
-    :func:`ccpo.learning.policy.check_provenance`)."""
+    :func:`ccpo.policies.provenance.check_provenance`)."""
     actual = {
         "task": task,
         "horizon": horizon,
@@ -115,7 +116,7 @@ def deploy_provenance_notes(
         "guide_models": sorted({r.guide.model for r in ladder.rounds}),
         "synthetic": False,
     }
-    return check_provenance(getattr(policy, "provenance", None) or {}, actual, where)
+    return check_provenance(policy.provenance, actual, where)
 
 
 def _one_pair(ladder: Ladder) -> bool:
@@ -123,12 +124,12 @@ def _one_pair(ladder: Ladder) -> bool:
     return all(r == first and r.verdict == "judge" for r in ladder.rounds)
 
 
-def deployment_ladder(policy: Any, config: DeployConfig, horizon: int, where: str) -> Ladder:
+def deployment_ladder(policy: Policy, config: DeployConfig, horizon: int, where: str) -> Ladder:
     """The ladder a deployment runs: the policy's own (recorded by ``ccpo train``), or, for a
     policy trained on the paper's one-pair protocol or one without a recorded ladder, the
     config's ``base_model`` / ``guide_model`` pair in every round. The task is the policy's;
     ``task:`` in the config, where given, must agree (:func:`deploy_provenance_notes`)."""
-    prov = getattr(policy, "provenance", None) or {}
+    prov = policy.provenance
     recorded = prov.get("ladder")
     ladder = Ladder.from_dict(recorded, where) if recorded else None
     task = prov.get("task") or config.task
@@ -163,7 +164,7 @@ class ConformalAgent:
 
     def __init__(
         self,
-        policy: TrainedPolicy,
+        policy: Policy,
         config: DeployConfig,
         prices: PriceTable | None = None,
         spent_offset: float = 0.0,
@@ -186,14 +187,14 @@ class ConformalAgent:
         self.prices = prices if prices is not None else self._prices(policy, config)
         self.prices.check(self.ladder.models())
         self._norm = normalizer_for(self.task, self.family)
-        if config.kappa is not None and policy.scoring == "point":
+        if config.kappa is not None and policy.greedy:
             raise CCPOError(
                 f"the policy is a point policy ({policy.variant}): it has no κ to override"
             )
         self._kappa: float | None = (
             None
-            if policy.scoring == "point"
-            else float(config.kappa if config.kappa is not None else policy.kappa)
+            if policy.greedy
+            else float(config.kappa if config.kappa is not None else policy.threshold)
         )
         self.spent_offset = float(spent_offset)
         self.ledger: SpendLedger | None = None  # the total budget's ledger (None: a fresh one)
@@ -217,7 +218,7 @@ class ConformalAgent:
         return cls(load_policy(path), cfg, where=f"policy {path}")
 
     @staticmethod
-    def _prices(policy: TrainedPolicy, config: DeployConfig) -> PriceTable:
+    def _prices(policy: Policy, config: DeployConfig) -> PriceTable:
         own = (
             prices_from_mapping(policy.prices, "the policy's prices.json")
             if policy.prices

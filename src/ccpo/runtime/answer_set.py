@@ -5,11 +5,11 @@ The same JSON object is returned by ``ConformalAgent.answer``, ``ccpo ask --json
 
 - ``answers``: the set, de-duplicated with the task normaliser; an empty answer (empty after
   normalisation: a round that produced no answer) is never a member, it simply adds none.
-- ``answer``: the **one answer** an app can use. For a single-answer policy
-  (``policy.answer == "single"``) it is the answer the policy returned; for a set policy the
-  set's most likely member (:func:`one_answer`): the member whose action had the highest
-  π(a|o_t) when it joined the set, ties going to the later (stronger) round, then to the
-  guide's answer over the base's. ``null`` when the set is empty.
+- ``answer``: the **one answer** an app can use. For a single-answer policy it is the answer
+  the policy returned; for a set policy the set's most likely member (:func:`one_answer`):
+  the member whose action had the highest π(a|o_t) when it joined the set, ties going to the
+  later (stronger) round, then to the guide's answer over the base's. ``null`` when the set
+  is empty.
 - ``guarantee``: what the policy promises (:class:`Guarantee`): one answer or a set, the
   target 1 − α, and what "correct" means (``against``: gold labels, or agreement with the
   reference model the traces were labelled by, :mod:`ccpo.traces.labels`).
@@ -18,11 +18,12 @@ The same JSON object is returned by ``ConformalAgent.answer``, ``ccpo ask --json
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ccpo.traces.labels import GOLD, reference_model
+from ccpo.policies.base import Policy
+from ccpo.traces.labels import GOLD
 
 ANSWER_FORMAT = "ccpo.answer/v1"
 
@@ -43,33 +44,14 @@ class Guarantee(BaseModel):
     statement: str = Field(description="the guarantee in words")
 
 
-def guarantee_of(policy: Any) -> Guarantee:
-    """The guarantee of a trained policy: its answer mode (``policy.answer``, ``"set"`` when
-    absent), 1 − α, and ``against`` from its provenance (``"gold"`` when absent)."""
-    mode = getattr(policy, "answer", "set")
-    prov = getattr(policy, "provenance", None) or {}
-    against = prov.get("against") or GOLD
-    target = round(1.0 - float(policy.alpha), 12)
-    ref = reference_model(against)
-    if mode == "single":
-        what = "the answer is correct" if ref is None else f"the answer equals {ref}'s"
-    else:
-        what = (
-            "the answer set contains a correct answer"
-            if ref is None
-            else f"the answer set contains {ref}'s answer"
-        )
-    scope = " on questions some round can answer" if ref is None else ""
-    statement = f"{what} with probability ≥ {target:g}{scope}"
-    if getattr(policy, "scoring", None) == "point":
-        statement = "none: a point policy acts greedily (no calibrated κ); trained for " + (
-            statement
-        )
+def guarantee_of(policy: Policy) -> Guarantee:
+    """The guarantee of a trained policy: its answer kind, 1 − α, and ``against`` from its
+    provenance (``"gold"`` when absent)."""
     return Guarantee(
-        answer="single" if mode == "single" else "set",
-        target=target,
-        against=against,
-        statement=statement,
+        answer=policy.answer,
+        target=round(1.0 - float(policy.alpha), 12),
+        against=policy.provenance.get("against") or GOLD,
+        statement=policy.guarantee_statement(),
     )
 
 

@@ -71,7 +71,7 @@ class Service:
             raise CCPOError(
                 f"adapt_kappa: the policy is a point policy ({agent.policy.variant}) without κ"
             )
-        if cfg.adapt_kappa and getattr(agent.policy, "answer", "set") == "single":
+        if cfg.adapt_kappa and not agent.policy.tracks_online:
             raise CCPOError(
                 f"adapt_kappa: {agent.policy.variant} is a single-answer policy; its threshold "
                 "is certified by Learn-then-Test, which the online κ tracker does not keep: "
@@ -81,13 +81,9 @@ class Service:
         pol = agent.policy
         self.kappa_artifact = agent.kappa
         # training takes one κ step per batch of questions; here one per question
+        eta, xi = pol.online_step
         tracker, self.kappa_bounds = online_kappa(
-            agent.kappa,
-            pol.alpha,
-            pol.config.eta0 / pol.config.batch_size,
-            pol.config.xi,
-            cfg,
-            getattr(pol, "calibration", None),
+            agent.kappa, pol.alpha, eta, xi, cfg, pol.calibration
         )
         self.store = StateStore(
             cfg.state,

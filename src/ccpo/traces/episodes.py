@@ -12,7 +12,7 @@ Everything that scores a policy uses exactly these semantics (DESIGN.md, "Episod
   covered = some returned answer is correct, or the question is not solvable.
 - An empty answer ('' after the task normaliser: a round that produced none) is never a member
   of a set: the action may be in C(o_t), but it adds no answer (:func:`returned_answers`).
-- Single-answer policy (:mod:`ccpo.learning.single`): a stopping score h_t per round; the
+- Single-answer policy (:mod:`ccpo.policies.single`): a stopping score h_t per round; the
   episode stops at the first round t with h_t ≥ λ (at T at the latest) and returns exactly one
   answer, that round's :func:`answer_actions` (the guide's answer, or the base's where the
   guide gave none). :func:`single_clears` is the stopping rule, shared by the replay

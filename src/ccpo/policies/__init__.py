@@ -1,0 +1,40 @@
+"""Policies: one interface (:class:`Policy`), one module per technique.
+
+- :mod:`~ccpo.policies.base`: the interface, :class:`RoundDecision`, :class:`Calibration`;
+- :mod:`~ccpo.policies.sets`: what set policies share (membership scores, split-conformal κ̂);
+- :mod:`~ccpo.policies.rl`: π trained by CCPO / CPO, with κ (:class:`RLPolicy`);
+- :mod:`~ccpo.policies.cstop`: conformal stopping learnt on replay (:class:`StoppingPolicy`);
+- :mod:`~ccpo.policies.rules`: fixed rules ``depth-k`` / ``agree-k`` (:class:`RulePolicy`);
+- :mod:`~ccpo.policies.single`: one answer, Learn-then-Test (:class:`SingleAnswerPolicy`);
+- :mod:`~ccpo.policies.auto`: choosing a technique by cross-fitting;
+- :mod:`~ccpo.policies.registry`: every technique by name, :func:`load_policy`;
+- :mod:`~ccpo.policies.folder` and :mod:`~ccpo.policies.provenance`: the folder on disk.
+"""
+
+from ccpo.policies.base import Calibration, Policy, RoundDecision
+from ccpo.policies.cstop import StoppingPolicy
+from ccpo.policies.provenance import check_provenance
+from ccpo.policies.registry import (
+    fit_method,
+    fit_single_method,
+    load_policy,
+    resolve_method,
+)
+from ccpo.policies.rl import RLPolicy
+from ccpo.policies.rules import RulePolicy
+from ccpo.policies.single import SingleAnswerPolicy
+
+__all__ = [
+    "Calibration",
+    "Policy",
+    "RLPolicy",
+    "RoundDecision",
+    "RulePolicy",
+    "SingleAnswerPolicy",
+    "StoppingPolicy",
+    "check_provenance",
+    "fit_method",
+    "fit_single_method",
+    "load_policy",
+    "resolve_method",
+]

@@ -1,0 +1,203 @@
+"""The one interface every policy implements: :class:`Policy`.
+
+A policy reads the observations o_1..o_t of a question's rounds and, after each round, says
+which answers join what it returns and whether to run another round. Two answer kinds:
+
+- ``"set"``: an answer set C(o_t) = {a : e(a|o_t) ≥ κ} that covers a correct answer with
+  probability ≥ 1 − α (split conformal; a *greedy* policy acts on argmax π, without κ);
+- ``"single"``: exactly one answer, stopping at the first round whose score clears λ̂
+  (Learn-then-Test: correct with probability ≥ 1 − α, with probability ≥ 1 − δ).
+
+The same methods serve replay (``scores`` → ``split_thresholds`` → ``rollout``), calibration
+(``calibrate``), the live agent (``decide``) and persistence (``save`` / ``load``, the folder
+format of :mod:`ccpo.policies.folder`). Derivations: docs/theory.md.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from ccpo.traces.episodes import Episodes, Metrics
+from ccpo.traces.labels import GOLD, reference_model
+
+AnswerKind = Literal["set", "single"]
+
+
+@dataclass(frozen=True)
+class RoundDecision:
+    """The policy's decision after round t: π(·|o_t), C(o_t), and whether to go on."""
+
+    probs: np.ndarray  # [3]
+    actions: tuple[str, ...]
+    fallback: bool
+    go_on: bool
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a calibration found: the threshold, its miss count on the calibration questions
+    (Learn-then-Test; ``None`` for split conformal), n, and the hypotheses rejected (LTT)."""
+
+    threshold: float
+    misses: int | None
+    n: int
+    tested: int | None = None
+
+
+def action_set(probs: list[float], last: bool, kappa: float | None) -> tuple[list[bool], bool]:
+    """C(o_t) = {a : e(a|o_t) ≥ κ} for one round's π (``last``: round T, ``next`` masked) as
+    :func:`~ccpo.traces.episodes.effective_scores` defines e (the first argmax of the
+    allowed actions is in for every κ), on three floats rather than arrays (the agent asks
+    every round); and whether that argmax is in only as the fallback (no allowed π ≥ κ).
+    ``kappa=None``: κ = +inf (greedy)."""
+    k = math.inf if kappa is None else float(kappa)
+    allowed = [True, True, not last]
+    masked = [v if ok else -math.inf for v, ok in zip(probs, allowed, strict=True)]
+    top = masked.index(max(masked))
+    members = [i == top or v >= k for i, v in enumerate(masked)]
+    return members, not any(v >= k for v in masked)
+
+
+class Policy(ABC):
+    """A trained policy: scores of observations, a calibrated threshold, decisions.
+
+    Every technique (:mod:`ccpo.policies.rl`, :mod:`~ccpo.policies.cstop`,
+    :mod:`~ccpo.policies.single`) is a dataclass deriving from this class and sets the
+    attributes below; callers use nothing else.
+    """
+
+    #: "set": returns an answer set; "single": exactly one answer
+    answer: ClassVar[AnswerKind] = "set"
+
+    variant: str  # the name it carries and its rows are shown under (ccpo, cstop, ...)
+    horizon: int | None  # T, the rounds of the traces it was trained on
+    feature_spec: dict[str, Any]  # the featurizer spec (checked on load)
+    prices: dict[str, Any] | None  # the price table used for training
+    log: list[dict[str, float]]  # training diagnostics, one entry per step
+    info: dict[str, Any]  # e.g. the choice made by auto
+    provenance: dict[str, Any]  # what it was trained on (ccpo.policies.provenance)
+
+    # ------------------------------------------------------------------ what it promises
+    @property
+    @abstractmethod
+    def alpha(self) -> float:
+        """The target miscoverage α it is calibrated for."""
+
+    @property
+    @abstractmethod
+    def threshold(self) -> float | None:
+        """The calibrated threshold in force (κ̂ or the online κ of a set policy, λ̂ of a
+        single-answer one); ``None`` for a greedy policy. Raises :class:`CCPOError` when the
+        policy is not calibrated yet."""
+
+    @abstractmethod
+    def set_threshold(self, value: float) -> None:
+        """Put ``value`` in force as the calibrated threshold (κ̂ or λ̂)."""
+
+    @property
+    @abstractmethod
+    def is_calibrated(self) -> bool:
+        """Whether :attr:`threshold` is set (a greedy policy needs none: True)."""
+
+    @property
+    def greedy(self) -> bool:
+        """A point policy: acts on argmax π, with no threshold and so no guarantee."""
+        return False
+
+    @property
+    def calibrates(self) -> bool:
+        """Its threshold is calibrated on held-out questions (split conformal or
+        Learn-then-Test), so it can be calibrated again, at any α."""
+        return True
+
+    @property
+    def tracks_online(self) -> bool:
+        """The online κ tracker of ``ccpo serve --adapt-kappa`` may move its threshold."""
+        return not self.greedy
+
+    @property
+    @abstractmethod
+    def online_step(self) -> tuple[float, float]:
+        """(η₀ per question, ξ) of the online κ tracker (docs/theory.md, "Online κ (ACI)")."""
+
+    #: κ̂'s calibration scores (:class:`ccpo.learning.conformal.CalibrationScores`), which the
+    #: online tracker moves along; ``None`` when not kept
+    calibration: Any = None
+
+    def guarantee_statement(self) -> str:
+        """The guarantee in words, against gold labels or the reference model of its
+        provenance (``against``)."""
+        target = round(1.0 - float(self.alpha), 12)
+        ref = reference_model(self.provenance.get("against") or GOLD)
+        if self.answer == "single":
+            what = "the answer is correct" if ref is None else f"the answer equals {ref}'s"
+        else:
+            what = (
+                "the answer set contains a correct answer"
+                if ref is None
+                else f"the answer set contains {ref}'s answer"
+            )
+        scope = " on questions some round can answer" if ref is None else ""
+        statement = f"{what} with probability ≥ {target:g}{scope}"
+        if self.greedy:
+            return "none: a point policy acts greedily (no calibrated κ); trained for " + statement
+        return statement
+
+    # ------------------------------------------------------------------ replay
+    @abstractmethod
+    def scores(self, obs: np.ndarray) -> np.ndarray:
+        """The policy's scores of observations [..., T, F]: membership scores [..., T, 3]
+        (set) or stopping scores [..., T] (single). Row t depends on rows ≤ t only."""
+
+    @abstractmethod
+    def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
+        """Calibrate the threshold at :attr:`alpha` on the questions ``cal`` of ``ep`` (all
+        when ``None``) and set it."""
+
+    @abstractmethod
+    def split_thresholds(
+        self, ep: Episodes, scores: np.ndarray, cal: np.ndarray, alpha: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(thresholds [K], refused [K]) calibrated at ``alpha`` on each row of ``cal``
+        [K, n]; a refused split gets the most conservative threshold."""
+
+    @abstractmethod
+    def rollout(
+        self, ep: Episodes, scores: np.ndarray, thresholds: Any, idx: np.ndarray | None = None
+    ) -> Metrics:
+        """Replay the questions ``idx`` (all when ``None``; [R, n] for R splits) at
+        ``thresholds`` (a float or one per split)."""
+
+    # ------------------------------------------------------------------ live
+    @abstractmethod
+    def decide(
+        self,
+        obs: np.ndarray,
+        t: int,
+        threshold: float | None,
+        answered: Callable[[], tuple[bool, bool]],
+    ) -> RoundDecision:
+        """The decision after round t for observations ``obs`` [T, F] (rows after t zero):
+        the same rule as the replay. ``answered()``: whether round t's base and guide gave an
+        answer (called only by policies that need it)."""
+
+    # ------------------------------------------------------------------ persistence
+    @abstractmethod
+    def save(self, folder: str | Path) -> Path:
+        """Write the policy folder (:mod:`ccpo.policies.folder`)."""
+
+    @classmethod
+    @abstractmethod
+    def load(cls, folder: str | Path, meta: dict[str, Any]) -> Policy:
+        """Read a folder whose ``policy.json`` (already parsed: ``meta``) names this class."""
+
+    def trained_horizon(self) -> int | None:
+        """T of the traces it was trained on, when known."""
+        return self.horizon

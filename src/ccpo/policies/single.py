@@ -1,0 +1,329 @@
+"""Single-answer policies: exactly one answer per question, calibrated by Learn-then-Test.
+
+After round t a stopping score h_t ∈ [0, 1] is computed from o_1..o_t; the episode stops at
+the first round with h_t ≥ λ̂ (round T at the latest) and returns that round's answer
+(:func:`ccpo.traces.episodes.answer_actions`). The score is a classifier of
+:mod:`ccpo.policies.classifier` labelled "stopping here returns a correct answer"
+(``cstop`` / ``cstop-lr``) or the fixed h_t = t/T (``depth-k``).
+
+The loss is not monotone in λ, so split conformal does not apply: λ̂ comes from fixed-sequence
+Learn-then-Test over λ = 2 (run every round), 1, 1 − 1/G, …, 0, which gives
+P_cal(P(wrong answer on a solvable question) ≤ α) ≥ 1 − δ (docs/theory.md, "Learn-then-Test
+(single answer)"). When even running every round is not certified, :func:`ltt_threshold`
+refuses with :class:`Unreachable`, naming the least α that is.
+
+Main names: :class:`SingleAnswerPolicy`, :func:`fit_single`, :func:`ltt_threshold`,
+:func:`validation_cost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ccpo.errors import CCPOError
+from ccpo.learning.config import StopConfig
+from ccpo.policies.base import Calibration, Policy, RoundDecision
+from ccpo.policies.classifier import make_learner, round_scores, stop_features
+from ccpo.policies.cstop import STOPPING_METHODS
+from ccpo.policies.folder import load_classifier, save_classifier
+from ccpo.policies.rules import depth_scores
+from ccpo.traces.episodes import (
+    NEXT,
+    Episodes,
+    Metrics,
+    answer_actions,
+    single_clears,
+    single_losses,
+    single_rollout,
+)
+from ccpo.traces.featurize import FEATURE_SPEC
+from ccpo.traces.schema import ACTIONS
+
+GRID = 1000
+"""Candidate thresholds after :data:`RUN_ALL`: 1, 1 − 1/GRID, …, 0 (fixed before calibration)."""
+RUN_ALL = 2.0
+"""λ_0: above every stopping score, so the episode runs all T rounds."""
+DELTA = 0.1
+"""Default δ: the guarantee holds with probability ≥ 1 − δ over the calibration draw."""
+SINGLE_METHODS = ("cstop", "cstop-lr", "depth-k")
+"""Methods that have a single-answer form (``--answer single``); ``auto`` picks among them."""
+SUFFIX = "-single"
+
+
+class Unreachable(CCPOError):
+    """Even the most conservative rule is not certified at this α: use a larger α or sets."""
+
+
+def single_name(method: str) -> str:
+    """The row / variant name of a single-answer method: ``cstop`` → ``cstop-single``."""
+    return method + SUFFIX
+
+
+# ----------------------------------------------------------------------------- pure pieces
+def candidate_thresholds(grid: int = GRID) -> np.ndarray:
+    """λ_0 = :data:`RUN_ALL`, then 1, 1 − 1/G, …, 0: the fixed order of the test (most rounds
+    first)."""
+    return np.concatenate([[RUN_ALL], np.arange(grid, -1, -1) / grid])
+
+
+def binomial_pvalues(losses: np.ndarray, n: int, alpha: float) -> np.ndarray:
+    """p_j = P(Binomial(n, α) ≤ k_j) for miss counts ``losses`` (k_j): valid p-values for
+    H_j : R(λ_j) > α (see the module docstring)."""
+    from scipy.stats import binom
+
+    return binom.cdf(np.asarray(losses), n, alpha)
+
+
+def reachable_alpha(k: int, n: int, delta: float) -> float:
+    """The least α at which k misses in n pass the binomial test at δ: the Clopper–Pearson
+    upper bound Beta⁻¹(1 − δ; k + 1, n − k) (1 when k = n)."""
+    from scipy.stats import beta
+
+    return 1.0 if k >= n else float(beta.ppf(1.0 - delta, k + 1, n - k))
+
+
+def ltt_threshold(
+    ep: Episodes, scores: np.ndarray, alpha: float, delta: float = DELTA, grid: int = GRID
+) -> Calibration:
+    """λ̂ by fixed-sequence testing on the calibration questions ``ep`` with stopping scores
+    ``scores`` [n, T] (module docstring). Raises :class:`Unreachable` when λ_0 is not
+    certified."""
+    n = ep.n
+    if n < 1:
+        raise CCPOError("cannot calibrate a single-answer policy on zero questions")
+    lams = candidate_thresholds(grid)
+    k = single_losses(ep, scores, lams).sum(-1)  # [M]
+    p = binomial_pvalues(k, n, alpha)
+    fails = np.flatnonzero(p > delta)
+    last = (fails[0] if fails.size else lams.size) - 1
+    if last < 0:
+        raise Unreachable(
+            f"a single answer cannot be certified at α = {alpha:g}: even running all "
+            f"{ep.horizon} rounds and returning round {ep.horizon}'s answer misses on "
+            f"{int(k[0])} of {n} calibration questions, which certifies α ≥ "
+            f"{reachable_alpha(int(k[0]), n, delta):.3f} at δ = {delta:g}; use a larger "
+            "--alpha, or --answer set (a set can hold the earlier right answer)"
+        )
+    return Calibration(float(lams[last]), int(k[last]), n, int(last + 1))
+
+
+def reached_labels(ep: Episodes) -> np.ndarray:
+    """[n, T] bool: stopping at round t returns a correct answer, or q is unsolvable."""
+    act = answer_actions(ep.answered)
+    hit = np.take_along_axis(ep.correct, act[..., None], -1)[..., 0]
+    return hit | ~ep.solvable[:, None]
+
+
+# ----------------------------------------------------------------------------- artifact
+@dataclass
+class SingleAnswerPolicy(Policy):
+    """A single-answer policy: the stopping-score classifier, T, λ̂ (``lam``), α and δ."""
+
+    model: Any  # fitted classifier, a float (constant score), or None (depth-k)
+    horizon: int
+    config: StopConfig
+    variant: str = "cstop-single"
+    delta: float = DELTA
+    lam: float | None = None  # λ̂ (RUN_ALL: always run T rounds); None: not calibrated
+    feature_spec: dict[str, Any] = field(default_factory=lambda: dict(FEATURE_SPEC))
+    prices: dict[str, Any] | None = None
+    log: list[dict[str, float]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    answer = "single"
+
+    @property
+    def alpha(self) -> float:
+        return self.config.alpha
+
+    @property
+    def method(self) -> str:
+        return self.variant.removesuffix(SUFFIX)
+
+    @property
+    def threshold(self) -> float:
+        """λ̂, the stopping threshold in force."""
+        if self.lam is None:
+            raise CCPOError(f"the {self.variant} policy is not calibrated yet (no λ̂)")
+        return self.lam
+
+    def set_threshold(self, value: float) -> None:
+        self.lam = float(value)
+
+    @property
+    def is_calibrated(self) -> bool:
+        return self.lam is not None
+
+    @property
+    def tracks_online(self) -> bool:
+        """No: λ̂ is certified by Learn-then-Test, which the online κ tracker does not keep."""
+        return False
+
+    @property
+    def online_step(self) -> tuple[float, float]:
+        return self.config.eta0 / self.config.batch_size, self.config.xi
+
+    def stop_scores(self, obs: np.ndarray) -> np.ndarray:
+        """h_t for observations [..., T, F] (1 at round T, where the episode stops anyway).
+        Row t depends on observation rows t and t − 1 only (live = replay)."""
+        obs = np.asarray(obs)
+        if obs.ndim < 2 or obs.shape[-2] != self.horizon:
+            raise ValueError(f"obs must have shape [..., {self.horizon}, F], got {obs.shape}")
+        lead = obs.shape[:-2]
+        if self.model is None:
+            return np.broadcast_to(depth_scores(self.horizon), (*lead, self.horizon)).copy()
+        out = np.ones((*lead, self.horizon))
+        out[..., :-1] = np.clip(round_scores(self.model, obs), 0.0, 1.0)
+        return out
+
+    def scores(self, obs: np.ndarray) -> np.ndarray:
+        return self.stop_scores(obs)
+
+    def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
+        """λ̂ by Learn-then-Test on the calibration questions (sets ``lam``)."""
+        sub = ep if cal is None else ep.subset(cal)
+        found = ltt_threshold(sub, self.stop_scores(sub.obs), self.alpha, self.delta)
+        self.lam = found.threshold
+        return found
+
+    def split_thresholds(
+        self, ep: Episodes, scores: np.ndarray, cal: np.ndarray, alpha: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return calibrate_splits(ep, scores, alpha, self.delta, cal)
+
+    def rollout(
+        self, ep: Episodes, scores: np.ndarray, thresholds: Any, idx: np.ndarray | None = None
+    ) -> Metrics:
+        return single_rollout(ep, scores, thresholds, idx)
+
+    def decide(
+        self,
+        obs: np.ndarray,
+        t: int,
+        threshold: float | None,
+        answered: Callable[[], tuple[bool, bool]],
+    ) -> RoundDecision:
+        """Stop at round t iff it clears λ (``threshold``; ``None``: λ̂), by the replay's own
+        rule: going on, no answer joins (π = (0, 0, 1)); stopping, the one answer action of
+        :func:`ccpo.traces.episodes.answer_actions` (π one-hot on it)."""
+        lam = self.threshold if threshold is None else float(threshold)
+        h = self.stop_scores(obs)  # row t depends on rows t, t − 1 only: as in the replay
+        p = np.zeros(3)
+        if not single_clears(h, lam)[t - 1]:
+            p[NEXT] = 1.0
+            return RoundDecision(p, (), fallback=False, go_on=True)
+        a = int(answer_actions(np.array([answered()]))[0])
+        p[a] = 1.0
+        return RoundDecision(p, (ACTIONS[a],), fallback=False, go_on=False)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder: str | Path) -> Path:
+        meta = {
+            "method": self.method,
+            "variant": self.variant,
+            "answer": self.answer,
+            "alpha": self.alpha,
+            "delta": self.delta,
+            "lambda_hat": self.lam,
+            "horizon": self.horizon,
+            "config": asdict(self.config),
+            "info": self.info,
+            "provenance": self.provenance,
+        }
+        return save_classifier(folder, meta, (self.feature_spec, self.prices, self.log), self.model)
+
+    @classmethod
+    def load(cls, folder: str | Path, meta: dict[str, Any]) -> SingleAnswerPolicy:
+        """Load a folder whose policy.json says ``"answer": "single"`` (a pickle made by this
+        ccpo: only load folders you trust; another scikit-learn version is refused). λ̂ is
+        ``lambda_hat``, or ``kappa_batch`` in folders of ccpo 0.1."""
+        model, (spec, prices, log) = load_classifier(
+            folder, meta, f"ccpo train --method {meta['method']} --answer single"
+        )
+        return cls(
+            model=model,
+            horizon=int(meta["horizon"]),
+            config=StopConfig(**meta["config"]),
+            variant=meta.get("variant", single_name(meta["method"])),
+            delta=float(meta.get("delta", DELTA)),
+            lam=meta["lambda_hat"] if "lambda_hat" in meta else meta.get("kappa_batch"),
+            feature_spec=spec,
+            prices=prices,
+            log=log,
+            info=meta.get("info") or {},
+            provenance=meta.get("provenance") or {},
+        )
+
+
+# ----------------------------------------------------------------------------- fitting
+def fit_single(
+    ep: Episodes, train_idx: np.ndarray, cfg: StopConfig, method: str = "cstop", delta=DELTA
+) -> SingleAnswerPolicy:
+    """Fit the stopping score of ``method`` (:data:`SINGLE_METHODS`) on ``train_idx``
+    (rows t < T); not calibrated yet (call :meth:`SingleAnswerPolicy.calibrate`)."""
+    if method not in SINGLE_METHODS:
+        raise CCPOError(
+            f"--answer single: method must be auto or one of {', '.join(SINGLE_METHODS)}, "
+            f"got '{method}'"
+        )
+    idx = np.asarray(train_idx)
+    if idx.size == 0:
+        raise CCPOError("cannot fit a single-answer policy on zero training questions")
+    T = ep.horizon
+    if T < 2:
+        raise CCPOError("a single-answer policy needs traces with at least 2 rounds")
+    name = single_name(method)
+    if method == "depth-k":
+        return SingleAnswerPolicy(None, T, cfg, name, delta)
+    sub = ep.subset(idx)
+    x = stop_features(sub.obs)[:, :-1].reshape(-1, 2 * ep.obs.shape[-1])
+    y = reached_labels(sub)[:, :-1].reshape(-1)
+    if y.all() or not y.any():
+        model: Any = float(y.mean())
+    else:
+        from threadpoolctl import threadpool_limits
+
+        model = make_learner(StopConfig(**{**asdict(cfg), "learner": STOPPING_METHODS[method]}))
+        with threadpool_limits(limits=1):
+            model.fit(x, y)
+    pol = SingleAnswerPolicy(model, T, cfg, name, delta)
+    pol.log.append({"fit/rows": float(y.size), "fit/correct_rate": float(y.mean())})
+    return pol
+
+
+def calibrate_splits(
+    ep: Episodes, scores: np.ndarray, alpha: float, delta: float, cal: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """λ̂ of every calibration split ``cal`` [K, n] (question indices of ``ep``) and whether
+    it was refused ([K] bool; a refused split gets :data:`RUN_ALL`, the most conservative
+    rule, so that the harness can still score what such a policy would do)."""
+    lams = np.full(len(cal), RUN_ALL)
+    refused = np.zeros(len(cal), dtype=bool)
+    for k, c in enumerate(cal):
+        try:
+            lams[k] = ltt_threshold(ep.subset(c), scores[c], alpha, delta).threshold
+        except Unreachable:
+            refused[k] = True
+    return lams, refused
+
+
+def validation_cost(
+    ep: Episodes, scores: np.ndarray, alpha: float, delta: float, splits: int = 20, seed=0
+) -> tuple[float, float]:
+    """(cost USD per question, coverage) of the calibrated rule on ``ep`` as the harness
+    measures it: λ̂ by LTT on random halves, scored on the others; (inf, nan) when some half
+    cannot be calibrated. Used by ``auto`` on out-of-fold scores of training questions."""
+    rng = np.random.default_rng([seed, 0x5146])
+    perms = np.stack([rng.permutation(ep.n) for _ in range(splits)])
+    cal, test = perms[:, : ep.n // 2], perms[:, ep.n // 2 :]
+    lams, refused = calibrate_splits(ep, scores, alpha, delta, cal)
+    if refused.any():
+        return float("inf"), float("nan")
+    m = single_rollout(ep, scores, lams, test)
+    return float(m.cost.mean()), float(m.covered.mean())
