@@ -11,10 +11,8 @@ peak resident set size (``ru_maxrss`` of the child) is recorded, in interleaved 
 - ``in memory``: :func:`ccpo.traces.importer.import_table`, the library call that returns
   every trace in a list (the shape of the import before it streamed: the whole table held).
 
-Medians over the repetitions and the ratios to the floor are printed. Measured 2026-11-25
-(2 shared cores, 100k rows, 3 reps): floor 59.5 MB, streamed 63.5 MB (1.07× floor), in
-memory 374.8 MB (6.30×). Before the import streamed, the command itself peaked at 563 MB on
-this table (``/usr/bin/time -v``; 65 MB after, same output byte for byte).
+Medians over the repetitions and the ratios to the floor are printed. Recorded results:
+``benchmarks/results/bench_import_memory.md``.
 
     .venv/bin/python benchmarks/bench_import_memory.py [--questions 25000] [--reps 3]
 """
