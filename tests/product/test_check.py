@@ -102,6 +102,6 @@ def test_check_scores_a_single_answer_policy_with_its_own_threshold(tmp_path):
     assert got["coverage"] == pytest.approx(np.mean([s.covered for s in sets]), abs=1e-12)
     assert got["cost_usd_per_question"] == pytest.approx(np.mean([s.cost_usd for s in sets]))
     assert got["against"] == "agreement with big-m"
-    assert got["kappa"] == json.loads((pol / "policy.json").read_text())["kappa_batch"]
+    assert got["kappa"] == json.loads((pol / "policy.json").read_text())["lambda_hat"]
     assert got["coverage_at_restore"] >= 0.9
     assert r.returncode == (0 if got["holds"] else 1)

@@ -9,11 +9,13 @@ A real single-answer policy served end to end (one line of content, streamed too
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
+import numpy as np
 import openai
 
+from ccpo.learning.config import StopConfig, TrainConfig
+from ccpo.policies import RLPolicy, RulePolicy, SingleAnswerPolicy
 from ccpo.runtime.agent import ConformalAgent
 from ccpo.runtime.answer_set import guarantee_of, one_answer
 from ccpo.runtime.config import load_deploy_config
@@ -54,15 +56,18 @@ def test_one_answer_is_the_highest_pi_then_the_later_round_then_the_guide() -> N
 
 
 def test_the_guarantee_names_its_answer_mode_target_and_labels() -> None:
-    g = guarantee_of(SimpleNamespace(alpha=0.1, provenance={}))
+    g = guarantee_of(RulePolicy(None, 4, StopConfig(alpha=0.1)))
     assert (g.answer, g.target, g.against) == ("set", 0.9, "gold")
     assert "contains a correct answer with probability ≥ 0.9" in g.statement
     g = guarantee_of(
-        SimpleNamespace(alpha=0.2, answer="single", provenance={"against": "reference:gpt-4o"})
+        SingleAnswerPolicy(
+            None, 4, StopConfig(alpha=0.2), provenance={"against": "reference:gpt-4o"}
+        )
     )
     assert (g.answer, g.target, g.against) == ("single", 0.8, "reference:gpt-4o")
     assert g.statement == "the answer equals gpt-4o's with probability ≥ 0.8"
-    point = guarantee_of(SimpleNamespace(alpha=0.1, scoring="point", provenance={}))
+    greedy = RLPolicy(None, "cpo", np.zeros(3), np.ones(3), TrainConfig(alpha=0.1), 0.5)
+    point = guarantee_of(greedy)
     assert point.statement.startswith("none: a point policy")
 
 

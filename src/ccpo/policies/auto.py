@@ -5,7 +5,7 @@ candidate is fitted K times on K − 1 folds of the training questions and score
 fold; the out-of-fold scores are then scored as the harness would (a *validator*: calibrated
 on random halves, measured on the others). Ties go to the earlier candidate. Only training
 questions are used, so the calibration split never sees the choice and the guarantee of the
-calibrated winner is untouched (docs/theory.md, "Choosing a technique (auto)").
+calibrated winner is untouched (docs/theory.md, "auto: cross-fitting keeps the guarantee").
 
 Main names: :func:`cross_fit`, :class:`Selection`. Which candidates exist and how each is
 fitted is :mod:`ccpo.policies.registry`'s business.

@@ -5,7 +5,7 @@
 - ``agree-k``: stop as soon as the guide agrees with the base answer, at most k rounds.
 
 Both are nested in the threshold, so split conformal (sets) or Learn-then-Test (single
-answer) calibrates k (docs/theory.md, "Fixed rules").
+answer) calibrates k (docs/theory.md, "depth-k and agree-k").
 """
 
 from __future__ import annotations
