@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import ctypes
 import dataclasses
 import email.utils
 import functools
@@ -305,15 +306,36 @@ class RequestBudgetExceeded(CCPOError):
     """A question would exceed its own dollar budget; the call that would have was not sent."""
 
 
+#: a ledger's fields: USD spent (settled), USD reserved, paid calls in flight, admitted
+#: questions, admitted questions waiting for room (all floats, as in shared memory)
+LEDGER_FIELDS = ("spent", "reserved", "calls", "admitted", "waiting")
+
+
+class LedgerSlots:
+    """The fields of a process's own ledger (:data:`LEDGER_FIELDS`)."""
+
+    __slots__ = LEDGER_FIELDS
+
+    def __init__(self, spent: float = 0.0) -> None:
+        self.spent = spent
+        self.reserved = self.calls = self.admitted = self.waiting = 0.0
+
+
+class SharedSlots(ctypes.Structure):
+    """The same fields in memory shared by processes: ``ctx.Value(SharedSlots)``."""
+
+    _fields_ = [(name, ctypes.c_double) for name in LEDGER_FIELDS]
+
+
 class _Held:
-    """The slots of a process's own ledger, as a context manager (no lock needed)."""
+    """The fields of a process's own ledger, as a context manager (no lock needed)."""
 
     __slots__ = ("values",)
 
-    def __init__(self, values: list[float]) -> None:
+    def __init__(self, values: LedgerSlots) -> None:
         self.values = values
 
-    def __enter__(self) -> list[float]:
+    def __enter__(self) -> LedgerSlots:
         return self.values
 
     def __exit__(self, *exc: object) -> None:
@@ -321,7 +343,8 @@ class _Held:
 
 
 class _Locked:
-    """The slots of a ledger shared by processes, held under its lock."""
+    """The fields of a ledger shared by processes (:class:`SharedSlots`), held under its
+    lock."""
 
     __slots__ = ("lock", "values")
 
@@ -346,22 +369,20 @@ class SpendLedger:
     the cap. A question admitted by :meth:`LLMClient.admit` holds a reservation of its
     estimated cost, from which its calls draw first. By default the ledger is this process's
     own; ``collect --workers`` gives every worker process a ledger on one shared
-    ``multiprocessing.Array('d', SLOTS)``, so the budget is the run's, not each worker's.
+    ``multiprocessing.Value(SharedSlots)``, so the budget is the run's, not each worker's.
     """
 
-    # spent, reserved, calls in flight, admitted questions, admitted questions waiting for room
-    SLOTS = 5
     poll_s = _BUDGET_POLL_S  # how often a call that does not fit looks again
     absolute = False  # True: ``total`` is all money ever spent (the cap is the whole budget)
-    ADMITTED, WAITING = 3, 4
+    ADMITTED, WAITING = "admitted", "waiting"  # the fields :meth:`count` counts in
 
     def __init__(self, shared: Any | None = None, spent: float = 0.0) -> None:
         self._shared = shared
-        self._local = [float(spent), 0.0, 0.0, 0.0, 0.0]
+        self._local = LedgerSlots(float(spent))
         self._held = _Held(self._local) if shared is None else _Locked(shared)
 
     def _values(self) -> Any:
-        """``with self._values() as v``: the slots, under the shared array's lock if any (an
+        """``with self._values() as v``: the fields, under the shared memory's lock if any (an
         object made once, not a generator per use: a call reads or writes them six times)."""
         return self._held
 
@@ -378,10 +399,10 @@ class SpendLedger:
         for room (here the client checks :meth:`waiting`; a ledger shared by replicas also
         checks theirs)."""
         with self._values() as v:
-            if cap is not None and v[0] + v[1] + usd > cap * (1 + 1e-12):
+            if cap is not None and v.spent + v.reserved + usd > cap * (1 + 1e-12):
                 return False
-            v[1] += usd
-            v[2] += float(call)
+            v.reserved += usd
+            v.calls += float(call)
             return True
 
     async def areserve(
@@ -401,9 +422,9 @@ class SpendLedger:
         worst case when the rest stays held for its question). Never blocks (a database
         ledger writes it with its next transaction)."""
         with self._values() as v:
-            v[1] = max(0.0, v[1] - reserved)
-            v[0] += spent
-            v[2] = max(0.0, v[2] - float(call))
+            v.reserved = max(0.0, v.reserved - reserved)
+            v.spent += spent
+            v.calls = max(0.0, v.calls - float(call))
 
     def add(self, usd: float) -> None:
         self.settle(0.0, usd)
@@ -412,30 +433,30 @@ class SpendLedger:
     def total(self) -> float:
         """USD spent (settled)."""
         with self._values() as v:
-            return float(v[0])
+            return float(v.spent)
 
     @property
     def reserved(self) -> float:
         """USD reserved (calls in flight and admitted questions)."""
         with self._values() as v:
-            return float(v[1])
+            return float(v.reserved)
 
-    def count(self, slot: int, delta: int) -> None:
+    def count(self, slot: str, delta: int) -> None:
         """Count a question in (``delta`` 1) or out (-1) of ``ADMITTED`` or ``WAITING``."""
         with self._values() as v:
-            v[slot] = max(0.0, v[slot] + delta)
+            setattr(v, slot, max(0.0, getattr(v, slot) + delta))
 
     def waiting(self) -> bool:
         """Some admitted question waits for room (questions not yet admitted give way)."""
         with self._values() as v:
-            return v[4] > 0
+            return v.waiting > 0
 
     def stuck(self, admitted: bool = True) -> bool:
         """Nothing will free room: no call is in flight and every admitted question waits
         (for a question not yet admitted, ``admitted=False``: and none is admitted; the
         admitted ones give way first, and what their wallets held may then admit it)."""
         with self._values() as v:
-            return v[2] <= 0 and v[4] >= v[3] and (admitted or v[3] <= 0)
+            return v.calls <= 0 and v.waiting >= v.admitted and (admitted or v.admitted <= 0)
 
 
 @dataclass
