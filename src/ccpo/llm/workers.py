@@ -43,7 +43,6 @@ from typing import Any
 
 from ccpo.errors import CCPOError, PartialError
 from ccpo.llm.cache import ResponseCache
-from ccpo.llm.client import SharedSlots, SpendLedger
 from ccpo.llm.config import CollectConfig
 from ccpo.llm.run import (
     CollectSummary,
@@ -53,6 +52,7 @@ from ccpo.llm.run import (
     plan_collection,
     run_questions,
 )
+from ccpo.llm.spend import SharedSlots, SpendLedger
 from ccpo.llm.tasks.loaders import Question
 from ccpo.traces.io import TraceWriter
 
