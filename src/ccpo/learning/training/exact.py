@@ -17,7 +17,7 @@ import numpy as np
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.heads import log_pi, softmax_log_jacobian
 from ccpo.learning.replay import point_rollout_expectations, soft_set_rollout
-from ccpo.learning.training.run import Run, TrainResult
+from ccpo.learning.training.run import Run, TrainResult, rollout_entries
 from ccpo.learning.training.update import (
     Surrogates,
     TrustRegion,
@@ -74,10 +74,7 @@ def train_exact(run: Run) -> TrainResult:
             step,
             {
                 "step": step,
-                "train/cost": float(hard.cost.mean() * 100),
-                "train/coverage": float(hard.covered.mean()),
-                "train/set_size": float(hard.set_size.mean()),
-                "train/length": float(hard.length.mean()),
+                **rollout_entries(hard),
                 f"{prefix}/cost": float(soft.cost.mean() / cfg.cost_scale * 100),
                 f"{prefix}/coverage": cov_old,
                 f"{prefix}/set_size": float(soft.size.mean()),

@@ -20,7 +20,13 @@ from ccpo.learning.conformal import OnlineThreshold
 from ccpo.learning.heads import log_pi, policy_probs
 from ccpo.learning.nets import NumpyMLP, PolicyNet
 from ccpo.learning.replay import calibrate_kappa, calibrated_cost
-from ccpo.traces.episodes import Episodes, allowed_actions, conformal_rollout, point_rollout
+from ccpo.traces.episodes import (
+    Episodes,
+    Metrics,
+    allowed_actions,
+    conformal_rollout,
+    point_rollout,
+)
 
 Progress = Callable[[int, dict[str, float]], None]
 
@@ -143,6 +149,16 @@ class Run:
         return TrainResult(
             self.policy, self.obs_mean, self.obs_std, self.tracker.kappa, cfg, self.log
         )
+
+
+def rollout_entries(m: Metrics) -> dict[str, float]:
+    """The ``train/*`` entries of a batch's conformal rollout C_{π_k,κ_k} (cost in cents)."""
+    return {
+        "train/cost": float(m.cost.mean() * 100),
+        "train/coverage": float(m.covered.mean()),
+        "train/set_size": float(m.set_size.mean()),
+        "train/length": float(m.length.mean()),
+    }
 
 
 def validate(ep, val_idx, pi, mean, std, kappa, cfg) -> dict[str, float]:

@@ -19,7 +19,7 @@ from ccpo.learning.config import TrainConfig
 from ccpo.learning.heads import log_pi, log_softmask_jacobian, softmax_log_jacobian
 from ccpo.learning.nets import NumpyMLP, ValueNet
 from ccpo.learning.optim import Adam
-from ccpo.learning.training.run import Run, TrainResult
+from ccpo.learning.training.run import Run, TrainResult, rollout_entries
 from ccpo.learning.training.update import (
     Surrogates,
     TrustRegion,
@@ -124,10 +124,7 @@ def train_sampled(run: Run) -> TrainResult:
             step,
             {
                 "step": step,
-                "train/cost": float(set_metrics.cost.mean() * 100),
-                "train/coverage": float(set_metrics.covered.mean()),
-                "train/set_size": float(set_metrics.set_size.mean()),
-                "train/length": float(set_metrics.length.mean()),
+                **rollout_entries(set_metrics),
                 "train/pi_cost": float((round_cost * valid).sum(-1).mean() / cfg.cost_scale * 100),
                 "train/pi_coverage": float((hit | ~solvable).mean()),
                 "constraint/jbar_c": jbar_c,
