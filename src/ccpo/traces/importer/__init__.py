@@ -12,7 +12,7 @@ column, or agreement with a reference model. The package, in the order of the da
 - :mod:`.build`: one question's rows → a trace (:func:`build_trace`, :func:`agreement_labels`);
 - :mod:`.table`: the import (:func:`open_table`, :class:`TableImport`, :func:`import_table`).
 
-The table format, labels and streaming: docs/design.md, section "Importing a table of answers".
+The table format, labels and streaming: docs/import.md.
 """
 
 from ccpo.traces.importer.build import NO_GOLD, agreement_labels, build_trace

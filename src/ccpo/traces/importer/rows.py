@@ -6,7 +6,7 @@ row 1 as a spreadsheet numbers it; a cell may span lines) or JSON Lines table (`
 into :class:`ImportRow` s (:class:`Located`: with their row number). A CSV's cells are text and
 are parsed (``correct`` as ``true``/``1``/``yes``...); a JSONL row is typed and read strictly.
 Every problem is a one-line :class:`~ccpo.errors.CCPOError` naming the file, row and column
-(:func:`table_error`). The columns: docs/design.md, section "Importing a table of answers".
+(:func:`table_error`). The columns: docs/import.md.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def open_table(
     reference: str | None = None,
 ) -> TableImport:
     """Read and check ``path`` (streamed into a temporary file), plan its cascade and its
-    labels (docs/design.md, section "Importing a table of answers"). Raises
+    labels (docs/import.md). Raises
     :class:`~ccpo.errors.UnknownModelPriceError` for a model without a price and a one-line
     :class:`CCPOError` for any other problem."""
     try:
