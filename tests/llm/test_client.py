@@ -618,7 +618,7 @@ def test_reply_json_without_orjson_is_json(monkeypatch) -> None:
     """The core install (no orjson) parses with the standard library, errors included."""
     import json
 
-    from ccpo.llm import client
+    from ccpo.llm import wire as client
 
     monkeypatch.setattr(client, "_orjson", None)
     raw = b'{"a": [1, 2.5, "\\u00e9"], "n": 123456789012345678901234567890}'
@@ -648,7 +648,7 @@ def test_a_request_body_is_the_json_it_was(temperature: float, orjson: bool, mon
     json wrote it; a lone surrogate fails as it did (UnicodeEncodeError)."""
     import json
 
-    from ccpo.llm import client
+    from ccpo.llm import wire as client
     from ccpo.llm.client import _request_body
 
     if not orjson:

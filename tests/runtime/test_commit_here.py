@@ -15,8 +15,7 @@ import httpx
 import pytest
 
 from ccpo.learning.conformal import OnlineThreshold
-from ccpo.runtime.state import StateStore
-from ccpo.runtime.state import store as store_mod
+from ccpo.runtime.state import DuplicateKey, StateStore, engine
 
 from .conftest import LiveServer, make_service
 
@@ -66,7 +65,7 @@ def test_a_lone_answer_commits_on_the_loop_and_is_durable_when_awaited(tmp_path,
         assert s.counters.requests == 3 and s.counters.cost_usd == pytest.approx(0.75)
         if where == "file":
             assert seen == [{"q0"}, {"q0", "q1"}, {"q0", "q1", "q2"}]
-        with pytest.raises(store_mod.DuplicateKey):  # a taken id: refused, the same way
+        with pytest.raises(DuplicateKey):  # a taken id: refused, the same way
             asyncio.run(s.arecord_answer(_answer(1)))
         assert s.counters.requests == 3
     finally:
@@ -128,7 +127,7 @@ def test_what_commits_here_append_to_the_log_the_writer_checkpoints(tmp_path, mo
     """Commits here never checkpoint (a checkpoint syncs the disk); every
     ``_CHECKPOINT_EVERY`` of them the writer does, within ``FLUSH_S``: the answers reach the
     database file itself (read without the log)."""
-    monkeypatch.setattr(store_mod, "_CHECKPOINT_EVERY", 4)
+    monkeypatch.setattr(engine, "_CHECKPOINT_EVERY", 4)
     path = tmp_path / "s.sqlite"
     s = StateStore(str(path), "fp", OnlineThreshold(alpha=0.1))
     s.alone = lambda: True
@@ -139,11 +138,11 @@ def test_what_commits_here_append_to_the_log_the_writer_checkpoints(tmp_path, mo
                 await s.arecord_answer(_answer(i))
 
         asyncio.run(answer(range(4)))  # (the first one reads the row first: not here)
-        time.sleep(store_mod.FLUSH_S)
+        time.sleep(engine.FLUSH_S)
         assert s.commits_here == 3 and _ids(path, immutable=True) == set()  # only in the log
         asyncio.run(answer(range(4, 9)))
         assert s.commits_here == 8
-        deadline = time.monotonic() + 2 * store_mod.FLUSH_S + 1
+        deadline = time.monotonic() + 2 * engine.FLUSH_S + 1
         while len(_ids(path, immutable=True)) < 5 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert {f"q{i}" for i in range(5)} <= _ids(path, immutable=True)

@@ -51,7 +51,7 @@ class TrainConfig:
     critic_lr: float = 1e-3  # Adam learning rate of V_θ and V_{C,φ} (paper: 1e-3)
     critic_iters: int = 4  # critic gradient steps per training step
     delta: float = 0.01  # KL trust-region radius δ (paper: 0.01)
-    eps: float = 0.05  # softmask temperature ε (paper: 0.01; see the module docstring)
+    eps: float = 0.05  # softmask temperature ε (paper: 0.01; see docs/theory.md)
     xi: float = 0.1  # decay exponent ξ of η_k = η_0 k^(−1/2−ξ) (paper: 0.1)
     eta0: float = 0.5  # initial online step η_0
     kappa0: float = 0.3  # initial threshold κ_0

@@ -15,7 +15,7 @@ How, keeping every guarantee of a one-process run (:mod:`ccpo.llm.run`):
 - **Never pay twice**: the workers share the SQLite response cache (WAL mode, one commit per
   answer), so a paid answer survives any worker's death.
 - **Budget**: ``--max-cost`` is checked against one shared spend counter
-  (:class:`SpendLedger` over a ``multiprocessing.Array``: spent and reserved, so calls in
+  (:class:`SpendLedger` over a ``multiprocessing.Value``: spent and reserved, so calls in
   flight in every worker count before they are sent).
 - **Kill and resume**: workers die with the parent (``PR_SET_PDEATHSIG`` on Linux) and, before
   each line, check that the parent still lives; forked workers hold the output's lock until
@@ -43,7 +43,6 @@ from typing import Any
 
 from ccpo.errors import CCPOError, PartialError
 from ccpo.llm.cache import ResponseCache
-from ccpo.llm.client import SpendLedger
 from ccpo.llm.config import CollectConfig
 from ccpo.llm.run import (
     CollectSummary,
@@ -53,6 +52,7 @@ from ccpo.llm.run import (
     plan_collection,
     run_questions,
 )
+from ccpo.llm.spend import SharedSlots, SpendLedger
 from ccpo.llm.tasks.loaders import Question
 from ccpo.traces.io import TraceWriter
 
@@ -67,7 +67,7 @@ class _Shared:
     """What the parent shares with every worker."""
 
     lock: Any  # multiprocessing.Lock: one output line at a time
-    spent: Any  # multiprocessing.Array('d', SpendLedger.SLOTS): the whole run's
+    spent: Any  # multiprocessing.Value(SharedSlots): the whole run's ledger
     stop: Any  # multiprocessing.Event: set by a worker hitting a fatal error, or the parent
     events: Any  # multiprocessing.Queue of (kind, worker index, payload)
     parent: int  # the parent's pid: a worker whose parent died writes nothing more
@@ -184,9 +184,7 @@ def collect_with_workers(
         # it at the same moment can find it locked
         ResponseCache(cfg.cache_path()).close()
         ctx = mp.get_context(start_method)
-        shared = _Shared(
-            ctx.Lock(), ctx.Array("d", SpendLedger.SLOTS), ctx.Event(), ctx.Queue(), os.getpid()
-        )
+        shared = _Shared(ctx.Lock(), ctx.Value(SharedSlots), ctx.Event(), ctx.Queue(), os.getpid())
         procs = []
         hands = deal(plan.todo, n)
         for i, conc in enumerate(shares(cfg.concurrency, n)):

@@ -37,7 +37,7 @@ class StoreLedger(SpendLedger):
         self._stuck_since: float | None = None
         store.waiting = self.waiting  # on its lease: admissions at other replicas give way
 
-    def count(self, slot: int, delta: int) -> None:
+    def count(self, slot: str, delta: int) -> None:
         before = self.waiting()
         super().count(slot, delta)
         if slot == self.WAITING and self.waiting() != before:
@@ -46,7 +46,7 @@ class StoreLedger(SpendLedger):
     def _idle(self) -> bool:
         """No call of this replica in flight and every question admitted here waits."""
         with self._values() as v:
-            return v[2] <= 0 and v[4] >= v[3]
+            return v.calls <= 0 and v.waiting >= v.admitted
 
     async def areserve(
         self,
@@ -65,7 +65,7 @@ class StoreLedger(SpendLedger):
         ):
             return False
         with self._values() as v:
-            v[2] += float(call)
+            v.calls += float(call)
         return True
 
     def try_reserve(
@@ -82,14 +82,14 @@ class StoreLedger(SpendLedger):
         ):
             return False
         with self._values() as v:
-            v[2] += float(call)
+            v.calls += float(call)
         return True
 
     def settle(self, reserved: float, spent: float, call: bool = False) -> None:
         if reserved > 0 or spent > 0:
             self.store.settle(reserved, spent, inflight=reserved)
         with self._values() as v:
-            v[2] = max(0.0, v[2] - float(call))
+            v.calls = max(0.0, v.calls - float(call))
 
     @property
     def total(self) -> float:
@@ -121,4 +121,4 @@ class StoreLedger(SpendLedger):
 
     def _admitted(self) -> bool:
         with self._values() as v:
-            return v[3] > 0
+            return v.admitted > 0

@@ -1,0 +1,512 @@
+"""The commit engine of the state store (:class:`CommitEngine`, a part of
+:class:`~ccpo.runtime.state.store.StateStore`): one writer thread per replica takes every
+operation pending into one transaction (group commit) and hands each result back to its
+caller (a thread, or an event loop once per transaction).
+
+- ``_call`` / ``_acall`` / ``_arun``: run an operation (:class:`~ccpo.runtime.state.batch._Op`)
+  in the next transaction and wait for its commit, within the deadline (``timeout``), else
+  :class:`StateUnavailable`;
+- ``_write_loop``: the writer thread (batches, the heartbeat, probes while the database is
+  away, checkpoints); ``_run_batch``: one transaction, read and written (``_transact``) or
+  sent whole from the rows as this replica left them (``_write_whole``);
+- ``_run_here``: a lone question's write committed on the event loop itself when that cannot
+  wait (SQLite), checkpointed by the writer every ``_CHECKPOINT_EVERY`` commits;
+- ``_lazy``: have pending settlements written within ``FLUSH_S`` without waking the writer.
+
+Vocabulary (sent whole, committed here, group commit) and the contract: docs/glossary.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ccpo.errors import CCPOError
+from ccpo.runtime.state.answers import _WHOLE_MAX, answer_rows, insert_answers, insert_sql
+from ccpo.runtime.state.batch import Batch, Lease, _Delta, _less, _never, _Op, _Record, _Redo
+from ccpo.runtime.state.db import Backend, Busy, Moved, StateUnavailable, Step
+from ccpo.runtime.state.money import _LEASES
+from ccpo.runtime.state.schema import state_texts
+
+log = logging.getLogger("ccpo.serve")
+
+FLUSH_S = 1.0  # a settlement waits at most this long for a transaction to ride on
+_CHECKPOINT_EVERY = 256  # commits on the caller's thread between two checkpoints by the writer
+
+T = TypeVar("T")
+
+
+def _deliver(ops: list[tuple[_Op, bool, Any]]) -> None:
+    """Hand a transaction's results to the awaiting coroutines (in their loop's thread); a
+    result whose caller is gone is undone (a reservation released)."""
+    for op, ok, value in ops:
+        fut = op.afut
+        assert fut is not None
+        if fut.done():
+            if ok and op.undo is not None:
+                op.undo(value)
+        elif ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+
+def _deliver_closed(items: list[tuple[_Op, bool, Any]]) -> None:
+    """A transaction's results whose loop is closed: nobody takes them; undone."""
+    for op, ok, value in items:
+        if ok and op.undo is not None:
+            op.undo(value)
+
+
+class CommitEngine:
+    """The writer of :class:`~ccpo.runtime.state.store.StateStore`: its queue, its thread,
+    its transactions and what this replica knows of the rows after each commit. Inside a
+    transaction it calls the store's other parts (``_parse``, ``_leases``, ``_apply``,
+    ``_top_up``, ``_trim``)."""
+
+    db: Backend
+    where: str
+    timeout: float
+    replica: str
+    host: str
+    expiry: float
+    _stop: threading.Event  # set by close: the writer thread ends
+
+    def _init_engine(self) -> None:
+        # whether the event loop awaiting this store has nothing else to do (a lone question;
+        # its service sets it): its writes sent whole may then commit on it (_run_here)
+        self.alone: Callable[[], bool] = _never
+        self.commits = 0  # transactions committed by the writer (benchmarks, tests)
+        self.commits_whole = 0  # of them sent whole (one round trip: _write_whole)
+        self.commits_moved = 0  # sent whole, found the state moved, redone
+        self.commits_here = 0  # of them run on the caller's thread (_run_here)
+        self._batch = threading.Lock()  # held by whoever runs a transaction (writer or here)
+        self._here_n = 0  # commits here since the writer's last checkpoint
+        self._checkpoint_due = False
+        self._texts: tuple[str, str] | None = None  # the state row as last read or written
+        self._solo = False  # the last transaction found the row as this replica left it
+        self._delta = _Delta()  # settlements and counts for the next transaction (under _cond)
+        self._queue: list[_Op] = []
+        self._cond = threading.Condition()
+        self._flush_at: float | None = None
+        self._busy_since: float | None = None  # a transaction has been running since
+        self._down: str | None = None  # why the last transaction failed (None: it did not)
+        self._closing = False
+
+    # ------------------------------------------------------------------ the writer
+    def _submit(self, op: _Op) -> _Op:
+        """Queue ``op`` for the writer's next transaction; :class:`StateUnavailable` at once
+        while the database is known to be away (nothing queued)."""
+        why = self.unavailable()
+        if why is not None:
+            raise StateUnavailable(f"the state database {self.where} is unavailable: {why}")
+        with self._cond:
+            if self._closing:
+                raise StateUnavailable("the state store is closing (the server is stopping)")
+            self._queue.append(op)
+            self._cond.notify()
+        return op
+
+    def _late(self) -> StateUnavailable:
+        return StateUnavailable(
+            f"the state database {self.where} did not answer within {self.timeout:g} s"
+        )
+
+    def _submit_op(self, op: _Op, loop: bool = False) -> _Op:
+        """``op`` with a future for its result (of the running event loop with ``loop``),
+        queued."""
+        if loop:
+            op.afut = asyncio.get_running_loop().create_future()
+        else:
+            op.fut = concurrent.futures.Future()
+        return self._submit(op)
+
+    def _call(
+        self, fn: Callable[[Batch], T], read: bool = False, undo: Any = None, whole: bool = False
+    ) -> T:
+        """Run ``fn`` in the writer's next transaction and wait for its commit (any thread
+        but the writer's and no event loop's)."""
+        return self._wait(self._submit_op(_Op(fn, read=read, undo=undo, whole=whole)))
+
+    def _wait(self, op: _Op) -> Any:
+        assert op.fut is not None
+        try:
+            return op.fut.result(self.timeout)
+        except concurrent.futures.TimeoutError:
+            with self._cond:  # the writer hands out thread results under this lock too
+                if op.fut.done():
+                    return op.fut.result()
+                op.abandoned = True  # skipped if not taken yet, else undone after its commit
+            raise self._late() from None
+
+    async def _acall(
+        self, fn: Callable[[Batch], T], read: bool = False, undo: Any = None, whole: bool = False
+    ) -> T:
+        """:meth:`_call` for the event loop: awaits the commit without blocking the loop. A
+        caller that stops waiting (deadline, cancellation) leaves its future done: the writer
+        skips the operation if it has not taken it, else its result is undone on delivery."""
+        return await self._arun(_Op(fn, read=read, undo=undo, whole=whole))
+
+    async def _arun(self, op: _Op) -> Any:
+        """``op``'s result for an event loop: committed on it when the loop is alone and
+        that cannot wait (:meth:`_run_here`), else by the writer, awaited."""
+        if op.whole and self.alone():
+            here = self._run_here(op)
+            if here is not None:
+                ok, value = here
+                if not ok:
+                    raise value
+                return value
+        return await self._await(self._submit_op(op, loop=True))
+
+    async def _await(self, op: _Op) -> Any:
+        assert op.afut is not None
+        try:  # awaited directly (wait_for would wrap it: two more turns of the loop)
+            async with asyncio.timeout(self.timeout):  # on expiry op.afut is cancelled: gone
+                return await op.afut
+        except TimeoutError:
+            raise self._late() from None
+
+    def unavailable(self) -> str | None:
+        """Why the database is considered away now (None: it is not): the last transaction
+        failed, or the one running has taken longer than the deadline."""
+        if self._down is not None:
+            return self._down
+        since = self._busy_since
+        if since is not None and time.monotonic() - since > self.timeout:
+            return f"a transaction has waited {time.monotonic() - since:.1f} s for it"
+        return None
+
+    def _write_loop(self) -> None:
+        beat_every = self.expiry / 4
+        next_beat = time.monotonic() + beat_every
+        backoff = 0.0
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    if self._stop.is_set():
+                        return
+                    if self._queue or (self._closing and self._delta):
+                        break
+                    if self._flush_at is not None and now >= self._flush_at:
+                        break
+                    if now >= next_beat or (self._down is not None and now >= backoff):
+                        break
+                    wake = next_beat if self._down is None else backoff
+                    if self._spare > 0 or self._spare_want > 0:
+                        idle_at = (self._spare_taken or 0.0) + self._spare_idle()
+                        if now >= idle_at:
+                            self._drop_spare()
+                            continue
+                        wake = min(wake, idle_at)
+                    wake = min(wake, now + FLUSH_S / 2, self._flush_at or wake)
+                    self._cond.wait(max(0.0, wake - now))
+                if self._down is not None and time.monotonic() < backoff:
+                    ops: list[_Op] = []  # away: eager operations were refused; probe only
+                else:
+                    ops, self._queue = [op for op in self._queue if not op.gone()], []
+                self._flush_at = None
+            beat = time.monotonic() >= next_beat or self._down is not None
+            try:
+                self._run_batch(ops, beat=beat)
+            except Exception as e:  # the database is away (or refused the transaction)
+                why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                if self._down is None:
+                    log.warning("state database %s unavailable: %s", self.where, why)
+                self._down = why
+                backoff = time.monotonic() + 0.5
+                err = StateUnavailable(f"the state database {self.where} failed: {why}")
+                self._hand_out(ops, [(False, err)] * len(ops))
+                continue
+            if self._down is not None:
+                log.warning("state database %s is back", self.where)
+                self._down = None
+            if self._checkpoint_due:  # what commits on the loop appended to the log
+                self._checkpoint_due = False
+                try:
+                    self.db.checkpoint()
+                except Exception as e:
+                    log.warning("state database %s: a checkpoint failed: %s", self.where, e)
+            if beat:
+                next_beat = time.monotonic() + beat_every
+
+    def _run_batch(self, ops: list[_Op], beat: bool = False) -> None:
+        """One transaction for ``ops`` (and the pending settlements and counts); each op's
+        result (or its own :class:`CCPOError`) is handed out after the commit: sent whole
+        when it can be (:meth:`_write_whole`), else read, computed and written
+        (:meth:`_transact`)."""
+        with self._batch:
+            delta, dirty = self._take_pending()
+            writes = beat or dirty or bool(delta) or any(not op.read for op in ops)
+            records = [(op.answer, op.text) for op in ops if op.answer is not None]
+            self._busy_since = time.monotonic()
+            try:
+                done = None
+                if writes and not beat and self._whole_ready(ops, len(records)):
+                    done = self._write_whole(ops, records, delta)
+                if done is None:
+                    done = self._transact(ops, records, delta, writes, beat)
+            except BaseException:
+                self._give_back(delta, dirty)  # written by none: to the next transaction
+                raise
+            finally:
+                self._busy_since = None
+            results = self._committed(done, writes)
+        self._hand_out(ops, results)
+
+    def _run_here(self, op: _Op) -> tuple[bool, Any] | None:
+        """Run ``op`` in a transaction of its own on the calling thread, an event loop with
+        nothing else to do (a lone question), when that cannot wait: the backend offers it
+        (SQLite: :meth:`Backend.write_whole` with ``wait=False`` only appends to the WAL in the
+        page cache, or fails at once; in memory it tries the one connection's lock without
+        waiting), the writer is idle with nothing queued, and the batch can be sent whole
+        (:meth:`_whole_ready`). Saves the two thread wake-ups of a hand-over to the writer and
+        back, on every answer's critical path (what that costs: docs/glossary.md, "committed
+        here"). Its result, as :meth:`_run_ops` gives it; None: nothing was done (the caller
+        queues ``op`` for the writer)."""
+        if not self.db.here or self._down is not None or not self._batch.acquire(False):
+            return None
+        try:
+            with self._cond:
+                if self._queue or self._closing:
+                    return None
+            records = [(op.answer, op.text)] if op.answer is not None else []
+            if not self._whole_ready([op], len(records)):
+                return None
+            delta, dirty = self._take_pending()
+            try:
+                done = self._write_whole([op], records, delta, wait=False)
+            except Exception as e:  # the writer meets it again, and reports it
+                log.debug("state %s: a write here failed (%s); handed to the writer", self.where, e)
+                done = None
+            if done is None:
+                self._give_back(delta, dirty)
+                return None
+            result = self._committed(done, writes=True)[0]
+            self.commits_here += 1
+            with self._cond:
+                if not self._delta and not self._lease_dirty:
+                    self._flush_at = None  # what it was set for went with this commit
+                self._here_n += 1
+                if self._here_n >= _CHECKPOINT_EVERY:
+                    self._here_n, self._checkpoint_due = 0, True
+                    self._lazy()
+            return result
+        finally:
+            self._batch.release()
+
+    def _take_pending(self) -> tuple[_Delta, bool]:
+        """The settlements and counts not yet written, and whether the lease must be."""
+        with self._cond:
+            delta, self._delta = self._delta, _Delta()
+            dirty, self._lease_dirty = self._lease_dirty, False
+        return delta, dirty
+
+    def _give_back(self, delta: _Delta, dirty: bool) -> None:
+        """What :meth:`_take_pending` took, written by no transaction: to the next one."""
+        with self._cond:
+            d = self._delta
+            d.reserved += delta.reserved
+            d.spent += delta.spent
+            d.inflight += delta.inflight
+            d.rejected += delta.rejected
+            d.errors += delta.errors
+            self._lease_dirty |= dirty
+
+    def _committed(
+        self, done: tuple[Batch, list[tuple[bool, Any]], float, tuple[str, str]], writes: bool
+    ) -> list[tuple[bool, Any]]:
+        """After a commit: what this replica knows of the rows (its lease, the others', the
+        state row's text, the spare's top-up); the ops' results."""
+        b, results, top, self._texts = done
+        if writes:
+            self.commits += 1
+            self._mirror, self._orphan = b.lease, b.orphan
+            self.others_busy, self.others_hold = b.others_busy, b.others_hold
+            self.others_waiting = b.others_waiting
+            with self._cond:
+                if b.lease_lost:  # the spare was in the lease that ended: counted as spent
+                    gone, self._spare = self._spare, 0.0
+                    self._orphan = Lease(
+                        _less(self._orphan.reserved, gone), _less(self._orphan.inflight, gone)
+                    )
+                self._spare += top
+            if b.new_lease:
+                self._lease_lost = False
+        self.tracker, self.counters = b.tracker, b.counters
+        self.counters.rejected += self._delta.rejected
+        return results
+
+    def _transact(
+        self, ops: list[_Op], records: list[_Record], delta: _Delta, writes: bool, beat: bool
+    ) -> tuple[Batch, list[tuple[bool, Any]], float, tuple[str, str]]:
+        """The batch read, computed and written in one transaction; (the batch, the ops'
+        results, the spare's top-up, the state row's text as committed). Round trips in
+        PostgreSQL: the answers inserted, the state row (locked) and the leases read; the
+        lease and the state row written back."""
+        top = 0.0
+        with self.db.write() if writes else self.db.read() as tx:
+            # sent together (one round trip in PostgreSQL): the answers, the state row
+            # (locked) and, read once it is locked, the leases
+            inserts = insert_answers(tx, self.db.now, self.replica, records)
+            lock = self.db.lock if writes else ""
+            state = tx.send(
+                f"SELECT tracker, counters, {self.db.now} FROM ccpo_state WHERE id = 1{lock}"
+            )
+            leases = tx.send(_LEASES) if writes else None
+            went_in = {r[0] for rows in inserts for r in rows.fetchall()}
+            row = state.fetchone()
+            tracker, c = self._parse(row)
+            assert row is not None
+            texts = (row[0], row[1])
+            self._solo = texts == self._texts  # no other replica wrote since this one did
+            b = Batch(tx, tracker, c, Lease(), float(row[2]), self._orphan, inserted=went_in)
+            if leases is not None:
+                self._leases(b, leases.fetchall(), beat)
+                self._apply(b, delta)
+            added = len(went_in)  # (the ops take their ids out of it)
+            results = self._run_ops(ops, b)
+            if added:
+                self._trim(tx, added)
+            if writes:
+                top = self._top_up(b)
+                values = self._lease_values(b.lease)
+                if b.new_lease:
+                    tx.run(
+                        "INSERT INTO ccpo_leases (reserved_usd, inflight_usd, expires, idle, "
+                        "waiting, replica, host, pid) VALUES "
+                        f"(?, ?, {self.db.now} + ?, ?, ?, ?, ?, ?)",
+                        (*values, self.replica, self.host, os.getpid()),
+                    )
+                elif not b.lease_ended:
+                    tx.run(
+                        "UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, "
+                        f"expires = {self.db.now} + ?, idle = ?, waiting = ? WHERE replica = ?",
+                        (*values, self.replica),
+                    )
+                texts = state_texts(b.tracker, b.counters)
+                tx.run("UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1", texts)
+        return b, results, top, texts
+
+    def _whole_ready(self, ops: list[_Op], n: int) -> bool:
+        """The batch may be sent whole: this replica's last transaction found nobody else had
+        written since its own and no other replica holding money (so the row it left is
+        likely still there when the batch arrives: a guard that fails costs a round trip,
+        and a wait for the row lock of the replica that moved it), its lease is its own,
+        every op computes on the batch alone, and no trim is due (``n``: answers in it)."""
+        if not self._solo or self.others_hold or self._lease_lost:
+            return False
+        return n <= _WHOLE_MAX and not self._trim_due(n) and all(op.whole for op in ops)
+
+    def _write_whole(
+        self, ops: list[_Op], records: list[_Record], delta: _Delta, wait: bool = True
+    ) -> tuple[Batch, list[tuple[bool, Any]], float, tuple[str, str]] | None:
+        """:meth:`_transact` without reading first: computed from the state row and lease as
+        this replica's last transaction left them, and sent as guarded steps
+        (:meth:`Backend.write_whole`: in PostgreSQL one statement, one round trip, no row lock
+        held across a round trip). Nothing is done unless the state row and this replica's
+        lease were still what the batch was computed from and every answer went in; then (or
+        when an op asks for it, :class:`_Redo`) None: :meth:`_transact` redoes the batch. The
+        writes are the ones :meth:`_transact` would have made from the same rows.
+        ``wait=False``: sent without waiting (:meth:`_run_here`); None if that would wait."""
+        ids = {a["id"] for a, _ in records}
+        old, m = self._texts, self._mirror
+        assert old is not None
+        tracker, c = self._parse(old)
+        now = self.db.now
+        b = Batch(
+            tx=None,  # type: ignore[arg-type]  # (ops sent whole run no SQL of their own)
+            tracker=tracker,
+            counters=c,
+            lease=Lease(m.reserved, m.inflight, m.idle, m.waiting),
+            now=math.nan,  # (only the leases' read needs the database's clock)
+            orphan=self._orphan,
+            new_lease=False,
+            others_busy=self.others_busy,
+            others_hold=self.others_hold,
+            others_waiting=self.others_waiting,
+            inserted=set(ids),
+            ahead=True,
+        )
+        try:
+            self._apply(b, delta)
+            results = self._run_ops(ops, b)
+            top = self._top_up(b)
+            texts = state_texts(b.tracker, b.counters)
+            steps: list[Step] = []
+            if records:
+                rows = answer_rows(self.replica, records)
+                steps.append((insert_sql(now, len(rows)), [x for r in rows for x in r], len(ids)))
+            steps.append((
+                "UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1 AND tracker = ? "
+                "AND counters = ?", (*texts, *old), 1,
+            ))  # fmt: skip
+            steps.append((
+                f"UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, expires = {now} + ?,"
+                f" idle = ?, waiting = ? WHERE replica = ? AND expires >= {now} AND "
+                "reserved_usd = ? AND inflight_usd = ?",
+                (*self._lease_values(b.lease), self.replica, m.reserved, m.inflight), 1,
+            ))  # fmt: skip
+            self.db.write_whole(steps, wait=wait)
+        except (_Redo, Busy):
+            return None
+        except Moved:
+            self._solo = False
+            self.commits_moved += 1
+            return None
+        self._inserted += len(ids)
+        self.commits_whole += 1
+        return b, results, top, texts
+
+    def _lease_values(self, lease: Lease) -> tuple[float, float, float, int, int]:
+        """This replica's lease as both write paths write it (reserved, in flight, the expiry
+        to add to the database's clock, idle, waiting), ``waiting`` taken now."""
+        lease.waiting = self.waiting()
+        return lease.reserved, lease.inflight, self.expiry, int(lease.idle), int(lease.waiting)
+
+    @staticmethod
+    def _run_ops(ops: list[_Op], b: Batch) -> list[tuple[bool, Any]]:
+        results: list[tuple[bool, Any]] = []
+        for op in ops:
+            try:
+                results.append((True, op.fn(b)))
+            except CCPOError as e:  # this operation's own refusal (a duplicate id, ...)
+                results.append((False, e))
+        return results
+
+    def _hand_out(self, ops: list[_Op], results: list[tuple[bool, Any]]) -> None:
+        """Results to their callers: one hand-over per event loop, thread waiters directly."""
+        loops: dict[asyncio.AbstractEventLoop, list[tuple[_Op, bool, Any]]] = {}
+        with self._cond:  # under the lock a thread giving up takes (see _call)
+            for op, (ok, value) in zip(ops, results, strict=True):
+                if op.afut is not None:
+                    loops.setdefault(op.afut.get_loop(), []).append((op, ok, value))
+                elif op.abandoned:
+                    if ok and op.undo is not None:
+                        op.undo(value)
+                elif op.fut is not None:
+                    if ok:
+                        op.fut.set_result(value)
+                    else:
+                        op.fut.set_exception(value)
+        for loop, items in loops.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the loop is closed: nobody awaits these any more
+                _deliver_closed(items)
+
+    def _lazy(self) -> None:
+        """Have the writer write the delta within ``FLUSH_S``. Without waking it: waking a
+        thread costs the event loop a context switch, on every question's critical path (see
+        docs/glossary.md, "settlement"); an idle writer looks every ``FLUSH_S / 2`` instead,
+        and the next transaction takes the delta anyway."""
+        if self._flush_at is None:
+            self._flush_at = time.monotonic() + FLUSH_S / 2

@@ -1,0 +1,163 @@
+"""The state store's tables and their version: created on first start, checked on every
+start, older versions converted in place (:class:`Schema`, a part of
+:class:`~ccpo.runtime.state.store.StateStore`).
+
+- ``_DDL``: the tables (``ccpo_meta``, ``ccpo_state``: the one state row, ``ccpo_leases``,
+  ``ccpo_answers``); ``SCHEMA_VERSION``: their version, kept in ``ccpo_meta``;
+- :meth:`Schema._open`: create or check (a newer version, another format or another policy
+  artifact's fingerprint is refused), convert v1 (the one-process SQLite format), v2 and v3
+  (leases without ``idle`` / ``waiting``) in place;
+- :func:`tracker_json`, :func:`state_texts`, :meth:`Schema._parse`: the state row's columns
+  (κ's tracker and the counters, as JSON) written and read.
+
+PostgreSQL replicas starting at once create the tables under an advisory lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import fields
+from typing import Any
+
+from ccpo.errors import CCPOError
+from ccpo.learning.conformal import OnlineThreshold
+from ccpo.runtime.feedback import Counters
+from ccpo.runtime.state.db import Backend, Tx
+
+log = logging.getLogger("ccpo.serve")
+
+SCHEMA_VERSION = 4  # 1: the one-process SQLite format (tables kv, answers); 2: no leases.idle;
+# 3: no leases.waiting
+STATE_FORMAT = "ccpo.serve-state"
+_SCHEMA_LOCK = 0x63_63_70_6F  # PostgreSQL advisory lock id while creating tables ("ccpo")
+
+_DDL = (
+    "CREATE TABLE IF NOT EXISTS ccpo_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS ccpo_state (id INTEGER PRIMARY KEY, tracker TEXT NOT NULL,"
+    " counters TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS ccpo_leases (replica TEXT PRIMARY KEY, host TEXT NOT NULL,"
+    " pid INTEGER NOT NULL, reserved_usd DOUBLE PRECISION NOT NULL,"
+    " inflight_usd DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION NOT NULL,"
+    " idle INTEGER NOT NULL DEFAULT 0, waiting INTEGER NOT NULL DEFAULT 0)",
+    "CREATE TABLE IF NOT EXISTS ccpo_answers (id TEXT PRIMARY KEY, question TEXT NOT NULL,"
+    " answer TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, feedback TEXT, replica TEXT)",
+    "CREATE INDEX IF NOT EXISTS ccpo_answers_created ON ccpo_answers (created)",
+)
+
+_TRACKER_FIELDS = tuple(f.name for f in fields(OnlineThreshold))
+
+
+def tracker_json(t: OnlineThreshold) -> dict[str, Any]:
+    """κ's tracker as JSON values (its fields are numbers: no deep copy)."""
+    return {f: getattr(t, f) for f in _TRACKER_FIELDS}
+
+
+def state_texts(tracker: OnlineThreshold, counters: Counters) -> tuple[str, str]:
+    """The state row's ``tracker`` and ``counters`` columns, as written."""
+    return json.dumps(tracker_json(tracker)), json.dumps(counters.to_json())
+
+
+class Schema:
+    """The tables of :class:`~ccpo.runtime.state.store.StateStore`: created or checked and
+    converted when the store opens; the state row parsed. Uses the store's ``db`` and
+    ``where``, and its engine's ``_run_batch`` (the first transaction, which takes the lease)."""
+
+    db: Backend
+    where: str
+
+    def _open(self, fingerprint: str, tracker: OnlineThreshold) -> bool:
+        with self.db.write() as tx:
+            if self.db.kind == "postgresql":  # two replicas starting at once: one creates
+                tx.one("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
+            v1 = self._read_v1(tx)
+            for stmt in _DDL:
+                tx.run(stmt)
+            meta = dict(tx.all("SELECT key, value FROM ccpo_meta"))
+            if not meta and v1 is not None:
+                meta = self._migrate_v1(tx, v1, fingerprint)
+            if meta:
+                version = int(meta.get("schema_version", "0"))
+                if version > SCHEMA_VERSION:
+                    raise CCPOError(
+                        f"{self.where}: the state has schema version {version}, newer than "
+                        f"this ccpo's ({SCHEMA_VERSION}); upgrade ccpo on this replica"
+                    )
+                if meta.get("format") != STATE_FORMAT:
+                    raise CCPOError(f"{self.where}: not a ccpo serve state")
+                if meta.get("fingerprint") != fingerprint:
+                    raise CCPOError(
+                        f"{self.where}: this state belongs to another policy artifact; use "
+                        "another state (or delete it to start afresh)"
+                    )
+                if version in (2, 3):  # leases learn whether their replica waits for room
+                    for col in ("idle", "waiting")[version - 2 :]:
+                        add = f"ALTER TABLE ccpo_leases ADD COLUMN {col} INTEGER NOT NULL"
+                        tx.run(add + " DEFAULT 0")
+                    tx.run(
+                        "UPDATE ccpo_meta SET value = ? WHERE key = 'schema_version'",
+                        (str(SCHEMA_VERSION),),
+                    )
+                restored = True
+            else:
+                self._create(tx, fingerprint, tracker, Counters())
+                restored = False
+        self._run_batch([], beat=True)
+        return restored
+
+    @staticmethod
+    def _create(
+        tx: Tx, fingerprint: str, tracker: OnlineThreshold, counters: Counters
+    ) -> dict[str, str]:
+        """Write the meta rows (schema version, format, the policy's fingerprint) and the one
+        state row of a new store; returns the meta rows."""
+        meta = {
+            "schema_version": str(SCHEMA_VERSION),
+            "format": STATE_FORMAT,
+            "fingerprint": fingerprint,
+        }
+        for k, v in meta.items():
+            tx.run("INSERT INTO ccpo_meta (key, value) VALUES (?, ?)", (k, v))
+        tx.run(
+            "INSERT INTO ccpo_state (id, tracker, counters) VALUES (1, ?, ?)",
+            state_texts(tracker, counters),
+        )
+        return meta
+
+    def _read_v1(self, tx: Tx) -> dict[str, str] | None:
+        """The key/value table of a one-process SQLite state file (format v1), if this is one."""
+        if self.db.kind != "sqlite" or not tx.one(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'kv'"
+        ):
+            return None
+        return dict(tx.all("SELECT key, value FROM kv"))
+
+    def _migrate_v1(self, tx: Tx, kv: dict[str, str], fingerprint: str) -> dict[str, str]:
+        """Convert a v1 file in place: its tracker, counters and answers carry over; what it
+        had in flight when it stopped counts as spent."""
+        if kv.get("format") != "ccpo.serve-state/v1":
+            raise CCPOError(f"{self.where}: not a ccpo serve state file")
+        if kv.get("fingerprint") != fingerprint:
+            raise CCPOError(
+                f"{self.where}: this state file belongs to another policy artifact; use "
+                "another state (or delete it to start afresh)"
+            )
+        tracker = OnlineThreshold(**json.loads(kv["tracker"]))
+        counters = Counters.from_json(json.loads(kv["counters"]))
+        counters.spent_usd += counters.inflight_usd
+        counters.inflight_usd = counters.reserved_usd = 0.0
+        meta = self._create(tx, fingerprint, tracker, counters)
+        tx.run(
+            "INSERT INTO ccpo_answers (id, question, answer, created, feedback) "
+            "SELECT id, question, answer, created, feedback FROM answers"
+        )
+        tx.run("DROP TABLE answers")
+        tx.run("DROP TABLE kv")
+        log.warning("%s: converted from the one-process state format (v1)", self.where)
+        return meta
+
+    def _parse(self, row: tuple[Any, ...] | None) -> tuple[OnlineThreshold, Counters]:
+        """κ's tracker and the counters of the state row (tracker, counters, ...)."""
+        if row is None:
+            raise CCPOError(f"{self.where}: the state row is missing; was it cleared?")
+        return OnlineThreshold(**json.loads(row[0])), Counters.from_json(json.loads(row[1]))

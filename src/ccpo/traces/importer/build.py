@@ -1,0 +1,148 @@
+"""One question's rows → one ``ccpo.trace/v1`` trace (:func:`build_trace`).
+
+Each round's verdict is ``yes`` iff the guide's answer equals the base's under the task's
+normaliser (an ``agree`` ladder); a step that repeats an earlier step's model is stored as
+``reused`` with zero usage (paid once, where first asked); the signals come from the row's
+``confidence`` or ``logprob``. The gold is the ``gold`` cells or the answers marked correct,
+unless the rows are labelled by agreement with a reference model (:func:`agreement_labels`;
+the contract is :mod:`ccpo.traces.labels`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ccpo.traces.answers import BUILTIN_TASKS, exact_match, normalizer_for
+from ccpo.traces.importer.rows import ImportRow, Located
+from ccpo.traces.labels import GOLD, reference_model
+from ccpo.traces.ladder import Ladder, agree_signals, transfer_signal
+from ccpo.traces.schema import SCHEMA_VERSION, BaseStep, GuideStep, Round, Trace, Usage
+
+NO_GOLD = "<no gold: no model answered correctly>"
+
+
+def _gold(rows: dict[str, Located], norm: Any) -> list[str]:
+    """The question's gold: the ``gold`` cells, else the distinct answers marked correct."""
+    golds = [loc.row.gold for loc in rows.values() if loc.row.gold]
+    if not golds:
+        golds = [loc.row.answer for loc in rows.values() if loc.row.correct and loc.row.answer]
+    seen: dict[str, str] = {}
+    for g in golds:
+        seen.setdefault(norm(g), g)
+    return list(seen.values()) or [NO_GOLD]
+
+
+def _usage(row: ImportRow) -> Usage:
+    return Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens)
+
+
+def _steps(rows: dict[str, Located], ladder: Ladder) -> dict[tuple[int, str], dict[str, Any]]:
+    """Every step of one question's ladder as schema fields: a model's row, or for a step that
+    repeats an earlier call, that step's answer and signals (:func:`transfer_signal`) with
+    zero usage: paid once, where first asked."""
+    steps: dict[tuple[int, str], dict[str, Any]] = {}
+    for t, lr in enumerate(ladder.rounds, start=1):
+        for role in ("base", "guide"):
+            spec = lr.step(role)
+            src = ladder.reused(t, role)
+            if src is not None:
+                orig = steps[src]
+                key = "logprob_mean" if src[1] == "base" else "uncertainty"
+                sig = transfer_signal(orig[key], src[1], role)
+                step = {
+                    "model": spec.model,
+                    "answer": orig["answer"],
+                    "reasoning": orig.get("reasoning", ""),
+                    "correct": orig["correct"],
+                    "usage": Usage(input_tokens=0, output_tokens=0),
+                    "reused": True,
+                }
+            else:
+                row = rows[spec.model].row
+                lp, u = agree_signals(row.probability())
+                sig = lp if role == "base" else u
+                step = {
+                    "model": spec.model,
+                    "answer": row.answer,
+                    "reasoning": row.reasoning,
+                    "correct": row.correct,
+                    "usage": _usage(row),
+                }
+            step["prompt"] = spec.prompt
+            if role == "base":
+                step.update(logprob_mean=sig, logprob_min=sig)
+            else:
+                step.pop("reasoning")
+                step["uncertainty"] = sig
+            steps[(t, role)] = step
+    return steps
+
+
+def _rounds(rows: dict[str, Located], ladder: Ladder) -> list[Round]:
+    """One question's rounds: verdict ``yes`` iff the guide's answer is the base's."""
+    steps = _steps(rows, ladder)
+    out = []
+    for t in range(1, ladder.T + 1):
+        b, g = steps[(t, "base")], steps[(t, "guide")]
+        agree = exact_match(g["answer"], [b["answer"]], ladder.task, ladder.family)
+        out.append(
+            Round(
+                round=t,
+                verdict_mode="agree",
+                base=BaseStep(**b),
+                guide=GuideStep(**g, verdict="yes" if agree else "no"),
+            )
+        )
+    return out
+
+
+def agreement_labels(
+    rows: dict[str, Located], reference: str, task: str, family: str | None = None
+) -> dict[str, Located] | None:
+    """The rows of one question labelled by agreement with ``reference``'s answer (correct iff
+    equal under the task family's normaliser; the reference's own answer is correct); None
+    when the reference's answer is empty after normalisation (nothing to agree with)."""
+    ref = rows[reference].row.answer
+    if not normalizer_for(task, family)(ref):
+        return None
+    return {
+        m: Located(
+            loc.row.model_copy(
+                update={
+                    "correct": m == reference or exact_match(loc.row.answer, [ref], task, family)
+                }
+            ),
+            loc.line,
+        )
+        for m, loc in rows.items()
+    }
+
+
+def build_trace(rows: dict[str, Located], ladder: Ladder, source: str, labels: str = GOLD) -> Trace:
+    """One question's trace, its rounds as ``ladder`` plans them (an ``agree`` ladder).
+    ``labels``: ``"gold"`` (the rows' ``correct``) or ``"reference:<model>"`` (rows already
+    labelled by :func:`agreement_labels`; the gold is the reference's answer)."""
+    norm = normalizer_for(ladder.task, ladder.family)
+    first = next(iter(rows.values()))
+    ref = reference_model(labels)
+    gold = [rows[ref].row.answer] if ref is not None else _gold(rows, norm)
+    meta: dict[str, Any] = {
+        "source": f"imported from {source} by ccpo traces import",
+        "collected_at": "unknown (imported table)",
+        "imported": True,
+    }
+    if ref is not None:
+        meta["labels"] = labels
+    elif gold == [NO_GOLD]:
+        meta["gold_unknown"] = True
+    task = ladder.task
+    return Trace(
+        schema=SCHEMA_VERSION,
+        id=first.row.question_id,
+        task=task,
+        family=None if task.lower() in BUILTIN_TASKS else ladder.family,
+        question=first.row.question,
+        gold=gold,
+        rounds=_rounds(rows, ladder),
+        meta=meta,
+    )

@@ -1,0 +1,156 @@
+"""The import itself: :func:`open_table` reads and checks a table (streamed into a
+:class:`~ccpo.traces.importer.spill.Spill`), plans its cascade and its labels and returns a
+:class:`TableImport`, whose :meth:`~TableImport.traces` builds the traces one question at a
+time; :func:`import_table` is the same, returned in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ccpo.errors import CCPOError
+from ccpo.traces.answers import family_of
+from ccpo.traces.importer.build import agreement_labels, build_trace
+from ccpo.traces.importer.cascade import Cascade, plan_cascade
+from ccpo.traces.importer.rows import table_error, validated_rows
+from ccpo.traces.importer.spill import Spill
+from ccpo.traces.labels import GOLD, reference_labels, reference_model
+from ccpo.traces.ladder import Ladder
+from ccpo.traces.prices import PriceTable
+from ccpo.traces.schema import Trace
+
+
+@dataclass
+class TableImport:
+    """An import table read and checked (:func:`open_table`); :meth:`traces` builds its traces
+    one question at a time. Close it (or use it as a context manager) to drop its temporary
+    file."""
+
+    path: Path
+    task: str
+    family: str | None
+    cascade: Cascade
+    questions: int
+    labels: str  # "gold" or "reference:<model>"
+    reference_named: bool  # the reference was named (else: the most expensive model)
+    replaced: bool  # the table's correct/gold labels are replaced by agreement
+    _spill: Spill
+    dropped: list[str] = field(default_factory=list)  # ids without a reference answer
+
+    @property
+    def reference(self) -> str | None:
+        return reference_model(self.labels)
+
+    def ladder(self) -> Ladder:
+        return self.cascade.ladder(self.task, self.family)
+
+    def traces(self) -> Iterator[Trace]:
+        """The traces, in the table's question order; questions without a reference answer
+        are skipped and listed in :attr:`dropped`. Refused when none is left."""
+        ladder = self.ladder()
+        ref = self.reference
+        self.dropped = []
+        n = 0
+        for rows in self._spill.groups():
+            if ref is not None:
+                labelled = agreement_labels(rows, ref, ladder.task, ladder.family)
+                if labelled is None:
+                    self.dropped.append(next(iter(rows.values())).row.question_id)
+                    continue
+                rows = labelled
+            n += 1
+            yield build_trace(rows, ladder, self.path.name, self.labels)
+        if n == 0:
+            raise CCPOError(
+                f"{self.path}: the reference model '{ref}' answered none of the "
+                f"{self.questions} questions: nothing to agree with (name another with "
+                "--reference)"
+            )
+
+    def close(self) -> None:
+        self._spill.close()
+
+    def __enter__(self) -> TableImport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_table(
+    path: str | Path,
+    task: str,
+    prices: PriceTable,
+    guide: str | None = None,
+    family: str | None = None,
+    reference: str | None = None,
+) -> TableImport:
+    """Read and check ``path`` (streamed into a temporary file), plan its cascade and its
+    labels (docs/import.md). Raises
+    :class:`~ccpo.errors.UnknownModelPriceError` for a model without a price and a one-line
+    :class:`CCPOError` for any other problem."""
+    try:
+        family_of(task, family)
+    except ValueError as e:
+        raise CCPOError(f"--family: {e}") from None
+    p = Path(path)
+    if not p.is_file():
+        raise CCPOError(f"{p}: no such file")
+    spill = Spill(p)
+    try:
+        has_correct = has_gold = False
+        n = 0
+        for loc, has_correct in validated_rows(p):
+            n += 1
+            if has_correct and reference is None and loc.row.correct is None:
+                raise table_error(
+                    p,
+                    loc.line,
+                    "correct",
+                    "missing or empty; every row needs it (or label by agreement: "
+                    "--reference MODEL)",
+                )
+            has_gold |= loc.row.gold is not None
+            spill.add(loc)
+        if n == 0:
+            raise table_error(p, None, None, "holds no rows")
+        models = spill.check_complete()
+        prices.check(models)
+        cost = {m: prices.cost(m, *spill.tokens[m]) / spill.questions for m in models}
+        cascade = plan_cascade(cost, guide)
+        if reference is not None and reference not in models:
+            raise CCPOError(
+                f"--reference '{reference}' is not a model of the table ({', '.join(models)})"
+            )
+        labelled = has_correct and reference is None
+        ref = None if labelled else (reference or cascade.order()[-1])
+        return TableImport(
+            p,
+            task,
+            family,
+            cascade,
+            spill.questions,
+            GOLD if ref is None else reference_labels(ref),
+            reference is not None,
+            ref is not None and (has_correct or has_gold),
+            spill,
+        )
+    except BaseException:
+        spill.close()
+        raise
+
+
+def import_table(
+    path: str | Path,
+    task: str,
+    prices: PriceTable,
+    guide: str | None = None,
+    family: str | None = None,
+    reference: str | None = None,
+) -> tuple[list[Trace], Cascade]:
+    """Read ``path`` and return its traces (in memory) and the cascade they follow (``ccpo
+    traces import`` streams them with :func:`open_table`)."""
+    with open_table(path, task, prices, guide, family, reference) as imp:
+        return list(imp.traces()), imp.cascade
