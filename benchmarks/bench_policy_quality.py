@@ -30,7 +30,7 @@ import numpy as np
 from _sweep import ALPHAS, sweep_parser
 
 from ccpo.learning.baselines import oracle_metrics
-from ccpo.learning.trainers import TrainConfig
+from ccpo.learning.config import TrainConfig
 from ccpo.product.evaluate import load_episodes, make_splits, row_from_metrics, split_sizes
 from ccpo.product.policies import (
     ScoreRow,

@@ -35,7 +35,8 @@ from ccpo.traces.prices import write_price_file
 
 
 def make_policy(folder: Path) -> Path:
-    from ccpo.learning.trainers import TrainConfig, train
+    from ccpo.learning.config import TrainConfig
+    from ccpo.learning.training import train
     from ccpo.policies.rl import TrainedPolicy
     from ccpo.traces.episodes import build_episodes
     from ccpo.traces.prices import load_prices

@@ -13,7 +13,8 @@ import argparse
 import numpy as np
 from _timing import median_line, timed
 
-from ccpo.learning.trainers import TrainConfig, train
+from ccpo.learning.config import TrainConfig
+from ccpo.learning.training import train
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.prices import load_prices
 from ccpo.traces.sim import SimConfig, generate

@@ -201,7 +201,7 @@ def test_numpy_mlp_matches_torch_forward() -> None:
 
 
 def test_policy_probs_numpy_equals_torch_masked_probs() -> None:
-    from ccpo.learning.trainers import policy_probs
+    from ccpo.learning.heads import policy_probs
 
     torch.manual_seed(4)
     net = PolicyNet(5)

@@ -14,7 +14,7 @@ from ccpo.errors import CCPOError
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.mlp import NumpyMLP
 from ccpo.learning.nets import NEXT, PolicyNet, masked_probs
-from ccpo.learning.trainers import train
+from ccpo.learning.training import train
 from ccpo.policies.rl import TrainedPolicy, horizon_from_obs_mean
 
 
@@ -31,11 +31,12 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_the_artifact_does_not_import_the_trainer():
-    """learning/policy.py reads a folder with the config class and the numpy heads, not the
-    training loop (arrows point inward: the trainer imports the artifact's pieces)."""
-    mods = _modules_after("import ccpo.learning.policy")
-    assert "ccpo.learning.policy" in mods
+    """ccpo.policies reads a folder with the config class and the numpy heads, not the
+    training loop (arrows point inward: the trainer imports the policies' pieces)."""
+    mods = _modules_after("import ccpo.policies")
+    assert "ccpo.policies.rl" in mods and "ccpo.policies.registry" in mods
     assert "ccpo.learning.trainers" not in mods
+    assert "ccpo.learning.training" not in mods
 
 
 def _random_policy(seed: int, obs_dim: int = 6, hidden: int = 16, layers: int = 3):

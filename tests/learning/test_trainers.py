@@ -15,12 +15,14 @@ import pytest
 import torch
 
 from ccpo.errors import CCPOError, PhaseError
+from ccpo.learning.config import TrainConfig
 from ccpo.learning.conformal import split_conformal_threshold
-from ccpo.learning.trainers import TrainConfig, allowed_actions, target_log_probs, train
+from ccpo.learning.training import train
+from ccpo.learning.training.update import target_log_probs
 from ccpo.policies.rl import TrainedPolicy
 from ccpo.product.api import ConformalPolicy
 from ccpo.product.evaluate import make_splits
-from ccpo.traces.episodes import build_episodes, conformal_rollout, covering_scores
+from ccpo.traces.episodes import allowed_actions, build_episodes, conformal_rollout, covering_scores
 from ccpo.traces.prices import load_prices
 from ccpo.traces.sim import SimConfig, generate
 from tests.conftest import random_probs

@@ -9,7 +9,8 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from ccpo.learning.trainers import TrainConfig, train
+from ccpo.learning.config import TrainConfig
+from ccpo.learning.training import train
 from ccpo.policies.rl import TrainedPolicy
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.prices import load_prices, write_price_file

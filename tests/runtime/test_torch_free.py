@@ -23,7 +23,7 @@ SCRIPT = """
 import json, sys
 import ccpo.runtime
 import numpy as np
-from ccpo.learning.policy import load_policy
+from ccpo.policies.registry import load_policy
 pol = load_policy(sys.argv[1])
 obs = np.asarray(json.loads(sys.argv[2]))
 print(json.dumps({"scores": pol.probs(obs).tolist(), "torch": "torch" in sys.modules}))

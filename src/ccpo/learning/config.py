@@ -2,7 +2,7 @@
 (the classifier-scored policies: CStop and the single-answer rules).
 
 A policy folder stores its config (``policy.json``), so reading one back needs these classes
-but not the training loop (:mod:`ccpo.learning.trainers`, which imports torch).
+but not the training loop (:mod:`ccpo.learning.training`, which imports torch).
 """
 
 from __future__ import annotations

@@ -1,17 +1,19 @@
-"""Moved to :mod:`ccpo.policies` (kept so that imports of ``ccpo.learning.policy`` work)."""
+"""Deprecated: policies moved to :mod:`ccpo.policies` (``from ccpo import load_policy``).
 
-# ruff: noqa: F401
+Every name this module had still resolves here for one release, with a DeprecationWarning.
+"""
 
-from ccpo.policies.provenance import (
-    PROVENANCE_MUST_MATCH,
-    PROVENANCE_SHOULD_MATCH,
-    check_provenance,
-)
-from ccpo.policies.registry import (
-    load_policy,
-)
-from ccpo.policies.rl import (
-    TrainedPolicy,
-    TrainingRun,
-    horizon_from_obs_mean,
+from ccpo._deprecated import moved
+
+__getattr__ = moved(
+    __name__,
+    {
+        "TrainedPolicy": "ccpo.policies.rl",
+        "TrainingRun": "ccpo.policies.rl",
+        "horizon_from_obs_mean": "ccpo.policies.rl",
+        "PROVENANCE_MUST_MATCH": "ccpo.policies.provenance",
+        "PROVENANCE_SHOULD_MATCH": "ccpo.policies.provenance",
+        "check_provenance": "ccpo.policies.provenance",
+        "load_policy": "ccpo.policies.registry",
+    },
 )

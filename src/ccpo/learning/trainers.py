@@ -1,34 +1,19 @@
-"""CCPO and CPO training: :func:`train`, :class:`TrainResult`, :class:`TrainConfig`.
+"""Deprecated: training moved to :mod:`ccpo.learning.training` (one loop per mode).
 
-The loops live in :mod:`ccpo.learning.training` (one module per mode: exact expectations by
-replay, or the paper's sampled rollouts); this module is the path scripts and the docs import
-them from. Derivation and the departures from the paper: docs/theory.md, section "Departures
-from CCPO/CPO".
+Every name this module had still resolves here for one release, with a DeprecationWarning.
 """
 
-from __future__ import annotations
+from ccpo._deprecated import moved
 
-from dataclasses import asdict
-from typing import Any
-
-from ccpo.learning.config import TrainConfig
-from ccpo.learning.heads import policy_probs
-from ccpo.learning.training import train
-from ccpo.learning.training.run import TrainResult
-from ccpo.learning.training.update import entropy_and_grad, target_log_probs
-from ccpo.traces.episodes import allowed_actions
-
-__all__ = [
-    "TrainConfig",
-    "TrainResult",
-    "allowed_actions",
-    "config_dict",
-    "entropy_and_grad",
-    "policy_probs",
-    "target_log_probs",
-    "train",
-]
-
-
-def config_dict(cfg: TrainConfig) -> dict[str, Any]:
-    return asdict(cfg)
+__getattr__ = moved(
+    __name__,
+    {
+        "train": "ccpo.learning.training",
+        "TrainResult": "ccpo.learning.training",
+        "TrainConfig": "ccpo.learning.config",
+        "allowed_actions": "ccpo.traces.episodes",
+        "entropy_and_grad": "ccpo.learning.training.update",
+        "target_log_probs": "ccpo.learning.training.update",
+        "policy_probs": "ccpo.learning.heads",
+    },
+)

@@ -3,7 +3,7 @@
 Every name ``ccpo train --method``, the rows of ``compare`` / ``evaluate``, the Python API and
 :func:`load_policy` accept is written here once (:data:`METHODS`). A method is of one of two
 kinds: ``score`` (fitted on replayed traces: CStop, the fixed rules, and ``auto``, which picks
-among them and CCPO) or ``rl`` (a π trained by :mod:`ccpo.learning.trainers`). Each method
+among them and CCPO) or ``rl`` (a π trained by :mod:`ccpo.learning.training`). Each method
 with ``--answer single`` has a single-answer form (:data:`SINGLE_METHODS`).
 
 Main names: :func:`load_policy` (a folder → its :class:`~ccpo.policies.base.Policy`),
@@ -45,7 +45,7 @@ AUTO_CANDIDATES = ("cstop", "cstop-lr", "depth-k", "agree-k", "ccpo")
 #: CCPO training steps per cross-fitting fold (and for the refit) inside ``auto``: K = 5 folds
 #: and one refit, 6 × 300 steps, about as many as one default ``train --method ccpo``
 AUTO_RL_STEPS = 300
-#: candidates of ``auto`` trained by :func:`ccpo.learning.trainers.train`
+#: candidates of ``auto`` trained by :func:`ccpo.learning.training.train`
 RL_CANDIDATES = ("ccpo",)
 
 Kind = Literal["score", "rl"]
@@ -156,7 +156,7 @@ def rl_fitter(method: str = "ccpo", steps: int = AUTO_RL_STEPS) -> Fitter:
     :class:`TrainConfig` otherwise; scored as a batch (split-conformal κ̂) policy."""
 
     def fit(ep: Episodes, idx: np.ndarray, alpha: float, seed: int) -> Policy:
-        from ccpo.learning.trainers import train  # torch: only when CCPO is a candidate
+        from ccpo.learning.training import train  # torch: only when CCPO is a candidate
 
         cfg = TrainConfig(method=method, alpha=alpha, seed=seed, steps=steps)
         return RLPolicy.from_result(train(ep, np.asarray(idx), cfg), method)

@@ -8,7 +8,7 @@ during training) and ``kappa_batch`` (split-conformal κ̂). Its variant says ho
 - ``cpo-online``: C_κ with the κ tracked online during training;
 - ``cpo``: greedy (argmax π), no set and no guarantee.
 
-Training lives in :mod:`ccpo.learning.trainers` (torch); :meth:`RLPolicy.from_result` turns a
+Training lives in :mod:`ccpo.learning.training` (torch); :meth:`RLPolicy.from_result` turns a
 run into a policy without importing it. Derivations: docs/theory.md, "Departures from CCPO/CPO".
 """
 
@@ -35,7 +35,7 @@ from ccpo.traces.featurize import FEATURE_NAMES, FEATURE_SPEC
 
 class TrainingRun(Protocol):
     """What :meth:`RLPolicy.from_result` reads of a training run
-    (:class:`ccpo.learning.trainers.TrainResult`), stated here so that the policy never
+    (:class:`ccpo.learning.training.TrainResult`), stated here so that the policy never
     imports the trainer (nor torch through it)."""
 
     @property
