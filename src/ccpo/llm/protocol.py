@@ -232,8 +232,8 @@ def live_round(record: dict[str, Any]) -> SimpleNamespace:
     of the schema's :class:`~ccpo.traces.schema.Round` (``round``, ``base`` and ``guide`` with
     their ``usage``), which the featurizer and the price table read: namespaces, not validated
     (the values come from the client; ``correct`` is absent: reading it fails). pydantic's
-    ``model_construct`` of the five models took about 75 µs a round after an LLM call's wait;
-    namespaces take 14."""
+    ``model_construct`` of the five models costs several times as much, on the path after an
+    LLM call's wait (figures: docs/decisions.md, "The serving stack")."""
     b, g = record["base"], record["guide"]
     return SimpleNamespace(
         round=record["round"],
