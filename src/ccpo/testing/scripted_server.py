@@ -132,7 +132,7 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-            # one buffered write per response and no Nagle: avoids 40 ms delayed-ACK stalls
+            # one buffered write per response and no Nagle: avoids delayed-ACK stalls
             wbufsize = 1 << 16
             disable_nagle_algorithm = True
 
