@@ -1,6 +1,6 @@
 """Benchmark: ``ccpo compare`` of every method at 100 splits on 1,400 questions, end to end.
 
-Target (issue 13): ≤ 60 s on 2 cores. Runs the installed ``ccpo`` command (imports, training of
+Target: ≤ 60 s on 2 cores. Runs the installed ``ccpo`` command (imports, training of
 every RL row in parallel processes, CStop / auto fits, evaluation, tables and plots) as a user
 would, on SYNTHETIC traces (``ccpo sim --n 1400``: 1,000 / 200 / 200 splits), and prints the
 median wall time of ``--repeats`` runs. Run it on a quiet machine: other work on the two cores

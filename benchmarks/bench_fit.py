@@ -1,7 +1,7 @@
 """Benchmark: fit time of CStop and ``--method auto`` per bundled real set and α.
 
-Targets: CStop and ``auto``'s replay-trained candidates fit in ≤ 5 s per (set, α) on 2 cores
-(issue 13); ``auto`` with CCPO among its candidates (issue 31) is bounded by its CCPO folds
+Targets: CStop and ``auto``'s replay-trained candidates fit in ≤ 5 s per (set, α) on 2 cores;
+``auto`` with CCPO among its candidates is bounded by its CCPO folds
 (``--auto-ccpo-steps``, default 300 steps × 6 fits) and reported beside it. Prints the median
 of ``--repeats`` fits on the harness's training split (seed 0), after one warm-up fit (imports).
 

@@ -1,4 +1,4 @@
-"""``ccpo serve`` as a gateway, side by side with the floor (issue 30's table).
+"""``ccpo serve`` as a gateway, side by side with the floor.
 
     python benchmarks/bench_gateway.py [--reps 3] [--questions 1000] [--c1-questions 400]
     python benchmarks/bench_gateway.py --base-src /tmp/base   # + rows of another source tree
@@ -33,7 +33,7 @@ answers/s at c=64, the latency added over the LLM calls' own time (the question'
 PostgreSQL), /healthz p99 under load, the store's PostgreSQL commits per question at c=1
 (its write transactions, every replica's ``state_commits``; the idle spare wallet's release
 included); then each row's
-ratios to the floor and the issue's targets (SQLite ≥ 0.6 × the floor's answers/s, PostgreSQL
+ratios to the floor and the targets (SQLite ≥ 0.6 × the floor's answers/s, PostgreSQL
 1 replica ≥ 0.5 ×; added p50 at c=1 ≤ the floor's + 1.5 ms on SQLite, + 3 ms on PostgreSQL;
 /healthz p99 ≤ 20 ms; PostgreSQL commits per question ≤ 1.5). The machine is shared: ratios within
 one interleaved run are what counts, not absolute numbers.
@@ -392,7 +392,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--questions", type=int, default=1000, help="questions at --concurrency")
     # (60 a repetition moved a row's c=1 median by up to ±0.3 ms between repetitions, 200 by
-    # up to ±0.2: within the margin of the issue's c=1 targets)
+    # up to ±0.2: within the margin of the c=1 targets)
     ap.add_argument("--c1-questions", type=int, default=400, help="questions one at a time")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--latency", type=float, default=0.02, help="upstream latency per call (s)")

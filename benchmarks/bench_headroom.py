@@ -1,6 +1,6 @@
 """Benchmark: how much cheaper could a CStop-family rule get on each bundled set and α?
 
-Issue 13 asks for the best method at ≤ 1.5× the oracle floor. Where it misses, this tells
+The target is the best method at ≤ 1.5× the oracle floor. Where it misses, this tells
 whether the miss is the *score* (the ranking of questions by "going on can still fix it") or
 the *calibration* (κ̂ from a calibration split of ~70 questions), by scoring the same fitted
 ``cstop-lr`` continuation score g_t (5 seeds × 100 splits, as ``bench_policy_quality``) three ways:

@@ -1,5 +1,5 @@
 """Benchmark: κ̂'s spread over seeds when `train` calibrates on the paper's calibration size
-("before", issue 31 item 2) or on every non-training question ("after"), with the coverage of
+("before") or on every non-training question ("after"), with the coverage of
 each κ̂ on questions `train` never saw.
 
 Per bundled set and seed s (0..19): a held-out set H of n // 7 questions is set aside by a

@@ -1,4 +1,4 @@
-"""Benchmark: policy quality on every bundled real trace set × α × seed (issue 13's yardstick).
+"""Benchmark: policy quality on every bundled real trace set × α × seed (the project's yardstick).
 
 For each set, α ∈ {0.05, 0.1, 0.2} and seeds 0..4 (each seed: its own training split, its own
 training runs, its own 100 evaluation splits) it runs every method of ``ccpo compare`` and

@@ -1,5 +1,5 @@
 """Several replicas of ``ccpo serve`` on one PostgreSQL state: throughput, one budget, one κ,
-and ``kill -9`` under load (issue 24). Everything is real and on 127.0.0.1: a throw-away
+and ``kill -9`` under load. Everything is real and on 127.0.0.1: a throw-away
 PostgreSQL cluster (fsync on), the scripted LLM world in its own process (it counts the
 tokens it bills), N ``ccpo serve`` processes, and this load generator, which spreads
 questions round-robin over the replicas like a load balancer (a refused connection goes to

@@ -2,7 +2,7 @@
 
 Times the whole scoring path of the harness for one conformal row: covering scores of every
 question, split-conformal κ̂ on each calibration split, and the set-valued rollout on each test
-split (cost, coverage, length, set size). Target (issue 2): ≤ 1 s. Prints the median of
+split (cost, coverage, length, set size). Target: ≤ 1 s. Prints the median of
 ``--repeats`` runs. Data: SYNTHETIC traces from ccpo.traces.sim.
 
     python benchmarks/bench_scoring.py [--repeats 15]

@@ -1,4 +1,4 @@
-"""A distribution shift on bundled data, served live with feedback (issue 31, item 7).
+"""A distribution shift on bundled data, served live with feedback.
 
     python benchmarks/bench_shift.py [--feedbacks 1300] [--alpha 0.1] [--seed 0] [--streams 10]
 
@@ -26,7 +26,7 @@ Besides the table of one stream, it reports the coverage over the second half of
 half of 1,300 shifted questions at ``kappa_eta0: 0.5``"), and the same for a stream *without*
 shift (the harder half split in two by id: calibrated on one part, served on the other).
 
-Settings: ``fixed κ̂`` (no adaptation), the defaults, ``kappa_eta0: 0.5`` (the issue's live
+Settings: ``fixed κ̂`` (no adaptation), the defaults, ``kappa_eta0: 0.5`` (the live
 case), the same with the band opened to 1 (what an operator does when ``ccpo check`` says the
 traffic needs a κ outside κ̂ ± 0.1), the widest allowed (every bound off: band 1, max_delta 1,
 no warm-up, η never decays) and the slowest (η_0 0.005, max_delta 0.001, warm-up 200, η

@@ -1,5 +1,5 @@
 """Benchmark: single-answer policies beside the set methods, and the saving against always
-calling the strongest model (issue 29).
+calling the strongest model.
 
 For each bundled set (gold labels, and the same set made label-free: ``correct`` = equals the
 strongest model's answer, :mod:`ccpo.testing.relabel`), α ∈ {0.1, 0.2} and seeds 0..4 (each

@@ -1,4 +1,4 @@
-"""Slow clients against ``ccpo serve`` (issue 25, item 2): how long a slow connection is held and
+"""Slow clients against ``ccpo serve``: how long a slow connection is held and
 how long ``/healthz`` takes while ``--connections`` of them each hold a partial request.
 
     python benchmarks/bench_slow_clients.py [--connections 2000] [--nofile 1024] [--duration 40]

@@ -1,4 +1,4 @@
-"""The state store's ceiling without HTTP or LLM calls (issue 30): how many questions per
+"""The state store's ceiling without HTTP or LLM calls: how many questions per
 second ``N`` writer processes push through one store, and how many commits each question
 costs. Each process is what a ``ccpo serve`` replica does to its store, with the real store
 (:class:`ccpo.runtime.state.StateStore`) and its real ledger (:class:`StoreLedger`):
@@ -32,7 +32,7 @@ from pathlib import Path
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.testing.postgres import PostgresCluster
 
-CALLS = 3.55  # LLM calls per question in the gateway benchmark of issue 30
+CALLS = 3.55  # LLM calls per question in the gateway benchmark
 WALLET = 0.004  # USD held per question at admission (the scripted world's order)
 CALL_COST = 0.0002
 

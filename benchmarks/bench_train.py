@@ -1,6 +1,6 @@
 """Benchmark: 2,000 CCPO steps (batch 10, 1,000 training traces, T = 4) on this machine.
 
-Target (issue 3): ≤ 60 s. Prints the median of ``--repeats`` runs.
+Target: ≤ 60 s. Prints the median of ``--repeats`` runs.
 Data: SYNTHETIC (ccpo.traces.sim).
 
     python benchmarks/bench_train.py [--repeats 3] [--steps 2000]

@@ -1,4 +1,5 @@
-"""The episode engine against a literal, loop-by-loop reading of DESIGN.md's semantics."""
+"""The episode engine against a literal, loop-by-loop reading of docs/design.md's "Episode
+semantics"."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.conftest import random_probs
 
 
 def literal_conformal(ep, probs, kappa, i):
-    """One question, walked round by round exactly as DESIGN.md says."""
+    """One question, walked round by round exactly as docs/design.md says."""
     T = ep.horizon
     answers, cost, rounds = set(), 0.0, 0
     covered = False

@@ -1,68 +1,19 @@
 """Conformal calibration of the threshold κ of the conformal policy C(o) = {a : π(a|o) ≥ κ}.
 
-Two pure pieces:
+- :func:`split_conformal_threshold`: batch calibration, κ̂ = the ⌊α(n+1)⌋-th smallest covering
+  score (:func:`ccpo.traces.episodes.covering_scores`), exact where the paper searches a grid;
+  :func:`min_calibration_size`, :func:`check_alpha`.
+- :func:`online_threshold_update`, :func:`decaying_step_size`, :class:`OnlineThreshold`: the
+  online κ tracker, with the paper's sign corrected (CCPO training, and deployment for a policy
+  without calibration scores).
+- :func:`bounded_step_size`: deployment bounds η, never the step, so that the fixed point stays
+  at coverage 1 − α.
+- :class:`CalibrationScores`: the covering scores a policy keeps; deployment moves the level u
+  and sets κ = Q(u) (adaptive conformal inference).
+- :func:`coverage_interval`, :func:`short_beyond_noise`: Clopper–Pearson, "short beyond noise".
 
-- :func:`split_conformal_threshold` — batch calibration (paper §4 "Threshold Calibration", last
-  paragraph). Per calibration question the score s(q) is the largest κ at which the set-valued
-  rollout still covers (:func:`ccpo.traces.episodes.covering_scores`). Coverage at κ is
-  ``s ≥ κ``, so κ̂ = the ⌊α(n+1)⌋-th smallest score gives P(s_test ≥ κ̂) ≥ 1 − α for an
-  exchangeable test question (ties only make it more conservative; κ̂ = 0 if the index is 0).
-  The paper's 1e-6 grid search approximates this exact order statistic.
-- :func:`online_threshold_update` — the online tracker of Angelopoulos, Barber & Bates (2024)
-  used during CCPO training (paper Eq. ``ccpo_decay``) **with the sign corrected**: the paper
-  writes κ ← κ + η(1 − covered − α), which shrinks the sets after a miss and diverges. The
-  correct update is κ ← κ + η_k (covered − (1 − α)), equivalently q ← q + η(err − α) on the
-  score 1 − π(a*|o) with κ = 1 − q. Steps decay as η_k = η_0 · k^(−1/2−ξ), ξ = 0.1.
-
-**Bound η, never the step (the fixed point).** Deployment bounds how far one feedback may move
-κ. A step is η(covered − (1 − α)): +ηα after a covered question, −η(1 − α) after a miss. On a
-stationary stream covered with probability p(κ) (p falls as κ rises: smaller sets), the mean
-step is η(p(κ) − (1 − α)), zero exactly where p(κ) = 1 − α. Clamping *the step* to ±d breaks
-this: once η(1 − α) > d ≥ ηα the mean step is p·ηα − (1 − p)·d, zero at p = d/(d + ηα) < 1 − α
-(α = 0.1, η = 0.0208, d = 0.01: p = 0.826), so κ settles where coverage is below target.
-Bounding *η* instead, η ≤ η_max = d / max(α, 1 − α) (:func:`bounded_step_size`), keeps every
-step within ±d and multiplies both directions by the same factor, so the mean step keeps the
-sign of p(κ) − (1 − α) for every η_0, d, ξ and freeze point: the fixed point is coverage 1 − α
-(the band [lower, upper] is a projection, so κ goes to the band edge nearest the fixed point
-when it lies outside). With η frozen at a constant the tracker is the adaptive conformal
-inference of Gibbs & Candès (2021): the long-run miss rate is within (B + η)/(ηK) of α after K
-feedbacks, B the band width, on any stream. :func:`coverage_interval` is the Clopper-Pearson
-interval used to say when measured coverage is short of 1 − α beyond noise.
-
-**Online κ in calibration-quantile units (deployment).** A tracker that moves κ itself crosses
-a flat stretch of the coverage curve p(κ) slowly: its mean step η(p(κ) − (1 − α)) is small
-wherever p barely changes with κ, so after a shift that needs κ far from κ̂ (bundled subject
-shift: κ̂ = 0.80 covers 0.83 of the new traffic, 1 − α = 0.9 needs κ = 0.22) it is still on the
-way after a thousand feedbacks. Deployment therefore runs the adaptive conformal inference of
-Gibbs & Candès (2021) in its original form, on the *level*: u ← u + η_k (covered − (1 − α)),
-κ = Q(u), where Q(u) is the split-conformal threshold at level u on the n calibration scores
-the artifact keeps (:class:`CalibrationScores`): the ⌊u(n + 1)⌋-th smallest score, 0 below
-index 1 (every action), 1 above n. Q is non-decreasing and Q(α) = κ̂ exactly, so the tracker
-starts at κ̂. What it guarantees:
-
-1. *Fixed point.* p(Q(u)) is non-increasing in u (a higher level, a higher κ, smaller sets), so
-   the mean step η(p(Q(u)) − (1 − α)) has the sign of the coverage gap for every η: u drifts
-   toward the levels where coverage is 1 − α, whatever the stream's coverage curve; the band is
-   a projection onto [α − band, α + band], so u goes to its edge when the fixed point lies
-   outside (u may leave [0, 1]: Q(u) = 0 below, every action, and 1 above). Bounding η
-   (above) keeps this.
-2. *Long-run coverage on any stream.* Summing the steps telescopes: with η constant (after the
-   freeze) and no projection over feedbacks 1..K, Σ_k (covered_k − (1 − α)) = (u_{K+1} −
-   u_1)/η, so the miss rate over any K consecutive feedbacks is within (band·2)/(ηK) of α — no
-   exchangeability needed (Gibbs & Candès 2021, Prop. 4.1, with the band as the range of u).
-   The projection only binds at an edge, where coverage is short (lower edge) or above target
-   (upper edge) by the operator's choice of band.
-3. *Speed.* In level units the slope of p(Q(u)) is about 1 where the traffic orders questions
-   as calibration did, so the gap shrinks by a factor ≈ (1 − η) per feedback instead of
-   (1 − η·|dp/dκ|): with η = 0.011 (the default bound) in about a hundred feedbacks.
-   ``benchmarks/bench_shift.py`` (10 seeded streams of 1,300 feedbacks, coverage over the
-   second half, α = 0.1, ``kappa_eta0: 0.5``): on the subject shift above 0.899 (lowest
-   0.894) against 0.863 (0.846) for the κ tracker and 0.824 for fixed κ̂; without a shift
-   (calibrated on 140 questions, served on 140 others) 0.900 (0.892) against 0.872 (0.786)
-   for fixed κ̂, whose small calibration set draws badly now and then.
-
-A policy without calibration scores (saved before they were kept, or CCPO's online κ) keeps the
-κ tracker; the two share :func:`online_threshold_update`.
+Derivation: docs/theory.md, sections "Split-conformal κ̂ (set policies)", "Online κ (ACI)" and
+'Checking coverage: Clopper–Pearson and "within noise"'.
 """
 
 from __future__ import annotations
@@ -134,7 +85,7 @@ def bounded_step_size(eta: float, alpha: float, max_delta: float) -> float:
     """η limited so that no step exceeds ``max_delta``: min(η, max_delta / max(α, 1 − α)).
 
     Both step directions shrink by the same factor, so the fixed point stays at coverage
-    1 − α (module docstring); clamping the step itself would move it."""
+    1 − α (docs/theory.md, "Online κ (ACI)"); clamping the step itself would move it."""
     check_alpha(alpha)
     if max_delta <= 0:
         raise ValueError(f"max_delta must be > 0, got {max_delta}")
@@ -163,10 +114,10 @@ def short_beyond_noise(covered: int, n: int, alpha: float, level: float = 0.95) 
 
 @dataclass(frozen=True)
 class CalibrationScores:
-    """The calibration covering scores an artifact keeps, for the level tracker (module
-    docstring): ``below`` the scores under 1 in increasing order, ``n`` how many there were in
-    all (the others are ≥ 1: covered at every κ). :meth:`kappa` at level α is exactly
-    :func:`split_conformal_threshold` of the scores."""
+    """The calibration covering scores an artifact keeps, for the level tracker
+    (docs/theory.md, "Online κ (ACI)"): ``below`` the scores under 1 in increasing order,
+    ``n`` how many there were in all (the others are ≥ 1: covered at every κ).
+    :meth:`kappa` at level α is exactly :func:`split_conformal_threshold` of the scores."""
 
     below: tuple[float, ...]
     n: int
@@ -253,8 +204,8 @@ class OnlineThreshold:
         lower: float = 0.0,
         upper: float = 1.0,
     ) -> float:
-        """One step of the level tracker (module docstring): u moves by the same rule as κ,
-        kept in [``lower``, ``upper``] (levels), and κ = Q(u) of ``scores``.
+        """One step of the level tracker (docs/theory.md, "Online κ (ACI)"): u moves by the
+        same rule as κ, kept in [``lower``, ``upper``] (levels), and κ = Q(u) of ``scores``.
 
         >>> cal = CalibrationScores.from_scores(np.linspace(0.05, 0.95, 19))
         >>> tr = OnlineThreshold(alpha=0.1, kappa=cal.kappa(0.1), eta0=0.5, level=0.1)

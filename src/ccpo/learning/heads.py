@@ -1,25 +1,18 @@
 """Policy heads in numpy: logits → log π and log S_{π,κ}, with their Jacobians in logit space.
 
 Rows are states, the last axis the three actions; ``allowed`` (boolean, broadcast to the logits)
-marks the actions a state may take (``next`` is not allowed at the last round). Masked actions
-get log-probability −inf and probability exactly 0.
+marks the actions a state may take (``next`` not at the last round). Masked actions get
+log-probability −inf and probability exactly 0.
 
-- :func:`log_pi`: the score policy π(a|o), a softmax over the allowed actions — the one masked
-  softmax of the numpy side (:func:`ccpo.learning.nets.masked_probs` is its torch twin, for
-  code that needs autograd).
-- :func:`policy_probs`: π(a|o) of a network for observations ``[..., T, F]`` (normalised, then
-  :func:`log_pi` with ``next`` masked at round T): what every evaluation, calibration and live
-  decision calls.
-- :func:`log_softmask`: the differentiable conformal policy of CCPO (paper Eq. ``app``),
-  S_{π,κ}(a|o) ∝ σ((π(a|o) − κ)/ε) over the allowed actions: a smooth stand-in for "uniform
-  over C_{π,κ}(o) = {a : π(a|o) ≥ κ}" (paper Eq. ``sconf``). When every action is below κ it
-  tends to {argmax π}, matching the empty-set fallback of C.
-
-The ``*_jacobian`` variants also return J[..., a, j] = ∂ log q(a) / ∂ z_j, the per-state 3×3
-Jacobian that the trainer chains with the network's own derivatives: the surrogate gradients
-are one reverse-mode pass with upstream J's rows, the Fisher products
-(:func:`ccpo.learning.trust_region.logit_fisher_vector_product_fn`) use Jᵀ diag(q) J. Rows of
-masked actions are finite and meaningless: weight them by q = 0.
+- :func:`log_pi`: π(a|o), the one masked softmax of the numpy side (its torch twin, for
+  autograd, is :func:`ccpo.learning.nets.masked_probs`); :func:`policy_probs` runs a network on
+  observations ``[..., T, F]``: what every evaluation, calibration and live decision calls.
+- :func:`log_softmask`: CCPO's differentiable conformal policy S_{π,κ}(a|o) ∝ σ((π − κ)/ε),
+  a smooth "uniform over C_{π,κ}(o)" (paper Eqs. ``app``, ``sconf``) that tends to
+  {argmax π} when every action is below κ, as C's fallback does.
+- ``*_jacobian``: also J[..., a, j] = ∂ log q(a) / ∂ z_j, which the trainer chains with the
+  network's derivatives; the Fisher products use Jᵀ diag(q) J. Rows of masked actions are
+  finite and meaningless: weight them by q = 0. :func:`masked_kl` for the trust region.
 """
 
 from __future__ import annotations

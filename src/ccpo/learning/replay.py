@@ -1,31 +1,19 @@
 """Exact expectations of the soft conformal policy by replay (CCPO with ``rollouts="exact"``).
 
-A trace holds every round, so for a question and a score policy π the *whole* set-valued
-rollout of C_{π,κ} is known; with T = 4 there is nothing to sample. Treat each action's
-membership of C(o_t) as independent with probability given by the softmask of the paper
-(Eq. ``app``), m_a(o_t) = σ((π(a|o_t) − κ)/ε) (1 for the argmax action: the fallback keeps it in
-C, 0 for a masked action). Then, per question, with n_t = m_next(o_t):
+A trace holds every round, so the whole set-valued rollout of C_{π,κ} is known and nothing
+needs sampling. Each action joins C(o_t) independently with the softmask probability
+m_a(o_t) = σ((π(a|o_t) − κ)/ε).
 
-- reach:    r_1 = 1,  r_{t+1} = r_t n_t                 (probability the rollout runs round t)
-- cost:     E[cost] = Σ_t r_t c_t                        (c_t: base + guide cost of round t)
-- size:     E[size] = Σ_t r_t (m_base(o_t) + m_guide(o_t))   (answers returned, with repeats)
-- coverage: U_{T+1} = 1,  U_t = k_t (1 − n_t + n_t U_{t+1}),  k_t = Π_{a correct at t}(1 − m_a),
-            P(covered) = 1 − U_1 (1 for an unsolvable question).
+- :func:`soft_set_rollout`: per question the expected cost, set size and coverage
+  (:class:`SoftOutcome`), and their exact gradients in logit space (reverse mode, O(T) per
+  question). As ε → 0 they are the hard rollout's
+  (:func:`ccpo.traces.episodes.conformal_rollout`).
+- :func:`point_rollout_expectations`: the same for the point policy a_t ~ π(·|o_t).
+- :func:`calibrate_kappa`, :func:`calibrate_policy`: split-conformal κ̂, the one place it is
+  computed; :func:`calibrated_cost` measures C_κ̂ as the harness would (:class:`Calibrated`).
 
-As ε → 0 these are the cost, set size and coverage of the hard rollout
-(:func:`ccpo.traces.episodes.conformal_rollout`). They are smooth in π, so CCPO's CPO step can
-use their exact gradients (g from −E[cost] − λ E[size], b from −P(covered)) instead of
-V-trace estimates from one sampled path per question.
-
-Gradients are written out (reverse mode, O(T) per question): with F_t = c_t + n_t F_{t+1},
-G_t = v_t + n_t G_{t+1} (v_t the expected answers of round t) and P_t = Π_{j<t} k_j n_j,
-
-    ∂E[cost]/∂n_t = r_t F_{t+1},   ∂E[size]/∂n_t = r_t G_{t+1},   ∂E[size]/∂m_a(o_t) = r_t,
-    ∂P(cov)/∂n_t = P_t k_t (1 − U_{t+1}),
-    ∂P(cov)/∂m_a(o_t) = P_t (1 − n_t + n_t U_{t+1}) Π_{a' ≠ a correct}(1 − m_a')  (a correct),
-
-then through m = σ(u), u = (π − κ)/ε and π = softmax(logits). Tested against finite
-differences and, at small ε, against the hard rollout.
+Derivation: docs/theory.md, sections "Exact expectations by replay" and
+"Split-conformal κ̂ (set policies)".
 """
 
 from __future__ import annotations
@@ -135,9 +123,9 @@ def calibrate_kappa(
     ep: Episodes, probs: np.ndarray, alpha: float, cal: np.ndarray | None = None
 ) -> np.ndarray:
     """Split-conformal κ̂ of the membership scores ``probs`` [N, T, 3]: the one place κ̂ is
-    computed (batch calibration, DESIGN.md). The covering score of each calibration question
-    (:func:`ccpo.traces.episodes.covering_scores`) goes to
-    :func:`ccpo.learning.conformal.split_conformal_threshold`. ``cal``: ``None`` (every
+    computed (batch calibration: docs/theory.md, "Split-conformal κ̂ (set policies)"). The
+    covering score of each calibration question (:func:`ccpo.traces.episodes.covering_scores`)
+    goes to :func:`ccpo.learning.conformal.split_conformal_threshold`. ``cal``: ``None`` (every
     question of ``ep``: a 0-d array), question indices [n] (0-d) or [K, n] (one κ̂ per row)."""
     scores = covering_scores(ep, probs)
     return split_conformal_threshold(scores if cal is None else scores[cal], alpha)

@@ -1,30 +1,18 @@
 """CStop's gradient-boosted trees as plain numpy arrays, evaluated without scikit-learn.
 
-A live agent scores a question's rounds (a handful of rows) once per round. scikit-learn's
-``HistGradientBoostingClassifier.predict_proba`` spends about a millisecond per call on input
-validation, its OpenMP thread pool and per-tree Python dispatch, far more than the
-arithmetic (docs/decisions.md). :func:`compile_hgb` reads the fitted model's trees once into
-flat arrays and :class:`CompiledTrees` walks them with a few numpy operations per tree level.
+A live agent scores a handful of rows once per round, and scikit-learn's ``predict_proba``
+spends far more on input validation, its OpenMP thread pool and per-tree Python dispatch than
+on the arithmetic (figures: docs/decisions.md, "CStop's trees compiled to numpy").
+:func:`compile_hgb` reads a fitted binary ``HistGradientBoostingClassifier`` once into flat
+arrays (cached per model object) and :class:`CompiledTrees` walks them with a few numpy
+operations per tree level.
 
-**Same numbers as scikit-learn.** For a binary ``HistGradientBoostingClassifier`` (no
-categorical features) scikit-learn computes, per row x (``_raw_predict`` then the binomial
-loss's ``predict_proba``):
-
-    raw(x) = ((b + v_1(x)) + v_2(x)) + … + v_K(x),    P(y = 1 | x) = expit(raw(x)),
-
-with b the baseline (``_baseline_prediction``, the log-odds of the training labels) and v_k(x)
-the value of the leaf that row x reaches in tree k (``_predictors[k][0].nodes``): at a split
-node, a NaN goes to the side ``missing_go_to_left`` names, otherwise ``x[feature_idx] <=
-num_threshold`` goes left (``_predictor.pyx``, ``_predict_one_from_raw_data``). The sum runs
-tree by tree in that order in float64, and is repeated here in the same order, so every row's
-probability is the same float as scikit-learn's, and, being computed elementwise, the same
-whether the row is scored alone or in a batch (the batch invariance that
-:func:`ccpo.policies.classifier.fixable_probability` promises). A model this cannot reproduce
-exactly (categorical splits, more than one tree per iteration) is not compiled:
-:func:`compile_hgb` returns None and the caller keeps scikit-learn.
-
-The fitted scikit-learn model stays in the policy artifact (provenance, compatibility); the
-compiled form is derived from it on first use and cached per model object.
+**Same numbers as scikit-learn.** The raw score is summed tree by tree in scikit-learn's order
+in float64, so every row's probability is the same float as scikit-learn's, alone or in a batch
+(the batch invariance :func:`ccpo.policies.classifier.fixable_probability` promises). A model
+this cannot reproduce exactly (categorical splits, more than one tree per iteration) is not
+compiled: :func:`compile_hgb` returns None and the caller keeps scikit-learn. The fitted model
+stays in the policy folder (provenance, compatibility); the compiled form is derived from it.
 """
 
 from __future__ import annotations
@@ -40,7 +28,15 @@ import numpy as np
 @dataclass(frozen=True)
 class CompiledTrees:
     """K trees in one flat node table; a leaf's two children are itself, so a row that reached
-    its leaf stays there while :meth:`raw` walks the deeper trees."""
+    its leaf stays there while :meth:`raw` walks the deeper trees.
+
+    scikit-learn computes, per row x (``_raw_predict`` then the binomial loss's
+    ``predict_proba``), raw(x) = ((b + v_1(x)) + v_2(x)) + … + v_K(x) and
+    P(y = 1 | x) = expit(raw(x)), with b the baseline (``_baseline_prediction``, the log-odds of
+    the training labels) and v_k(x) the value of the leaf row x reaches in tree k
+    (``_predictors[k][0].nodes``): at a split node a NaN goes to the side
+    ``missing_go_to_left`` names, otherwise ``x[feature_idx] <= num_threshold`` goes left
+    (``_predictor.pyx``, ``_predict_one_from_raw_data``). This class repeats it in that order."""
 
     feature: np.ndarray  # [nodes] int: the feature a split node reads (0 at leaves)
     threshold: np.ndarray  # [nodes] float64: go left iff x <= threshold (split nodes)

@@ -1,61 +1,19 @@
 """Trust-region maths for CPO (Achiam et al. 2017): conjugate gradient, Fisher-vector products
 of categorical policies, the CPO step and a backtracking line search.
 
-Pure numpy, float64, on flat 1-D parameter vectors θ (no torch: on the tiny networks of CCPO the
-per-operation dispatch of torch costs more than the arithmetic). The caller owns the network:
-it supplies the products with its Jacobian (:func:`logit_fisher_vector_product_fn`) and the
-evaluation of a candidate θ (:func:`backtracking_line_search`).
+Pure numpy, float64, on flat 1-D parameter vectors θ (no torch: on CCPO's tiny networks torch's
+per-operator dispatch costs more than the arithmetic). The caller owns the network: it supplies
+the products with its Jacobian (:func:`logit_fisher_vector_product_fn`,
+:func:`logit_fisher_blocks`, :func:`span_conjugate_gradient`) and evaluates a candidate θ
+(:func:`backtracking_line_search`).
 
-Sign convention (the only one used in this module): **objective convention**. With x = θ − θ_k,
+:func:`cpo_step` solves, in the objective convention only (x = θ − θ_k): maximise gᵀx subject
+to c + bᵀx ≤ 0 and ½xᵀHx ≤ δ, through its dual, and names the case it took (:class:`CPOInfo`,
+:data:`CASE_IDS` in Achiam's ``optim_case`` numbers). Copying the loss convention's dual into
+this convention flips the sign of r; the tests check the step against scipy's SLSQP and the
+KKT conditions.
 
-    maximise   gᵀx
-    subject to c + bᵀx ≤ 0            (linearised constraint; c ≤ 0 means feasible)
-               ½ xᵀHx ≤ δ             (quadratic model of the KL trust region)
-
-- g is the gradient of the surrogate *objective* to be increased (for CCPO, which minimises cost,
-  g = −∇ cost surrogate);
-- c is the current constraint value in cost form, feasible iff c ≤ 0 (for the coverage
-  constraint J̄_C ≥ 1 − α, c = (1 − α) − J̄_C), and b = ∇ of that constraint (so b = −∇J̄_C).
-  c and b must be in the same units (both per-episode, or both per-step);
-- H is the Fisher information (Hessian of the mean KL at θ_k), used only through the products
-  x_g = H⁻¹g and x_b = H⁻¹b computed by conjugate gradient.
-
-Scalars (Achiam et al. 2017, Sec. 6.1 and Appendix 10.2): q = gᵀH⁻¹g, r = gᵀH⁻¹b,
-s = bᵀH⁻¹b, A = q − r²/s, B = 2δ − c²/s.
-
-Dual, derived in this convention. The Lagrangian of the (concave) maximisation is
-L(x, λ, ν) = gᵀx − ν(c + bᵀx) − λ(½xᵀHx − δ) with λ, ν ≥ 0; maximising over x gives
-x = H⁻¹(g − νb)/λ and the dual function (to be *minimised* over λ, ν ≥ 0)
-
-    D(λ, ν) = (q − 2νr + ν²s) / (2λ) − νc + λδ.
-
-∂D/∂ν = 0 gives ν = (λc + r)/s, hence ν*(λ) = max(0, (λc + r)/s). Substituting,
-
-    λc + r > 0  (ν > 0, the constraint is active):   D_a(λ) = A/(2λ) + λB/2 − rc/s,
-    λc + r ≤ 0  (ν = 0, the constraint is inactive): D_b(λ) = q/(2λ) + λδ,
-
-with unconstrained minimisers λ_a = √(A/B) and λ_b = √(q/(2δ)). D(λ) = D(λ, ν*(λ)) is convex
-and continuous, so λ* is the better of λ_a projected onto {λ ≥ 0 : λc + r ≥ 0} and λ_b projected
-onto {λ ≥ 0 : λc + r ≤ 0}. The step is x* = (x_g − ν* x_b)/λ*, evaluated as
-x* = (x_g − (r/s) x_b)/λ* − (c/s) x_b when ν* > 0 (exact algebra; it stays finite when g ∥ b
-and λ* → 0, where the first term is 0/0 and its limit, the minimum-norm solution, is 0).
-
-In Achiam et al.'s and safety-starter-agents' *loss* convention (g_loss = −g) the same quantity
-reads ν* = (λc − r_loss)₊/s with r_loss = −r; copying that formula into objective-convention code
-flips the sign of r, which is the bug this module's tests guard against (against scipy SLSQP and
-the KKT conditions).
-
-Cases (``CPOInfo.case``; ``case_id`` follows Achiam's ``optim_case`` numbering):
-
-- ``"b_zero"`` (4): bᵀb ≤ ``b_tol``: the constraint has no usable gradient; TRPO step
-  x = √(2δ/q) x_g (also when c > 0: nothing first-order can repair the constraint);
-- ``"trpo"`` (3): c < 0 and B < 0: the whole trust region is feasible; TRPO step;
-- ``"feasible_dual"`` (2): c < 0 and B ≥ 0: feasible, the constraint may bind; dual step;
-- ``"infeasible_dual"`` (1): c ≥ 0 and B ≥ 0: infeasible, but the trust region reaches the
-  feasible half-space; dual step (it lands in the feasible set);
-- ``"infeasible_recovery"`` (0): c ≥ 0 and B < 0: no feasible point in the trust region; take
-  the step that decreases the constraint most, x = −√(2δ/s) x_b (reported as λ* = 0,
-  ν* = √(2δ/s), so that x = −ν* x_b: these are not multipliers of the infeasible problem).
+Derivation: docs/theory.md, section "The CPO step".
 """
 
 from __future__ import annotations
@@ -283,7 +241,9 @@ def span_conjugate_gradient(
 class CPOInfo:
     """Diagnostics of one CPO step (log as ``cpo/q``, ``cpo/case`` ...).
 
-    In the ``b_zero`` case r, s, A, B are reported as 0 (they are not computed).
+    In the ``b_zero`` case r, s, A, B are reported as 0 (they are not computed). The
+    ``infeasible_recovery`` step x = −√(2δ/s) x_b is reported as λ* = 0, ν* = √(2δ/s), so that
+    x = −ν* x_b: these are not multipliers of the infeasible problem.
     """
 
     case: str
@@ -318,7 +278,7 @@ def cpo_step(
 ) -> tuple[np.ndarray, CPOInfo]:
     """The CPO update direction x = θ_{k+1} − θ_k (Achiam et al. 2017, Eq. 10 and App. 10.2).
 
-    Objective convention (module docstring): maximise gᵀx s.t. c + bᵀx ≤ 0, ½xᵀHx ≤ δ.
+    Objective convention (docs/theory.md, "The CPO step"): maximise gᵀx s.t. c + bᵀx ≤ 0, ½xᵀHx ≤ δ.
 
     Args:
         g: gradient of the objective to maximise, 1-D.
@@ -383,7 +343,7 @@ def cpo_step(
         nu = math.sqrt(2 * delta / s)
         return finish("infeasible_recovery", 0.0, -nu, r, s, A, B, 0.0, nu)
 
-    # B > 0: minimise the convex dual D(λ) over λ ≥ 0 (module docstring), piece by piece.
+    # B > 0: minimise the convex dual D(λ) over λ ≥ 0 (docs/theory.md), piece by piece.
     # Region a: λc + r ≥ 0 (ν* ≥ 0 active); region b: λc + r ≤ 0 (ν* = 0).
     inf = math.inf
     region_a: tuple[float, float] | None

@@ -1,47 +1,20 @@
-"""V-trace targets and policy-gradient advantages (Espeholt et al. 2018, IMPALA, Eq. 1).
+"""V-trace targets and policy-gradient advantages (Espeholt et al. 2018, IMPALA, Eq. 1):
+:func:`vtrace_targets` returns :class:`VTraceOutput` (``vs``, ``pg_advantages``).
 
-Layout: **batch-major** ``[B, T]`` (B episodes, T rounds; ``T`` is the round budget, 4 in the
-paper). Every per-step array has shape ``[B, T]``; ``bootstrap_value`` has shape ``[B]``.
+Layout: batch-major ``[B, T]`` (B episodes, T rounds); ``bootstrap_value`` is ``[B]``.
 
-Variable-length episodes are padded to T on the right and described by
+- ``mask``: a prefix mask (1…1 0…0) of the steps taken. Padded steps are ignored (they may
+  hold any finite value or NaN) and get ``vs = values`` and ``pg_advantages = 0``, so an
+  unmasked L2 loss on them is 0.
+- ``discounts[b, t]`` = γ_t, applied after step t: 0 at a terminal step, else γ (1 here).
+- ``bootstrap_value[b]`` = V(x_L) enters only through the last valid step's discount, so it
+  counts only when an episode was truncated.
 
-- ``mask[b, t]`` = 1 for the steps that were actually taken. It must be a prefix mask
-  (1…1 0…0): an episode is the contiguous run of valid steps from t = 0. Padded steps are
-  ignored entirely (their rewards, discounts, values and ratios may hold any finite value or
-  NaN) and get ``vs = values`` and ``pg_advantages = 0``, so an unmasked L2 loss on them is 0.
-- ``discounts[b, t]`` = γ_t, the discount applied *after* step t: 0 at a terminal step (the
-  episode ended with an answer), γ otherwise (γ = 1 in the paper).
-- ``bootstrap_value[b]`` = V(x_L), the value of the state after the last valid step. It is used
-  only through ``discounts[b, L-1]``: with a terminal last step (discount 0) it has no effect, so
-  the value is bootstrapped only when an episode was truncated.
+CCPO passes ``rhos = S(a_t|o_t) / π(a_t|o_t)`` (ratios, not log-ratios), the same for both
+critics. With ρ̄ = 1 (the default) the fixed point is the value of min(π, S), not of S; Eq. 1
+is computed as it is (``clip_rho=None`` for untruncated ratios).
 
-Definition (Espeholt et al. 2018, Eq. 1), for a valid step s of an episode of length L::
-
-    v_s = V(x_s) + Σ_{t=s}^{L-1} (Π_{i=s}^{t-1} γ_i c_i) δ_t V,
-    δ_t V = ρ_t (r_t + γ_t V(x_{t+1}) − V(x_t)),
-    ρ_t = min(ρ̄, π(a_t|x_t) / μ(a_t|x_t)),   c_i = min(c̄, π(a_i|x_i) / μ(a_i|x_i)),
-
-computed by the equivalent backward recursion (the paper's Eq. impala, with γ = 1)::
-
-    v_s − V(x_s) = δ_s V + γ_s c_s (v_{s+1} − V(x_{s+1})),   v_L − V(x_L) = 0.
-
-The policy-gradient advantage (Espeholt et al. 2018, Sec. 4.2) is
-``ρ^pg_s (r_s + γ_s v_{s+1} − V(x_s))`` with ``ρ^pg_s = min(ρ̄_pg, π/μ)`` and ``v_L = V(x_L)``
-(the bootstrap value). With ``pg_rho_weighted=False`` it is the paper's unweighted
-``Â_s = r_s + γ_s v_{s+1} − V(x_s)``, for surrogates that carry their own importance ratio.
-
-In CCPO the behaviour policy μ is the score policy π and the target is the stochastic conformal
-policy S_{π,κ}; callers pass ``rhos = S(a_t|o_t) / π(a_t|o_t)`` (ratios, not log-ratios) and use
-the same ratios for the value critic V_θ and the constraint critic V_{C,φ}.
-
-Note on the fixed point (Espeholt et al. 2018, Remark 1). With ρ̄ = 1 (the paper's choice and our
-default) the V-trace operator's fixed point is the value of the policy
-
-    π_ρ̄(a|x) ∝ min(ρ̄ μ(a|x), π_target(a|x)) = min(π(a|o), S(a|o)),
-
-not the value of the target S itself: clipping trades this bias for bounded variance. This
-module computes exactly Eq. 1 and does NOT try to correct for the bias (pass ``clip_rho=None``
-for untruncated ratios if that is what you want).
+Derivation: docs/theory.md, section "V-trace".
 """
 
 from __future__ import annotations

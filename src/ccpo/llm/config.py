@@ -1,22 +1,14 @@
 """Collection settings: one pydantic model, loadable from YAML, overridable by CLI flags.
 
-A YAML config uses the field names below (``-`` or ``_``), e.g.::
-
-    task: hotpotqa
-    rounds: 4
-    base_model: llama-3.2-3b
-    base_url: http://localhost:8000/v1
-    guide_model: gpt-4o
-    guide_key_env: OPENAI_API_KEY
-    policy_llm:
-      - {model: gpt-4o, key_env: OPENAI_API_KEY}
-    concurrency: 16
-    max_cost: 5.0
-    prices: [my-prices.json]
-    out: traces/hotpotqa.jsonl
+- :class:`CollectConfig` (over :class:`EndpointSettings`): every setting of ``ccpo collect``;
+  :class:`EndpointSpec`, :class:`PolicyLLMSpec`, :class:`LadderRoundSpec` its parts.
+- :func:`build_config`: flags over a YAML file (:func:`read_config_file`; field names with
+  ``-`` or ``_``) over defaults; :func:`invalid_setting` names the flag or the file's key of a
+  bad value.
 
 API keys: prefer ``*_key_env`` (the name of an environment variable). ``*_api_key`` may hold a
 literal key in a config file; it is never printed, logged, cached or written to traces.
+An example file: docs/cli.md, section "collect".
 """
 
 from __future__ import annotations

@@ -1,59 +1,20 @@
 """The per-question protocols that produce ``ccpo.trace/v1`` records.
 
-**A round of any ladder** (:mod:`ccpo.traces.ladder`; the paper's protocol, §3, is the
-one-pair ``judge`` ladder). :func:`run_round` is the one definition of a round, used alike by
-collection (:func:`run_base_guide`, all T rounds), the deployed agent
-(:mod:`ccpo.runtime.agent`, which stops when its policy says so) and so against a replay
-endpoint (:mod:`ccpo.runtime.replay`): same models, prompts, temperatures and sample indices,
-hence the same requests and cache keys. Round t runs the ladder's round t:
+- :func:`run_round`: the one definition of a round of any ladder (:mod:`ccpo.traces.ladder`;
+  the paper's protocol, §3, is the one-pair ``judge`` ladder). Collection
+  (:func:`run_base_guide`, all T rounds), the deployed agent (:mod:`ccpo.runtime.agent`) and
+  so a replay endpoint see the same models, prompts, temperatures and sample indices, hence the
+  same requests and cache keys. A step the ladder repeats is copied, not asked (paid once).
+  In collection LLM-as-policy models may pick an action too; that never changes the run.
+- :func:`labels_for`, :func:`reference_answer`: labels from a reference model (collection
+  only). The reference answers alone after the rounds, or its answer is reused; every step is
+  scored against it; an empty reference answer leaves the question out (:class:`NoReferenceAnswer`).
+- :func:`run_exit`: the LLM-EXIT protocol (one model answers and decides [EXIT] / [CONTINUE];
+  its own trace files, same schema). :class:`Runner` (:func:`make_runner`) holds a run's client,
+  endpoints, ladder and settings; every request names its step in ``X-CCPO-*`` headers.
 
-- ``judge``: the base (round t's model; MMLU/JSONL: chain of thought, HotpotQA: ReAct with
-  search tools) answers with every earlier round's reasoning, answer and guide reply in its
-  context, at temperature ``temperature_first`` (0) in round 1 and ``temperature_later`` (1.0)
-  after; the guide reads the question and the base's reasoning + answer and replies ``Yes`` or
-  ``No [correct answer]`` (paper template); its uncertainty is ``1 − p(verdict token)``;
-- ``agree``: base and guide each answer the question themselves (the family's chain-of-thought
-  prompt, no context, temperature 0); the verdict is ``yes`` iff the answers agree under the
-  task's normaliser; the signals come from the answer's probability p = exp(mean token
-  log-prob) (:func:`ccpo.traces.ladder.agree_signals`: base ``log p``, guide ``1 − p``). A
-  step that repeats an earlier call (:meth:`~ccpo.traces.ladder.Ladder.reused`) is not asked
-  again: its answer is copied with zero usage (paid once). A prompt name the agent has no
-  template for (a log's mode, e.g. ``uala``) runs the chain-of-thought prompt as its own draw
-  (sample index from the name), so that two such steps of one model stay two calls;
-- optionally (collection), each LLM-as-policy model picks an action (``base`` / ``guide`` /
-  ``next``); stored in ``policy_llm[model]`` with its usage and raw reply. It never changes the
-  run.
-
-**Labels from a reference model** (collection only, ``reference:`` / ``--reference MODEL``;
-DESIGN.md, *Labels from a reference*). After a question's rounds, the reference answers it
-alone, as an ``agree`` step of its own (the chain-of-thought prompt, no context, temperature
-0: :func:`reference_answer`), or, when the ladder already made that very call (an ``agree``
-step of the same model with prompt ``cot``), its answer is reused (paid once). Every step is
-then scored against the reference's answer instead of the question's gold (the trace's
-``gold`` is that answer, ``meta.labels`` is ``reference:<model>``, ``meta.reference`` its
-answer and usage); a reference answer that is empty after normalisation leaves the question
-without a label (:class:`NoReferenceAnswer`: it is not written). The same code labels both
-protocols below.
-
-Every request names its step in ``X-CCPO-Round`` / ``X-CCPO-Role`` headers, which a replay
-endpoint reads (real endpoints ignore them); a replay endpoint's recorded answer and signals
-(``ccpo_replay``) are taken as recorded.
-
-Sample indices (cache keys): a call at temperature 0 uses ``sample_offset``; a call at
-temperature > 0 in round ``t`` uses ``sample_offset + t``, so each round's draw is its own
-sample and a re-run asks for exactly the same ones.
-
-**LLM-EXIT protocol** (its own trace files, same schema). One model M answers each round with
-the same base agent (its context holds its own earlier attempts, no reviewer) and then decides
-``[EXIT]`` / ``[CONTINUE]`` with the paper's template. Mapping to the schema:
-
-- ``base``  = M's answer of the round (usage, log-prob stats);
-- ``guide`` = the same answer by M, ``verdict: null``, ``uncertainty: null``, zero usage (so
-  nothing is counted twice);
-- ``policy_llm[M]`` = the decision: ``action: "base"`` for ``[EXIT]`` (return this round's
-  answer), ``"next"`` for ``[CONTINUE]`` (or an unreadable reply), with the decision's usage.
-
-All T rounds are run unless ``stop_at_exit`` is set; ``meta.kind`` is ``"llm-exit"``.
+Contract: docs/design.md, sections "Ladders" (how a round runs), "Labels from a reference"
+(derivation: docs/theory.md, "Label-free agreement") and "Trace schema `ccpo.trace/v1`".
 """
 
 from __future__ import annotations
@@ -271,8 +232,8 @@ def live_round(record: dict[str, Any]) -> SimpleNamespace:
     of the schema's :class:`~ccpo.traces.schema.Round` (``round``, ``base`` and ``guide`` with
     their ``usage``), which the featurizer and the price table read: namespaces, not validated
     (the values come from the client; ``correct`` is absent: reading it fails). pydantic's
-    ``model_construct`` of the five models took about 75 µs a round after an LLM call's wait;
-    namespaces take 14."""
+    ``model_construct`` of the five models costs several times as much, on the path after an
+    LLM call's wait (figures: docs/decisions.md, "The serving stack")."""
     b, g = record["base"], record["guide"]
     return SimpleNamespace(
         round=record["round"],
@@ -429,7 +390,7 @@ async def run_round(
     backend: SearchBackend | None,
 ) -> RoundOutput:
     """Round ``t`` (1-based) of the runner's ladder, after the ``earlier`` rounds of the same
-    question (see the module docstring)."""
+    question (docs/design.md, "Ladders": how a round runs)."""
     lr = r.ladder.round(t)
     if lr.verdict == "judge":
         history = [e.past() for e in earlier]

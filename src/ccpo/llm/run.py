@@ -2,20 +2,16 @@
 observable, budgeted (:func:`ccpo.llm.collect.collect` runs it, or several in
 :mod:`ccpo.llm.workers`).
 
-- **Append-only output**: one flushed line per finished question (``TraceWriter``), written in
-  completion order. A run killed at any point loses at most the questions in flight, whose paid
-  calls are already in the response cache.
-- **Resume**: ids already in the output file are skipped; a half-written last line (no final
-  newline) is cut off and its question redone (from the cache). A complete but malformed line
-  is an error: the file was edited by something else.
-- **Budget** (``max_cost``): the new spending of this run never passes it. A question starts
-  only when what the costliest question so far paid, plus the worst case of one call, still
-  fits (the first one runs alone),
-  and every paid call reserves its worst case before it is sent
-  (:meth:`ccpo.llm.client.LLMClient.admit`), so the budget buys whole traces rather than
-  many half-done questions. Questions that do not fit are left for the next run (any paid
-  calls stay in the cache); the run stops cleanly and reports ``stopped_by_budget``.
-- **Progress**: a ``rich`` bar with questions done/total, dollars spent and cache hits.
+- :func:`plan_collection` (:class:`Plan`), :func:`scan_output`, :func:`output_lock`: what is
+  left to do, and one run per output file. Ids already written are skipped; a half-written
+  last line is cut off and redone from the cache; a complete malformed line is an error.
+- :func:`run_questions`: append-only output, one flushed line per finished question. Budget
+  (``max_cost``): a question starts only when the costliest question so far, plus one call's
+  worst case, still fits, and every paid call reserves its worst case first
+  (:meth:`ccpo.llm.client.LLMClient.admit`), so the budget buys whole traces.
+- :class:`CollectSummary`, :class:`ProgressBar`: what the run did (``stopped_by_budget``, ...).
+
+Contract: docs/cli.md, section "collect".
 """
 
 from __future__ import annotations

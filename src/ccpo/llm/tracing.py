@@ -1,44 +1,20 @@
 """OpenTelemetry traces of the deployed agent: one span per question, a child span per LLM call.
 
-Off unless the standard OTLP settings are present: ``ccpo serve`` calls
+Off unless the standard OTLP settings ask for it: ``ccpo serve`` calls
 :func:`configure_from_env`, which turns tracing on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set (and neither ``OTEL_SDK_DISABLED=true`` nor
-``OTEL_TRACES_EXPORTER=none`` says otherwise). The SDK then reads every other ``OTEL_*``
-setting itself: ``OTEL_SERVICE_NAME`` (default ``ccpo``), ``OTEL_RESOURCE_ATTRIBUTES``,
-``OTEL_EXPORTER_OTLP[_TRACES]_HEADERS`` / ``_TIMEOUT`` / ``_COMPRESSION`` / ``_CERTIFICATE``,
-``OTEL_TRACES_SAMPLER[_ARG]``, ``OTEL_BSP_*``. Spans go out over OTLP/HTTP (protobuf) from a
-background batch processor, flushed when the process exits. Unset, nothing of OpenTelemetry is
-imported and the two hooks (:func:`question`, :func:`llm_call`) cost one attribute test each.
-Set without the ``otel`` extra, the command stops with the pip install that brings it.
+``OTEL_TRACES_EXPORTER=none`` says otherwise); the SDK reads every other ``OTEL_*`` setting
+itself. Spans leave over OTLP/HTTP from a background batch processor, flushed at exit. Unset,
+nothing of OpenTelemetry is imported and the two hooks (:func:`question`, :func:`llm_call`)
+cost one attribute test each; set without the ``otel`` extra, the command stops.
 
-The span tree of one question (docs/deploy.md shows one as a trace backend draws it)::
+Spans follow the GenAI semantic conventions (semconv 1.37+): ``invoke_agent ccpo`` per question
+(:class:`_Question`, one ``ccpo.round`` event per round) and ``chat <model>`` per call (a reused
+step makes no call and has no span). A W3C ``traceparent`` makes the question a child of the
+caller's span (:class:`IncomingContext`). Prompts and answers are exported only on the
+conventions' opt-in; API keys and URLs never (an endpoint's host and port only).
 
-    invoke_agent ccpo            INTERNAL  the question: policy, α, κ, T, rounds run, the set's
-    │                                      size, cost; one ``ccpo.round`` event per round (C(o_t),
-    │                                      π, cost, the roles that reused an earlier call)
-    ├── chat <base model>        CLIENT    round 1, role base
-    ├── chat <guide model>       CLIENT    round 1, role guide
-    └── ...                                (a reused step makes no call, so it has no span)
-
-LLM-call spans follow the OpenTelemetry GenAI semantic conventions (semconv 1.37+:
-``gen_ai.provider.name``, which replaced ``gen_ai.system``): ``gen_ai.operation.name`` "chat",
-``gen_ai.provider.name`` ("openai" for the OpenAI API, ``_OTHER`` for any other
-OpenAI-compatible server), ``gen_ai.request.model`` / ``.max_tokens`` / ``.temperature``,
-``gen_ai.response.model`` / ``.finish_reasons``, ``gen_ai.usage.input_tokens`` /
-``.output_tokens``, ``server.address`` / ``server.port``, ``error.type``; ccpo's own are
-``ccpo.round``, ``ccpo.role`` (base / guide), ``ccpo.cached`` (served by the response cache:
-no call, no cost) and ``ccpo.cost_usd``. The question span is the conventions'
-``invoke_agent`` (``gen_ai.agent.name`` "ccpo", its calls' token totals) with ``ccpo.*``
-attributes (see :class:`_Question`).
-
-A request to ``ccpo serve`` that carries a W3C ``traceparent`` header makes its question a
-child of the caller's span (:class:`IncomingContext`), so the question joins the caller's trace.
-
-Privacy: prompts, questions and answers are not exported, unless
-``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` (the conventions' opt-in) adds
-``gen_ai.input.messages`` / ``gen_ai.output.messages`` to the LLM-call spans. API keys never
-are: a span holds an endpoint's host and port only, never its URL, and a failed call records
-its exception's type, not its message.
+Contract (the span tree, attributes, privacy): docs/deploy.md, "OpenTelemetry traces".
 """
 
 from __future__ import annotations
@@ -80,8 +56,8 @@ def wanted(env: Mapping[str, str] = os.environ) -> str | None:
 
 
 def configure_from_env() -> str | None:
-    """Turn tracing on when the ``OTEL_*`` environment variables ask for it (module docstring;
-    the SDK reads them from the environment too); returns where spans go
+    """Turn tracing on when the ``OTEL_*`` environment variables ask for it (docs/deploy.md,
+    "OpenTelemetry traces"; the SDK reads them from the environment too); returns where spans go
     (``scheme://host:port``, never the path or credentials) or None (off).
 
     :class:`CCPOError` when they ask for something ccpo cannot do (OTLP over gRPC) and
@@ -120,7 +96,7 @@ def configure_from_env() -> str | None:
         exporter = OTLPSpanExporter()  # endpoint, headers, timeout, ... from the environment
         provider.add_span_processor(BatchSpanProcessor(exporter))  # flushed at exit (atexit)
         # ccpo's own, not the global one: FastAPI's built-in telemetry follows the global
-        # provider and so stays off; a question's trace is the tree of the module docstring
+        # provider and so stays off; a question's trace is the tree docs/deploy.md shows
     _state.update(
         tracer=provider.get_tracer("ccpo", __version__), content=_truthy(env.get(CONTENT_VAR))
     )

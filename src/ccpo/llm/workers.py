@@ -1,31 +1,19 @@
 """``collect --workers N``: one collection run spread over N client processes.
 
-Why: one Python process's CPU per call caps its throughput, however high ``--concurrency``
-goes; against a fast endpoint (a local vLLM or llama.cpp server) that cap, not the endpoint, is
-the limit, and N processes lift it N-fold where there are cores for them (the figures:
-docs/decisions.md). Against a hosted API with seconds of latency one process is plenty.
+One Python process's CPU per call caps its throughput however high ``--concurrency`` goes;
+against a fast local endpoint (vLLM, llama.cpp) N processes lift that cap N-fold where there
+are cores for them (figures: docs/decisions.md, "`collect --workers N`").
+:func:`collect_with_workers` keeps every guarantee of a one-process run (:mod:`ccpo.llm.run`):
 
-How, keeping every guarantee of a one-process run (:mod:`ccpo.llm.run`):
+- the parent takes the output's lock (:func:`~ccpo.llm.run.output_lock`), scans the output
+  and deals the remaining questions (:func:`deal`: the same text to the same worker;
+  :func:`shares` splits ``--concurrency``, the total);
+- workers append whole lines under a shared lock, share the SQLite response cache and one
+  :class:`~ccpo.llm.spend.SpendLedger` in shared memory, die with the parent, and all stop on
+  a user-fixable error, which the parent raises;
+- workers are forked where the platform allows (Linux) and spawned elsewhere.
 
-- The parent checks the settings, takes the output's lock (:func:`output_lock`), scans the
-  output and deals the remaining questions to the workers (:func:`deal`: questions with the
-  same text go to the same worker). ``--concurrency`` is the total: worker *i* runs its share.
-- **Append-only output**: every worker appends whole lines to the one output file, one line at
-  a time under a shared lock, so lines never interleave.
-- **Never pay twice**: the workers share the SQLite response cache (WAL mode, one commit per
-  answer), so a paid answer survives any worker's death.
-- **Budget**: ``--max-cost`` is checked against one shared spend counter
-  (:class:`SpendLedger` over a ``multiprocessing.Value``: spent and reserved, so calls in
-  flight in every worker count before they are sent).
-- **Kill and resume**: workers die with the parent (``PR_SET_PDEATHSIG`` on Linux) and, before
-  each line, check that the parent still lives; forked workers hold the output's lock until
-  they end, so a new run cannot start while a line could still be written.
-- **Errors**: a user-fixable error in one worker (say HTTP 401) stops every worker and is
-  raised by the parent, as in a one-process run.
-- **Progress**: workers send their counts after every question; the parent draws one bar.
-
-Workers are forked where the platform allows (Linux; no re-import, ~ms to start) and spawned
-elsewhere.
+Contract: docs/cli.md, section "collect".
 """
 
 from __future__ import annotations
@@ -166,7 +154,7 @@ def collect_with_workers(
     progress: bool = True,
     start_method: str | None = None,
 ) -> CollectSummary:
-    """Run a collection in ``cfg.workers`` worker processes (module docstring).
+    """Run a collection in ``cfg.workers`` worker processes (docs/cli.md, "collect").
 
     ``start_method``: ``fork`` or ``spawn``; by default fork on Linux and spawn elsewhere.
     """

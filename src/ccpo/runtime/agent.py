@@ -1,46 +1,20 @@
-"""The deployed cost-effective agent: a trained policy artifact + live OpenAI-compatible endpoints.
+"""The deployed cost-effective agent: a trained policy folder + live OpenAI-compatible endpoints.
 
 >>> agent = ConformalAgent.from_artifact("runs/ccpo", "deploy.yaml")   # doctest: +SKIP
 >>> s = agent.answer("Which city hosted the 1992 Summer Olympics?")    # doctest: +SKIP
 >>> s.answers, s.rounds, s.cost_usd                                     # doctest: +SKIP
 
-The live rollout follows DESIGN.md's episode semantics exactly, with the same code as replay:
+:class:`ConformalAgent` runs the set-valued rollout live with the replay's own code: round t of
+the policy's ladder (:func:`deployment_ladder`) by :func:`ccpo.llm.protocol.run_round` (a step
+the ladder repeats is reused, not asked again), o_t as the last row of the featurizer over
+rounds 1..t, C(o_t) by :func:`ccpo.runtime.decision.decide`. It goes on iff ``next`` ∈ C(o_t)
+and returns an :class:`~ccpo.runtime.answer_set.AnswerSet` (``ccpo.answer/v1``); a point
+policy (``cpo``) acts greedily and has no κ. ``max_cost_per_request``
+(:class:`RequestBudgetExceeded`) and ``max_cost_total`` (a wallet per question,
+:class:`~ccpo.llm.client.BudgetExceeded`) are checked before each round and each call.
 
-- round t is round t of the policy's **ladder** (:mod:`ccpo.traces.ladder`: which model
-  answers as base and as guide, and how the verdict is made), run by
-  :func:`ccpo.llm.protocol.run_round` (the collector's own round: same prompts, temperatures
-  and sample indices; an answer the ladder repeats is reused, not asked again); each model is
-  called at its endpoint from the config (``endpoints:``);
-- o_t = the last row of :func:`ccpo.traces.featurize.featurize_rounds` over rounds 1..t;
-- π(·|o_t) comes from the artifact's network; the action set is
-  C(o_t) = {a : e(a|o_t) ≥ κ} with e from :func:`ccpo.traces.episodes.effective_scores`, which
-  builds in the empty-set fallback {argmax π} and masks ``next`` at round T
-  (:func:`ccpo.runtime.decision.decide`);
-- answers in C(o_t) join the set (de-duplicated with the task normaliser; an empty answer
-  never joins); the agent goes on to round t+1 iff ``next`` ∈ C(o_t), and no model is called
-  once it is not. The one ``answer`` is the set's most likely member
-  (:func:`ccpo.runtime.answer_set.one_answer`), which for a single-answer policy (C(o_t)
-  empty while it goes on, one answer action when it stops) is the answer it returned;
-  ``guarantee`` says what is promised against what (:func:`ccpo.runtime.answer_set.guarantee_of`).
-
-A **point** policy (variant ``cpo``) has no κ: it acts greedily (C(o_t) = {argmax π}), which is
-the point rollout of DESIGN.md; ``AnswerSet.kappa`` is then null.
-
-Money: ``cost_usd`` is Σ over rounds run of usage × price (the replay definition; answers served
-from the response cache are priced too). ``max_cost_per_request`` stops a question *before* a
-round that would take it over its budget (estimated by its most expensive round so far) and,
-from round 1 on, before any call whose worst case would not fit what is left of it, with
-:class:`RequestBudgetExceeded`. ``max_cost_total`` caps the dollars actually paid
-(:class:`~ccpo.llm.client.BudgetExceeded`): a question is admitted only while T × the costliest
-round of the questions over so far, plus the worst case of one call, fits what is left (until
-one is over, questions run one at a time); it holds that much as its wallet, and every call
-reserves its worst case (from the wallet first) before it is sent, so concurrent questions
-never overshoot the cap and the money goes into answers rather than into questions that cannot
-finish. Admitted questions whose wallets fall short come before new ones, and give their
-wallets back to each other rather than one being refused after it paid
-(:meth:`~ccpo.llm.client.LLMClient._wait_for_room`). This is an estimate, not a bound: a
-question whose rounds cost more than any before it may still be refused mid-way when the
-budget is at its end.
+Contract: docs/design.md, sections "Episode semantics" and "Answer record `ccpo.answer/v1`";
+budgets: docs/deploy.md, "Budgets" (under "`ccpo serve`").
 """
 
 from __future__ import annotations
@@ -339,7 +313,7 @@ class ConformalAgent:
         kappa: float | None = None,
         max_cost: float | None = None,
     ) -> AnswerSet:
-        """Answer one question with the set-valued rollout (module docstring).
+        """Answer one question with the set-valued rollout (docs/design.md, "Episode semantics").
 
         ``context``: optional paragraphs for the offline search tool (hotpotqa), in any layout
         :func:`ccpo.llm.tasks.loaders.parse_context` reads. ``kappa`` overrides κ for this

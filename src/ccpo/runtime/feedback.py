@@ -1,35 +1,19 @@
 """What feedback does to the serve state: coverage counters and the online κ tracker (the
 store that keeps them, for one process or many replicas, is :mod:`ccpo.runtime.state`).
 
-Feedback on a served question is its correct answer, "none of them", or "unanswerable" (no
-model of the ladder could have answered it). The question is **covered** iff the correct answer
-is one of the returned answers under the task normaliser; "none of them" is a miss;
-"unanswerable" counts as covered, as calibration counts a question no round could answer
-(the conformal score of an unsolvable question is +∞): without it honest feedback on such
-questions would pull κ down even when nothing has shifted.
+- :func:`apply_feedback`: a served question's feedback is its correct answer, "none of them"
+  (a miss) or "unanswerable" (covered, as calibration counts an unsolvable question); it
+  updates :class:`Counters` and, with online κ, takes one step of the training's own tracker.
+- :func:`online_kappa`: that tracker (:class:`ccpo.learning.conformal.OnlineThreshold`), on the
+  calibration level u (κ = Q(u)) when the policy keeps its calibration scores, else on κ.
+- :class:`KappaBounds`: feedback comes from clients, so κ does not move before
+  ``min_feedback`` feedbacks, η (never the step) is bounded by ``max_delta``, and κ stays in
+  a band around κ̂ that only the operator widens. Moves and clamps are counted for /metrics.
+- :func:`drift` (:class:`Drift`): the coverage of the last :data:`RECENT` feedbacks against
+  1 − α, judged once :data:`DRIFT_MIN` are in.
 
-κ is updated with the *same* online tracker as training,
-:class:`ccpo.learning.conformal.OnlineThreshold` (corrected sign: κ ← κ + η_k(covered − (1 − α)),
-η_k = η_0 k^(−1/2−ξ)): a miss lowers κ, so the sets {π ≥ κ} grow; a run of covered questions
-raises it. Under drift a step size that decays to zero stops tracking, so η_k stops decaying
-after ``max_step`` feedbacks (η_k = η_0 · min(k, max_step)^(−1/2−ξ)); ``max_step=None`` gives
-the training schedule exactly. When the artifact keeps its calibration scores (policies
-trained since they are kept), the tracker moves the *level* u of the split-conformal
-quantile instead, κ = Q(u) (Gibbs & Candès's adaptive conformal inference proper): the same
-step rule, a fixed point at coverage 1 − α, and far faster where the coverage curve is flat in
-κ (derivation and figures: :mod:`ccpo.learning.conformal`); the band and the step bound are
-then in level units (shares of the calibration questions).
-
-Feedback comes from clients, so κ must not follow whoever sends the most of it
-(:class:`KappaBounds`): κ does not move before ``min_feedback`` feedbacks, moves by at most
-``max_delta`` per feedback, and stays in a band ``[κ̂ − band, κ̂ + band]`` around the calibrated
-κ̂ of the artifact that only the operator can widen (the config). The per-feedback bound is a
-bound on **η** (η ≤ max_delta / max(α, 1 − α)), never a clamp of the step: a clamp cuts the
-step after a miss and not the one after a covered question, which moves the tracker's fixed
-point below 1 − α (:mod:`ccpo.learning.conformal`, "Bound η"). Every move and every bound
-or clamp is counted (``kappa_moves``, ``kappa_clamped``) and the band is reported, in
-``/metrics``; so is the coverage of the last :data:`RECENT` feedbacks, against 1 − α
-(:func:`drift`).
+Derivation: docs/theory.md, section "Online κ (ACI)"; the API: docs/deploy.md ("Feedback and
+κ", under "`ccpo serve`").
 """
 
 from __future__ import annotations

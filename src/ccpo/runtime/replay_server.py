@@ -2,25 +2,15 @@
 file from its recorded outputs, so a deployment can be dry-run against your own logs at zero
 API cost (and tests run the real HTTP path without inventing answers).
 
-A request is matched to a recorded step by
+- :class:`ReplayIndex` (:func:`recorded_steps`, :class:`Recorded`): the file's steps by
+  question, model, round and role. A call is matched by the question text its prompt holds,
+  its ``model`` and the ``X-CCPO-Round`` / ``X-CCPO-Role`` headers.
+- :func:`create_replay_app`: the app. The reply is the recorded answer with its usage, plus
+  ``ccpo_replay`` (the recorded step, which ccpo's agent takes as recorded), so live answers
+  equal the policy's replay exactly. Anything not in the file gets HTTP 404 saying which.
 
-- the **question**: the trace whose question text the prompt holds (every prompt ccpo writes
-  holds it verbatim: after ``Question:`` or ``Q:``; any other prompt is searched for the longest
-  recorded question it contains);
-- the **model**: the request's ``model``;
-- the **round and role**: the ``X-CCPO-Round`` / ``X-CCPO-Role`` headers that ccpo's client
-  sends with every call of a ladder; without them, the one step of that model on that question
-  (a clear 400 when the model answers it in several rounds).
-
-The reply is the recorded answer (a chat completion whose text a reader can parse: ``Answer:
-…``, or the guide's ``Yes`` / ``No [answer]``) with the recorded ``usage``, and an extra object
-``ccpo_replay`` with the recorded step (answer, verdict, signals), which ccpo's agent takes as
-recorded rather than parsing the text again, so that live answers equal the policy's replay
-exactly. A step the ladder repeats is answered like its original (ccpo never asks for it: it
-reuses the answer). A question, model or step that is not in the file gets HTTP 404 with a
-message saying which; nothing is ever invented.
-
-Needs the serve extra (``pip install 'ccpo[serve]'``).
+Needs the serve extra (``pip install 'ccpo[serve]'``). Contract: docs/deploy.md, section "Dry
+run against your own logs: `ccpo replay-server`".
 """
 
 from __future__ import annotations
@@ -129,7 +119,8 @@ class ReplayIndex:
         return cls(iter_traces(path), str(path))
 
     def find_question(self, text: str) -> str | None:
-        """The recorded question a prompt holds (see the module docstring)."""
+        """The recorded question a prompt holds: after ``Question:`` or ``Q:``, else the
+        longest recorded question the prompt contains."""
         for prefix, ends in _QUESTION_MARKS:
             i = text.rfind(prefix) if prefix.startswith("Question") else text.find(prefix)
             if i < 0:
@@ -212,7 +203,7 @@ MAX_BODY_BYTES = 4 * 2**20
 
 
 def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    """The replay endpoint's app (see the module docstring): bodies over ``max_body_bytes``
+    """The replay endpoint's app (docs/deploy.md, "Dry run ..."): bodies over ``max_body_bytes``
     are refused (413) before they are read whole; a body that is not JSON (or nested too
     deeply) or not a chat request is a 400, every error in the JSON error body."""
     app = FastAPI(title="ccpo replay-server", description=__doc__)

@@ -2,28 +2,9 @@
 
 It answers ``POST /v1/chat/completions`` (and ``GET /v1/models``) over real HTTP, so the real
 ``openai`` client, retries, timeouts and the cache are exercised end to end — nothing is mocked.
-
-- **Scripted replies**: a list of ``(pattern, reply)`` rules. The first rule whose regex
-  matches the request's prompt text (all message contents joined by newlines, or only the
-  last message with ``match_last=True``) wins. ``reply`` is a string or a callable
-  ``reply(request: dict) -> str``. A fallback reply (or callable) answers everything else.
-- **Stop sequences** are honoured (the reply is cut at the first one), like a real server.
-- **Latency**: ``latency`` seconds per successful reply (``time.sleep`` in the handler thread).
-- **Failure injection**: with probability ``failure_rate`` (seeded ``random.Random(seed)``) a
-  request fails with one of ``failure_kinds``: ``"429"``, ``"500"`` (any HTTP status given as
-  digits), ``"timeout"`` (sleeps
-  ``timeout_sleep`` seconds, then closes the connection without replying), ``"garbage"``
-  (HTTP 200 with a body that is not a chat completion). ``failure_headers`` are added to every
-  injected HTTP error (e.g. ``{"retry-after-ms": "300"}``), ``failure_body`` is its JSON body.
-- **Log-probs**: ``logprobs_mode`` ``"ok"`` returns per-token log-probs (with ``top_logprobs``
-  alternatives) when requested; ``"ignore"`` silently omits them; ``"reject"`` answers HTTP 400
-  to any request that asks for them, ``"reject500"`` answers HTTP 500 saying so (as
-  llama_cpp.server without ``--logits_all`` does). Per-token log-probs come from
-  ``token_logprob(token)``
-  (default: a deterministic value in [-1.5, -0.01] from a hash of the token).
-- **Auth**: with ``api_key`` set, requests without ``Authorization: Bearer <api_key>`` get 401.
-- **Counters**: ``n_requests`` (every request received), ``n_completions`` (successful
-  replies), ``n_failures``, and ``requests`` (the parsed JSON bodies, in arrival order).
+:class:`ScriptedServer` holds the script (regex rules → replies, and a fallback) and, as its
+fields say, injects latency, failures (HTTP errors, time-outs, garbage), log-prob behaviours
+and auth; it counts what it received and what it billed.
 
 Usage::
 
@@ -75,7 +56,32 @@ def prompt_text(request: dict[str, Any], last_only: bool = False) -> str:
 
 @dataclass
 class ScriptedServer:
-    """A threaded OpenAI-compatible chat-completions server with scripted replies."""
+    """A threaded OpenAI-compatible chat-completions server with scripted replies.
+
+    - **Scripted replies**: a list of ``(pattern, reply)`` rules. The first rule whose regex
+      matches the request's prompt text (all message contents joined by newlines, or only the
+      last message with ``match_last=True``) wins. ``reply`` is a string or a callable
+      ``reply(request: dict) -> str``. A fallback reply (or callable) answers everything else.
+    - **Stop sequences** are honoured (the reply is cut at the first one), like a real server.
+    - **Latency**: ``latency`` seconds per successful reply (``time.sleep`` in the handler
+      thread).
+    - **Failure injection**: with probability ``failure_rate`` (seeded ``random.Random(seed)``)
+      a request fails with one of ``failure_kinds``: ``"429"``, ``"500"`` (any HTTP status given
+      as digits), ``"timeout"`` (sleeps ``timeout_sleep`` seconds, then closes the connection
+      without replying), ``"garbage"`` (HTTP 200 with a body that is not a chat completion).
+      ``failure_headers`` are added to every injected HTTP error (e.g.
+      ``{"retry-after-ms": "300"}``), ``failure_body`` is its JSON body.
+    - **Log-probs**: ``logprobs_mode`` ``"ok"`` returns per-token log-probs (with
+      ``top_logprobs`` alternatives) when requested; ``"ignore"`` silently omits them;
+      ``"reject"`` answers HTTP 400 to any request that asks for them, ``"reject500"`` answers
+      HTTP 500 saying so (as llama_cpp.server without ``--logits_all`` does). Per-token
+      log-probs come from ``token_logprob(token)`` (default: a deterministic value in
+      [-1.5, -0.01] from a hash of the token).
+    - **Auth**: with ``api_key`` set, requests without ``Authorization: Bearer <api_key>`` get
+      401.
+    - **Counters**: ``n_requests`` (every request received), ``n_completions`` (successful
+      replies), ``n_failures``, and ``requests`` (the parsed JSON bodies, in arrival order).
+    """
 
     rules: Sequence[tuple[str, Reply]] = ()
     fallback: Reply = "OK"
@@ -126,7 +132,7 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-            # one buffered write per response and no Nagle: avoids 40 ms delayed-ACK stalls
+            # one buffered write per response and no Nagle: avoids delayed-ACK stalls
             wbufsize = 1 << 16
             disable_nagle_algorithm = True
 

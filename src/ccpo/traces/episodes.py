@@ -1,26 +1,19 @@
 """The episode engine: vectorised (numpy) scoring of point and conformal policies over traces.
+Everything that scores a policy uses exactly these semantics, replay and live alike.
 
-Everything that scores a policy uses exactly these semantics (DESIGN.md, "Episode semantics"):
-
-- Actions ``base`` (0), ``guide`` (1), ``next`` (2). At round T ``next`` is masked.
-- Point policy: one action per round; the episode ends at the first answer action.
-- Conformal policy C(o) = {a : π(a|o) ≥ κ} (paper Eq. for C_{π,κ}). The set-valued rollout walks
-  the rounds: answers in C(o_t) join the answer set; it goes on to round t+1 iff ``next`` ∈ C(o_t).
-  An empty C(o_t) falls back to {argmax π}. At most 2T answers.
-- Per question: cost = Σ over rounds run of (base + guide [+ policy-LLM]) cost; length = rounds
-  run (the deepest branch); set size = distinct answers returned (task normaliser);
-  covered = some returned answer is correct, or the question is not solvable.
-- An empty answer ('' after the task normaliser: a round that produced none) is never a member
-  of a set: the action may be in C(o_t), but it adds no answer (:func:`returned_answers`).
-- Single-answer policy (:mod:`ccpo.policies.single`): a stopping score h_t per round; the
-  episode stops at the first round t with h_t ≥ λ (at T at the latest) and returns exactly one
-  answer, that round's :func:`answer_actions` (the guide's answer, or the base's where the
-  guide gave none). :func:`single_clears` is the stopping rule, shared by the replay
-  (:func:`single_rollout`) and the live decision (:func:`ccpo.runtime.decision.decide`).
-- ``always-<model>``: call only the strongest model of the ladder (the most expensive; ties go
-  to the one the ladder calls last) and return its answer (:func:`strongest_model`).
+- :func:`build_episodes` → :class:`Episodes`: traces as arrays (o_t, correct, cost per round).
+- :func:`point_rollout`: one action per round, the episode ends at the first answer.
+- :func:`conformal_rollout`, :func:`conformal_sets`, :func:`returned_answers`: the set-valued
+  rollout of C(o) = {a : π(a|o) ≥ κ}; :func:`effective_scores` builds in the fallback
+  {argmax π} and masks ``next`` at T; :func:`covering_scores` for split conformal.
+- :func:`single_clears` (the stopping rule the live decision shares), :func:`single_rollout`,
+  :func:`answer_actions`, :func:`single_losses`: single-answer policies.
+- :func:`strongest_model`, :func:`strongest_calls`: the ``always-<model>`` row.
+- :class:`Metrics`: cost, covered, length and set size per question.
 
 Shapes: N questions, T rounds, F features, K evaluation splits, n questions per split.
+Contract: docs/design.md, section "Episode semantics"; derivation of the covering score:
+docs/theory.md, section "Split-conformal κ̂ (set policies)".
 """
 
 from __future__ import annotations

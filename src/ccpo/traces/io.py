@@ -212,7 +212,7 @@ def _table_hint(e: TraceFormatError, path: Path, first_line: str) -> TraceFormat
         e.field,
         f"{e.message}; this looks like a table of model answers, not ccpo.trace/v1 traces: "
         f"turn it into traces with `ccpo traces import {path.name} --task TASK --out "
-        "traces.jsonl` (see the README, 'Importing your own model logs')",
+        "traces.jsonl` (see docs/import.md)",
     )
 
 

@@ -1,9 +1,10 @@
 """What a trace set's ``correct`` fields are measured against: gold labels or a reference model.
 
 Without gold labels, ``correct`` means "equals the reference model's answer on this question
-under the task family's normaliser" (DESIGN.md, *Labels from a reference*): the reference's own
-answer is correct and every question is solvable. Everything downstream is unchanged; what
-changes is the claim, which traces, policies, reports and served answers must state.
+under the task family's normaliser" (docs/design.md, "Labels from a reference"; derivation:
+docs/theory.md, "Label-free agreement"): the reference's own answer is correct and every
+question is solvable. Everything downstream is unchanged; what changes is the claim, which
+traces, policies, reports and served answers must state.
 
 Contract (trace files): a trace whose labels come from a reference model carries
 ``meta.labels = "reference:<model>"``; a trace without ``meta.labels`` (or with ``"gold"``) is

@@ -1,26 +1,20 @@
 """The ladder of a trace set: which model answers in each round, with which prompt, and how
-the guide's verdict is made (DESIGN.md, "Ladders").
+the guide's verdict is made.
 
-A **ladder** is the list of T rounds; round t names its base step and its guide step (a model
-and the prompt it runs with) and its verdict mode:
+- :class:`Ladder` (:class:`LadderRound`, :class:`Step`): the list of T rounds; round t names
+  its base step and its guide step (a model and the prompt it runs with) and its verdict mode,
+  ``judge`` (the paper's: the guide replies ``Yes`` or ``No [answer]`` to the base) or
+  ``agree`` (each answers alone; ``yes`` iff the answers are the same).
+  :meth:`Ladder.reused` names the earlier step a repeated call copies (paid once).
+- :func:`ladder_of`, :func:`ladder_of_trace`: the ladder is data, read from a trace set and
+  copied into every policy trained on it. Files without ladder fields read as a ``judge``
+  ladder of the models their rounds name.
+- :func:`agree_signals` (an ``agree`` step's signals from its answer's probability),
+  :func:`transfer_signal` (a repeated step's signal from its original's), :func:`default_prompt`
+  (the prompt of a step recorded without one).
 
-- ``judge``: the paper's protocol. The base's context holds every earlier round (its reasoning,
-  answer and the guide's reply); the guide reads the base's reasoning and answer and replies
-  ``Yes`` or ``No [answer]``.
-- ``agree``: independent answers, as in imported logs and both bundled sets. Base and guide
-  each answer the question itself (no context); the verdict is ``yes`` iff the two answers are
-  the same under the task's normaliser.
-
-**Paid once.** A call the ladder makes twice is made and paid once: in an ``agree`` round a step
-whose (model, prompt) equals a step of an earlier ``agree`` round (or this round's base) asks
-the same model the same question with the same prompt. In an imported cascade, round t + 1's
-base is round t's guide. :meth:`Ladder.reused` names the step a repeat copies; traces store
-the repeat with zero usage and ``reused: true``, and the deployed agent copies the answer
-instead of asking again, so replay and live charge it alike.
-
-The ladder is data, read from a trace set (:func:`ladder_of`) and copied into every policy
-trained on it; one piece of code runs a round of any ladder (:mod:`ccpo.llm.protocol`). Files
-without ladder fields read as a ``judge`` ladder of the models their rounds name.
+One piece of code runs a round of any ladder (:func:`ccpo.llm.protocol.run_round`).
+Contract: docs/design.md, section "Ladders".
 """
 
 from __future__ import annotations
@@ -125,7 +119,7 @@ class Ladder:
 
     def reused(self, t: int, role: str) -> tuple[int, str] | None:
         """The earlier step (round, role) whose call step (``t``, ``role``) repeats, or None
-        (see the module docstring: only ``agree`` rounds repeat calls)."""
+        (docs/design.md, "Ladders": only ``agree`` rounds repeat calls)."""
         r = self.round(t)
         if r.verdict != "agree":
             return None

@@ -1,6 +1,6 @@
 """Price tables: cost is never stored, it is ``usage × price`` at read time.
 
-Price-file format (a contract, DESIGN.md)::
+Price-file format (a contract: docs/design.md, "Price file")::
 
     {"as_of": "2026-11-01", "source": "...",
      "models": {"gpt-4o": {"input_usd_per_mtok": 2.5, "output_usd_per_mtok": 10.0}}}
@@ -138,7 +138,8 @@ def _parse(obj: Any, origin: str, text: str | None = None) -> PriceTable:
         line = _line_of(text, first["loc"]) if text is not None else None
         where = origin if line is None else f"{origin}:{line}"
         raise CCPOError(
-            f"{where}: field '{loc}': {first['msg']} (see the price-file format in the README)"
+            f"{where}: field '{loc}': {first['msg']} "
+            "(see the price-file format: docs/design.md, 'Price file')"
         ) from None
     models = {
         k: v.model_copy(update={"as_of": v.as_of or pf.as_of, "source": v.source or pf.source})

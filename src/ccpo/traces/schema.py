@@ -1,28 +1,16 @@
-"""Typed models of the trace schema ``ccpo.trace/v1`` (a contract: see DESIGN.md).
+"""Typed models of the trace schema ``ccpo.trace/v1``: :class:`Trace`, :class:`Round`,
+:class:`BaseStep`, :class:`GuideStep`, :class:`PolicyLLMDecision`, :class:`Usage`
+(``SCHEMA_VERSION``, ``ACTIONS``).
 
-One JSON object per line. ``rounds`` holds every round that was run (the collector runs all T;
-a policy decides later how many it would have paid for). ``logprob_*``, ``uncertainty`` and
-``policy_llm`` may be null or absent; consumers must cope.
+One JSON object per line; ``rounds`` holds every round that was run. Validation refuses what a
+hostile or broken file could use to move results silently: numbers must be physically possible
+(finite floats, log-probs ≤ 0, the guide's uncertainty in [0, ``MAX_UNCERTAINTY``], at most
+``MAX_TOKENS`` per call) and types strict (a boolean is ``true``/``false``, a count a JSON
+integer, a number a JSON number). ``logprob_*``, ``uncertainty`` and ``policy_llm`` may be null
+or absent. The optional ladder fields (``verdict_mode``, ``prompt``, ``reused``, ``family``)
+are read by :mod:`ccpo.traces.ladder`; files without them read as a ``judge`` ladder.
 
-Numbers must be physically possible, so that a hostile or broken file cannot move results
-silently: every float is finite; log-probs are ≤ 0; the guide's uncertainty is in
-[0, ``MAX_UNCERTAINTY``] (``1 − p(verdict)`` is in [0, 1]; converted logs carry entropies,
-which stay far below 32 for any vocabulary of up to 2³² tokens); token counts are at most
-``MAX_TOKENS`` per call.
-
-**Ladder fields** (optional, backward compatible; see :mod:`ccpo.traces.ladder`): a round's
-``verdict_mode`` (``judge``: the paper's Yes / No [answer] prompt; ``agree``: the guide answers
-the question itself and the verdict is "same answer"), each step's ``prompt`` (the prompt it
-ran with) and ``reused`` (the step is the same call as an earlier step of the ladder: the same
-model on the same question and context; it is paid once, where it was first made, so its
-``usage`` here is zero). A trace's ``family`` (``mcq`` / ``short`` / ``exact``) fixes the answer
-normaliser of a task name that is not built in. Files without these fields read as a ``judge``
-ladder of the models their rounds name.
-
-Types are strict: a boolean is a JSON ``true``/``false`` (not ``"false"``, not ``0``), a token
-count or a round number a JSON integer (not ``"812"``, not ``812.0``), a number a JSON number
-(not a string), so that a file written by a sloppy tool is refused rather than read as
-something it does not say.
+Contract: docs/design.md, section "Trace schema `ccpo.trace/v1`".
 """
 
 from __future__ import annotations
@@ -155,7 +143,7 @@ class Trace(_Model):
         return out
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The wire form: ``schema`` first, nulls kept, as DESIGN.md shows it; the optional
+        """The wire form: ``schema`` first, nulls kept, as docs/design.md shows it; the optional
         ladder fields only where they are set (so older files round-trip unchanged)."""
         d = self.model_dump(by_alias=True, mode="json")
         if d.get("family") is None:

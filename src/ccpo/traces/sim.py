@@ -2,25 +2,10 @@
 
 For tests and quick demos only; these are **not LLM results** and every trace says so
 (``task`` = ``sim-qa``, models ``sim-base`` / ``sim-guide``, ``meta.synthetic = true``).
-
-Generative story, per question i (seeded, deterministic):
-
-- latent difficulty d_i ~ N(0, 1);
-- base correct in round t with p = σ(b0 + b1·(t−1) − k·d_i) (improves across rounds);
-- the guide *knows* the answer with p = σ(g0 + g1·(t−1) − k·d_i). If it knows, its verdict is
-  ``yes`` iff the base is right (flipped with probability ``verdict_noise``) and its answer is the
-  gold one; if not, it says ``yes`` with probability 0.6 (echoing the base answer) or ``no``
-  with a wrong answer;
-- uncertainty ~ Beta(2, 8) when the guide knows, Beta(5, 4) when it does not (correlated with
-  correctness, as a verdict-token entropy would be);
-- base log-prob mean ~ N(−0.35, 0.15) when right, N(−0.75, 0.25) when wrong;
-- wrong answers come from a small per-question pool of distractors, so agreement across rounds
-  carries signal; tokens: the base context grows each round, the guide reads the question and
-  base reasoning and writes a few tokens;
-- optionally an LLM-as-policy decision per round for model ``sim-guide`` (a noisy rule on the
-  verdict and uncertainty), with its own usage.
-
-Very hard questions (large d) are often unsolvable: no round yields a correct answer.
+:func:`generate` draws them from a seeded generative story (its docstring): a latent
+difficulty per question drives whether the base is right and whether the guide knows, so that
+verdicts, uncertainty and log-probs carry signal, and very hard questions are often
+unsolvable. :class:`SimConfig` holds the knobs. Command: ``ccpo sim`` (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -123,7 +108,27 @@ def _sigmoid(x: float) -> float:
 
 
 def generate(cfg: SimConfig | None = None) -> list[Trace]:
-    """Generate ``cfg.n`` synthetic traces with ``cfg.rounds`` rounds each."""
+    """Generate ``cfg.n`` synthetic traces with ``cfg.rounds`` rounds each.
+
+    Generative story, per question i (seeded, deterministic):
+
+    - latent difficulty d_i ~ N(0, 1);
+    - base correct in round t with p = σ(b0 + b1·(t−1) − k·d_i) (improves across rounds);
+    - the guide *knows* the answer with p = σ(g0 + g1·(t−1) − k·d_i). If it knows, its verdict
+      is ``yes`` iff the base is right (flipped with probability ``verdict_noise``) and its
+      answer is the gold one; if not, it says ``yes`` with probability 0.6 (echoing the base
+      answer) or ``no`` with a wrong answer;
+    - uncertainty ~ Beta(2, 8) when the guide knows, Beta(5, 4) when it does not (correlated
+      with correctness, as a verdict-token entropy would be);
+    - base log-prob mean ~ N(−0.35, 0.15) when right, N(−0.75, 0.25) when wrong;
+    - wrong answers come from a small per-question pool of distractors, so agreement across
+      rounds carries signal; tokens: the base context grows each round, the guide reads the
+      question and base reasoning and writes a few tokens;
+    - optionally an LLM-as-policy decision per round for model ``sim-guide`` (a noisy rule on
+      the verdict and uncertainty), with its own usage.
+
+    Very hard questions (large d) are often unsolvable: no round yields a correct answer.
+    """
     cfg = cfg or SimConfig()
     rng = np.random.default_rng(cfg.seed)
     out = []

@@ -34,7 +34,7 @@ def train(
     log entry)`` after every step."""
     rng = np.random.default_rng([cfg.seed, 0xCC90])
     torch.manual_seed(cfg.seed)  # the networks' initial weights
-    # tiny matrices: one thread is faster (and two training processes share 2 cores); torch
+    # tiny matrices: one thread is faster (and training processes share the cores); torch
     # only builds the initial weights, but its orthogonal init (a QR) is far slower threaded
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(1)
