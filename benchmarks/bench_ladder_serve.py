@@ -32,8 +32,8 @@ import httpx
 import numpy as np
 import yaml
 
+from ccpo.api import ConformalPolicy
 from ccpo.llm.prompts import cot_messages
-from ccpo.product.api import ConformalPolicy
 from ccpo.testing import free_port, wait_for_http
 from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.io import read_traces

@@ -17,7 +17,15 @@ import ccpo
 
 PACKAGE = Path(ccpo.__file__).parent
 INNER = ("ccpo.traces", "ccpo.learning")
-OUTER = ("ccpo.llm", "ccpo.product", "ccpo.runtime")
+OUTER = (
+    "ccpo.llm",
+    "ccpo.product",
+    "ccpo.runtime",
+    "ccpo.cli",
+    "ccpo.evaluation",
+    "ccpo.report",
+    "ccpo.api",
+)
 #: the artifact (and what it is made of) loads and decides without the trainer
 ARTIFACT = (
     "ccpo.learning.policy",

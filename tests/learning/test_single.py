@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
+from ccpo.api import ConformalPolicy
+from ccpo.evaluation.harness import make_splits, prices_for
 from ccpo.learning.single import (
     RUN_ALL,
     Unreachable,
@@ -24,8 +26,6 @@ from ccpo.learning.single import (
     ltt_threshold,
     reachable_alpha,
 )
-from ccpo.product.api import ConformalPolicy
-from ccpo.product.evaluate import make_splits, prices_for
 from ccpo.runtime.decision import decide
 from ccpo.testing.relabel import relabel_against_strongest
 from ccpo.traces.episodes import build_episodes, conformal_rollout, single_rollout
@@ -209,7 +209,7 @@ def test_decide_returns_the_replayed_single_answer(mmlu_free):
 def test_dry_run_live_equals_replay_for_a_single_answer_policy(trained_free):
     """The live agent (real HTTP to the replay endpoint) returns exactly the replayed answer,
     rounds and cost for a single-answer policy trained by `ccpo train --answer single`."""
-    from ccpo.product.dry_run import dry_run
+    from ccpo.evaluation.dry_run import dry_run
 
     path, folder, _ = trained_free
     rep = dry_run(folder, path, n=30, concurrency=4)

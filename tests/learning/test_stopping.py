@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from ccpo.errors import CCPOError
+from ccpo.evaluation.harness import load_episodes, make_splits, split_sizes
+from ccpo.evaluation.reproduce import bundled_sets
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.policy import load_policy
 from ccpo.learning.stopping import (
@@ -27,8 +29,6 @@ from ccpo.learning.stopping import (
     stop_features,
     stopping_fitter,
 )
-from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
-from ccpo.product.reproduce import bundled_sets
 from ccpo.traces.episodes import conformal_rollout, conformal_sets, covering_scores
 
 

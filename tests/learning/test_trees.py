@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ccpo.evaluation.harness import load_episodes, make_splits, split_sizes
+from ccpo.evaluation.reproduce import bundled_sets
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.stopping import fixable_probability, stop_features, stopping_fitter
 from ccpo.learning.trees import compile_hgb
-from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
-from ccpo.product.reproduce import bundled_sets
 from ccpo.traces.episodes import covering_scores
 
 

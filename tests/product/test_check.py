@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from ccpo.product.api import ConformalPolicy
+from ccpo.api import ConformalPolicy
 from ccpo.testing.shift import subject_shift
 
 

@@ -8,10 +8,10 @@ import json
 import subprocess
 import sys
 
+from ccpo.cli.config import config_help
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.stopping import StopConfig
 from ccpo.product.cli import main
-from ccpo.product.cli_config import config_help
 
 
 def test_help_is_read_from_the_comments_beside_the_fields():

@@ -18,8 +18,8 @@ import openai
 import pytest
 import yaml
 
-from ccpo.product.api import ConformalPolicy
-from ccpo.product.reproduce import bundled_sets
+from ccpo.api import ConformalPolicy
+from ccpo.evaluation.reproduce import bundled_sets
 from ccpo.testing import free_port, wait_for_http
 from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.io import read_traces

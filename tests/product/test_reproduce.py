@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ccpo.product.cli import main
-from ccpo.product.reproduce import (
+from ccpo.evaluation.reproduce import (
     Group,
     Section,
     bundled_sets,
@@ -24,6 +23,7 @@ from ccpo.product.reproduce import (
     seed_summary,
     spread_line,
 )
+from ccpo.product.cli import main
 
 ROW = re.compile(r"^\| (?:\*\*)?(\S+?)(?: ★\*\*)? \| (.+) \|$", re.M)
 

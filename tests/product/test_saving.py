@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from ccpo.product.evaluate import ResultRow, prices_for
-from ccpo.product.report import (
+from ccpo.evaluation.harness import ResultRow, prices_for
+from ccpo.report.tables import (
     beyond_noise,
     coverage_header,
     coverage_se,
@@ -90,7 +90,7 @@ def test_evaluate_label_free_says_agreement(tmp_path):
 
 
 def test_refusal_notes_name_single_rows_without_a_certified_threshold():
-    from ccpo.product.report import refusal_notes
+    from ccpo.report.tables import refusal_notes
 
     rows = [
         ResultRow("auto-single", 1.0, 0.87, 4.0, 1.0, kind="single", extra={"refused_share": 0.45}),

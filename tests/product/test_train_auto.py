@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from ccpo.product.api import ConformalPolicy
+from ccpo.api import ConformalPolicy
 from ccpo.product.cli import main
 from ccpo.traces.io import read_traces
 

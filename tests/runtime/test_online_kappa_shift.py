@@ -12,8 +12,8 @@ import sys
 
 import numpy as np
 
+from ccpo.evaluation.harness import sidecar_prices
 from ccpo.learning.policy import load_policy
-from ccpo.product.evaluate import sidecar_prices
 from ccpo.runtime.config import ServerConfig
 from ccpo.runtime.feedback import Counters, apply_feedback, online_kappa
 from ccpo.testing.shift import subject_shift

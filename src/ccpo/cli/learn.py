@@ -11,12 +11,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ccpo.errors import CCPOError
-from ccpo.learning.config import TrainConfig
-from ccpo.learning.methods import method_help, method_names, resolve_method, variant_name
-from ccpo.learning.stopping import StopConfig
-from ccpo.product.cli_config import build_config, config_options
-from ccpo.product.cli_options import (
+from ccpo.cli.config import build_config, config_options
+from ccpo.cli.options import (
     AlphaOpt,
     ForceOpt,
     PricesOpt,
@@ -25,6 +21,10 @@ from ccpo.product.cli_options import (
     require_training,
     warn,
 )
+from ccpo.errors import CCPOError
+from ccpo.learning.config import TrainConfig
+from ccpo.learning.methods import method_help, method_names, resolve_method, variant_name
+from ccpo.learning.stopping import StopConfig
 
 console = Console()
 
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         existing policy folder without --force; warns when the calibrated policy is degenerate
         (C(o) holds every action at every round).
         """
-        from ccpo.product.evaluate import (
+        from ccpo.evaluation.harness import (
             calibration_shortfall,
             check_alpha,
             load_episodes,
@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
         )  # fmt: skip
         ep, price_table = load_episodes(traces, prices or [])
         from ccpo.learning.policy import TrainedPolicy
-        from ccpo.product.report import staged_folder, training_curves
+        from ccpo.report.tables import staged_folder, training_curves
 
         ep, sp, sizes = train_splits(ep, seed)
         short = calibration_shortfall(alpha, sizes["calibration"])
@@ -200,7 +200,7 @@ def register(app: typer.Typer) -> None:
         training curves.
         """
         require_training("ccpo compare")
-        from ccpo.product.comparison import run_compare
+        from ccpo.evaluation.comparison import run_compare
 
         check_out_folder(out)
         settings = dict((config or {})[TrainConfig])
@@ -237,12 +237,12 @@ def check_answer(answer: str, method: str, delta: float) -> None:
 
 
 def train_splits(ep, seed: int):
-    """``train``'s split: the training questions of the harness (:func:`ccpo.product.evaluate.
-    split_sizes`, chosen by :func:`~ccpo.product.evaluate.id_splits`: order-free), and κ̂
+    """``train``'s split: the training questions of the harness (:func:`ccpo.evaluation.harness.
+    split_sizes`, chosen by :func:`~ccpo.evaluation.harness.id_splits`: order-free), and κ̂
     calibrated on **every** other question (the paper's 1000/200/200 protocol, with a test
     split, stays in ``compare`` / ``reproduce``). Returns the reordered episodes, the splits
     and the sizes ``{"train", "calibration"}`` that summary.json records."""
-    from ccpo.product.evaluate import id_splits, split_sizes
+    from ccpo.evaluation.harness import id_splits, split_sizes
 
     n_train = split_sizes(ep.n)[0]
     ep, sp = id_splits(ep, (n_train, ep.n - n_train, 0), 1, seed)
@@ -252,9 +252,9 @@ def train_splits(ep, seed: int):
 def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None:
     """Warn when C(o) holds every action at every round on ≥ :data:`DEGENERATE` of the
     ``n_cal`` calibration questions (``full``, from
-    :func:`ccpo.product.evaluate.full_set_rate`); the remedy is more data when they are too
-    few for α (:func:`ccpo.product.evaluate.calibration_shortfall`, said before training)."""
-    from ccpo.product.evaluate import calibration_shortfall
+    :func:`ccpo.evaluation.harness.full_set_rate`); the remedy is more data when they are too
+    few for α (:func:`ccpo.evaluation.harness.calibration_shortfall`, said before training)."""
+    from ccpo.evaluation.harness import calibration_shortfall
 
     if full >= DEGENERATE:
         remedy = (
@@ -272,8 +272,8 @@ def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None
 def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     """Split-conformal κ̂ on the calibration questions (batch scoring) and the provenance, set
     on ``pol``; returns the calibration figures for summary.json and the full-set rate."""
+    from ccpo.evaluation.harness import full_set_rate
     from ccpo.learning.replay import calibrate_policy
-    from ccpo.product.evaluate import full_set_rate
     from ccpo.traces.episodes import conformal_rollout
 
     probs = pol.probs(ep.obs)
@@ -310,7 +310,7 @@ def _train_stopping(
     split (auto: choose by cross-fitted validation calibrated cost), split-conformal κ̂ on the
     calibration split, write the policy folder and summary.json (with auto's choice)."""
     from ccpo.learning.stopping import fit_method
-    from ccpo.product.report import staged_folder
+    from ccpo.report.tables import staged_folder
 
     t0 = time.perf_counter()
     with console.status(f"fitting {method} on {count(sizes['train'], 'question')} …"):
@@ -343,7 +343,7 @@ def _train_single(
     (:mod:`ccpo.learning.single`), write the policy folder and summary.json. Refuses with the
     reachable α when no threshold is certified."""
     from ccpo.learning.single import fit_single_method
-    from ccpo.product.report import staged_folder
+    from ccpo.report.tables import staged_folder
     from ccpo.traces.episodes import single_rollout
     from ccpo.traces.labels import against_text
 

@@ -19,11 +19,11 @@ from pathlib import Path
 from rich.console import Console
 
 from ccpo.errors import CCPOError
+from ccpo.evaluation.comparison import run_compare, start_training
+from ccpo.evaluation.harness import ResultRow
+from ccpo.evaluation.rows import training_pool
 from ccpo.learning.methods import variant_name
-from ccpo.product.comparison import run_compare, start_training
-from ccpo.product.evaluate import ResultRow
-from ccpo.product.policies import training_pool
-from ccpo.product.report import (
+from ccpo.report.tables import (
     MISS,
     TableData,
     beyond_noise,
@@ -245,7 +245,7 @@ class Group:
 
     @property
     def saving(self) -> str | None:
-        """:func:`ccpo.product.report.saving_line` on the (seed-averaged) rows."""
+        """:func:`ccpo.report.tables.saving_line` on the (seed-averaged) rows."""
         line = saving_line([row_of(r) for r in self.summary], self.alpha, self.labels)
         return None if line is None else f"{self.label}: {line}"
 

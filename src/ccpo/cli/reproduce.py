@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ccpo.product.cli_options import check_alpha_flag, check_out_folder, require_training
+from ccpo.cli.options import check_alpha_flag, check_out_folder, require_training
 
 console = Console()
 
@@ -62,8 +62,8 @@ def register(app: typer.Typer) -> None:
         report (report.md, report.html with plots inline) with tables, box plots, training
         curves and a cost-vs-coverage frontier. No API key needed."""
         require_training("ccpo reproduce")
-        from ccpo.product.evaluate import check_alpha
-        from ccpo.product.reproduce import run_reproduce
+        from ccpo.evaluation.harness import check_alpha
+        from ccpo.evaluation.reproduce import run_reproduce
 
         check_out_folder(out)
         alphas = alpha or [0.1, 0.2]

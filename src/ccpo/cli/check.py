@@ -1,5 +1,5 @@
 """``ccpo check``: a trained policy's guarantee on another trace file, with its own κ̂
-(:mod:`ccpo.product.check`)."""
+(:mod:`ccpo.evaluation.check`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, warn
+from ccpo.cli.options import EXIT_FAILED, PricesOpt, warn
 
 _out = Console()
 
@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         shortfall beyond noise: the whole interval below 1 − α) and the κ that restores
         1 − α on this file. Exit 0 when it holds, 1 on a shortfall beyond noise, 2 on a usage
         or input error (e.g. a policy for another task)."""
-        from ccpo.product.check import report_lines, run_check
+        from ccpo.evaluation.check import report_lines, run_check
 
         report, warnings = run_check(policy, traces, prices or [])
         for line in warnings:

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from ccpo import __version__
 from ccpo.errors import import_extra
-from ccpo.product.evaluate import ResultRow
+from ccpo.evaluation.harness import ResultRow
 from ccpo.traces.labels import GOLD, against_text, reference_model
 
 RESULTS_SCHEMA = "ccpo.results/v1"

@@ -14,10 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ccpo.learning.baselines import Policy, Splits
-from ccpo.learning.config import TrainConfig
-from ccpo.learning.methods import variant_name
-from ccpo.product.evaluate import (
+from ccpo.evaluation.harness import (
     ResultRow,
     check_alpha,
     evaluate_policies,
@@ -26,13 +23,16 @@ from ccpo.product.evaluate import (
     split_sizes,
     used_prices,
 )
-from ccpo.product.policies import (
+from ccpo.evaluation.rows import (
     TrainedRow,
     TrainingCache,
     available_policies,
     resolve_policies,
 )
-from ccpo.product.report import rich_table, saving_line, training_curves, write_results
+from ccpo.learning.baselines import Policy, Splits
+from ccpo.learning.config import TrainConfig
+from ccpo.learning.methods import variant_name
+from ccpo.report.tables import rich_table, saving_line, training_curves, write_results
 from ccpo.traces.episodes import Episodes
 
 

@@ -12,10 +12,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from ccpo.cli.config import settings_options
+from ccpo.cli.options import EXIT_FAILED, EXIT_OK, PricesOpt, quiet_http_logs
 from ccpo.llm.collect import CollectSummary, collect
 from ccpo.llm.config import CollectConfig, PolicyLLMSpec, build_config
-from ccpo.product.cli_config import settings_options
-from ccpo.product.cli_options import EXIT_FAILED, EXIT_OK, PricesOpt, quiet_http_logs
 from ccpo.traces.labels import GOLD, against_text
 
 _err = Console(stderr=True)

@@ -17,10 +17,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ccpo.cli.config import settings_options
+from ccpo.cli.options import EXIT_FAILED, PricesOpt, count, quiet_http_logs, warn
 from ccpo.errors import CCPOError
 from ccpo.llm import tracing
-from ccpo.product.cli_config import settings_options
-from ccpo.product.cli_options import EXIT_FAILED, PricesOpt, count, quiet_http_logs, warn
 from ccpo.runtime.config import DeployConfig, ServerConfig, load_deploy_config
 from ccpo.traces.io import written_whole
 
@@ -250,8 +250,8 @@ def register(app: typer.Typer) -> None:
         cost), and check each answer set against the policy's replay: answers, rounds, models
         paid and cost. Exit 0 when all are equal, 1 otherwise (each difference listed). Needs
         the serve extra."""
+        from ccpo.evaluation.dry_run import dry_run
         from ccpo.llm.config import read_config_file
-        from ccpo.product.dry_run import dry_run
 
         values = read_config_file(config) if config else {}
         if prices:

@@ -1,0 +1,5 @@
+"""The ``ccpo`` command line."""
+
+from ccpo.cli.main import app, main, run
+
+__all__ = ["app", "main", "run"]

@@ -1,0 +1,1 @@
+"""Result files, tables and reports."""
