@@ -64,7 +64,8 @@ def evaluate(
         used_prices,
     )
     from ccpo.evaluation.rows import TrainingCache, resolve_policies
-    from ccpo.report.tables import rich_table, saving_line, write_results
+    from ccpo.report.results import write_results
+    from ccpo.report.tables import rich_table, saving_line
 
     check_alpha(alpha)
     ep, table = load_episodes(traces, prices or [])

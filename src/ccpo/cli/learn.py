@@ -117,7 +117,8 @@ def train_cmd(
     )  # fmt: skip
     ep, price_table = load_episodes(traces, prices or [])
     from ccpo.learning.policy import TrainedPolicy
-    from ccpo.report.tables import staged_folder, training_curves
+    from ccpo.report.plots import training_curves
+    from ccpo.report.results import staged_folder
 
     ep, sp, sizes = train_splits(ep, seed)
     short = calibration_shortfall(alpha, sizes["calibration"])
@@ -305,7 +306,7 @@ def _train_stopping(
     split (auto: choose by cross-fitted validation calibrated cost), split-conformal κ̂ on the
     calibration split, write the policy folder and summary.json (with auto's choice)."""
     from ccpo.learning.stopping import fit_method
-    from ccpo.report.tables import staged_folder
+    from ccpo.report.results import staged_folder
 
     t0 = time.perf_counter()
     with console.status(f"fitting {method} on {count(sizes['train'], 'question')} …"):
@@ -338,7 +339,7 @@ def _train_single(
     (:mod:`ccpo.learning.single`), write the policy folder and summary.json. Refuses with the
     reachable α when no threshold is certified."""
     from ccpo.learning.single import fit_single_method
-    from ccpo.report.tables import staged_folder
+    from ccpo.report.results import staged_folder
     from ccpo.traces.episodes import single_rollout
     from ccpo.traces.labels import against_text
 

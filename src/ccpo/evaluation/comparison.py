@@ -32,7 +32,9 @@ from ccpo.evaluation.rows import (
 from ccpo.learning.baselines import Policy, Splits
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.methods import variant_name
-from ccpo.report.tables import rich_table, saving_line, training_curves, write_results
+from ccpo.report.plots import training_curves
+from ccpo.report.results import write_results
+from ccpo.report.tables import rich_table, saving_line
 from ccpo.traces.episodes import Episodes
 
 
