@@ -172,7 +172,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "ccpo.product.cli",
+                "ccpo",
                 "serve",
                 "--policy",
                 str(policy),

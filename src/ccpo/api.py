@@ -1,7 +1,7 @@
 """The Python API, in MAPIE's spirit: explicit phases ``fit`` → ``calibrate`` → ``predict_set``,
 each refusing to run out of order with a message that says what to call first.
 
->>> from ccpo.api import ConformalPolicy          # doctest: +SKIP
+>>> from ccpo import ConformalPolicy                      # doctest: +SKIP
 >>> pol = ConformalPolicy(alpha=0.1).fit("train.jsonl")   # doctest: +SKIP
 >>> pol.calibrate("calibration.jsonl")                    # doctest: +SKIP
 >>> sets = pol.predict_set("new_traces.jsonl")            # doctest: +SKIP

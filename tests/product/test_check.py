@@ -18,7 +18,7 @@ from ccpo.testing.shift import subject_shift
 
 def _ccpo(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", *args], capture_output=True, text=True,
+        [sys.executable, "-m", "ccpo", *args], capture_output=True, text=True,
         timeout=300,
     )  # fmt: skip
 

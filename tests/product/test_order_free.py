@@ -33,7 +33,7 @@ def _shuffled(src: Path, dst: Path, seed: int) -> Path:
 
 def _train(traces: Path, out: Path, *extra: str) -> dict:
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "train", "--traces", str(traces),
+        [sys.executable, "-m", "ccpo", "train", "--traces", str(traces),
          "--alpha", "0.1", "--out", str(out), *extra],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

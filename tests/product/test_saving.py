@@ -73,7 +73,7 @@ def test_evaluate_label_free_says_agreement(tmp_path):
     shutil.copy(MMLU.removesuffix(".jsonl.gz") + ".prices.json", tmp_path / "free.prices.json")
     out = tmp_path / "ev"
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "evaluate", "--traces", str(path),
+        [sys.executable, "-m", "ccpo", "evaluate", "--traces", str(path),
          "--policy", f"depth-k,always-{model},cstop-single,oracle", "--alpha", "0.1",
          "--splits", "10", "--out", str(out)],
         capture_output=True, text=True, timeout=300,

@@ -30,7 +30,7 @@ def test_online_kappa_holds_coverage_over_the_second_half_of_a_shifted_stream(tm
     650-feedback window."""
     easy, hard = subject_shift(tmp_path)
     subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "train", "--traces", str(easy),
+        [sys.executable, "-m", "ccpo", "train", "--traces", str(easy),
          "--method", "cstop", "--alpha", "0.1", "--seed", "0", "--out", str(tmp_path / "p")],
         check=True, capture_output=True,
     )  # fmt: skip
