@@ -65,7 +65,7 @@ def evaluate(
     )
     from ccpo.evaluation.rows import TrainingCache, resolve_policies
     from ccpo.report.results import write_results
-    from ccpo.report.tables import rich_table, saving_line
+    from ccpo.report.tables import print_results
 
     check_alpha(alpha)
     ep, table = load_episodes(traces, prices or [])
@@ -90,19 +90,7 @@ def evaluate(
         against=ep.labels,
         prices=used_prices(ep, table),
     )
-    console.print(
-        rich_table(
-            rows,
-            f"{traces.name}: α = {alpha:g}, {splits} splits, "
-            f"train/cal/test = {'/'.join(map(str, sizes))}",
-            alpha,
-            sizes[2],
-            ep.labels,
-        )
-    )
-    saving = saving_line(rows, alpha, ep.labels)
-    if saving:
-        console.print(f"saving: {saving}")
+    print_results(console, rows, traces.name, alpha, splits, sizes, ep.labels)
     console.print(f"wrote {', '.join(str(p) for p in files.values())}")
 
 

@@ -34,7 +34,7 @@ from ccpo.learning.config import TrainConfig
 from ccpo.learning.methods import variant_name
 from ccpo.report.plots import training_curves
 from ccpo.report.results import write_results
-from ccpo.report.tables import rich_table, saving_line
+from ccpo.report.tables import print_results
 from ccpo.traces.episodes import Episodes
 
 
@@ -168,18 +168,6 @@ def run_compare(
     if logs:
         files["curves"] = training_curves(logs, alpha, out / "training_curves.png")
     seconds = time.perf_counter() - t0
-    console.print(
-        rich_table(
-            rows,
-            f"{title}: α = {alpha:g}, {splits} splits, train/cal/test = "
-            f"{'/'.join(map(str, sizes))}",
-            alpha,
-            sizes[2],
-            ep.labels,
-        )
-    )
-    saving = saving_line(rows, alpha, ep.labels)
-    if saving:
-        console.print(f"saving: {saving}")
+    print_results(console, rows, title, alpha, splits, sizes, ep.labels)
     console.print(f"compare took {seconds:.1f} s; wrote {out}/results.json and plots")
     return CompareOutput(rows, files, seconds)

@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -217,6 +218,25 @@ def render_rich(t: TableData) -> Table:
             cells.append(f"[bold]{text}[/bold]" if b else text)
         out.add_row(*cells)
     return out
+
+
+def print_results(
+    console: Console,
+    rows: Sequence[ResultRow],
+    title: str,
+    alpha: float,
+    splits: int,
+    sizes: Sequence[int],
+    labels: str = GOLD,
+) -> None:
+    """The results on the terminal: the table (:func:`rich_table`) of ``splits`` evaluation
+    splits of train/cal/test ``sizes``, and the saving line under it."""
+    sizes_text = "/".join(map(str, sizes))
+    head = f"{title}: α = {alpha:g}, {splits} splits, train/cal/test = {sizes_text}"
+    console.print(rich_table(rows, head, alpha, sizes[2], labels))
+    saving = saving_line(rows, alpha, labels)
+    if saving:
+        console.print(f"saving: {saving}")
 
 
 def rich_table(
