@@ -78,8 +78,8 @@ def _root(
         os.environ[MAX_LINE_BYTES_ENV] = str(parse_bytes(max_line_bytes, "--max-line-bytes"))
 
 
-for group in (traces, evaluate, collect, deploy, learn):
-    group.register(app)
+for _group in (traces, evaluate, collect, deploy, learn):
+    _group.register(app)
 
 
 def _click_error_types() -> tuple[type[Exception], type[Exception]]:
