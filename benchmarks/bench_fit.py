@@ -15,9 +15,9 @@ import statistics
 
 from _timing import timed
 
+from ccpo.evaluation.harness import load_episodes, make_splits, split_sizes
+from ccpo.evaluation.reproduce import bundled_sets
 from ccpo.policies.registry import AUTO_CANDIDATES, fit_auto, stopping_fitter
-from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
-from ccpo.product.reproduce import bundled_sets
 
 REPLAY = tuple(c for c in AUTO_CANDIDATES if c != "ccpo")  # auto's replay-trained candidates
 

@@ -22,13 +22,13 @@ import itertools
 import numpy as np
 from _sweep import ALPHAS, sweep_parser
 
+from ccpo.evaluation.harness import load_episodes, make_splits, split_sizes
+from ccpo.evaluation.reproduce import resolve_data
+from ccpo.evaluation.rows import conformal_metrics
 from ccpo.learning.baselines import oracle_metrics
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.policies.cstop import membership_scores
 from ccpo.policies.registry import fit_method
-from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
-from ccpo.product.policies import conformal_metrics
-from ccpo.product.reproduce import resolve_data
 from ccpo.traces.episodes import conformal_rollout, covering_scores
 
 GRID = (0.03, 0.1, 0.3, 1.0)

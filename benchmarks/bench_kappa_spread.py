@@ -4,7 +4,7 @@ each κ̂ on questions `train` never saw.
 
 Per bundled set and seed s (0..19): a held-out set H of n // 7 questions is set aside by a
 seeded hash of the ids (seed 1000 + s); `train`'s procedure runs on the rest (n' questions):
-the order-free training split (:func:`ccpo.product.evaluate.id_splits`, seed s), the method
+the order-free training split (:func:`ccpo.evaluation.harness.id_splits`, seed s), the method
 fitted on it, then κ̂ split-conformal on
 
 - **before**: the paper's calibration size (``split_sizes(n')[1]``, a random part of the pool:
@@ -23,10 +23,10 @@ import argparse
 
 import numpy as np
 
+from ccpo.evaluation.harness import id_order, id_splits, load_episodes, split_sizes
+from ccpo.evaluation.reproduce import bundled_sets
 from ccpo.learning.replay import calibrate_kappa
 from ccpo.policies.registry import fit_method
-from ccpo.product.evaluate import id_order, id_splits, load_episodes, split_sizes
-from ccpo.product.reproduce import bundled_sets
 from ccpo.traces.episodes import conformal_rollout
 
 

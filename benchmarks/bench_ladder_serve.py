@@ -32,22 +32,22 @@ import httpx
 import numpy as np
 import yaml
 
+from ccpo.api import ConformalPolicy
 from ccpo.llm.prompts import cot_messages
-from ccpo.product.api import ConformalPolicy
 from ccpo.testing import free_port, wait_for_http
 from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.io import read_traces
 
 
 def cli(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "ccpo.product.cli", *args], check=True,
+    subprocess.run([sys.executable, "-m", "ccpo", *args], check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
 
 
 def start(*args: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ccpo.product.cli", *args, "--port", str(port),
+        [sys.executable, "-m", "ccpo", *args, "--port", str(port),
          "--log-level", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -29,10 +29,9 @@ from pathlib import Path
 import numpy as np
 from _sweep import ALPHAS, sweep_parser
 
-from ccpo.learning.baselines import oracle_metrics
-from ccpo.learning.config import TrainConfig
-from ccpo.product.evaluate import load_episodes, make_splits, row_from_metrics, split_sizes
-from ccpo.product.policies import (
+from ccpo.evaluation.harness import load_episodes, make_splits, row_from_metrics, split_sizes
+from ccpo.evaluation.reproduce import resolve_data
+from ccpo.evaluation.rows import (
     ScoreRow,
     TrainedRow,
     TrainingCache,
@@ -40,7 +39,8 @@ from ccpo.product.policies import (
     make_policy,
     training_pool,
 )
-from ccpo.product.reproduce import resolve_data
+from ccpo.learning.baselines import oracle_metrics
+from ccpo.learning.config import TrainConfig
 
 
 def _override(cfg: TrainConfig, pairs: list[str]) -> TrainConfig:

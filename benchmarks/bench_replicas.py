@@ -54,7 +54,7 @@ class Replica:
 
     def start(self) -> Replica:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(self.policy),
+            [sys.executable, "-m", "ccpo", "serve", "--policy", str(self.policy),
              "--config", str(self.config), "--port", str(self.port), "--state", self.state,
              "--replica", self.name, "--log-level", "error", *self.flags],
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

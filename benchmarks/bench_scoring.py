@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
+from ccpo.evaluation.harness import make_splits, row_from_metrics
 from ccpo.learning.conformal import split_conformal_threshold
-from ccpo.product.evaluate import make_splits, row_from_metrics
 from ccpo.traces.episodes import build_episodes, conformal_rollout, covering_scores
 from ccpo.traces.prices import load_prices
 from ccpo.traces.sim import SimConfig, generate

@@ -173,7 +173,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "ccpo.product.cli",
+                "ccpo",
                 "serve",
                 "--policy",
                 str(policy),

@@ -46,8 +46,8 @@ import numpy as np
 import yaml
 from bench_ladder_serve import cli, start
 
+from ccpo.evaluation.harness import sidecar_prices
 from ccpo.policies.registry import load_policy
-from ccpo.product.evaluate import sidecar_prices
 from ccpo.runtime.config import ServerConfig
 from ccpo.runtime.feedback import Counters, apply_feedback, online_kappa
 from ccpo.testing.shift import subject_shift
@@ -232,7 +232,7 @@ def main() -> None:
 
 def _halves(traces, seed: int):
     """The questions split in two by a seeded hash of their id (order-free)."""
-    from ccpo.product.evaluate import id_order
+    from ccpo.evaluation.harness import id_order
 
     order = id_order([t.id for t in traces], seed)
     return np.sort(order[: len(order) // 2]), np.sort(order[len(order) // 2 :])

@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 from _sweep import sweep_parser
 
-from ccpo.product.evaluate import make_splits, prices_for, row_from_metrics, split_sizes
-from ccpo.product.policies import make_policy
-from ccpo.product.reproduce import resolve_data
+from ccpo.evaluation.harness import make_splits, prices_for, row_from_metrics, split_sizes
+from ccpo.evaluation.reproduce import resolve_data
+from ccpo.evaluation.rows import make_policy
 from ccpo.testing.relabel import relabel_against_strongest
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.io import read_traces

@@ -61,7 +61,7 @@ def plain(service, log_level="info"):
     return c
 server.uvicorn_config = plain
 sys.argv = ["ccpo", *sys.argv[1:]]
-runpy.run_module("ccpo.product.cli", run_name="__main__")
+runpy.run_module("ccpo", run_name="__main__")
 """
 
 

@@ -16,11 +16,11 @@ import time
 
 import numpy as np
 
+from ccpo.evaluation.harness import load_episodes, make_splits, split_sizes
+from ccpo.evaluation.reproduce import bundled_sets
 from ccpo.learning.trees import compile_hgb
 from ccpo.policies.classifier import stop_features
 from ccpo.policies.registry import stopping_fitter
-from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
-from ccpo.product.reproduce import bundled_sets
 
 
 def main() -> None:

@@ -17,7 +17,15 @@ import ccpo
 
 PACKAGE = Path(ccpo.__file__).parent
 INNER = ("ccpo.traces", "ccpo.learning", "ccpo.policies")
-OUTER = ("ccpo.llm", "ccpo.product", "ccpo.runtime")
+OUTER = (
+    "ccpo.llm",
+    "ccpo.product",
+    "ccpo.runtime",
+    "ccpo.cli",
+    "ccpo.evaluation",
+    "ccpo.report",
+    "ccpo.api",
+)
 #: a policy (and what it is made of) loads and decides without the trainer; the registry
 #: imports it only inside the fitter of auto's CCPO candidate
 ARTIFACT = (

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ccpo.errors import CCPOError
+from ccpo.evaluation.harness import make_splits
 from ccpo.learning.baselines import (
     LLMPolicy,
     OraclePolicy,
@@ -16,7 +17,6 @@ from ccpo.learning.baselines import (
     uala_actions,
 )
 from ccpo.learning.conformal import split_conformal_threshold
-from ccpo.product.evaluate import make_splits
 from ccpo.traces.episodes import BASE, GUIDE, NEXT, conformal_rollout, covering_scores
 from tests.conftest import random_probs
 

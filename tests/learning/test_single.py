@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
+from ccpo.api import ConformalPolicy
+from ccpo.evaluation.harness import make_splits, prices_for
 from ccpo.policies.registry import fit_single_method
 from ccpo.policies.single import (
     RUN_ALL,
@@ -24,8 +26,6 @@ from ccpo.policies.single import (
     ltt_threshold,
     reachable_alpha,
 )
-from ccpo.product.api import ConformalPolicy
-from ccpo.product.evaluate import make_splits, prices_for
 from ccpo.runtime.decision import decide
 from ccpo.testing.relabel import relabel_against_strongest
 from ccpo.traces.episodes import build_episodes, conformal_rollout, single_rollout
@@ -130,7 +130,7 @@ def test_unreachable_alpha_is_refused_with_the_reachable_one():
 def test_train_single_refuses_through_the_cli(tmp_path):
     out = tmp_path / "p"
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "train", "--traces", HOTPOT, "--alpha",
+        [sys.executable, "-m", "ccpo", "train", "--traces", HOTPOT, "--alpha",
          "0.1", "--answer", "single", "--method", "depth-k", "--out", str(out)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -138,7 +138,7 @@ def test_train_single_refuses_through_the_cli(tmp_path):
     line = r.stderr.strip().splitlines()[-1]
     assert "cannot be certified" in line and "--answer set" in line
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "train", "--traces", HOTPOT, "--answer",
+        [sys.executable, "-m", "ccpo", "train", "--traces", HOTPOT, "--answer",
          "single", "--method", "ccpo", "--out", str(out)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -157,7 +157,7 @@ def trained_free(mmlu_free, tmp_path_factory):
     shutil.copy(MMLU.removesuffix(".jsonl.gz") + ".prices.json", d / "free.prices.json")
     out = d / "pol"
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "train", "--traces", str(path), "--alpha",
+        [sys.executable, "-m", "ccpo", "train", "--traces", str(path), "--alpha",
          "0.1", "--answer", "single", "--out", str(out)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -175,7 +175,7 @@ def test_train_single_records_answer_and_against(trained_free):
     path = trained_free[0]
     ev = out.parent / "ev"
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "evaluate", "--traces", str(path),
+        [sys.executable, "-m", "ccpo", "evaluate", "--traces", str(path),
          "--policy", str(out), "--alpha", "0.1", "--splits", "5", "--out", str(ev)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -209,7 +209,7 @@ def test_decide_returns_the_replayed_single_answer(mmlu_free):
 def test_dry_run_live_equals_replay_for_a_single_answer_policy(trained_free):
     """The live agent (real HTTP to the replay endpoint) returns exactly the replayed answer,
     rounds and cost for a single-answer policy trained by `ccpo train --answer single`."""
-    from ccpo.product.dry_run import dry_run
+    from ccpo.evaluation.dry_run import dry_run
 
     path, folder, _ = trained_free
     rep = dry_run(folder, path, n=30, concurrency=4)
@@ -242,7 +242,7 @@ def test_serve_refuses_online_kappa_for_a_single_answer_policy(trained_free, tmp
     conf = tmp_path / "c.yaml"
     conf.write_text('endpoints:\n  "*": {url: http://127.0.0.1:9/v1}\n')
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(folder),
+        [sys.executable, "-m", "ccpo", "serve", "--policy", str(folder),
          "--config", str(conf), "--adapt-kappa", "--port", "0"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from ccpo.errors import CCPOError
+from ccpo.evaluation.harness import load_episodes, make_splits, split_sizes
+from ccpo.evaluation.reproduce import bundled_sets
 from ccpo.learning.config import StopConfig
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.replay import calibrated_cost
@@ -24,8 +26,6 @@ from ccpo.policies.registry import (
     stopping_fitter,
 )
 from ccpo.policies.rules import depth_schedule
-from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
-from ccpo.product.reproduce import bundled_sets
 from ccpo.traces.episodes import conformal_rollout, conformal_sets, covering_scores
 
 

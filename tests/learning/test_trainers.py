@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import torch
 
+from ccpo.api import ConformalPolicy
 from ccpo.errors import CCPOError, PhaseError
+from ccpo.evaluation.harness import make_splits
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.training import train
 from ccpo.learning.training.update import target_log_probs
 from ccpo.policies.rl import TrainedPolicy
-from ccpo.product.api import ConformalPolicy
-from ccpo.product.evaluate import make_splits
 from ccpo.traces.episodes import allowed_actions, build_episodes, conformal_rollout, covering_scores
 from ccpo.traces.prices import load_prices
 from ccpo.traces.sim import SimConfig, generate
@@ -236,7 +236,7 @@ def test_set_size_shrinks_as_lambda_grows(big_sim, splits):
     (the price of an answer, in mean-round costs) grows. One seed's run is one draw of the
     initial weights, so the claim is on the mean over seeds 0–2, and λ = 4 must beat λ = 0 on
     every seed (keep_best scores checkpoints by cost + λ c̄ · size, the objective trained)."""
-    from ccpo.product.policies import conformal_metrics
+    from ccpo.evaluation.rows import conformal_metrics
 
     ep = big_sim[1]
     lams = (0.0, 0.25, 4.0)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ccpo.evaluation.harness import load_episodes, make_splits, split_sizes
+from ccpo.evaluation.reproduce import bundled_sets
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.trees import compile_hgb
 from ccpo.policies.classifier import fixable_probability, stop_features
 from ccpo.policies.registry import stopping_fitter
-from ccpo.product.evaluate import load_episodes, make_splits, split_sizes
-from ccpo.product.reproduce import bundled_sets
 from ccpo.traces.episodes import covering_scores
 
 

@@ -16,11 +16,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from ccpo.cli.collect import register
 from ccpo.errors import CCPOError, UnknownModelPriceError
 from ccpo.llm.collect import collect, collect_async
 from ccpo.llm.config import build_config
 from ccpo.llm.run import select_questions
-from ccpo.product.cli_collect import register
 from ccpo.traces.io import iter_traces, read_traces
 
 from .conftest import make_world

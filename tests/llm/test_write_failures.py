@@ -30,7 +30,7 @@ def ccpo(*args: str, max_file_bytes: int | None = None) -> subprocess.CompletedP
             resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
 
     return subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", *args],
+        [sys.executable, "-m", "ccpo", *args],
         env=ENV, capture_output=True, text=True, timeout=120, preexec_fn=limit,
     )  # fmt: skip
 

@@ -12,13 +12,13 @@ import sys
 import numpy as np
 import pytest
 
-from ccpo.product.api import ConformalPolicy
+from ccpo.api import ConformalPolicy
 from ccpo.testing.shift import subject_shift
 
 
 def _ccpo(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", *args], capture_output=True, text=True,
+        [sys.executable, "-m", "ccpo", *args], capture_output=True, text=True,
         timeout=300,
     )  # fmt: skip
 

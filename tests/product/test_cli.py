@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ccpo.product.cli import main
+from ccpo.cli import main
 
 
 def test_evaluate_writes_table_and_files(tmp_path, sim_file, capsys):
@@ -155,7 +155,7 @@ def test_debug_shows_traceback(tmp_path):
         [
             sys.executable,
             "-m",
-            "ccpo.product.cli",
+            "ccpo",
             "--debug",
             "traces",
             "validate",
@@ -169,7 +169,7 @@ def test_debug_shows_traceback(tmp_path):
         [
             sys.executable,
             "-m",
-            "ccpo.product.cli",
+            "ccpo",
             "traces",
             "validate",
             str(tmp_path / "nope.jsonl"),

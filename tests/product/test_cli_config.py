@@ -8,9 +8,9 @@ import json
 import subprocess
 import sys
 
+from ccpo.cli import main
+from ccpo.cli.config import config_help
 from ccpo.learning.config import StopConfig, TrainConfig
-from ccpo.product.cli import main
-from ccpo.product.cli_config import config_help
 
 
 def test_help_is_read_from_the_comments_beside_the_fields():
@@ -23,7 +23,7 @@ def test_help_is_read_from_the_comments_beside_the_fields():
 
 def test_every_config_field_is_a_train_option():
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "train", "--help"],
+        [sys.executable, "-m", "ccpo", "train", "--help"],
         capture_output=True, text=True, timeout=60, env={"COLUMNS": "200", "PATH": ""},
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -56,7 +56,7 @@ def test_a_value_the_config_refuses_names_the_option(sim_file, tmp_path, capsys)
 
 def _help(*command: str) -> str:
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", *command, "--help"],
+        [sys.executable, "-m", "ccpo", *command, "--help"],
         capture_output=True, text=True, timeout=60, env={"COLUMNS": "250", "PATH": ""},
     )  # fmt: skip
     assert r.returncode == 0, r.stderr

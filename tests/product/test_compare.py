@@ -8,8 +8,8 @@ import json
 import pytest
 from rich.console import Console
 
-from ccpo.product.comparison import run_compare, start_training
-from ccpo.product.policies import training_pool
+from ccpo.evaluation.comparison import run_compare, start_training
+from ccpo.evaluation.rows import training_pool
 
 
 def test_parallel_training_gives_the_same_rows(sim_file, tmp_path):

@@ -15,7 +15,7 @@ import openai
 import pytest
 import yaml
 
-from ccpo.product.api import ConformalPolicy
+from ccpo.api import ConformalPolicy
 from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.io import read_traces
 

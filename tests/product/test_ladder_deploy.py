@@ -18,8 +18,8 @@ import openai
 import pytest
 import yaml
 
-from ccpo.product.api import ConformalPolicy
-from ccpo.product.reproduce import bundled_sets
+from ccpo.api import ConformalPolicy
+from ccpo.evaluation.reproduce import bundled_sets
 from ccpo.testing import free_port, wait_for_http
 from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.io import read_traces
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     res = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", *args],
+        [sys.executable, "-m", "ccpo", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -42,7 +42,7 @@ def _start(what: str, *args: str) -> tuple[subprocess.Popen, str]:
     """A ccpo server command on a free port of 127.0.0.1, once its /healthz answers."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ccpo.product.cli", what, *args, "--port", str(port),
+        [sys.executable, "-m", "ccpo", what, *args, "--port", str(port),
          "--log-level", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -196,7 +196,7 @@ def test_a_deployment_missing_a_model_or_another_task_is_refused_before_it_start
     cfg = tmp_path / "partial.yaml"
     some = {m: {"url": "http://127.0.0.1:9/v1"} for m in ("tiny-m", "small-m", "big-m")}
     cfg.write_text(yaml.safe_dump({"endpoints": some}))
-    args = [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(imported["auto"]),
+    args = [sys.executable, "-m", "ccpo", "serve", "--policy", str(imported["auto"]),
             "--config", str(cfg), "--port", str(free_port())]  # fmt: skip
     res = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
@@ -234,7 +234,7 @@ def test_dry_run_checks_a_policy_against_its_own_logs(imported, tmp_path):
     meta["provenance"]["ladder"]["rounds"][1]["base"]["prompt"] = "another"
     (broken / "policy.json").write_text(json.dumps(meta))
     bad = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "dry-run", "--policy", str(broken),
+        [sys.executable, "-m", "ccpo", "dry-run", "--policy", str(broken),
          *args[3:], "--config", str(cfg)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ccpo.product.evaluate import id_order, id_splits, load_episodes, split_sizes
+from ccpo.evaluation.harness import id_order, id_splits, load_episodes, split_sizes
 from ccpo.traces.io import read_traces
 
 BUNDLED = Path(__file__).parents[2] / "src/ccpo/data/traces/mmlu-public.jsonl.gz"
@@ -33,7 +33,7 @@ def _shuffled(src: Path, dst: Path, seed: int) -> Path:
 
 def _train(traces: Path, out: Path, *extra: str) -> dict:
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "train", "--traces", str(traces),
+        [sys.executable, "-m", "ccpo", "train", "--traces", str(traces),
          "--alpha", "0.1", "--out", str(out), *extra],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -108,8 +108,8 @@ def test_the_python_api_fits_the_same_policy_in_any_order(sim_file, method):
     """``ConformalPolicy.fit`` on the same questions in two orders: the same π on every
     question (bit for bit) and, after calibrating on the same held-out questions, the same
     κ̂ and calibration scores."""
+    from ccpo.api import ConformalPolicy
     from ccpo.learning.config import TrainConfig
-    from ccpo.product.api import ConformalPolicy
 
     traces = read_traces(sim_file)
     train, held = traces[:200], traces[200:]

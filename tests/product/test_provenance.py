@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import yaml
 
-from ccpo.product.cli import main
-from ccpo.product.evaluate import file_sha256, full_set_rate
+from ccpo.cli import main
+from ccpo.evaluation.harness import file_sha256, full_set_rate
 from ccpo.traces.io import write_traces
 from ccpo.traces.sim import SimConfig, generate
 from tests.llm.conftest import make_world

@@ -10,20 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from ccpo.product.cli import main
-from ccpo.product.reproduce import (
-    Group,
-    Section,
-    bundled_sets,
-    frontier_points,
-    headline,
-    kappa_notes,
-    ratio_lines,
-    resolve_data,
-    seed_ratio_lines,
-    seed_summary,
-    spread_line,
-)
+from ccpo.cli import main
+from ccpo.evaluation.reproduce import bundled_sets, resolve_data
+from ccpo.evaluation.seeds import Group, Section, ratio_lines, seed_ratio_lines, seed_summary
+from ccpo.report.plots import frontier_points
+from ccpo.report.reproduce import headline, kappa_notes, spread_line
 
 ROW = re.compile(r"^\| (?:\*\*)?(\S+?)(?: ★\*\*)? \| (.+) \|$", re.M)
 

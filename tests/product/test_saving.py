@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from ccpo.product.evaluate import ResultRow, prices_for
-from ccpo.product.report import (
+from ccpo.evaluation.harness import ResultRow, prices_for
+from ccpo.report.tables import (
     beyond_noise,
     coverage_header,
     coverage_se,
@@ -73,7 +73,7 @@ def test_evaluate_label_free_says_agreement(tmp_path):
     shutil.copy(MMLU.removesuffix(".jsonl.gz") + ".prices.json", tmp_path / "free.prices.json")
     out = tmp_path / "ev"
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "evaluate", "--traces", str(path),
+        [sys.executable, "-m", "ccpo", "evaluate", "--traces", str(path),
          "--policy", f"depth-k,always-{model},cstop-single,oracle", "--alpha", "0.1",
          "--splits", "10", "--out", str(out)],
         capture_output=True, text=True, timeout=300,
@@ -90,7 +90,7 @@ def test_evaluate_label_free_says_agreement(tmp_path):
 
 
 def test_refusal_notes_name_single_rows_without_a_certified_threshold():
-    from ccpo.product.report import refusal_notes
+    from ccpo.report.tables import refusal_notes
 
     rows = [
         ResultRow("auto-single", 1.0, 0.87, 4.0, 1.0, kind="single", extra={"refused_share": 0.45}),

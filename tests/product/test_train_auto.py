@@ -11,15 +11,15 @@ import sys
 import numpy as np
 import pytest
 
-from ccpo.product.api import ConformalPolicy
-from ccpo.product.cli import main
+from ccpo.api import ConformalPolicy
+from ccpo.cli import main
 from ccpo.traces.io import read_traces
 
 
 def test_train_auto_records_the_choice_and_evaluates(sim_file, tmp_path, capsys):
     out = tmp_path / "auto"
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "train", "--traces", str(sim_file),
+        [sys.executable, "-m", "ccpo", "train", "--traces", str(sim_file),
          "--alpha", "0.2", "--auto-ccpo-steps", "100", "--out", str(out)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

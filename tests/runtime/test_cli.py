@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from ccpo.product.cli import main
+from ccpo.cli import main
 from ccpo.testing import free_port, wait_for_http
 
 from .conftest import deploy_values, state_at
@@ -31,7 +31,7 @@ def _start_serve(policy, cfg, port: int, *flags: str, env=ENV):
     """``ccpo serve`` through the real entry point on 127.0.0.1:``port``; returns the process
     and its URL once /healthz answers (the process is killed if it never does)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(policy),
+        [sys.executable, "-m", "ccpo", "serve", "--policy", str(policy),
          "--config", str(cfg), "--port", str(port), *flags, "--log-level", "warning"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -53,7 +53,7 @@ def test_ask_json_matches_serve(world, any_policy_dir, prices_path, tmp_path):
     try:
         api = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=30).json()
         out = subprocess.run(
-            [sys.executable, "-m", "ccpo.product.cli", "ask", Q, "--policy", str(any_policy_dir),
+            [sys.executable, "-m", "ccpo", "ask", Q, "--policy", str(any_policy_dir),
              "--config", str(cfg), "--json"],
             env=ENV, capture_output=True, text=True, timeout=60, check=True,
         ).stdout  # fmt: skip
@@ -90,7 +90,7 @@ def test_ask_errors_are_one_line(world, policy_dir, prices_path, tmp_path, capsy
 def test_serve_without_the_extra_names_it(tmp_path):
     code = (
         "import sys; sys.modules['fastapi'] = None; sys.modules['uvicorn'] = None\n"
-        "from ccpo.product.cli import main\n"
+        "from ccpo.cli import main\n"
         f"sys.exit(main(['serve', '--policy', {str(tmp_path)!r}]))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True)
@@ -117,7 +117,7 @@ def test_serve_takes_the_key_flags_of_ask(policy_dir, prices_path, tmp_path):
             _, err = proc.communicate(timeout=20)
     assert "the-upstream-key" not in err
     help_text = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "serve", "--help"],
+        [sys.executable, "-m", "ccpo", "serve", "--help"],
         env=ENV, capture_output=True, text=True, timeout=60,
     ).stdout  # fmt: skip
     for flag in ("--base-key-env", "--guide-key-env", "--kappa", "/v1/chat/completions"):

@@ -238,7 +238,7 @@ def test_a_kill_mid_call_never_forgets_the_money(world, policy_dir, prices_path,
         cfg.write_text(yaml.safe_dump(deploy_values(slow, prices_path, timeout=60.0)))
         port = free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(policy_dir),
+            [sys.executable, "-m", "ccpo", "serve", "--policy", str(policy_dir),
              "--config", str(cfg), "--port", str(port), "--state", state,
              "--log-level", "warning"],
             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -12,8 +12,8 @@ import sys
 
 import numpy as np
 
+from ccpo.evaluation.harness import sidecar_prices
 from ccpo.policies.registry import load_policy
-from ccpo.product.evaluate import sidecar_prices
 from ccpo.runtime.config import ServerConfig
 from ccpo.runtime.feedback import Counters, apply_feedback, online_kappa
 from ccpo.testing.shift import subject_shift
@@ -30,7 +30,7 @@ def test_online_kappa_holds_coverage_over_the_second_half_of_a_shifted_stream(tm
     650-feedback window."""
     easy, hard = subject_shift(tmp_path)
     subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "train", "--traces", str(easy),
+        [sys.executable, "-m", "ccpo", "train", "--traces", str(easy),
          "--method", "cstop", "--alpha", "0.1", "--seed", "0", "--out", str(tmp_path / "p")],
         check=True, capture_output=True,
     )  # fmt: skip

@@ -52,7 +52,7 @@ def test_replay_server_refuses_malformed_requests_in_json(tmp_path):
     write_traces(path, traces)
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ccpo.product.cli", "replay-server", "--traces", str(path),
+        [sys.executable, "-m", "ccpo", "replay-server", "--traces", str(path),
          "--port", str(port), "--max-body-bytes", "65536"],
         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -273,7 +273,7 @@ def test_ask_takes_endpoints_on_the_command_line(form, world, policy_dir, prices
     )
     asked = world.n_requests
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "ask", Q, "--policy", str(policy_dir),
+        [sys.executable, "-m", "ccpo", "ask", Q, "--policy", str(policy_dir),
          "--config", str(cfg), "--endpoints", value, "--json"],
         env=ENV, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -253,7 +253,7 @@ def test_ccpo_serve_under_a_low_ulimit_survives_more_slow_clients_than_files(
 
     with open(log, "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(policy_dir),
+            [sys.executable, "-m", "ccpo", "serve", "--policy", str(policy_dir),
              "--config", str(cfg), "--port", str(port), "--state", str(tmp_path / "s.db"),
              "--log-level", "warning"],
             env=ENV, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=low_ulimit,

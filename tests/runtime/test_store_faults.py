@@ -206,7 +206,7 @@ def _serve(tmp_path: Path, world, prices: Path, policy: Path, state: str, **serv
     cfg.write_text(yaml.safe_dump(values))
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(policy),
+        [sys.executable, "-m", "ccpo", "serve", "--policy", str(policy),
          "--config", str(cfg), "--port", str(port), "--state", state, "--log-level", "warning"],
         env={**os.environ, "PYTHONPATH": ENV_ROOT}, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True,

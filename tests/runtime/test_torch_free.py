@@ -84,7 +84,7 @@ def test_serve_answers_without_the_train_and_otel_extras(
 
 def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", *args],
+        [sys.executable, "-m", "ccpo", *args],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 

@@ -12,7 +12,7 @@ import sys
 import httpx
 import pytest
 
-from ccpo.product.cli import main
+from ccpo.cli import main
 from ccpo.testing import free_port, wait_for_http
 from ccpo.testing.otlp_receiver import OTLPReceiver, span_tree
 from ccpo.traces.io import read_traces
@@ -162,7 +162,7 @@ def test_unset_endpoint_exports_nothing_and_imports_no_sdk(
 
 def _serve_fails(env: dict, policy_dir, tmp_path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "serve", "--policy", str(policy_dir),
+        [sys.executable, "-m", "ccpo", "serve", "--policy", str(policy_dir),
          "--port", str(free_port()), "--state", str(tmp_path / "s.sqlite")],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -229,7 +229,7 @@ def test_a_reused_step_has_no_span_and_its_round_says_so(tmp_path):
         assert main(args) == 0
     port = free_port()
     replay = subprocess.Popen(
-        [sys.executable, "-m", "ccpo.product.cli", "replay-server", "--traces", str(traces),
+        [sys.executable, "-m", "ccpo", "replay-server", "--traces", str(traces),
          "--port", str(port), "--log-level", "warning"],
         env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -307,7 +307,7 @@ def test_ask_exports_the_question_trace_too(world, policy_dir, prices_path, tmp_
     with OTLPReceiver() as rx:
         before = world.n_requests
         out = subprocess.run(
-            [sys.executable, "-m", "ccpo.product.cli", "ask", Q, "--policy", str(policy_dir),
+            [sys.executable, "-m", "ccpo", "ask", Q, "--policy", str(policy_dir),
              "--config", str(cfg), "--json"],
             env=_otel_env(rx, OTEL_BSP_SCHEDULE_DELAY="60000"),  # only the exit flush sends
             capture_output=True, text=True, timeout=60,

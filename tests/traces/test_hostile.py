@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ccpo.product.cli import main
+from ccpo.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "COLUMNS": "300", "PYTHONPATH": str(ROOT)}
@@ -127,7 +127,7 @@ def test_evaluate_refuses_through_the_console_script(kind, sim_traces, tmp_path)
     f = _write(tmp_path / "bad.jsonl", rows)
     out = tmp_path / "ev"
     r = subprocess.run(
-        [sys.executable, "-m", "ccpo.product.cli", "evaluate", "--traces", str(f), "--out",
+        [sys.executable, "-m", "ccpo", "evaluate", "--traces", str(f), "--out",
          str(out), "--splits", "2", "--policy", "base"],
         env=ENV, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from ccpo.cli import main
 from ccpo.errors import CCPOError, UnknownModelPriceError
-from ccpo.product.cli import main
-from ccpo.product.evaluate import load_episodes
+from ccpo.evaluation.harness import load_episodes
 from ccpo.traces.importer import REQUIRED_COLUMNS, import_table
 from ccpo.traces.io import read_traces
 from ccpo.traces.prices import load_prices

@@ -182,7 +182,7 @@ def test_mmlu_public_joins_mmlu_and_carries_signal() -> None:
 def test_mmlu_public_works_with_the_harness() -> None:
     """``ccpo compare``'s split sizes and episodes build from the set with its sidecar prices;
     the base role is free and the guide is paid, so every round costs more than nothing."""
-    from ccpo.product.evaluate import load_episodes, split_sizes
+    from ccpo.evaluation.harness import load_episodes, split_sizes
 
     ep, _ = load_episodes(TRACES_DIR / "mmlu-public.jsonl.gz")
     assert (ep.n, ep.horizon) == (570, 4)

@@ -1,6 +1,8 @@
 """``ccpo collect`` and ``ccpo collect-exit``: traces from real OpenAI-compatible endpoints.
 
-Wire into the main CLI with ``cli_collect.register(app)``.
+The options come from :class:`ccpo.llm.config.CollectConfig` (:func:`ccpo.cli.config.
+settings_options`); the run itself is :func:`ccpo.llm.collect.collect`. Exit 0 when every
+question is in the output, 1 when some failed or the budget stopped the run.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from ccpo.cli.config import settings_options
+from ccpo.cli.options import EXIT_FAILED, EXIT_OK, PricesOpt, quiet_http_logs
 from ccpo.llm.collect import CollectSummary, collect
 from ccpo.llm.config import CollectConfig, PolicyLLMSpec, build_config
-from ccpo.product.cli_config import settings_options
-from ccpo.product.cli_options import EXIT_FAILED, EXIT_OK, PricesOpt, quiet_http_logs
 from ccpo.traces.labels import GOLD, against_text
 
 _err = Console(stderr=True)
@@ -25,6 +27,11 @@ _COMMON_HELP = (
     "override it. The output is append-only and resumable: rerun the same command to finish. "
     "Calls are cached in SQLite (default ~/.cache/ccpo/responses.sqlite), so reruns never pay "
     "twice."
+)
+COLLECT_HELP = "Collect base/guide traces (paper §3). " + _COMMON_HELP
+COLLECT_EXIT_HELP = (
+    "Collect LLM-EXIT traces: one model answers each round and decides [EXIT]/[CONTINUE]. "
+    + _COMMON_HELP
 )
 
 
@@ -96,44 +103,36 @@ _GUIDE = ("guide_model", "guide_url", "guide_key_env", "coverage")
 _LABELS = ("reference",)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``collect`` and ``collect-exit`` commands to ``app``."""
+@settings_options(CollectConfig, ("task", "data", *_BASE, *_GUIDE, *_LABELS, *_RUN))
+def collect_cmd(
+    policy_llm: str = typer.Option(None, help="also record LLM-as-policy decisions"),
+    policy_llm_url: str = typer.Option(None, help="endpoint of the policy LLM"),
+    policy_llm_key_env: str = typer.Option(None, help="env var with its API key"),
+    prices: PricesOpt = None,
+    config: ConfigOpt = None,
+    json_summary: JsonOpt = False,
+    quiet: QuietOpt = False,
+    settings: dict | None = None,
+) -> None:
+    cfg = build_config(config, _overrides(settings, prices))
+    if policy_llm:
+        spec = PolicyLLMSpec(model=policy_llm, url=policy_llm_url, key_env=policy_llm_key_env)
+        cfg.policy_llm = [p for p in cfg.policy_llm if p.model != policy_llm] + [spec]
+    _run(cfg, "base-guide", quiet, json_summary)
 
-    @app.command("collect", help="Collect base/guide traces (paper §3). " + _COMMON_HELP)
-    @settings_options(CollectConfig, ("task", "data", *_BASE, *_GUIDE, *_LABELS, *_RUN))
-    def collect_cmd(
-        policy_llm: str = typer.Option(None, help="also record LLM-as-policy decisions"),
-        policy_llm_url: str = typer.Option(None, help="endpoint of the policy LLM"),
-        policy_llm_key_env: str = typer.Option(None, help="env var with its API key"),
-        prices: PricesOpt = None,
-        config: ConfigOpt = None,
-        json_summary: JsonOpt = False,
-        quiet: QuietOpt = False,
-        settings: dict | None = None,
-    ) -> None:
-        cfg = build_config(config, _overrides(settings, prices))
-        if policy_llm:
-            spec = PolicyLLMSpec(model=policy_llm, url=policy_llm_url, key_env=policy_llm_key_env)
-            cfg.policy_llm = [p for p in cfg.policy_llm if p.model != policy_llm] + [spec]
-        _run(cfg, "base-guide", quiet, json_summary)
 
-    @app.command(
-        "collect-exit",
-        help="Collect LLM-EXIT traces: one model answers each round and decides "
-        "[EXIT]/[CONTINUE]. " + _COMMON_HELP,
-    )
-    @settings_options(
-        CollectConfig, ("task", "data", *_BASE, "stop_at_exit", *_LABELS, *_RUN), EXIT_FLAGS
-    )
-    def collect_exit_cmd(
-        prices: PricesOpt = None,
-        config: ConfigOpt = None,
-        json_summary: JsonOpt = False,
-        quiet: QuietOpt = False,
-        settings: dict | None = None,
-    ) -> None:
-        cfg = build_config(config, _overrides(settings, prices), EXIT_FLAGS)
-        _run(cfg, "llm-exit", quiet, json_summary)
+@settings_options(
+    CollectConfig, ("task", "data", *_BASE, "stop_at_exit", *_LABELS, *_RUN), EXIT_FLAGS
+)
+def collect_exit_cmd(
+    prices: PricesOpt = None,
+    config: ConfigOpt = None,
+    json_summary: JsonOpt = False,
+    quiet: QuietOpt = False,
+    settings: dict | None = None,
+) -> None:
+    cfg = build_config(config, _overrides(settings, prices), EXIT_FLAGS)
+    _run(cfg, "llm-exit", quiet, json_summary)
 
 
 def _overrides(settings: dict | None, prices: list[Path] | None) -> dict:
@@ -146,3 +145,9 @@ def _run(cfg: CollectConfig, kind: str, quiet: bool, json_summary: bool) -> None
     s = collect(cfg, kind, progress=not quiet)
     _print_summary(s, json_summary)
     raise typer.Exit(exit_code(s))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``collect`` and ``collect-exit`` to ``app``."""
+    app.command("collect", help=COLLECT_HELP)(collect_cmd)
+    app.command("collect-exit", help=COLLECT_EXIT_HELP)(collect_exit_cmd)

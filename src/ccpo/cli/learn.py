@@ -11,12 +11,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ccpo.errors import CCPOError
-from ccpo.learning.config import TrainConfig
-from ccpo.learning.methods import method_help, method_names, resolve_method, variant_name
-from ccpo.learning.stopping import StopConfig
-from ccpo.product.cli_config import build_config, config_options
-from ccpo.product.cli_options import (
+from ccpo.cli.config import build_config, config_options
+from ccpo.cli.options import (
     AlphaOpt,
     ForceOpt,
     PricesOpt,
@@ -25,6 +21,10 @@ from ccpo.product.cli_options import (
     require_training,
     warn,
 )
+from ccpo.errors import CCPOError
+from ccpo.learning.config import TrainConfig
+from ccpo.learning.methods import method_help, method_names, resolve_method, variant_name
+from ccpo.learning.stopping import StopConfig
 
 console = Console()
 
@@ -51,174 +51,170 @@ def _step_info(entry: dict[str, float]) -> str:
     )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("train")
-    @config_options(
-        (TrainConfig, ("method", "alpha", "seed"), "Training: ccpo and the cpo family"),
-        (StopConfig, _STOP_FIXED, "Fitting: cstop, cstop-lr (auto's candidates too)"),
+@config_options(
+    (TrainConfig, ("method", "alpha", "seed"), "Training: ccpo and the cpo family"),
+    (StopConfig, _STOP_FIXED, "Fitting: cstop, cstop-lr (auto's candidates too)"),
+)
+def train_cmd(
+    traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
+    out: Annotated[Path, typer.Option("--out", help="Output policy folder.")],
+    method: Annotated[str, typer.Option(help=method_help())] = "auto",
+    alpha: AlphaOpt = 0.1,
+    seed: Annotated[int, typer.Option(help="Seed of the split and of training.")] = 0,
+    answer: Annotated[
+        str,
+        typer.Option(
+            help="set: return an answer set covering a correct answer w.p. ≥ 1 − α (the "
+            "paper's policies); single: return exactly one answer, correct w.p. ≥ 1 − α on "
+            "solvable questions (methods auto, cstop, cstop-lr, depth-k; calibrated by "
+            "Learn-then-Test, guarantee with probability ≥ 1 − δ)."
+        ),
+    ] = "set",
+    delta: Annotated[
+        float,
+        typer.Option(
+            help="--answer single: the guarantee holds w.p. ≥ 1 − δ over the calibration questions."
+        ),
+    ] = 0.1,
+    prices: PricesOpt = None,
+    force: ForceOpt = False,
+    config: dict | None = None,
+) -> None:
+    """Train a policy on the training split and calibrate κ on every other question.
+
+    The training questions are chosen by a seeded hash of the question ids (the same
+    questions in any line order give the same policy), as many as `compare` trains on.
+
+    Writes a policy folder (weights, κ, featurizer spec, config, prices, provenance: task,
+    trace file sha256, models, T, α; training log, training curves) that `ccpo evaluate
+    --policy DIR`, `ccpo ask`, `ccpo serve` and the Python API load. Refuses to replace an
+    existing policy folder without --force; warns when the calibrated policy is degenerate
+    (C(o) holds every action at every round).
+    """
+    from ccpo.evaluation.harness import (
+        calibration_shortfall,
+        check_alpha,
+        load_episodes,
+        trace_provenance,
     )
-    def train_cmd(
-        traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
-        out: Annotated[Path, typer.Option("--out", help="Output policy folder.")],
-        method: Annotated[str, typer.Option(help=method_help())] = "auto",
-        alpha: AlphaOpt = 0.1,
-        seed: Annotated[int, typer.Option(help="Seed of the split and of training.")] = 0,
-        answer: Annotated[
-            str,
-            typer.Option(
-                help="set: return an answer set covering a correct answer w.p. ≥ 1 − α (the "
-                "paper's policies); single: return exactly one answer, correct w.p. ≥ 1 − α on "
-                "solvable questions (methods auto, cstop, cstop-lr, depth-k; calibrated by "
-                "Learn-then-Test, guarantee with probability ≥ 1 − δ)."
-            ),
-        ] = "set",
-        delta: Annotated[
-            float,
-            typer.Option(
-                help="--answer single: the guarantee holds w.p. ≥ 1 − δ over the "
-                "calibration questions."
-            ),
-        ] = 0.1,
-        prices: PricesOpt = None,
-        force: ForceOpt = False,
-        config: dict | None = None,
-    ) -> None:
-        """Train a policy on the training split and calibrate κ on every other question.
 
-        The training questions are chosen by a seeded hash of the question ids (the same
-        questions in any line order give the same policy), as many as `compare` trains on.
+    check_alpha(alpha)
+    found = resolve_method(method)
+    if found is None:
+        raise CCPOError(f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'")
+    check_answer(answer, method, delta)
+    settings = config or {}
+    spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
+    if spec.kind != "score":
+        require_training(f"ccpo train --method {method}")
+    check_out_folder(out, "policy.json", force)
+    stop_settings = settings.get(StopConfig, {})
+    build_config(StopConfig, stop_settings)  # a bad value is refused before any work
+    cfg = build_config(
+        TrainConfig,
+        {**settings[TrainConfig], "method": spec.trainer or "ccpo", "alpha": alpha,
+         "seed": seed, "lam": lam},
+    )  # fmt: skip
+    ep, price_table = load_episodes(traces, prices or [])
+    from ccpo.learning.policy import TrainedPolicy
+    from ccpo.report.plots import training_curves
+    from ccpo.report.results import staged_folder
 
-        Writes a policy folder (weights, κ, featurizer spec, config, prices, provenance: task,
-        trace file sha256, models, T, α; training log, training curves) that `ccpo evaluate
-        --policy DIR`, `ccpo ask`, `ccpo serve` and the Python API load. Refuses to replace an
-        existing policy folder without --force; warns when the calibrated policy is degenerate
-        (C(o) holds every action at every round).
-        """
-        from ccpo.product.evaluate import (
-            calibration_shortfall,
-            check_alpha,
-            load_episodes,
-            trace_provenance,
-        )
-
-        check_alpha(alpha)
-        found = resolve_method(method)
-        if found is None:
-            raise CCPOError(
-                f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'"
-            )
-        check_answer(answer, method, delta)
-        settings = config or {}
-        spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
-        if spec.kind != "score":
-            require_training(f"ccpo train --method {method}")
-        check_out_folder(out, "policy.json", force)
-        stop_settings = settings.get(StopConfig, {})
-        build_config(StopConfig, stop_settings)  # a bad value is refused before any work
-        cfg = build_config(
-            TrainConfig,
-            {**settings[TrainConfig], "method": spec.trainer or "ccpo", "alpha": alpha,
-             "seed": seed, "lam": lam},
+    ep, sp, sizes = train_splits(ep, seed)
+    short = calibration_shortfall(alpha, sizes["calibration"])
+    if short is not None and spec.scoring == "batch":  # κ̂ by split conformal
+        warn(short)
+    provenance = {**trace_provenance(traces), "alpha": alpha}
+    if answer == "single":
+        _train_single(
+            method, ep, sp, sizes, alpha, seed, delta, price_table, out, provenance,
+            stop_settings,
         )  # fmt: skip
-        ep, price_table = load_episodes(traces, prices or [])
-        from ccpo.learning.policy import TrainedPolicy
-        from ccpo.product.report import staged_folder, training_curves
-
-        ep, sp, sizes = train_splits(ep, seed)
-        short = calibration_shortfall(alpha, sizes["calibration"])
-        if short is not None and spec.scoring == "batch":  # κ̂ by split conformal
-            warn(short)
-        provenance = {**trace_provenance(traces), "alpha": alpha}
-        if answer == "single":
-            _train_single(
-                method, ep, sp, sizes, alpha, seed, delta, price_table, out, provenance,
-                stop_settings,
-            )  # fmt: skip
-            return
-        if spec.kind == "score":
-            _train_stopping(
-                method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings
-            )
-            return
-        from ccpo.learning.trainers import train  # torch: only for CCPO / CPO, once data is read
-
-        steps = cfg.steps
-        variant = variant_name(spec.name, lam)
-        t0 = time.perf_counter()
-        with _progress() as prog:
-            task = prog.add_task(f"train {variant}", total=steps, info="")
-            res = train(
-                ep,
-                sp.train,
-                cfg,
-                lambda step, e: prog.update(task, completed=step, info=_step_info(e)),
-            )
-        seconds = time.perf_counter() - t0
-        pol = TrainedPolicy.from_result(res, variant, price_table.to_price_file())
-        summary, full = _calibrate(pol, ep, sp.cal[0], alpha, provenance, sizes)
-        summary = {"variant": variant, "seconds": round(seconds, 2),
-                   "kappa_online": pol.kappa_online, **summary}  # fmt: skip
-        with staged_folder(out) as tmp:  # all files or none (a full disk)
-            pol.save(tmp)
-            training_curves({variant: res.log}, alpha, tmp / "training_curves.png")
-            (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        console.print(
-            f"trained [bold]{variant}[/bold] in {seconds:.1f} s on "
-            f"{count(sizes['train'], 'question')}; κ = {pol.kappa:.4g} "
-            f"(online {pol.kappa_online:.4g}); "
-            f"calibration coverage {summary['calibration_coverage']:.3f} on "
-            f"{count(sizes['calibration'], 'question')}"
+        return
+    if spec.kind == "score":
+        _train_stopping(
+            method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings
         )
-        if not pol.greedy:
-            warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
-        console.print(f"wrote policy folder {out}")
+        return
+    from ccpo.learning.training import train  # torch: only for CCPO / CPO, once data is read
 
-    @app.command("compare")
-    @config_options(
-        (TrainConfig, ("method", "alpha", "seed", "lam"), "Training: ccpo and the cpo family")
+    steps = cfg.steps
+    variant = variant_name(spec.name, lam)
+    t0 = time.perf_counter()
+    with _progress() as prog:
+        task = prog.add_task(f"train {variant}", total=steps, info="")
+        res = train(
+            ep,
+            sp.train,
+            cfg,
+            lambda step, e: prog.update(task, completed=step, info=_step_info(e)),
+        )
+    seconds = time.perf_counter() - t0
+    pol = TrainedPolicy.from_result(res, variant, price_table.to_price_file())
+    summary, full = _calibrate(pol, ep, sp.cal[0], alpha, provenance, sizes)
+    summary = {"variant": variant, "seconds": round(seconds, 2),
+               "kappa_online": pol.kappa_online, **summary}  # fmt: skip
+    with staged_folder(out) as tmp:  # all files or none (a full disk)
+        pol.save(tmp)
+        training_curves({variant: res.log}, alpha, tmp / "training_curves.png")
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    console.print(
+        f"trained [bold]{variant}[/bold] in {seconds:.1f} s on "
+        f"{count(sizes['train'], 'question')}; κ = {pol.kappa:.4g} "
+        f"(online {pol.kappa_online:.4g}); "
+        f"calibration coverage {summary['calibration_coverage']:.3f} on "
+        f"{count(sizes['calibration'], 'question')}"
     )
-    def compare_cmd(
-        traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
-        out: Annotated[Path, typer.Option("--out", help="Output folder.")],
-        alpha: AlphaOpt = 0.1,
-        splits: Annotated[int, typer.Option(help="Random evaluation splits.", min=1)] = 100,
-        seed: Annotated[int, typer.Option(help="Seed of the splits and of training.")] = 0,
-        lam: Annotated[
-            list[float] | None,
-            typer.Option(metavar="λ", help="Extra CCPO rows with λ > 0 (repeatable)."),
-        ] = None,
-        prices: PricesOpt = None,
-        workers: Annotated[
-            int | None,
-            typer.Option(help="Processes training policies at once [CPU cores + 1].", min=1),
-        ] = None,
-        config: dict | None = None,
-    ) -> None:
-        """Train and evaluate every method and baseline the traces allow, on the same splits.
+    if pol.scoring != "point":
+        warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
+    console.print(f"wrote policy folder {out}")
 
-        Writes results.json (all rows), results.md/.csv, box plots of coverage and cost, and
-        training curves.
-        """
-        require_training("ccpo compare")
-        from ccpo.product.comparison import run_compare
 
-        check_out_folder(out)
-        settings = dict((config or {})[TrainConfig])
-        build_config(TrainConfig, settings)  # a bad combination is refused before any work
-        run_compare(
-            traces,
-            out,
-            alpha=alpha,
-            splits=splits,
-            steps=settings.pop("steps"),
-            seed=seed,
-            lams=[0.5] if lam is None else lam,
-            eps=settings.pop("eps"),
-            prices=prices or [],
-            console=console,
-            workers=workers,
-            settings=settings,
-        )
+@config_options(
+    (TrainConfig, ("method", "alpha", "seed", "lam"), "Training: ccpo and the cpo family")
+)
+def compare_cmd(
+    traces: Annotated[Path, typer.Option("--traces", help="Trace file (.jsonl[.gz]).")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")],
+    alpha: AlphaOpt = 0.1,
+    splits: Annotated[int, typer.Option(help="Random evaluation splits.", min=1)] = 100,
+    seed: Annotated[int, typer.Option(help="Seed of the splits and of training.")] = 0,
+    lam: Annotated[
+        list[float] | None,
+        typer.Option(metavar="λ", help="Extra CCPO rows with λ > 0 (repeatable)."),
+    ] = None,
+    prices: PricesOpt = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Processes training policies at once [CPU cores + 1].", min=1),
+    ] = None,
+    config: dict | None = None,
+) -> None:
+    """Train and evaluate every method and baseline the traces allow, on the same splits.
+
+    Writes results.json (all rows), results.md/.csv, box plots of coverage and cost, and
+    training curves.
+    """
+    require_training("ccpo compare")
+    from ccpo.evaluation.comparison import run_compare
+
+    check_out_folder(out)
+    settings = dict((config or {})[TrainConfig])
+    build_config(TrainConfig, settings)  # a bad combination is refused before any work
+    run_compare(
+        traces,
+        out,
+        alpha=alpha,
+        splits=splits,
+        steps=settings.pop("steps"),
+        seed=seed,
+        lams=[0.5] if lam is None else lam,
+        eps=settings.pop("eps"),
+        prices=prices or [],
+        console=console,
+        workers=workers,
+        settings=settings,
+    )
 
 
 def check_answer(answer: str, method: str, delta: float) -> None:
@@ -237,12 +233,12 @@ def check_answer(answer: str, method: str, delta: float) -> None:
 
 
 def train_splits(ep, seed: int):
-    """``train``'s split: the training questions of the harness (:func:`ccpo.product.evaluate.
-    split_sizes`, chosen by :func:`~ccpo.product.evaluate.id_splits`: order-free), and κ̂
+    """``train``'s split: the training questions of the harness (:func:`ccpo.evaluation.harness.
+    split_sizes`, chosen by :func:`~ccpo.evaluation.harness.id_splits`: order-free), and κ̂
     calibrated on **every** other question (the paper's 1000/200/200 protocol, with a test
     split, stays in ``compare`` / ``reproduce``). Returns the reordered episodes, the splits
     and the sizes ``{"train", "calibration"}`` that summary.json records."""
-    from ccpo.product.evaluate import id_splits, split_sizes
+    from ccpo.evaluation.harness import id_splits, split_sizes
 
     n_train = split_sizes(ep.n)[0]
     ep, sp = id_splits(ep, (n_train, ep.n - n_train, 0), 1, seed)
@@ -252,9 +248,9 @@ def train_splits(ep, seed: int):
 def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None:
     """Warn when C(o) holds every action at every round on ≥ :data:`DEGENERATE` of the
     ``n_cal`` calibration questions (``full``, from
-    :func:`ccpo.product.evaluate.full_set_rate`); the remedy is more data when they are too
-    few for α (:func:`ccpo.product.evaluate.calibration_shortfall`, said before training)."""
-    from ccpo.product.evaluate import calibration_shortfall
+    :func:`ccpo.evaluation.harness.full_set_rate`); the remedy is more data when they are too
+    few for α (:func:`ccpo.evaluation.harness.calibration_shortfall`, said before training)."""
+    from ccpo.evaluation.harness import calibration_shortfall
 
     if full >= DEGENERATE:
         remedy = (
@@ -272,8 +268,8 @@ def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None
 def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     """Split-conformal κ̂ on the calibration questions (batch scoring) and the provenance, set
     on ``pol``; returns the calibration figures for summary.json and the full-set rate."""
+    from ccpo.evaluation.harness import full_set_rate
     from ccpo.learning.replay import calibrate_policy
-    from ccpo.product.evaluate import full_set_rate
     from ccpo.traces.episodes import conformal_rollout
 
     probs = pol.probs(ep.obs)
@@ -310,7 +306,7 @@ def _train_stopping(
     split (auto: choose by cross-fitted validation calibrated cost), split-conformal κ̂ on the
     calibration split, write the policy folder and summary.json (with auto's choice)."""
     from ccpo.learning.stopping import fit_method
-    from ccpo.product.report import staged_folder
+    from ccpo.report.results import staged_folder
 
     t0 = time.perf_counter()
     with console.status(f"fitting {method} on {count(sizes['train'], 'question')} …"):
@@ -343,7 +339,7 @@ def _train_single(
     (:mod:`ccpo.learning.single`), write the policy folder and summary.json. Refuses with the
     reachable α when no threshold is certified."""
     from ccpo.learning.single import fit_single_method
-    from ccpo.product.report import staged_folder
+    from ccpo.report.results import staged_folder
     from ccpo.traces.episodes import single_rollout
     from ccpo.traces.labels import against_text
 
@@ -379,3 +375,9 @@ def _train_single(
         f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
     )
     console.print(f"wrote policy folder {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``train`` and ``compare`` to ``app``."""
+    app.command("train")(train_cmd)
+    app.command("compare")(compare_cmd)

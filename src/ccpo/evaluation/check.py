@@ -156,8 +156,8 @@ def run_check(
     """Load the policy folder and the trace file (priced with the bundled table, the policy's
     own prices, the file's sidecar prices, then ``price_files``), refuse another task or
     number of rounds, and check. Returns the report and the provenance warnings."""
+    from ccpo.evaluation.harness import sidecar_prices, trace_provenance
     from ccpo.learning.policy import check_provenance, load_policy
-    from ccpo.product.evaluate import sidecar_prices, trace_provenance
     from ccpo.traces.episodes import build_episodes
     from ccpo.traces.io import read_traces
     from ccpo.traces.labels import against_text

@@ -14,10 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ccpo.learning.baselines import Policy, Splits
-from ccpo.learning.config import TrainConfig
-from ccpo.learning.methods import variant_name
-from ccpo.product.evaluate import (
+from ccpo.evaluation.harness import (
     ResultRow,
     check_alpha,
     evaluate_policies,
@@ -26,13 +23,18 @@ from ccpo.product.evaluate import (
     split_sizes,
     used_prices,
 )
-from ccpo.product.policies import (
+from ccpo.evaluation.rows import (
     TrainedRow,
     TrainingCache,
     available_policies,
     resolve_policies,
 )
-from ccpo.product.report import rich_table, saving_line, training_curves, write_results
+from ccpo.learning.baselines import Policy, Splits
+from ccpo.learning.config import TrainConfig
+from ccpo.learning.methods import variant_name
+from ccpo.report.plots import training_curves
+from ccpo.report.results import write_results
+from ccpo.report.tables import print_results
 from ccpo.traces.episodes import Episodes
 
 
@@ -166,18 +168,6 @@ def run_compare(
     if logs:
         files["curves"] = training_curves(logs, alpha, out / "training_curves.png")
     seconds = time.perf_counter() - t0
-    console.print(
-        rich_table(
-            rows,
-            f"{title}: α = {alpha:g}, {splits} splits, train/cal/test = "
-            f"{'/'.join(map(str, sizes))}",
-            alpha,
-            sizes[2],
-            ep.labels,
-        )
-    )
-    saving = saving_line(rows, alpha, ep.labels)
-    if saving:
-        console.print(f"saving: {saving}")
+    print_results(console, rows, title, alpha, splits, sizes, ep.labels)
     console.print(f"compare took {seconds:.1f} s; wrote {out}/results.json and plots")
     return CompareOutput(rows, files, seconds)

@@ -1,4 +1,14 @@
-"""Options and exit codes shared by several ``ccpo`` commands."""
+"""What the ``ccpo`` commands share: exit codes, options, checks, and the help layout.
+
+- exit codes :data:`EXIT_OK` (0), :data:`EXIT_FAILED` (1: partial or failed) and
+  :data:`EXIT_USAGE` (2: usage or input error);
+- options several commands take: ``--prices`` (:data:`PricesOpt`), ``--alpha``
+  (:data:`AlphaOpt`), ``--force`` (:data:`ForceOpt`);
+- checks before any work is done: :func:`check_out_folder`, :func:`require_training`;
+- :func:`warn` and :func:`count` for the one-line messages;
+- :class:`CCPOTyper`: a typer app whose commands list their options in panels
+  (:class:`PanelCommand`), its root group in :data:`COMMAND_ORDER` (:class:`OrderedGroup`).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +20,60 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup
 
 from ccpo.errors import CCPOError, require_extra
+
+#: the order ``ccpo --help`` lists the commands in: the main job first, the synthetic
+#: generator last (a command not named here comes before ``sim``)
+COMMAND_ORDER = (
+    "reproduce", "train", "compare", "evaluate", "check", "ask", "serve", "dry-run",
+    "replay-server", "collect", "collect-exit", "traces", "prices", "sim",
+)  # fmt: skip
+
+
+class PanelCommand(TyperCommand):
+    """A command whose plain help lists its options in panels: the command's own options
+    first ("Options"), then one section per ``rich_help_panel`` (the research knobs of a
+    config, say) in the order they first appear. Typer draws panels only in its rich help,
+    which ccpo does not use (``rich_markup_mode=None``)."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        args: list[tuple[str, str]] = []
+        panels: dict[str | None, list[tuple[str, str]]] = {None: []}
+        for param in self.get_params(ctx):
+            rec = param.get_help_record(ctx)
+            if rec is None:
+                continue
+            if param.param_type_name == "argument":
+                args.append(rec)
+            else:
+                panels.setdefault(getattr(param, "rich_help_panel", None), []).append(rec)
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        for title, recs in panels.items():
+            if recs:
+                with formatter.section(title or "Options"):
+                    formatter.write_dl(recs)
+
+
+class OrderedGroup(TyperGroup):
+    """A command group listing its commands in :data:`COMMAND_ORDER`."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        rank = {n: i for i, n in enumerate(COMMAND_ORDER)}
+        last = rank["sim"]
+        return sorted(names, key=lambda n: (rank.get(n, last - 0.5), names.index(n)))
+
+
+class CCPOTyper(typer.Typer):
+    """``typer.Typer`` whose commands are :class:`PanelCommand` unless told otherwise."""
+
+    def command(self, name: str | None = None, *, cls: Any = None, **kw: Any) -> Any:
+        return super().command(name, cls=cls or PanelCommand, **kw)
+
 
 EXIT_OK = 0
 """The command did everything it was asked."""

@@ -1,36 +1,28 @@
-"""Result files and plots: ``results.json`` (contract), ``results.md``, ``results.csv``, box plots.
+"""The paper-style results table, one model drawn three ways (Markdown, HTML, terminal).
 
-``results.json`` follows DESIGN.md ("Results file"): ``{"schema": "ccpo.results/v1", "traces",
-"alpha", "splits", "seed", "rows": [...]}``; each row has the paper's columns plus per-split lists.
+:func:`results_table` turns result rows into a :class:`TableData`: cost per test split with
+its ratio to the oracle floor and to always calling the strongest model, coverage against the
+target 1 − α, misses beyond noise flagged (:func:`beyond_noise`: more than :data:`NOISE_SE`
+standard errors under; a smaller shortfall is "within noise"), the cheapest row at the target
+marked (:func:`cheapest_at_target`). :func:`render_markdown`, :func:`render_html` and
+:func:`render_rich` draw any :class:`TableData` the same way; :func:`saving_line` says the
+saving in words and :func:`refusal_notes` the single-answer rows Learn-then-Test refused.
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import errno
 import html
-import json
 import math
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ccpo import __version__
-from ccpo.errors import import_extra
-from ccpo.product.evaluate import ResultRow
+from ccpo.evaluation.harness import ResultRow
 from ccpo.traces.labels import GOLD, against_text, reference_model
 
-RESULTS_SCHEMA = "ccpo.results/v1"
-COLUMNS = ("Policy", "Cost (cents)", "Coverage", "Avg. Len.", "Set Size")
-"""Columns of ``results.csv`` (a machine-readable file: fixed names, no units in them)."""
 MISS = "✗"
 """Marks a coverage under the target 1 − α in the Markdown tables (red in HTML and terminal)."""
 
@@ -228,24 +220,23 @@ def render_rich(t: TableData) -> Table:
     return out
 
 
-def results_document(rows: Sequence[ResultRow], **meta: Any) -> dict[str, Any]:
-    """The ``results.json`` object."""
-    return {
-        "schema": RESULTS_SCHEMA,
-        **meta,
-        "ccpo_version": __version__,
-        "rows": [r.to_json() for r in rows],
-    }
-
-
-def markdown_table(
+def print_results(
+    console: Console,
     rows: Sequence[ResultRow],
-    title: str | None = None,
-    alpha: float | None = None,
-    n_test: int | None = None,
+    title: str,
+    alpha: float,
+    splits: int,
+    sizes: Sequence[int],
     labels: str = GOLD,
-) -> str:
-    return render_markdown(results_table(rows, title or "", alpha, n_test, labels))
+) -> None:
+    """The results on the terminal: the table (:func:`rich_table`) of ``splits`` evaluation
+    splits of train/cal/test ``sizes``, and the saving line under it."""
+    sizes_text = "/".join(map(str, sizes))
+    head = f"{title}: α = {alpha:g}, {splits} splits, train/cal/test = {sizes_text}"
+    console.print(rich_table(rows, head, alpha, sizes[2], labels))
+    saving = saving_line(rows, alpha, labels)
+    if saving:
+        console.print(f"saving: {saving}")
 
 
 def rich_table(
@@ -257,161 +248,3 @@ def rich_table(
 ) -> Table:
     """The paper-style table for the terminal; coverage under 1 − α beyond noise in red."""
     return render_rich(results_table(rows, title or "", alpha, n_test, labels))
-
-
-def pyplot() -> Any:
-    """``matplotlib.pyplot`` on the file-only Agg backend. matplotlib is the ``train`` extra
-    (plots come with training, comparing and reproducing; serving never draws)."""
-    import_extra("matplotlib", "train", "plotting").use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def box_plots(rows: Sequence[ResultRow], alpha: float, out: Path, title: str = "") -> list[Path]:
-    """Box plots of coverage and cost over the evaluation splits (1−α line on coverage)."""
-    plt = pyplot()
-    out.mkdir(parents=True, exist_ok=True)
-    names = [r.policy for r in rows]
-    paths = []
-    for key, label, fname in (
-        ("coverage_per_split", "Coverage", "box_coverage.png"),
-        ("cost_cents_per_split", "Cost per test split (cents)", "box_cost.png"),
-    ):
-        fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(rows) + 2), 3.6))
-        ax.boxplot([getattr(r, key) for r in rows], showfliers=True)
-        ax.set_xticks(range(1, len(rows) + 1), names, rotation=30, ha="right")
-        ax.set_ylabel(label)
-        if key == "coverage_per_split":
-            ax.axhline(1 - alpha, color="tab:red", ls="--", lw=1, label=f"1−α = {1 - alpha:g}")
-            ax.legend(loc="lower right", fontsize=8)
-        n = len(rows[0].coverage_per_split) if rows else 0
-        ax.set_title(f"{title} {label.lower()} over {n} splits, α = {alpha:g}".strip(), fontsize=10)
-        fig.tight_layout()
-        p = out / fname
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
-    return paths
-
-
-@contextlib.contextmanager
-def staged_folder(out: Path) -> Iterator[Path]:
-    """A fresh hidden sibling folder of ``out`` to write files into; when the block ends
-    without error they move into ``out`` (made if need be; files of the same names replaced),
-    and the sibling goes in every case. A failed write (a full disk) so leaves ``out`` as it
-    was, with no half-made files; it is raised as an :class:`OSError` naming the file in
-    ``out`` (torch reports one as a ``RuntimeError``)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    try:
-        try:
-            yield tmp
-        except OSError as e:
-            where = out / Path(e.filename).name if e.filename else out
-            raise OSError(e.errno, e.strerror or str(e), str(where)) from None
-        except RuntimeError as e:  # torch.save's write failures
-            msg = f"cannot write the files ({str(e).splitlines()[0]})"
-            raise OSError(errno.EIO, msg, str(out)) from None
-        out.mkdir(exist_ok=True)
-        for f in sorted(tmp.iterdir(), key=lambda f: f.name == "policy.json"):  # it last
-            os.replace(f, out / f.name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def write_results(
-    out: Path, rows: Sequence[ResultRow], alpha: float, title: str = "", **meta: Any
-) -> dict[str, Path]:
-    """Write results.json, results.md, results.csv and the two box plots into ``out`` (all or
-    none of them: see :func:`staged_folder`); returns their paths."""
-    out = Path(out)
-    with staged_folder(out) as tmp:
-        files = _write_results(tmp, rows, alpha, title, **meta)
-    return {k: out / p.name for k, p in files.items()}
-
-
-def _write_results(
-    out: Path, rows: Sequence[ResultRow], alpha: float, title: str = "", **meta: Any
-) -> dict[str, Path]:
-    doc = results_document(rows, alpha=alpha, **meta)
-    files = {"json": out / "results.json", "md": out / "results.md", "csv": out / "results.csv"}
-    files["json"].write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    head = f"{title} (α = {alpha:g}, {meta.get('splits', '?')} splits)".strip()
-    n_test = (meta.get("sizes") or {}).get("test")
-    labels = meta.get("against", GOLD)
-    text = markdown_table(rows, head, alpha, n_test, labels)
-    saving = saving_line(rows, alpha, labels)
-    text = (f"**Saving:** {saving}\n\n" if saving else "") + text
-    notes = refusal_notes(rows)
-    text += "".join(f"\n- {n}" for n in notes) + ("\n" if notes else "")
-    files["md"].write_text(text + price_lines(meta.get("prices")), encoding="utf-8")
-    with open(files["csv"], "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(COLUMNS)
-        for r in rows:
-            w.writerow([r.policy, r.cost_cents, r.coverage, r.avg_len, r.set_size])
-    if rows:
-        cov_png, cost_png = box_plots(rows, alpha, out, title)
-        files["box_coverage"], files["box_cost"] = cov_png, cost_png
-    return files
-
-
-def price_lines(prices: dict[str, Any] | None) -> str:
-    """The price table the figures use, one line per model (with its source, which names any
-    stand-in price), as Markdown."""
-    if not prices:
-        return ""
-    lines = ["", "**Prices used** (USD per million input / output tokens):", ""]
-    for m, p in prices.items():
-        src = f" — {p['source']}" if p.get("source") else ""
-        lines.append(f"- {m}: {p['input_usd_per_mtok']:g} / {p['output_usd_per_mtok']:g}{src}")
-    return "\n".join(lines) + "\n"
-
-
-CURVES = (
-    ("train/cost", "cost per question (¢), conformal set"),
-    ("train/coverage", "batch coverage of C"),
-    ("conformal/kappa", "κ (online)"),
-    ("constraint/surrogate_violation", "(1−α) − J̄_C (surrogate violation)"),
-    ("val/coverage", "validation coverage"),
-    ("val/length", "validation avg. length"),
-)
-
-
-def _smooth(y: list[float], k: int) -> list[float]:
-    out, acc = [], 0.0
-    for i, v in enumerate(y):
-        acc += v
-        if i >= k:
-            acc -= y[i - k]
-        out.append(acc / min(i + 1, k))
-    return out
-
-
-def training_curves(logs: dict[str, list[dict[str, float]]], alpha: float, out: Path) -> Path:
-    """Training curves like the paper's appendix figures, one line per trained method."""
-    plt = pyplot()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(2, 3, figsize=(12, 6))
-    for ax, (key, label) in zip(axes.ravel(), CURVES, strict=True):
-        for name, log in logs.items():
-            pts = [(e["step"], e[key]) for e in log if key in e]
-            if not pts:
-                continue
-            xs, ys = zip(*pts, strict=True)
-            k = 1 if key.startswith("val/") else max(1, len(ys) // 50)
-            ax.plot(xs, _smooth(list(ys), k), label=name, lw=1.2)
-        if key in ("train/coverage", "val/coverage"):
-            ax.axhline(1 - alpha, color="tab:red", ls="--", lw=1)
-        if key == "constraint/surrogate_violation":
-            ax.axhline(0, color="gray", ls=":", lw=1)
-        ax.set_title(label, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.tick_params(labelsize=8)
-    axes[0, 0].legend(fontsize=8)
-    fig.suptitle(f"training curves, α = {alpha:g}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out

@@ -5,7 +5,7 @@ by the replay endpoint (:mod:`ccpo.runtime.replay_server`, in this process, on a
 127.0.0.1), every model of the policy's ladder is pointed at it, and the deployed agent
 (:class:`~ccpo.runtime.agent.ConformalAgent`, the code ``ccpo serve`` runs) answers the file's
 questions over real HTTP. Each served answer set is compared with the policy's replay on the
-same question (:meth:`ccpo.product.api.ConformalPolicy.predict_set`): answers, rounds run,
+same question (:meth:`ccpo.api.ConformalPolicy.predict_set`): answers, rounds run,
 models paid and cost must be equal. Zero API cost; any difference is a bug to report.
 """
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ccpo.api import ConformalPolicy
 from ccpo.errors import CCPOError
-from ccpo.product.api import ConformalPolicy
 from ccpo.traces.io import read_traces
 
 
@@ -85,8 +85,8 @@ def check_traces(pol: Any, folder: str | Path, traces_path: str | Path) -> None:
     """The policy's recorded provenance against the trace file, before anything is asked: a
     policy of another task or number of rounds T is refused (one line saying which), other
     differences (another file, other models) warn (:class:`PolicyProvenanceWarning`)."""
+    from ccpo.evaluation.harness import trace_provenance
     from ccpo.learning.policy import check_provenance
-    from ccpo.product.evaluate import trace_provenance
     from ccpo.runtime.agent import PolicyProvenanceWarning
 
     rec = getattr(pol, "provenance", None) or {}

@@ -1,0 +1,247 @@
+"""The Python API, in MAPIE's spirit: explicit phases ``fit`` → ``calibrate`` → ``predict_set``,
+each refusing to run out of order with a message that says what to call first.
+
+>>> from ccpo import ConformalPolicy                      # doctest: +SKIP
+>>> pol = ConformalPolicy(alpha=0.1).fit("train.jsonl")   # doctest: +SKIP
+>>> pol.calibrate("calibration.jsonl")                    # doctest: +SKIP
+>>> sets = pol.predict_set("new_traces.jsonl")            # doctest: +SKIP
+>>> sets[0].answers, sets[0].rounds, sets[0].cost_usd     # doctest: +SKIP
+
+``predict_set`` replays traces (no LLM calls); answering live questions is the runtime's job.
+``ConformalPolicy(method="auto", answer="single")`` learns a policy that returns exactly one
+answer per question (:mod:`ccpo.learning.single`; ``calibrate`` then runs Learn-then-Test and
+``predict_set`` returns one-answer sets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ccpo.errors import CCPOError, PhaseError
+from ccpo.evaluation.harness import check_alpha
+from ccpo.learning.config import TrainConfig
+from ccpo.learning.methods import METHODS, resolve_method, variant_name
+from ccpo.learning.policy import TrainedPolicy, load_policy
+from ccpo.learning.replay import calibrate_policy
+from ccpo.learning.single import DELTA, SINGLE_METHODS, SingleAnswerPolicy, fit_single_method
+from ccpo.learning.stopping import StoppingPolicy, fit_method
+from ccpo.traces.answers import normalizer_for
+from ccpo.traces.episodes import (
+    Episodes,
+    answer_actions,
+    build_episodes,
+    conformal_sets,
+    returned_answers,
+    single_stops,
+)
+from ccpo.traces.io import read_traces
+from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
+from ccpo.traces.schema import Trace
+
+TracesLike = str | Path | Sequence[Trace]
+
+
+@dataclass(frozen=True)
+class PredictedSet:
+    """The answer set the conformal policy returns for one question (by replay)."""
+
+    id: str
+    answers: list[str]  # de-duplicated under the task normaliser, in the order returned
+    rounds: int  # rounds run (the deepest branch)
+    cost_usd: float
+    covered: bool | None  # whether a returned answer is correct (None if unknown)
+
+
+#: what ``ConformalPolicy(method=…)`` takes: every set-valued method (``cpo`` is CPO-batch)
+API_METHODS = [n for n, s in METHODS.items() if s.scoring == "batch" and n != "cpo-batch"]
+API_METHODS.insert(API_METHODS.index("ccpo"), "cpo")
+
+
+class ConformalPolicy:
+    """A conformal policy C(o) = {a : π(a|o) ≥ κ}: train π, calibrate κ̂, predict answer sets.
+
+    Args:
+        method: ``"ccpo"`` (paper Algorithm 1), ``"cpo"`` (CPO π, then split-conformal κ̂:
+            the paper's CPO-batch), ``"cstop"`` / ``"cstop-lr"`` (replay-trained conformal
+            stopping, :mod:`ccpo.learning.stopping`), ``"depth-k"``, or ``"auto"`` (the
+            stopping candidates, the one of least cross-fitted validation calibrated cost).
+        alpha: target miscoverage α; coverage ≥ 1 − α holds in expectation over calibration
+            sets exchangeable with the test questions.
+        config: all training hyperparameters (:class:`TrainConfig`); ``method``/``alpha`` win.
+        prices: a price table (default: the bundled one).
+        answer: ``"set"`` (an answer set covering a correct answer) or ``"single"`` (exactly
+            one answer, correct w.p. ≥ 1 − α on solvable questions, with probability ≥ 1 − δ
+            over calibration; methods ``auto``, ``cstop``, ``cstop-lr``, ``depth-k``).
+        delta: δ of a single-answer policy's Learn-then-Test calibration.
+    """
+
+    def __init__(
+        self,
+        method: str = "ccpo",
+        alpha: float = 0.1,
+        config: TrainConfig | None = None,
+        prices: PriceTable | None = None,
+        answer: str = "set",
+        delta: float = DELTA,
+    ) -> None:
+        check_alpha(alpha)
+        if answer not in ("set", "single"):
+            raise CCPOError(f"answer must be 'set' or 'single', got {answer!r}")
+        if answer == "single" and method not in ("auto", *SINGLE_METHODS):
+            raise CCPOError(
+                f"answer='single' works with method auto, {', '.join(SINGLE_METHODS)}; "
+                f"got '{method}'"
+            )
+        self.answer, self.delta = answer, delta
+        found = resolve_method("cpo-batch" if method == "cpo" else method)
+        if found is None or found[0].scoring != "batch":
+            raise CCPOError(
+                f"method must be one of {', '.join(API_METHODS)} or ccpo-lam<λ>; got '{method}'"
+            )
+        self.method, self.spec = method, found[0]
+        rl = self.spec.trainer or "ccpo"
+        base = config or TrainConfig()
+        self.config = replace(base, method=rl, alpha=alpha, lam=found[1] or base.lam)
+        self.prices = prices or load_prices()
+        self.policy: TrainedPolicy | StoppingPolicy | SingleAnswerPolicy | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def _episodes(self, data: TracesLike | Episodes) -> tuple[Episodes, list[Trace] | None]:
+        if isinstance(data, Episodes):
+            return data, None
+        traces = read_traces(data) if isinstance(data, str | Path) else list(data)
+        return build_episodes(traces, self.prices), traces
+
+    @property
+    def is_fitted(self) -> bool:
+        return self.policy is not None
+
+    @property
+    def is_calibrated(self) -> bool:
+        return self.policy is not None and self.policy.kappa_batch is not None
+
+    # ------------------------------------------------------------------ phases
+    def fit(self, data: TracesLike | Episodes) -> ConformalPolicy:
+        """Train π (and the online κ) on every question of ``data``, in an order set by a
+        seeded hash of the question ids (:func:`ccpo.evaluation.harness.id_order`), so the same
+        questions in any order give the same policy, as ``ccpo train`` does."""
+        from ccpo.evaluation.harness import id_order
+
+        ep, _ = self._episodes(data)
+        ep = ep.subset(id_order(ep.ids, self.config.seed))
+        idx, alpha, seed = np.arange(ep.n), self.config.alpha, self.config.seed
+        if self.answer == "single":
+            self.policy = fit_single_method(self.method, ep, idx, alpha, seed, self.delta)
+        elif self.spec.kind == "score":
+            self.policy, _ = fit_method(self.method, ep, idx, alpha, seed)
+        else:
+            from ccpo.learning.trainers import train  # torch: the train extra
+
+            res = train(ep, idx, self.config)
+            # the API calibrates κ̂ on its calibration data: a CPO π is scored as cpo-batch
+            method = "ccpo" if self.config.method == "ccpo" else "cpo-batch"
+            variant = variant_name(method, self.config.lam)
+            self.policy = TrainedPolicy.from_result(res, variant)
+        self.policy.prices = self.prices.to_price_file()
+        return self
+
+    def calibrate(self, data: TracesLike | Episodes) -> ConformalPolicy:
+        """Split-conformal κ̂ on held-out calibration questions (not the training ones); a
+        single-answer policy: λ̂ by Learn-then-Test (raises when no λ is certified)."""
+        if self.policy is None:
+            raise PhaseError("calibrate() needs a trained policy: call fit(traces) first")
+        ep, _ = self._episodes(data)
+        if isinstance(self.policy, SingleAnswerPolicy):
+            self.policy.calibrate(ep)
+            return self
+        probs = self.policy.probs(ep.obs)
+        calibrate_policy(self.policy, ep, probs, self.config.alpha)
+        return self
+
+    def predict_set(self, data: TracesLike) -> list[PredictedSet]:
+        """The answer set (never an empty answer, as served), rounds run and cost of each
+        question, by replaying its trace."""
+        if self.policy is None:
+            raise PhaseError("predict_set() needs a trained policy: call fit(traces) first")
+        if self.policy.kappa_batch is None:
+            raise PhaseError(
+                "predict_set() needs a calibrated threshold: call calibrate(held_out_traces) "
+                "after fit()"
+            )
+        ep, traces = self._episodes(data)
+        assert traces is not None
+        if isinstance(self.policy, SingleAnswerPolicy):
+            return _single_answers(ep, traces, self.policy)
+        reach, included = conformal_sets(ep, self.policy.probs(ep.obs), self.policy.kappa)
+        returned = returned_answers(ep, included)  # an empty answer is never a member
+        out = []
+        for i, tr in enumerate(traces):
+            norm = normalizer_for(tr.task, tr.family)
+            answers: dict[str, str] = {}
+            for t in np.flatnonzero(reach[i]):
+                r = tr.rounds[t]
+                for j, step in enumerate((r.base, r.guide)):
+                    if returned[i, t, j]:
+                        answers.setdefault(norm(step.answer), step.answer)
+            hit = (included[i] & ep.correct[i]).any() or not ep.solvable[i]
+            out.append(
+                PredictedSet(
+                    id=tr.id,
+                    answers=list(answers.values()),
+                    rounds=int(reach[i].sum()),
+                    cost_usd=float((ep.round_cost[i] * reach[i]).sum()),
+                    covered=bool(hit),
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder: str | Path) -> Path:
+        if self.policy is None:
+            raise PhaseError("nothing to save: call fit(traces) first")
+        return self.policy.save(folder)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> ConformalPolicy:
+        pol = load_policy(folder)
+        if pol.scoring == "point":
+            raise CCPOError(f"{folder} holds a pointwise CPO policy, not a conformal one")
+        own = (
+            None if pol.prices is None else prices_from_mapping(pol.prices, f"{folder}/prices.json")
+        )
+        prices = load_prices(own)
+        if isinstance(pol, SingleAnswerPolicy):
+            obj = cls(pol.method, pol.alpha, prices=prices, answer="single", delta=pol.delta)
+        elif isinstance(pol, StoppingPolicy):
+            obj = cls(pol.variant, pol.alpha, prices=prices)
+        else:
+            obj = cls(pol.config.method, pol.alpha, pol.config, prices)
+        obj.policy = pol
+        return obj
+
+
+def _single_answers(
+    ep: Episodes, traces: Sequence[Trace], policy: SingleAnswerPolicy
+) -> list[PredictedSet]:
+    """The one answer per question of a single-answer policy, by the replay's own rule
+    (:func:`ccpo.traces.episodes.single_stops`, :func:`ccpo.traces.episodes.answer_actions`)."""
+    stop = single_stops(policy.stop_scores(ep.obs), policy.kappa)
+    act = answer_actions(ep.answered)
+    out = []
+    for i, tr in enumerate(traces):
+        t, a = int(stop[i]), int(act[i, stop[i]])
+        step = (tr.rounds[t].base, tr.rounds[t].guide)[a]
+        out.append(
+            PredictedSet(
+                id=tr.id,
+                answers=[step.answer] if ep.answered[i, t, a] else [],
+                rounds=t + 1,
+                cost_usd=float(ep.round_cost[i, : t + 1].sum()),
+                covered=bool(ep.correct[i, t, a] or not ep.solvable[i]),
+            )
+        )
+    return out

@@ -1,0 +1,257 @@
+"""``ccpo traces``, ``ccpo prices`` and ``ccpo sim``: the trace files and the prices in force.
+
+- ``traces validate`` / ``traces stats``: check a ccpo.trace/v1 file against the schema, and
+  summarise it (rounds, accuracy or agreement per round, ladder, cost);
+- ``traces import``: per-question answers of several models (CSV or JSONL) as a cascade of
+  traces (:mod:`ccpo.traces.importer`), with their prices beside them;
+- ``prices show``: the price table in force (bundled, merged with ``--prices`` files);
+- ``sim``: SYNTHETIC traces (:mod:`ccpo.traces.sim`) for tests and demos.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ccpo.cli.config import build_config, config_options
+from ccpo.cli.options import CCPOTyper, PricesOpt, count
+from ccpo.errors import CCPOError
+from ccpo.traces.sim import SimConfig
+
+console = Console()
+
+
+def traces_validate(
+    file: Annotated[Path, typer.Argument(help="A .jsonl or .jsonl.gz trace file.")],
+) -> None:
+    """Check every line against the ccpo.trace/v1 schema (streams; stops at the first error)."""
+    from ccpo.traces.io import iter_traces
+
+    n = rounds = 0
+    for tr in iter_traces(file):  # also refuses duplicate ids and mixed tasks
+        n += 1
+        rounds += tr.n_rounds
+    console.print(
+        f"[green]ok[/green] {file}: {count(n, 'trace')}, {count(rounds, 'round')}, "
+        "schema ccpo.trace/v1"
+    )
+
+
+def traces_stats(
+    file: Annotated[Path, typer.Argument(help="A .jsonl or .jsonl.gz trace file.")],
+    prices: PricesOpt = None,
+) -> None:
+    """Questions, rounds, per-round accuracy (or agreement with the reference model that
+    labelled the traces), solvable rate, mean tokens and cost per round."""
+    from ccpo.evaluation.harness import prices_for
+    from ccpo.traces.io import iter_traces
+    from ccpo.traces.labels import GOLD, against_text
+    from ccpo.traces.stats import trace_stats
+
+    table = prices_for(file, prices or [])
+    st = trace_stats(iter_traces(file), table)
+    hist = ", ".join(f"{k} rounds: {v}" for k, v in sorted(st.rounds_hist.items()))
+    console.print(
+        f"[bold]{file}[/bold]: {count(st.questions, 'question')} ({hist}); "
+        f"task {', '.join(sorted(st.tasks))}; solvable {st.solvable_rate:.3f}; "
+        f"models {', '.join(sorted(st.models))}"
+    )
+    lad = st.ladder()
+    console.print(
+        f"ladder: {lad.describe()}"
+        if lad is not None
+        else f"ladder: the traces follow {len(st.ladders)}+ different ladders (not deployable "
+        "as one policy)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    labels = sorted(st.labels) or [GOLD]
+    console.print(
+        "correct = "
+        + " / ".join(
+            "gold answers (accuracy)" if lab == GOLD else against_text(lab) for lab in labels
+        )
+        + (" (mixed labels: one guarantee needs one)" if len(labels) > 1 else ""),
+        highlight=False,
+    )
+    acc = "acc" if labels == [GOLD] else "agree"
+    t = Table()
+    for c in ("round", f"base {acc}", f"guide {acc}", "guide yes", "base tok", "guide tok",
+              "cost ¢"):  # fmt: skip
+        t.add_column(c, justify="right")
+    for r in st.table():
+        t.add_row(
+            str(r["round"]),
+            f"{r['base_acc']:.3f}",
+            f"{r['guide_acc']:.3f}",
+            f"{r['verdict_yes']:.3f}",
+            f"{r['base_tokens']:.0f}",
+            f"{r['guide_tokens']:.0f}",
+            f"{r['cost_cents']:.4f}",
+        )
+    console.print(t)
+
+
+def traces_import(
+    table: Annotated[Path, typer.Argument(help="A CSV (with header) or JSONL table.")],
+    out: Annotated[Path, typer.Option("--out", help="Output .jsonl or .jsonl.gz trace file.")],
+    task: Annotated[
+        str,
+        typer.Option(help="Task name (any: medqa, ...); mmlu, hotpotqa, jsonl are built in."),
+    ],
+    family: Annotated[
+        str | None,
+        typer.Option(
+            help="Answer family of a task that is not built in: mcq (option letters), short "
+            "(SQuAD-style free text; the default) or exact (equal after trimming)."
+        ),
+    ] = None,
+    guide: Annotated[
+        str | None, typer.Option(help="One model as the guide of every round (default: a cascade).")
+    ] = None,
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODEL",
+            help="Label by agreement with this model of the table: a row is correct iff its "
+            "answer equals MODEL's on that question (task normaliser). A table without a "
+            "'correct' column is labelled so anyway, against its most expensive model unless "
+            "named; with 'correct' present, agreement replaces it.",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing --out file.")] = False,
+    prices: PricesOpt = None,
+) -> None:
+    """Import per-question answers of several models (question_id, question, model, answer,
+    input_tokens, output_tokens[, correct, logprob, confidence, gold, reasoning]) as a
+    cascade: round t's base is the t-th cheapest model, its guide the next stronger one (or
+    --guide). The traces record this ladder (verdict = agreement), so a policy trained on them
+    can be served on the same models; an answer a later round repeats is charged once. Without
+    'correct' (or with --reference) the labels are agreement with a reference model; a
+    question whose reference answer is empty is dropped (counted). With --prices, the prices
+    of the table's models are written beside the output (OUT.prices.json), where stats, train
+    and compare find them. The table is streamed (memory: one question at a time)."""
+    from ccpo.evaluation.harness import sidecar_path
+    from ccpo.traces.importer import open_table
+    from ccpo.traces.io import write_traces
+    from ccpo.traces.labels import against_text
+    from ccpo.traces.prices import load_prices
+
+    if out.exists() and not force:
+        raise CCPOError(f"{out} exists; pass --force to overwrite it")
+    price_table = load_prices(*(prices or []))
+    with open_table(table, task, price_table, guide, family, reference) as imp:
+        plan = imp.cascade
+        costs = ", ".join(f"{m} {100 * plan.cost_per_question[m]:.4f}" for m in plan.order())
+        console.print(
+            f"{table.name}: {imp.questions} questions; mean cost per question (¢): {costs}"
+        )
+        ref = imp.reference
+        if ref is not None:
+            why = (
+                "named with --reference"
+                if imp.reference_named
+                else ("the most expensive model of the table; name another with --reference")
+            )
+            console.print(f"labels: {against_text(imp.labels)} ({why})", highlight=False)
+            if imp.replaced:
+                console.print(
+                    f"note: agreement with {ref} replaces the table's correct/gold labels",
+                    highlight=False,
+                )
+        t = Table()
+        for c in ("round", "base", "guide", "verdict"):
+            t.add_column(c)
+        ladder = imp.ladder()
+        for i, (b, g) in enumerate(zip(plan.bases, plan.guides, strict=True), start=1):
+            paid = [
+                f"{m} (reused, paid once)" if ladder.reused(i, role) else m
+                for m, role in ((b, "base"), (g, "guide"))
+            ]
+            t.add_row(str(i), *paid, "agree")
+        console.print(t)
+        n = write_traces(out, imp.traces())
+        dropped = imp.dropped
+    if dropped:
+        shown = ", ".join(dropped[:5]) + (" …" if len(dropped) > 5 else "")
+        console.print(
+            f"dropped {len(dropped)} of {imp.questions} questions: {ref}'s answer is empty "
+            f"(nothing to agree with): {shown}",
+            highlight=False,
+        )
+    console.print(f"[green]wrote[/green] {n} traces to {out}")
+    if prices:
+        from ccpo.traces.io import written_whole
+        from ccpo.traces.prices import PriceTable
+
+        own = PriceTable({m: price_table.price(m) for m in plan.order()}, price_table.sources)
+        side = sidecar_path(out)
+        with written_whole(side) as tmp:
+            tmp.write_text(json.dumps(own.to_price_file(), indent=1) + "\n", encoding="utf-8")
+        console.print(
+            f"[green]wrote[/green] the prices of its models to {side} (read beside the traces "
+            "by stats, train and compare)"
+        )
+
+
+def prices_show(
+    prices: PricesOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the table in the price-file format.")
+    ] = False,
+) -> None:
+    """List every model's price (USD per million tokens) with its date and source."""
+    from ccpo.traces.prices import load_prices
+
+    table = load_prices(*(prices or []))
+    if as_json:
+        typer.echo(json.dumps(table.to_price_file(), indent=1, sort_keys=True))
+        return
+    t = Table()
+    t.add_column("model", no_wrap=True)  # never cut a model name: it is what users type
+    for c in ("in $/Mtok", "out $/Mtok", "as of"):
+        t.add_column(c, justify="right" if "$" in c else "left", no_wrap=True)
+    t.add_column("source", min_width=10)
+    for name, p in sorted(table.models.items()):
+        t.add_row(
+            name,
+            f"{p.input_usd_per_mtok:g}",
+            f"{p.output_usd_per_mtok:g}",
+            p.as_of or "",
+            p.source or "",
+        )
+    console.print(t)
+
+
+@config_options((SimConfig, (), "The generator (ccpo.traces.sim.SimConfig)"))
+def sim(
+    out: Annotated[Path, typer.Option("--out", help="Output .jsonl or .jsonl.gz file.")],
+    config: dict | None = None,
+) -> None:
+    """Write SYNTHETIC traces (for tests and demos; not LLM results)."""
+    from ccpo.traces.io import write_traces
+    from ccpo.traces.sim import generate
+
+    cfg = build_config(SimConfig, (config or {}).get(SimConfig, {}))
+    k = write_traces(out, generate(cfg))
+    console.print(f"wrote {k} [yellow]synthetic[/yellow] traces to {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``traces`` and ``prices`` groups and ``sim`` to ``app``."""
+    traces_app = CCPOTyper(
+        help="Validate, summarise and import ccpo.trace/v1 files.", no_args_is_help=True
+    )
+    traces_app.command("validate")(traces_validate)
+    traces_app.command("stats")(traces_stats)
+    traces_app.command("import")(traces_import)
+    prices_app = CCPOTyper(help="Show the price table in force.", no_args_is_help=True)
+    prices_app.command("show")(prices_show)
+    app.add_typer(traces_app, name="traces")
+    app.add_typer(prices_app, name="prices")
+    app.command("sim")(sim)
