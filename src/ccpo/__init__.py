@@ -28,7 +28,7 @@ __all__ = ["ConformalPolicy", "load_policy", "read_traces"]
 #: here: modules below import ``__version__`` from this one)
 _PUBLIC = {
     "ConformalPolicy": "ccpo.api",
-    "load_policy": "ccpo.learning.policy",
+    "load_policy": "ccpo.policies.registry",
     "read_traces": "ccpo.traces.io",
 }
 

@@ -9,8 +9,9 @@ each refusing to run out of order with a message that says what to call first.
 
 ``predict_set`` replays traces (no LLM calls); answering live questions is the runtime's job.
 ``ConformalPolicy(method="auto", answer="single")`` learns a policy that returns exactly one
-answer per question (:mod:`ccpo.learning.single`; ``calibrate`` then runs Learn-then-Test and
-``predict_set`` returns one-answer sets).
+answer per question (:mod:`ccpo.policies.single`; ``calibrate`` then runs Learn-then-Test and
+``predict_set`` returns one-answer sets). The policy itself is ``.policy``, a
+:class:`ccpo.policies.Policy`.
 """
 
 from __future__ import annotations
@@ -24,20 +25,17 @@ import numpy as np
 from ccpo.errors import CCPOError, PhaseError
 from ccpo.evaluation.harness import check_alpha
 from ccpo.learning.config import TrainConfig
-from ccpo.learning.methods import METHODS, resolve_method, variant_name
-from ccpo.learning.policy import TrainedPolicy, load_policy
-from ccpo.learning.replay import calibrate_policy
-from ccpo.learning.single import DELTA, SINGLE_METHODS, SingleAnswerPolicy, fit_single_method
-from ccpo.learning.stopping import StoppingPolicy, fit_method
-from ccpo.traces.answers import normalizer_for
-from ccpo.traces.episodes import (
-    Episodes,
-    answer_actions,
-    build_episodes,
-    conformal_sets,
-    returned_answers,
-    single_stops,
+from ccpo.policies.base import Policy
+from ccpo.policies.registry import (
+    METHODS,
+    fit_policy,
+    load_policy,
+    resolve_method,
+    single_form_of,
 )
+from ccpo.policies.single import DELTA, SINGLE_METHODS
+from ccpo.traces.answers import normalizer_for
+from ccpo.traces.episodes import Episodes, build_episodes, returned_answers
 from ccpo.traces.io import read_traces
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.traces.schema import Trace
@@ -57,7 +55,7 @@ class PredictedSet:
 
 
 #: what ``ConformalPolicy(method=…)`` takes: every set-valued method (``cpo`` is CPO-batch)
-API_METHODS = [n for n, s in METHODS.items() if s.scoring == "batch" and n != "cpo-batch"]
+API_METHODS = [n for n, s in METHODS.items() if s.calibrates and n != "cpo-batch"]
 API_METHODS.insert(API_METHODS.index("ccpo"), "cpo")
 
 
@@ -67,7 +65,7 @@ class ConformalPolicy:
     Args:
         method: ``"ccpo"`` (paper Algorithm 1), ``"cpo"`` (CPO π, then split-conformal κ̂:
             the paper's CPO-batch), ``"cstop"`` / ``"cstop-lr"`` (replay-trained conformal
-            stopping, :mod:`ccpo.learning.stopping`), ``"depth-k"``, or ``"auto"`` (the
+            stopping, :mod:`ccpo.policies.cstop`), ``"depth-k"``, or ``"auto"`` (the
             stopping candidates, the one of least cross-fitted validation calibrated cost).
         alpha: target miscoverage α; coverage ≥ 1 − α holds in expectation over calibration
             sets exchangeable with the test questions.
@@ -91,14 +89,14 @@ class ConformalPolicy:
         check_alpha(alpha)
         if answer not in ("set", "single"):
             raise CCPOError(f"answer must be 'set' or 'single', got {answer!r}")
-        if answer == "single" and method not in ("auto", *SINGLE_METHODS):
+        if answer == "single" and not single_form_of(method):
             raise CCPOError(
                 f"answer='single' works with method auto, {', '.join(SINGLE_METHODS)}; "
                 f"got '{method}'"
             )
         self.answer, self.delta = answer, delta
         found = resolve_method("cpo-batch" if method == "cpo" else method)
-        if found is None or found[0].scoring != "batch":
+        if found is None or not found[0].calibrates:
             raise CCPOError(
                 f"method must be one of {', '.join(API_METHODS)} or ccpo-lam<λ>; got '{method}'"
             )
@@ -107,7 +105,7 @@ class ConformalPolicy:
         base = config or TrainConfig()
         self.config = replace(base, method=rl, alpha=alpha, lam=found[1] or base.lam)
         self.prices = prices or load_prices()
-        self.policy: TrainedPolicy | StoppingPolicy | SingleAnswerPolicy | None = None
+        self.policy: Policy | None = None
 
     # ------------------------------------------------------------------ helpers
     def _episodes(self, data: TracesLike | Episodes) -> tuple[Episodes, list[Trace] | None]:
@@ -122,7 +120,7 @@ class ConformalPolicy:
 
     @property
     def is_calibrated(self) -> bool:
-        return self.policy is not None and self.policy.kappa_batch is not None
+        return self.policy is not None and self.policy.is_calibrated
 
     # ------------------------------------------------------------------ phases
     def fit(self, data: TracesLike | Episodes) -> ConformalPolicy:
@@ -133,19 +131,18 @@ class ConformalPolicy:
 
         ep, _ = self._episodes(data)
         ep = ep.subset(id_order(ep.ids, self.config.seed))
-        idx, alpha, seed = np.arange(ep.n), self.config.alpha, self.config.seed
-        if self.answer == "single":
-            self.policy = fit_single_method(self.method, ep, idx, alpha, seed, self.delta)
-        elif self.spec.kind == "score":
-            self.policy, _ = fit_method(self.method, ep, idx, alpha, seed)
-        else:
-            from ccpo.learning.trainers import train  # torch: the train extra
-
-            res = train(ep, idx, self.config)
-            # the API calibrates κ̂ on its calibration data: a CPO π is scored as cpo-batch
-            method = "ccpo" if self.config.method == "ccpo" else "cpo-batch"
-            variant = variant_name(method, self.config.lam)
-            self.policy = TrainedPolicy.from_result(res, variant)
+        # the API calibrates κ̂ on its calibration data: a CPO π is scored as cpo-batch
+        method = "cpo-batch" if self.method == "cpo" else self.method
+        self.policy = fit_policy(
+            method,
+            ep,
+            np.arange(ep.n),
+            self.config.alpha,
+            self.config.seed,
+            single=self.answer == "single",
+            delta=self.delta,
+            train_config=self.config,
+        )
         self.policy.prices = self.prices.to_price_file()
         return self
 
@@ -155,28 +152,22 @@ class ConformalPolicy:
         if self.policy is None:
             raise PhaseError("calibrate() needs a trained policy: call fit(traces) first")
         ep, _ = self._episodes(data)
-        if isinstance(self.policy, SingleAnswerPolicy):
-            self.policy.calibrate(ep)
-            return self
-        probs = self.policy.probs(ep.obs)
-        calibrate_policy(self.policy, ep, probs, self.config.alpha)
+        self.policy.calibrate(ep)
         return self
 
     def predict_set(self, data: TracesLike) -> list[PredictedSet]:
-        """The answer set (never an empty answer, as served), rounds run and cost of each
-        question, by replaying its trace."""
+        """The answer set (never an empty answer, as served; one answer for a single-answer
+        policy), rounds run and cost of each question, by replaying its trace."""
         if self.policy is None:
             raise PhaseError("predict_set() needs a trained policy: call fit(traces) first")
-        if self.policy.kappa_batch is None:
+        if not self.policy.is_calibrated:
             raise PhaseError(
                 "predict_set() needs a calibrated threshold: call calibrate(held_out_traces) "
                 "after fit()"
             )
         ep, traces = self._episodes(data)
         assert traces is not None
-        if isinstance(self.policy, SingleAnswerPolicy):
-            return _single_answers(ep, traces, self.policy)
-        reach, included = conformal_sets(ep, self.policy.probs(ep.obs), self.policy.kappa)
+        reach, included = self.policy.replay_answers(ep)
         returned = returned_answers(ep, included)  # an empty answer is never a member
         out = []
         for i, tr in enumerate(traces):
@@ -208,40 +199,15 @@ class ConformalPolicy:
     @classmethod
     def load(cls, folder: str | Path) -> ConformalPolicy:
         pol = load_policy(folder)
-        if pol.scoring == "point":
+        if pol.greedy:
             raise CCPOError(f"{folder} holds a pointwise CPO policy, not a conformal one")
         own = (
             None if pol.prices is None else prices_from_mapping(pol.prices, f"{folder}/prices.json")
         )
         prices = load_prices(own)
-        if isinstance(pol, SingleAnswerPolicy):
+        if pol.single:
             obj = cls(pol.method, pol.alpha, prices=prices, answer="single", delta=pol.delta)
-        elif isinstance(pol, StoppingPolicy):
-            obj = cls(pol.variant, pol.alpha, prices=prices)
         else:
-            obj = cls(pol.config.method, pol.alpha, pol.config, prices)
+            obj = cls(pol.method, pol.alpha, pol.train_config, prices)
         obj.policy = pol
         return obj
-
-
-def _single_answers(
-    ep: Episodes, traces: Sequence[Trace], policy: SingleAnswerPolicy
-) -> list[PredictedSet]:
-    """The one answer per question of a single-answer policy, by the replay's own rule
-    (:func:`ccpo.traces.episodes.single_stops`, :func:`ccpo.traces.episodes.answer_actions`)."""
-    stop = single_stops(policy.stop_scores(ep.obs), policy.kappa)
-    act = answer_actions(ep.answered)
-    out = []
-    for i, tr in enumerate(traces):
-        t, a = int(stop[i]), int(act[i, stop[i]])
-        step = (tr.rounds[t].base, tr.rounds[t].guide)[a]
-        out.append(
-            PredictedSet(
-                id=tr.id,
-                answers=[step.answer] if ep.answered[i, t, a] else [],
-                rounds=t + 1,
-                cost_usd=float(ep.round_cost[i, : t + 1].sum()),
-                covered=bool(ep.correct[i, t, a] or not ep.solvable[i]),
-            )
-        )
-    return out

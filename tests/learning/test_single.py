@@ -1,4 +1,4 @@
-"""Single-answer policies (ccpo.learning.single): Learn-then-Test calibration, its coverage on
+"""Single-answer policies (ccpo.policies.single): Learn-then-Test calibration, its coverage on
 held-out splits (a bundled set with gold labels, and the same set made label-free by agreement
 with its strongest model), the refusal, one rollout for replay and the live decision, and the
 empty answer that never joins a set."""

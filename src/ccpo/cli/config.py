@@ -3,8 +3,8 @@
 Two kinds of config, one idea: the training configs are dataclasses (:func:`config_options`,
 below), the collection and deployment settings pydantic models (:func:`settings_options`).
 
-Every field of a config dataclass (:class:`ccpo.learning.trainers.TrainConfig`,
-:class:`ccpo.learning.stopping.StopConfig`) becomes an option of the command, with the field's
+Every field of a config dataclass (:class:`ccpo.learning.config.TrainConfig`,
+:class:`ccpo.learning.config.StopConfig`) becomes an option of the command, with the field's
 type, its default, and its help read from the comment written beside the field in the config
 (the one place it is documented). A command decorated with :func:`config_options` receives the
 values as ``config={ConfigClass: {field: value}}`` and builds the configs itself

@@ -99,19 +99,19 @@ def check_artifacts(pols: list[Any], traces: Path, alpha: float) -> None:
     about other trace files, models, synthetic vs real data, and another α."""
     from ccpo.evaluation.harness import trace_provenance
     from ccpo.evaluation.rows import ArtifactRow
-    from ccpo.learning.policy import check_provenance
+    from ccpo.policies import check_provenance
 
     folders = [p for p in pols if isinstance(p, ArtifactRow) and p.policy is not None]
     if not folders:
         return
     actual = trace_provenance(traces)
     for p in folders:
-        rec = getattr(p.policy, "provenance", None) or {}
+        rec = p.policy.provenance
         where = f"--policy {p.name}"
         for line in check_provenance(rec, actual, where):
             warn(line)
         trained = rec.get("alpha", p.policy.alpha)
-        if abs(trained - alpha) > 1e-12 and p.scoring == "batch":
+        if abs(trained - alpha) > 1e-12 and p.policy.calibrates:
             warn(f"{where}: trained for α = {trained:g}, re-calibrated and scored at α = {alpha:g}")
 
 

@@ -22,9 +22,8 @@ from ccpo.cli.options import (
     warn,
 )
 from ccpo.errors import CCPOError
-from ccpo.learning.config import TrainConfig
-from ccpo.learning.methods import method_help, method_names, resolve_method, variant_name
-from ccpo.learning.stopping import StopConfig
+from ccpo.learning.config import StopConfig, TrainConfig
+from ccpo.policies.registry import method_help, method_names, resolve_method, variant_name
 
 console = Console()
 
@@ -105,7 +104,7 @@ def train_cmd(
     check_answer(answer, method, delta)
     settings = config or {}
     spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
-    if spec.kind != "score":
+    if not spec.fitted_on_replay:
         require_training(f"ccpo train --method {method}")
     check_out_folder(out, "policy.json", force)
     stop_settings = settings.get(StopConfig, {})
@@ -116,13 +115,13 @@ def train_cmd(
          "seed": seed, "lam": lam},
     )  # fmt: skip
     ep, price_table = load_episodes(traces, prices or [])
-    from ccpo.learning.policy import TrainedPolicy
+    from ccpo.policies.rl import RLPolicy
     from ccpo.report.plots import training_curves
     from ccpo.report.results import staged_folder
 
     ep, sp, sizes = train_splits(ep, seed)
     short = calibration_shortfall(alpha, sizes["calibration"])
-    if short is not None and spec.scoring == "batch":  # κ̂ by split conformal
+    if short is not None and spec.calibrates:  # κ̂ by split conformal
         warn(short)
     provenance = {**trace_provenance(traces), "alpha": alpha}
     if answer == "single":
@@ -131,7 +130,7 @@ def train_cmd(
             stop_settings,
         )  # fmt: skip
         return
-    if spec.kind == "score":
+    if spec.fitted_on_replay:
         _train_stopping(
             method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings
         )
@@ -150,7 +149,7 @@ def train_cmd(
             lambda step, e: prog.update(task, completed=step, info=_step_info(e)),
         )
     seconds = time.perf_counter() - t0
-    pol = TrainedPolicy.from_result(res, variant, price_table.to_price_file())
+    pol = RLPolicy.from_result(res, variant, price_table.to_price_file())
     summary, full = _calibrate(pol, ep, sp.cal[0], alpha, provenance, sizes)
     summary = {"variant": variant, "seconds": round(seconds, 2),
                "kappa_online": pol.kappa_online, **summary}  # fmt: skip
@@ -165,7 +164,7 @@ def train_cmd(
         f"calibration coverage {summary['calibration_coverage']:.3f} on "
         f"{count(sizes['calibration'], 'question')}"
     )
-    if pol.scoring != "point":
+    if not pol.greedy:
         warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
     console.print(f"wrote policy folder {out}")
 
@@ -219,11 +218,11 @@ def compare_cmd(
 
 def check_answer(answer: str, method: str, delta: float) -> None:
     """``--answer`` and ``--delta`` of ``train``: a one-line usage error before any work."""
-    from ccpo.learning.single import SINGLE_METHODS
+    from ccpo.policies.registry import SINGLE_METHODS, single_form_of
 
     if answer not in ("set", "single"):
         raise CCPOError(f"--answer must be 'set' or 'single', got '{answer}'")
-    if answer == "single" and method not in ("auto", *SINGLE_METHODS):
+    if answer == "single" and not single_form_of(method):
         raise CCPOError(
             f"--answer single works with --method auto, {', '.join(SINGLE_METHODS)}; "
             f"'{method}' returns answer sets (drop --answer single)"
@@ -269,18 +268,17 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     """Split-conformal κ̂ on the calibration questions (batch scoring) and the provenance, set
     on ``pol``; returns the calibration figures for summary.json and the full-set rate."""
     from ccpo.evaluation.harness import full_set_rate
-    from ccpo.learning.replay import calibrate_policy
-    from ccpo.traces.episodes import conformal_rollout
 
-    probs = pol.probs(ep.obs)
+    probs = pol.scores(ep.obs)
     if pol.calibrates:
-        calibrate_policy(pol, ep, probs, alpha, cal)
+        pol.calibrate(ep, cal)
     pol.provenance = provenance
     cal_ep = ep.subset(cal)
-    full = full_set_rate(cal_ep, probs[cal], pol.kappa)
-    cal_m = conformal_rollout(cal_ep, probs[cal], pol.kappa)
+    kappa = pol.threshold
+    full = full_set_rate(cal_ep, probs[cal], kappa)
+    cal_m = pol.rollout(cal_ep, probs[cal], kappa)
     summary = {
-        "kappa": pol.kappa,
+        "kappa": kappa,
         "calibration_coverage": float(cal_m.covered.mean()),
         "calibration_cost_cents": float(cal_m.cost.sum() * 100),
         "calibration_full_set_rate": full,
@@ -302,10 +300,11 @@ def _print_choice(figures: dict[str, dict[str, float]], picked: str) -> None:
 def _train_stopping(
     method, ep, sp, sizes, alpha, seed, price_table, out: Path, provenance: dict, settings: dict
 ) -> None:
-    """``train --method`` of a score method (:mod:`ccpo.learning.methods`): fit on the training
-    split (auto: choose by cross-fitted validation calibrated cost), split-conformal κ̂ on the
-    calibration split, write the policy folder and summary.json (with auto's choice)."""
-    from ccpo.learning.stopping import fit_method
+    """``train --method`` of a method fitted on replay (:mod:`ccpo.policies.registry`): fit on
+    the training split (auto: choose by cross-fitted validation calibrated cost),
+    split-conformal κ̂ on the calibration split, write the policy folder and summary.json
+    (with auto's choice)."""
+    from ccpo.policies.registry import fit_method
     from ccpo.report.results import staged_folder
 
     t0 = time.perf_counter()
@@ -324,10 +323,10 @@ def _train_stopping(
         _print_choice(sel.figures, sel.method)
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if sel else ''} in {seconds:.1f} s on "
-        f"{count(sizes['train'], 'question')}; κ̂ = {pol.kappa:.4g}; calibration coverage "
+        f"{count(sizes['train'], 'question')}; κ̂ = {pol.threshold:.4g}; calibration coverage "
         f"{summary['calibration_coverage']:.3f} on {count(len(cal), 'question')}"
     )
-    warn_degenerate(full, pol.kappa, alpha, len(cal))
+    warn_degenerate(full, pol.threshold, alpha, len(cal))
     console.print(f"wrote policy folder {out}")
 
 
@@ -336,11 +335,10 @@ def _train_single(
 ) -> None:
     """``train --answer single``: fit the stopping score on the training split (auto: choose
     by cross-fitted validation cost), λ̂ by Learn-then-Test on the calibration split
-    (:mod:`ccpo.learning.single`), write the policy folder and summary.json. Refuses with the
+    (:mod:`ccpo.policies.single`), write the policy folder and summary.json. Refuses with the
     reachable α when no threshold is certified."""
-    from ccpo.learning.single import fit_single_method
+    from ccpo.policies.registry import fit_single_method
     from ccpo.report.results import staged_folder
-    from ccpo.traces.episodes import single_rollout
     from ccpo.traces.labels import against_text
 
     what = against_text(provenance.get("against", "gold")).replace("accuracy", "coverage")
@@ -354,10 +352,10 @@ def _train_single(
     cal = sp.cal[0]
     cal_ep = ep.subset(cal)
     got = pol.calibrate(cal_ep)
-    m = single_rollout(cal_ep, pol.stop_scores(cal_ep.obs), pol.lam)
+    m = pol.rollout(cal_ep, pol.scores(cal_ep.obs), pol.threshold)
     summary = {
         "method": method, "variant": pol.variant, "answer": "single", "seconds": round(seconds, 2),
-        "threshold": pol.lam, "delta": delta, "calibration_misses": got.misses,
+        "threshold": pol.threshold, "delta": delta, "calibration_misses": got.misses,
         "calibration_coverage": float(m.covered.mean()),
         "calibration_cost_cents": float(m.cost.sum() * 100),
         "calibration_rounds": float(m.length.mean()), "sizes": sizes, **pol.info,
@@ -370,7 +368,7 @@ def _train_single(
         _print_choice(auto["validation"], auto["picked"])
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} in {seconds:.1f} s on "
-        f"{sizes['train']} questions; λ̂ = {pol.lam:.4g} (Learn-then-Test, δ = {delta:g}); "
+        f"{sizes['train']} questions; λ̂ = {pol.threshold:.4g} (Learn-then-Test, δ = {delta:g}); "
         f"calibration {what} {summary['calibration_coverage']:.3f}, "
         f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
     )

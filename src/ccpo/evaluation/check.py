@@ -16,11 +16,8 @@ replays the file with the policy's **own** κ̂ (the episode engine every scorer
   ≥ 1 − α, and on new questions exchangeable with the file's it is ≥ 1 − α in expectation; set
   it as ``kappa:`` in the deploy config (or retrain on such traffic), with its cost beside it.
 
-The checked policy is anything with ``probs(obs)`` (membership scores [..., T, 3]), ``kappa``
-and ``alpha``: CCPO / CPO-batch (:class:`ccpo.learning.policy.TrainedPolicy`) and the score
-methods (:class:`ccpo.learning.stopping.StoppingPolicy`). A point policy has no κ to check.
-
-A **single-answer** policy (:mod:`ccpo.learning.single`, ``answer == "single"``) is replayed
+The checked policy is any :class:`ccpo.policies.Policy` but a greedy one (no κ to check).
+A **single-answer** policy (:mod:`ccpo.policies.single`) is replayed
 with its own threshold λ̂ by :func:`ccpo.traces.episodes.single_rollout` (one answer per
 question; covered = that answer is right, or no round could answer); its ``kappa_to_restore``
 is Learn-then-Test on this file at the policy's own δ (its risk on traffic like the file's is
@@ -35,10 +32,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import coverage_interval
-from ccpo.learning.replay import calibrate_kappa
-from ccpo.traces.episodes import Episodes, Metrics, conformal_rollout, single_rollout
+from ccpo.policies.base import Policy
+from ccpo.traces.episodes import Episodes, Metrics
 
 LEVEL = 0.95
 """Confidence level of the coverage interval (two-sided)."""
@@ -92,25 +91,16 @@ def _means(m: Metrics) -> tuple[int, float, float, float]:
     )
 
 
-def _rollout_and_restore(policy: Any, ep: Episodes, alpha: float):
-    """(the policy's replay at a threshold, the threshold that restores 1 − α on ``ep``) for a
-    set-valued or a single-answer policy (module docstring)."""
-    if getattr(policy, "answer", "set") == "single":
-        from ccpo.learning.single import Unreachable, candidate_thresholds, ltt_threshold
-
-        scores = policy.stop_scores(ep.obs)
-        try:
-            restore = ltt_threshold(ep, scores, alpha, policy.delta).threshold
-        except Unreachable:
-            restore = float(candidate_thresholds()[0])  # run every round: the most one can do
-        return (lambda k: single_rollout(ep, scores, k)), float(restore)
-    probs = policy.probs(ep.obs)
-    restore = float(calibrate_kappa(ep, probs, alpha))
-    return (lambda k: conformal_rollout(ep, probs, k)), restore
+def _rollout_and_restore(policy: Policy, ep: Episodes, alpha: float):
+    """(the policy's replay at a threshold, the threshold that restores 1 − α on ``ep``):
+    calibrated on all of ``ep`` as the policy calibrates (module docstring)."""
+    scores = policy.scores(ep.obs)
+    restore, _ = policy.split_thresholds(ep, scores, np.arange(ep.n)[None], alpha)
+    return (lambda k: policy.rollout(ep, scores, k)), float(restore[0])
 
 
 def check_policy(
-    policy: Any, ep: Episodes, *, name: str = "policy", traces: str = "", against: str = ""
+    policy: Policy, ep: Episodes, *, name: str = "policy", traces: str = "", against: str = ""
 ) -> CheckReport:
     """Score ``policy`` with its own κ̂ on every question of ``ep`` (see the module docstring)."""
     if policy.greedy:
@@ -157,14 +147,14 @@ def run_check(
     own prices, the file's sidecar prices, then ``price_files``), refuse another task or
     number of rounds, and check. Returns the report and the provenance warnings."""
     from ccpo.evaluation.harness import sidecar_prices, trace_provenance
-    from ccpo.learning.policy import check_provenance, load_policy
+    from ccpo.policies import check_provenance, load_policy
     from ccpo.traces.episodes import build_episodes
     from ccpo.traces.io import read_traces
     from ccpo.traces.labels import against_text
     from ccpo.traces.prices import load_prices, prices_from_mapping
 
     pol = load_policy(policy_dir)
-    rec = getattr(pol, "provenance", None) or {}
+    rec = pol.provenance
     actual = trace_provenance(traces)  # what the file is, its labels included
     warnings = check_provenance(rec, actual, f"--policy {policy_dir}")
     own = None if pol.prices is None else prices_from_mapping(pol.prices, f"{policy_dir}/prices")

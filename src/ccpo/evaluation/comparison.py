@@ -29,9 +29,9 @@ from ccpo.evaluation.rows import (
     available_policies,
     resolve_policies,
 )
-from ccpo.learning.baselines import Policy, Splits
+from ccpo.learning.baselines import Row, Splits
 from ccpo.learning.config import TrainConfig
-from ccpo.learning.methods import variant_name
+from ccpo.policies.registry import variant_name
 from ccpo.report.plots import training_curves
 from ccpo.report.results import write_results
 from ccpo.report.tables import print_results
@@ -65,7 +65,7 @@ def _plan_priced(traces: Path, alpha: float, splits: int, seed: int, lams, price
     return ep, used, sizes, sp, names
 
 
-def _trained_keys(policies: Sequence[Policy]) -> list[tuple[str, float]]:
+def _trained_keys(policies: Sequence[Row]) -> list[tuple[str, float]]:
     return [(p.method, p.lam) for p in policies if isinstance(p, TrainedRow) and p.policy is None]
 
 

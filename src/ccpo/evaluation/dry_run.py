@@ -23,6 +23,7 @@ from typing import Any
 
 from ccpo.api import ConformalPolicy
 from ccpo.errors import CCPOError
+from ccpo.policies.base import Policy
 from ccpo.traces.io import read_traces
 
 
@@ -81,16 +82,15 @@ def _paid(trace: Any, rounds: int) -> list[list[str]]:
     ]
 
 
-def check_traces(pol: Any, folder: str | Path, traces_path: str | Path) -> None:
+def check_traces(pol: Policy, folder: str | Path, traces_path: str | Path) -> None:
     """The policy's recorded provenance against the trace file, before anything is asked: a
     policy of another task or number of rounds T is refused (one line saying which), other
     differences (another file, other models) warn (:class:`PolicyProvenanceWarning`)."""
     from ccpo.evaluation.harness import trace_provenance
-    from ccpo.learning.policy import check_provenance
+    from ccpo.policies import check_provenance
     from ccpo.runtime.agent import PolicyProvenanceWarning
 
-    rec = getattr(pol, "provenance", None) or {}
-    for line in check_provenance(rec, trace_provenance(traces_path), f"policy {folder}"):
+    for line in check_provenance(pol.provenance, trace_provenance(traces_path), f"policy {folder}"):
         warnings.warn(line, PolicyProvenanceWarning, stacklevel=2)
 
 

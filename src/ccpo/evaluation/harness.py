@@ -21,7 +21,7 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning import conformal
-from ccpo.learning.baselines import Policy, Splits
+from ccpo.learning.baselines import Row, Splits
 from ccpo.traces.episodes import Episodes, Metrics, build_episodes, conformal_sets
 from ccpo.traces.io import iter_traces, read_traces
 from ccpo.traces.labels import one_label, trace_labels
@@ -208,7 +208,7 @@ def check_alpha(alpha: float) -> None:
 
 def evaluate_policies(
     ep: Episodes,
-    policies: Sequence[Policy],
+    policies: Sequence[Row],
     splits: Splits,
     alpha: float,
     seed: int = 0,
@@ -238,7 +238,7 @@ def file_sha256(path: str | Path) -> str:
 
 def trace_provenance(path: str | Path) -> dict[str, Any]:
     """What a policy trained or evaluated on ``path`` records and checks (see
-    :func:`ccpo.learning.policy.check_provenance`): task, file name and sha256, base and guide
+    :func:`ccpo.policies.provenance.check_provenance`): task, file name and sha256, base and guide
     models, horizon T, whether the traces are synthetic, number of questions, the
     **ladder** the traces follow (:mod:`ccpo.traces.ladder`; null when the file mixes ladders),
     which deployment runs, and what ``correct`` is measured **against** (``"gold"`` or

@@ -24,7 +24,7 @@ from ccpo.errors import CCPOError
 from ccpo.evaluation.comparison import run_compare, start_training
 from ccpo.evaluation.rows import training_pool
 from ccpo.evaluation.seeds import Section
-from ccpo.learning.methods import variant_name
+from ccpo.policies.registry import variant_name
 from ccpo.report.plots import frontier_plot
 from ccpo.report.reproduce import write_report
 

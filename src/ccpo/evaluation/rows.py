@@ -1,6 +1,6 @@
-"""Resolve policy names (and trained policy folders) into harness :class:`Policy` objects.
+"""Resolve policy names (and trained policy folders) into the harness's rows (:class:`Row`).
 
-Names (DESIGN.md "Results file"): ``random``, ``base``, ``guide``, ``uala``, ``oracle``,
+Names (docs/design.md, "Results file"): ``random``, ``base``, ``guide``, ``uala``, ``oracle``,
 ``llm-policy:<model>``, ``cpo``, ``cpo-batch``, ``cpo-online``, ``ccpo``, ``ccpo-lam<λ>``, or the
 path of a folder written by ``ccpo train``. Trained rows share one training run per
 (method, λ): ``cpo``, ``cpo-batch`` and ``cpo-online`` are the same CPO π scored three ways.
@@ -18,23 +18,27 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError
-from ccpo.learning.baselines import BASELINES, Policy, Splits, make_baseline
-from ccpo.learning.candidates import AUTO_RL_STEPS
-from ccpo.learning.methods import compare_rows, resolve_method, variant_name
-from ccpo.learning.policy import TrainedPolicy, load_policy
+from ccpo.learning.baselines import BASELINES, Row, Splits, make_baseline
+from ccpo.learning.config import TrainConfig
 from ccpo.learning.replay import calibrate_kappa
-from ccpo.learning.single import DELTA, SINGLE_METHODS, SUFFIX, calibrate_splits
-from ccpo.learning.stopping import AUTO_CANDIDATES, fit_method
-from ccpo.learning.trainers import TrainConfig, train
-from ccpo.traces.episodes import (
-    Episodes,
-    Metrics,
-    conformal_rollout,
-    point_rollout,
-    single_rollout,
+from ccpo.learning.training import train
+from ccpo.policies.base import Policy
+from ccpo.policies.registry import (
+    AUTO_CANDIDATES,
+    AUTO_RL_STEPS,
+    compare_rows,
+    fit_method,
+    fit_single_method,
+    load_policy,
+    resolve_method,
+    single_form_of,
+    variant_name,
 )
+from ccpo.policies.rl import RLPolicy
+from ccpo.policies.single import DELTA, SUFFIX
+from ccpo.traces.episodes import Episodes, Metrics, conformal_rollout
 
-#: the single-answer rows of ``compare`` (:mod:`ccpo.learning.single`), beside the set rows
+#: the single-answer rows of ``compare`` (:mod:`ccpo.policies.single`), beside the set rows
 SINGLE_ROWS = ("cstop-single", "auto-single")
 #: ``always-<model>``: call only the ladder's strongest model (the saving's yardstick)
 ALWAYS = "always-"
@@ -46,8 +50,8 @@ class TrainingCache:
 
     base_config: TrainConfig = field(default_factory=TrainConfig)
     progress: Callable[[str, int, dict[str, float]], None] | None = None
-    trained: dict[tuple[str, float], TrainedPolicy] = field(default_factory=dict)
-    pending: dict[tuple[str, float], Future[TrainedPolicy]] = field(default_factory=dict)
+    trained: dict[tuple[str, float], RLPolicy] = field(default_factory=dict)
+    pending: dict[tuple[str, float], Future[RLPolicy]] = field(default_factory=dict)
 
     def submit(
         self,
@@ -84,7 +88,7 @@ class TrainingCache:
             for fut in as_completed(keys_of):
                 self._finish(keys_of[fut])
 
-    def _finish(self, key: tuple[str, float]) -> TrainedPolicy:
+    def _finish(self, key: tuple[str, float]) -> RLPolicy:
         self.trained[key] = self.pending.pop(key).result()
         if self.progress is not None:
             last = self.trained[key].log[-1] if self.trained[key].log else {}
@@ -96,7 +100,7 @@ class TrainingCache:
 
     def get(
         self, method: str, lam: float, ep: Episodes, train_idx: np.ndarray, alpha: float
-    ) -> TrainedPolicy:
+    ) -> RLPolicy:
         key = (method, lam)
         if key in self.pending:
             return self._finish(key)
@@ -108,7 +112,7 @@ class TrainingCache:
                 if self.progress is None
                 else (lambda step, entry: self.progress(label, step, entry))
             )  # type: ignore[misc]
-            self.trained[key] = TrainedPolicy.from_result(train(ep, train_idx, cfg, cb), label)
+            self.trained[key] = RLPolicy.from_result(train(ep, train_idx, cfg, cb), label)
         return self.trained[key]
 
 
@@ -117,9 +121,9 @@ def training_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
-def _train_one(cfg: TrainConfig, ep: Episodes, train_idx: np.ndarray) -> TrainedPolicy:
+def _train_one(cfg: TrainConfig, ep: Episodes, train_idx: np.ndarray) -> RLPolicy:
     """One training run in a worker process (module level, so that it pickles)."""
-    return TrainedPolicy.from_result(train(ep, train_idx, cfg), variant_name(cfg.method, cfg.lam))
+    return RLPolicy.from_result(train(ep, train_idx, cfg), variant_name(cfg.method, cfg.lam))
 
 
 def conformal_metrics(
@@ -133,48 +137,57 @@ def conformal_metrics(
     return conformal_rollout(ep, probs, kappas, splits.test), kappas
 
 
-def score_trained(
-    policy: TrainedPolicy, scoring: str, ep: Episodes, splits: Splits, alpha: float
-) -> tuple[Metrics, np.ndarray | None]:
-    """Score a trained π on every test split: greedy point policy, online κ, or batch κ̂."""
-    probs = policy.probs(ep.obs)
-    if scoring == "point":
-        greedy = np.where(ep.allowed, probs, -1.0).argmax(-1)
-        return point_rollout(ep, greedy[splits.test], splits.test), None
-    kappa = policy.kappa_online if scoring == "online" else None
-    return conformal_metrics(ep, probs, splits, alpha, kappa)
-
-
-class TrainedRow(Policy):
-    """A row backed by a π trained in this run (shared through :class:`TrainingCache`)."""
-
-    def __init__(
-        self, name: str, method: str, lam: float, scoring: str, cache: TrainingCache
-    ) -> None:
-        self.name, self.method, self.lam, self.scoring = name, method, lam, scoring
-        self.cache = cache
-        self.kind = "point" if scoring == "point" else "conformal"
-        self.policy: TrainedPolicy | None = None
-        self._kappas: np.ndarray | None = None
-
-    def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
-        self.policy = self.cache.get(self.method, self.lam, ep, train_idx, alpha)
-
-    def evaluate(self, ep: Episodes, splits: Splits, alpha: float, seed: int) -> Metrics:
-        if self.policy is None:
-            raise CCPOError(f"policy '{self.name}' was evaluated before it was fitted")
-        m, self._kappas = score_trained(self.policy, self.scoring, ep, splits, alpha)
-        return m
-
-    def result_extra(self) -> dict[str, Any]:
-        return {} if self._kappas is None else {"kappa_mean": float(self._kappas.mean())}
-
-
-class ScoreRow(Policy):
-    """A row backed by replay-trained membership scores: CStop, ``depth-k`` or ``auto``
-    (:mod:`ccpo.learning.stopping`), split-conformal κ̂ on each calibration split."""
+class PolicyRow(Row):
+    """A row backed by a :class:`ccpo.policies.Policy` (``self.policy``, set by ``fit``):
+    scored on every test split at the threshold it calibrates on the matching calibration
+    split (split conformal or Learn-then-Test), at its online κ, or greedily."""
 
     kind = "conformal"
+    policy: Policy | None = None
+    _thresholds: np.ndarray | None = None
+    _refused: np.ndarray | None = None
+
+    def evaluate(self, ep: Episodes, splits: Splits, alpha: float, seed: int) -> Metrics:
+        pol = self.policy
+        if pol is None:
+            raise CCPOError(f"policy '{self.name}' was evaluated before it was fitted")
+        scores = pol.scores(ep.obs)
+        if pol.greedy:
+            return pol.rollout(ep, scores, None, splits.test)
+        self._thresholds, self._refused = pol.split_thresholds(ep, scores, splits.cal, alpha)
+        return pol.rollout(ep, scores, self._thresholds, splits.test)
+
+    def result_extra(self) -> dict[str, Any]:
+        picked = self.policy.info.get("auto", {}).get("picked") if self.policy else None
+        out: dict[str, Any] = {} if picked is None or not self.shows_pick else {"picked": picked}
+        if self._thresholds is not None:
+            out["kappa_mean"] = float(self._thresholds.mean())
+        return out
+
+    #: the row reports ``auto``'s pick (a row that fits by name; a folder's row does not)
+    shows_pick = False
+
+
+class TrainedRow(PolicyRow):
+    """A row backed by a π trained in this run (shared through :class:`TrainingCache`) and
+    used as the row's variant says (``cpo``: greedy; ``cpo-online``: online κ; else κ̂)."""
+
+    def __init__(
+        self, name: str, method: str, lam: float, greedy: bool, cache: TrainingCache
+    ) -> None:
+        self.name, self.method, self.lam, self.cache = name, method, lam, cache
+        self.kind = "point" if greedy else "conformal"
+
+    def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
+        trained = self.cache.get(self.method, self.lam, ep, train_idx, alpha)
+        self.policy = replace(trained, variant=self.name)
+
+
+class ScoreRow(PolicyRow):
+    """A row backed by replay-trained membership scores: CStop, ``depth-k`` or ``auto``
+    (:mod:`ccpo.policies.registry`), split-conformal κ̂ on each calibration split."""
+
+    shows_pick = True
 
     def __init__(
         self,
@@ -183,89 +196,59 @@ class ScoreRow(Policy):
         settings: dict[str, Any] | None = None,
     ) -> None:
         self.name, self.candidates, self.settings = name, tuple(candidates), settings
-        self.policy: Any = None
-        self.choice: dict[str, Any] = {}
-        self._kappas: np.ndarray | None = None
 
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
-        self.policy, sel = fit_method(
+        self.policy, _ = fit_method(
             self.name, ep, train_idx, alpha, seed, self.candidates, self.settings
         )
-        self.choice = {} if sel is None else {"picked": sel.method}
-
-    def evaluate(self, ep: Episodes, splits: Splits, alpha: float, seed: int) -> Metrics:
-        if self.policy is None:
-            raise CCPOError(f"policy '{self.name}' was evaluated before it was fitted")
-        m, self._kappas = conformal_metrics(ep, self.policy.probs(ep.obs), splits, alpha, None)
-        return m
-
-    def result_extra(self) -> dict[str, Any]:
-        out = dict(self.choice)
-        if self._kappas is not None:
-            out["kappa_mean"] = float(self._kappas.mean())
-        return out
 
 
-class ArtifactRow(TrainedRow):
-    """A policy folder from ``ccpo train``; batch variants are re-calibrated on each split."""
+class ArtifactRow(PolicyRow):
+    """A policy folder from ``ccpo train``; a calibrated one is re-calibrated on each split."""
 
-    def __init__(self, folder: Path, cache: TrainingCache) -> None:
-        policy = load_policy(folder)
-        method = getattr(policy.config, "method", policy.variant)
-        super().__init__(
-            folder.name, method, getattr(policy.config, "lam", 0.0), policy.scoring, cache
-        )
-        self.policy = policy
+    def __init__(self, folder: Path, policy: Policy) -> None:
+        self.name, self.policy = folder.name, policy
+        self.kind = "point" if policy.greedy else "conformal"
 
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
         assert self.policy is not None
-        if abs(self.policy.alpha - alpha) > 1e-12 and self.scoring != "batch":
+        if abs(self.policy.alpha - alpha) > 1e-12 and not self.policy.calibrates:
+            how = "greedy π" if self.policy.greedy else "online κ"
             raise CCPOError(
                 f"{self.name} was trained for α = {self.policy.alpha:g}; its "
-                f"{self.scoring} scoring cannot be re-targeted to α = {alpha:g}"
+                f"{how} cannot be re-targeted to α = {alpha:g}"
             )
 
 
-class SingleRow(Policy):
-    """A single-answer row (``cstop-single``, ``auto-single``, …): the stopping score fitted
-    on the training split, λ̂ by Learn-then-Test on each calibration split; where a split
-    cannot certify any λ the most conservative rule is scored and the split counted as
-    refused (``refused_share``)."""
+class SingleRow(PolicyRow):
+    """A single-answer row (``cstop-single``, ``auto-single``, …, or a folder): the stopping
+    score fitted on the training split, λ̂ by Learn-then-Test on each calibration split; where
+    a split cannot certify any λ the most conservative rule is scored and the split counted
+    as refused (``refused_share``)."""
 
     kind = "single"
 
-    def __init__(self, name: str, delta: float = DELTA, policy: Any = None) -> None:
+    def __init__(self, name: str, delta: float = DELTA, policy: Policy | None = None) -> None:
         """``policy``: a trained single-answer policy (a folder's), kept as it is by fit."""
         self.name, self.method, self.delta = name, name.removesuffix(SUFFIX), delta
-        self.policy: Any = policy
+        self.policy = policy
         self._given = policy is not None
-        self._lams: np.ndarray | None = None
-        self._refused: np.ndarray | None = None
 
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
-        from ccpo.learning.single import fit_single_method
-
         if not self._given:
             self.policy = fit_single_method(self.method, ep, train_idx, alpha, seed, self.delta)
-
-    def evaluate(self, ep: Episodes, splits: Splits, alpha: float, seed: int) -> Metrics:
-        if self.policy is None:
-            raise CCPOError(f"policy '{self.name}' was evaluated before it was fitted")
-        h = self.policy.stop_scores(ep.obs)
-        self._lams, self._refused = calibrate_splits(ep, h, alpha, self.delta, splits.cal)
-        return single_rollout(ep, h, self._lams, splits.test)
 
     def result_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {"answer": "single", "delta": self.delta}
         if self.policy is not None and "auto" in self.policy.info:
             out["picked"] = self.policy.info["auto"]["picked"]
-        if self._lams is not None and self._refused is not None:
+        if self._thresholds is not None and self._refused is not None:
             out["refused_share"] = float(self._refused.mean())
-            out["threshold_mean"] = float(self._lams.mean())
+            out["threshold_mean"] = float(self._thresholds.mean())
         return out
 
 
-class AlwaysRow(Policy):
+class AlwaysRow(Row):
     """``always-<model>``: every question answered by the ladder's strongest model alone (its
     last call that is not a reuse), paying only that call: the yardstick of the saving."""
 
@@ -304,32 +287,33 @@ def available_policies(ep: Episodes, trained: bool = True) -> list[str]:
     return [*names, "oracle"]
 
 
-def make_policy(name: str, cache: TrainingCache) -> Policy:
-    """A row: a method of :mod:`ccpo.learning.methods`, a policy folder, or a baseline."""
-    if name.endswith(SUFFIX) and name.removesuffix(SUFFIX) in ("auto", *SINGLE_METHODS):
+def make_policy(name: str, cache: TrainingCache) -> Row:
+    """A row: a method of :mod:`ccpo.policies.registry`, a policy folder, or a baseline."""
+    if name.endswith(SUFFIX) and single_form_of(name.removesuffix(SUFFIX)):
         return SingleRow(name)
     if name.startswith(ALWAYS):
         return AlwaysRow(name)
     found = resolve_method(name)
     if found is not None:
         spec, lam = found
-        if spec.kind == "score":
+        if spec.fitted_on_replay:
             # auto's CCPO candidate trains no longer than the run's other policies
             steps = min(cache.base_config.steps, AUTO_RL_STEPS)
             return ScoreRow(name, settings={"auto_ccpo_steps": steps})
-        return TrainedRow(name, spec.trainer, lam, spec.scoring, cache)
+        assert spec.trainer is not None
+        return TrainedRow(name, spec.trainer, lam, spec.greedy, cache)
     p = Path(name)
     if p.is_dir():
         pol = load_policy(p)
-        if pol.answer == "single":
-            return SingleRow(p.name, pol.delta, pol)
-        return ArtifactRow(p, cache)
+        if pol.single:
+            return SingleRow(p.name, pol.delta or DELTA, pol)
+        return ArtifactRow(p, pol)
     return make_baseline(name)
 
 
 def resolve_policies(
     names: Sequence[str], ep: Episodes, cache: TrainingCache | None = None, trained: bool = False
-) -> list[Policy]:
+) -> list[Row]:
     """``all`` expands to :func:`available_policies` (trained rows when ``trained``)."""
     cache = cache or TrainingCache()
     out: list[str] = []

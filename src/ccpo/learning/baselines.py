@@ -1,8 +1,9 @@
 """Baseline policies of the paper (§5 "Baselines"), scored by the same episode engine.
 
-Every policy here implements :class:`Policy`: given episodes, evaluation splits and α, return
-per-question :class:`~ccpo.traces.episodes.Metrics` of shape [R, n_test]. Point policies
-return one answer; conformal policies return sets; ``oracle`` is a bound, not a policy.
+Every baseline here is a :class:`Row` of the evaluation harness: given episodes, evaluation
+splits and α, return per-question :class:`~ccpo.traces.episodes.Metrics` of shape
+[R, n_test]. Point policies return one answer; conformal policies return sets; ``oracle`` is a
+bound, not a policy.
 
 - ``random``: uniform over the allowed actions of each round.
 - ``base`` / ``guide``: always the base (guide) answer at round 1.
@@ -39,8 +40,9 @@ class Splits:
         return self.test.shape[0]
 
 
-class Policy(ABC):
-    """A policy the evaluation harness can score. ``kind`` is point, conformal or bound."""
+class Row(ABC):
+    """A row the evaluation harness scores: a baseline, a rule or a trained policy. ``kind``
+    is point, conformal, single, reference or bound."""
 
     name: str
     kind: str = "point"
@@ -53,7 +55,7 @@ class Policy(ABC):
         """Per-question metrics on every test split, arrays of shape [R, n_test]."""
 
 
-class RandomPolicy(Policy):
+class RandomPolicy(Row):
     """Uniform over the allowed actions (paper: "Random policy"); redrawn per split."""
 
     name = "random"
@@ -66,7 +68,7 @@ class RandomPolicy(Policy):
         return point_rollout(ep, actions, splits.test)
 
 
-class FixedAnswerPolicy(Policy):
+class FixedAnswerPolicy(Row):
     """Always return the base (or guide) answer of round 1."""
 
     def __init__(self, which: str) -> None:
@@ -80,7 +82,7 @@ class FixedAnswerPolicy(Policy):
         return point_rollout(ep, actions, splits.test)
 
 
-class LLMPolicy(Policy):
+class LLMPolicy(Row):
     """LLM-as-policy: decisions stored per round in the traces, paid for at every round run.
 
     A stored ``next`` at the last round (where it is not allowed) is read as the guide answer.
@@ -123,7 +125,7 @@ def uala_actions(
     return acts
 
 
-class UALAPolicy(Policy):
+class UALAPolicy(Row):
     """Thresholds (τ_base, τ_guide) on the guide's uncertainty, chosen per calibration split.
 
     Grid: −inf and the 0, 1/G, …, 1 quantiles of the calibration uncertainties. The pair
@@ -190,7 +192,7 @@ def oracle_metrics(ep: Episodes, idx: np.ndarray, alpha: float) -> Metrics:
     return Metrics(cost=cost, covered=covered, length=length, set_size=np.ones_like(length))
 
 
-class OraclePolicy(Policy):
+class OraclePolicy(Row):
     """The ``oracle`` row: a bound on what any policy could pay at coverage 1−α."""
 
     name = "oracle"
@@ -203,7 +205,7 @@ class OraclePolicy(Policy):
 BASELINES = ("random", "base", "guide", "uala", "oracle")
 
 
-def make_baseline(name: str) -> Policy:
+def make_baseline(name: str) -> Row:
     """A baseline by its results-file name (``llm-policy:<model>`` included)."""
     if name == "random":
         return RandomPolicy()

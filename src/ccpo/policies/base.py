@@ -84,6 +84,24 @@ class Policy(ABC):
     info: dict[str, Any]  # e.g. the choice made by auto
     provenance: dict[str, Any]  # what it was trained on (ccpo.policies.provenance)
 
+    #: δ of a Learn-then-Test calibration (single answer); ``None`` for split conformal
+    delta: float | None = None
+
+    @property
+    def single(self) -> bool:
+        """Returns exactly one answer (rather than a set)."""
+        return self.answer == "single"
+
+    @property
+    @abstractmethod
+    def method(self) -> str:
+        """The registry name that fits this technique again (``ccpo``, ``cstop``, ...)."""
+
+    @property
+    def train_config(self) -> Any:
+        """The :class:`~ccpo.learning.config.TrainConfig` of an RL policy, else ``None``."""
+        return None
+
     # ------------------------------------------------------------------ what it promises
     @property
     @abstractmethod
@@ -174,6 +192,11 @@ class Policy(ABC):
     ) -> Metrics:
         """Replay the questions ``idx`` (all when ``None``; [R, n] for R splits) at
         ``thresholds`` (a float or one per split)."""
+
+    @abstractmethod
+    def replay_answers(self, ep: Episodes) -> tuple[np.ndarray, np.ndarray]:
+        """What it returns on each question of ``ep`` at its own threshold: rounds run
+        [n, T] and the answers returned [n, T, 2] (base, guide) before dropping empty ones."""
 
     # ------------------------------------------------------------------ live
     @abstractmethod

@@ -71,6 +71,10 @@ class StoppingPolicy(SetPolicy):
     kappa_online = None
 
     @property
+    def method(self) -> str:
+        return self.variant
+
+    @property
     def kappa(self) -> float:
         if self.kappa_batch is None:
             raise CCPOError(f"the {self.variant} policy is not calibrated yet (no κ̂)")

@@ -7,14 +7,15 @@ among them and CCPO) or ``rl`` (a π trained by :mod:`ccpo.learning.training`). 
 with ``--answer single`` has a single-answer form (:data:`SINGLE_METHODS`).
 
 Main names: :func:`load_policy` (a folder → its :class:`~ccpo.policies.base.Policy`),
-:func:`fit_method` (sets), :func:`fit_single_method` (single answer), :func:`resolve_method`.
+:func:`fit_policy` (any method by name), :func:`fit_method` (sets fitted on replay),
+:func:`fit_single_method` (single answer), :func:`resolve_method`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,6 +68,11 @@ class MethodSpec:
     def calibrates(self) -> bool:
         """Its threshold is calibrated on held-out questions (split conformal)."""
         return self.scoring == "batch"
+
+    @property
+    def greedy(self) -> bool:
+        """Its π is used greedily: no set, no threshold."""
+        return self.scoring == "point"
 
     @property
     def fitted_on_replay(self) -> bool:
@@ -277,3 +283,42 @@ def fit_single_method(
     policy = fit_single(ep, np.asarray(train_idx), cfg, sel.method, delta)
     policy.info = {"auto": sel.to_json()}
     return policy
+
+
+def fit_policy(
+    method: str,
+    ep: Episodes,
+    train_idx: np.ndarray,
+    alpha: float,
+    seed: int = 0,
+    *,
+    single: bool = False,
+    delta: float = DELTA,
+    train_config: TrainConfig | None = None,
+    settings: dict[str, Any] | None = None,
+    progress: Any = None,
+) -> Policy:
+    """Fit any method by name on ``train_idx``, not calibrated yet: its single-answer form
+    (``single``), a method fitted on replay (``auto`` included), or an RL method trained by
+    :func:`ccpo.learning.training.train` with ``train_config`` (defaults otherwise; its method,
+    α, seed and λ are the method's). ``progress(step, entry)``: RL training steps."""
+    if single:
+        return fit_single_method(method, ep, train_idx, alpha, seed, delta, settings=settings)
+    found = resolve_method(method)
+    if found is None:
+        raise CCPOError(f"unknown method '{method}' (methods: {method_names()}, ccpo-lam<λ>)")
+    spec, lam = found
+    if spec.fitted_on_replay:
+        return fit_method(method, ep, train_idx, alpha, seed, settings=settings)[0]
+    from ccpo.learning.training import train  # torch: only for CCPO / CPO
+
+    base = train_config or TrainConfig()
+    assert spec.trainer is not None
+    cfg = replace(base, method=spec.trainer, alpha=alpha, seed=seed, lam=lam or base.lam)
+    res = train(ep, np.asarray(train_idx), cfg, progress)
+    return RLPolicy.from_result(res, variant_name(spec.name, cfg.lam))
+
+
+def single_form_of(method: str) -> bool:
+    """Whether ``method`` has a single-answer form (``--answer single``)."""
+    return method in ("auto", *SINGLE_METHODS)

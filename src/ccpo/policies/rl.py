@@ -95,6 +95,14 @@ class RLPolicy(SetPolicy):
         )
 
     @property
+    def method(self) -> str:
+        return self.config.method
+
+    @property
+    def train_config(self) -> TrainConfig:
+        return self.config
+
+    @property
     def scoring(self) -> str:
         """How π is used: "point" (greedy), "online" (κ from training) or "batch" (κ̂)."""
         return {"cpo": "point", "cpo-online": "online"}.get(self.variant, "batch")

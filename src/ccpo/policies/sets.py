@@ -19,7 +19,14 @@ import numpy as np
 from ccpo.learning.conformal import CalibrationScores, split_conformal_threshold
 from ccpo.learning.replay import calibrate_kappa
 from ccpo.policies.base import Calibration, Policy, RoundDecision, action_set
-from ccpo.traces.episodes import NEXT, Episodes, Metrics, conformal_rollout, covering_scores
+from ccpo.traces.episodes import (
+    NEXT,
+    Episodes,
+    Metrics,
+    conformal_rollout,
+    conformal_sets,
+    covering_scores,
+)
 from ccpo.traces.schema import ACTIONS
 
 
@@ -86,6 +93,9 @@ class SetPolicy(Policy):
         self, ep: Episodes, scores: np.ndarray, thresholds: Any, idx: np.ndarray | None = None
     ) -> Metrics:
         return conformal_rollout(ep, scores, thresholds, idx)
+
+    def replay_answers(self, ep: Episodes) -> tuple[np.ndarray, np.ndarray]:
+        return conformal_sets(ep, self.probs(ep.obs), self.kappa)
 
     def decide(
         self,

@@ -40,6 +40,7 @@ from ccpo.traces.episodes import (
     single_clears,
     single_losses,
     single_rollout,
+    single_stops,
 )
 from ccpo.traces.featurize import FEATURE_SPEC
 from ccpo.traces.schema import ACTIONS
@@ -201,6 +202,15 @@ class SingleAnswerPolicy(Policy):
         self, ep: Episodes, scores: np.ndarray, thresholds: Any, idx: np.ndarray | None = None
     ) -> Metrics:
         return single_rollout(ep, scores, thresholds, idx)
+
+    def replay_answers(self, ep: Episodes) -> tuple[np.ndarray, np.ndarray]:
+        """Rounds 1..stop run, and the one answer action of the stop round."""
+        stop = single_stops(self.stop_scores(ep.obs), self.threshold)
+        reach = np.arange(ep.horizon) <= stop[:, None]
+        rows = np.arange(ep.n)
+        included = np.zeros((ep.n, ep.horizon, 2), dtype=bool)
+        included[rows, stop, answer_actions(ep.answered)[rows, stop]] = True
+        return reach, included
 
     def decide(
         self,
