@@ -13,7 +13,7 @@ from ccpo.cli.config import config_help
 from ccpo.learning.config import StopConfig, TrainConfig
 
 
-def test_help_is_read_from_the_comments_beside_the_fields():
+def test_every_config_field_declares_its_help():
     helps = config_help(TrainConfig)
     assert set(helps) == {f.name for f in dataclasses.fields(TrainConfig)}
     assert helps["steps"].startswith("training steps")

@@ -5,8 +5,8 @@ below), the collection and deployment settings pydantic models (:func:`settings_
 
 Every field of a config dataclass (:class:`ccpo.learning.config.TrainConfig`,
 :class:`ccpo.learning.config.StopConfig`) becomes an option of the command, with the field's
-type, its default, and its help read from the comment written beside the field in the config
-(the one place it is documented). A command decorated with :func:`config_options` receives the
+type, its default, and the help the field declares (:func:`ccpo.fields.knob`: the one place it
+is documented). A command decorated with :func:`config_options` receives the
 values as ``config={ConfigClass: {field: value}}`` and builds the configs itself
 (:func:`build_config` turns a config's own validation error into a usage error).
 """
@@ -31,10 +31,9 @@ from ccpo.errors import CCPOError
 
 C = TypeVar("C")
 #: ``name: type = default  # help`` (one field line of a dataclass)
-_FIELD = re.compile(r"^(?P<name>\w+)\s*:\s*[^=#]+?(?:=\s*[^#]*?)?\s*(?:#\s*(?P<help>.*))?$")
 
 
-#: reStructuredText roles and literals (``:mod:`x` ``, ````x````) written in the code's comments
+#: reStructuredText roles and literals (``:mod:`x` ``, ````x````) written in the fields' help
 _RST = re.compile(r":[a-z]+:`~?([^`]+)`|``([^`]+)``")
 
 
@@ -44,26 +43,8 @@ def plain(text: str) -> str:
 
 
 def config_help(cls: type) -> dict[str, str]:
-    """Field name → help, from the comments beside (and the comment lines right above) each
-    field in the class source; empty when the source is not available."""
-    try:
-        lines = inspect.getsource(cls).splitlines()[1:]
-    except (OSError, TypeError):
-        return {}
-    names = {f.name for f in dataclasses.fields(cls)}
-    out: dict[str, str] = {}
-    above: list[str] = []
-    for raw in lines:
-        line = raw.strip()
-        if line.startswith("#"):
-            above.append(line.lstrip("#").strip())
-            continue
-        m = _FIELD.match(line)
-        if m and m.group("name") in names:
-            text = " ".join([*above, m.group("help") or ""]).strip()
-            out[m.group("name")] = plain(re.sub(r"\s+", " ", text))
-        above = []
-    return out
+    """Field name → help, as each field declares it (:func:`ccpo.fields.knob`)."""
+    return {f.name: plain(f.metadata.get("help", "")) for f in dataclasses.fields(cls)}
 
 
 def _checker(cls: type, name: str) -> Callable[[Any], Any]:

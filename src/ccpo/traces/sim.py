@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ccpo.fields import knob
 from ccpo.traces.schema import (
     BaseStep,
     GuideStep,
@@ -81,18 +82,18 @@ _ENTITIES = [
 class SimConfig:
     """Knobs of the synthetic generator (defaults give ~60% round-1 base accuracy)."""
 
-    n: int = 1400  # number of questions
-    rounds: int = 4  # rounds per question (T), 1..32
-    seed: int = 0  # random seed
-    base_model: str = "sim-base"  # the base model's name in the traces
-    guide_model: str = "sim-guide"  # the guide model's name in the traces
-    b0: float = 0.4  # base logit at round 1
-    b1: float = 0.45  # base logit gain per extra round
-    g0: float = 1.4  # guide logit at round 1
-    g1: float = 0.25  # guide logit gain per extra round
-    k: float = 1.8  # difficulty slope
-    verdict_noise: float = 0.07  # probability that a knowing guide's verdict is flipped
-    policy_llm: bool = True  # add an LLM-as-policy decision for `guide_model`
+    n: int = knob(1400, "number of questions")
+    rounds: int = knob(4, "rounds per question (T), 1..32")
+    seed: int = knob(0, "random seed")
+    base_model: str = knob("sim-base", "the base model's name in the traces")
+    guide_model: str = knob("sim-guide", "the guide model's name in the traces")
+    b0: float = knob(0.4, "base logit at round 1")
+    b1: float = knob(0.45, "base logit gain per extra round")
+    g0: float = knob(1.4, "guide logit at round 1")
+    g1: float = knob(0.25, "guide logit gain per extra round")
+    k: float = knob(1.8, "difficulty slope")
+    verdict_noise: float = knob(0.07, "probability that a knowing guide's verdict is flipped")
+    policy_llm: bool = knob(True, "add an LLM-as-policy decision for `guide_model`")
 
     def __post_init__(self) -> None:
         if self.n < 1:
