@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -28,6 +28,8 @@ from ccpo.traces.episodes import Episodes, Metrics
 from ccpo.traces.labels import GOLD, reference_model
 
 AnswerKind = Literal["set", "single"]
+#: whether round t's base and guide gave an answer (asked only by policies that need it)
+Answered = Callable[[], tuple[bool, bool]]
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Policy(ABC):
     log: list[dict[str, float]]  # training diagnostics, one entry per step
     info: dict[str, Any]  # e.g. the choice made by auto
     provenance: dict[str, Any]  # what it was trained on (ccpo.policies.provenance)
+    config: Any  # its typed hyperparameters (ccpo.learning.config)
 
     #: δ of a Learn-then-Test calibration (single answer); ``None`` for split conformal
     delta: float | None = None
@@ -201,11 +204,7 @@ class Policy(ABC):
     # ------------------------------------------------------------------ live
     @abstractmethod
     def decide(
-        self,
-        obs: np.ndarray,
-        t: int,
-        threshold: float | None,
-        answered: Callable[[], tuple[bool, bool]],
+        self, obs: np.ndarray, t: int, threshold: float | None, answered: Answered
     ) -> RoundDecision:
         """The decision after round t for observations ``obs`` [T, F] (rows after t zero):
         the same rule as the replay. ``answered()``: whether round t's base and guide gave an
@@ -220,6 +219,19 @@ class Policy(ABC):
     @abstractmethod
     def load(cls, folder: str | Path, meta: dict[str, Any]) -> Policy:
         """Read a folder whose ``policy.json`` (already parsed: ``meta``) names this class."""
+
+    def folder_header(self) -> dict[str, Any]:
+        """The ``policy.json`` fields every technique writes; each adds its own after them."""
+        return {
+            "method": self.method,
+            "variant": self.variant,
+            "answer": self.answer,
+            "alpha": self.alpha,
+            "horizon": self.horizon,
+            "config": asdict(self.config),
+            "info": self.info,
+            "provenance": self.provenance,
+        }
 
     def trained_horizon(self) -> int | None:
         """T of the traces it was trained on, when known."""

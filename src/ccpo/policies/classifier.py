@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from ccpo.errors import CCPOError
 from ccpo.learning.config import StopConfig
 from ccpo.learning.trees import compile_hgb
+from ccpo.traces.episodes import Episodes
 
 
 def stop_features(obs: np.ndarray) -> np.ndarray:
@@ -100,3 +102,32 @@ def make_learner(cfg: StopConfig) -> Any:
         early_stopping=False,
         random_state=cfg.seed,
     )
+
+
+def training_questions(ep: Episodes, train_idx: np.ndarray, what: str) -> tuple[np.ndarray, int]:
+    """(question indices, T) to fit ``what`` on; refused on zero questions or T < 2."""
+    idx = np.asarray(train_idx)
+    if idx.size == 0:
+        raise CCPOError(f"cannot fit {what} on zero training questions")
+    if ep.horizon < 2:
+        raise CCPOError(f"{what} needs traces with at least 2 rounds")
+    return idx, ep.horizon
+
+
+def training_rows(obs: np.ndarray) -> np.ndarray:
+    """The classifier's training rows of observations [n, T, F]: rounds t < T, [n(T−1), 2F]."""
+    return stop_features(obs)[:, :-1].reshape(-1, 2 * obs.shape[-1])
+
+
+def fit_classifier(x: np.ndarray, y: np.ndarray, cfg: StopConfig) -> Any:
+    """The learner of ``cfg`` fitted on rows ``x`` with labels ``y``; with a single class in
+    the labels (tiny data), that constant rate (still a valid score: the threshold then runs
+    every question to the same depth)."""
+    if y.all() or not y.any():
+        return float(y.mean())
+    from threadpoolctl import threadpool_limits
+
+    model = make_learner(cfg)
+    with threadpool_limits(limits=1):  # small data: threads cost more than they give
+        model.fit(x, y)
+    return model

@@ -13,7 +13,7 @@ Main names: :class:`StoppingPolicy` (the policy), :func:`fit_stopping`, :func:`f
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,13 @@ import numpy as np
 from ccpo.errors import CCPOError
 from ccpo.learning.config import Learner, StopConfig
 from ccpo.learning.conformal import CalibrationScores
-from ccpo.policies.classifier import make_learner, round_scores, stop_features
-from ccpo.policies.folder import load_classifier, save_classifier
+from ccpo.policies.classifier import (
+    fit_classifier,
+    round_scores,
+    training_questions,
+    training_rows,
+)
+from ccpo.policies.folder import load_classifier, save_classifier, shared_fields
 from ccpo.policies.sets import SetPolicy
 from ccpo.traces.episodes import NEXT, Episodes
 from ccpo.traces.featurize import FEATURE_SPEC
@@ -99,17 +104,10 @@ class StoppingPolicy(SetPolicy):
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | Path) -> Path:
         meta = {
-            "method": self.variant,
-            "variant": self.variant,
-            "answer": self.answer,
-            "alpha": self.alpha,
+            **self.folder_header(),
             "kappa_online": None,
             "kappa_batch": self.kappa_batch,
             **({"calibration_scores": self.calibration.to_json()} if self.calibration else {}),
-            "horizon": self.horizon,
-            "config": asdict(self.config),
-            "info": self.info,
-            "provenance": self.provenance,
         }
         side = (self.feature_spec, self.prices, self.log)
         return save_classifier(folder, meta, side, self.model)
@@ -122,9 +120,7 @@ class StoppingPolicy(SetPolicy):
         any model file); a different scikit-learn version is refused rather than risk
         silently different scores.
         """
-        model, (spec, prices, log) = load_classifier(
-            folder, meta, f"ccpo train --method {meta['method']}"
-        )
+        model, side = load_classifier(folder, meta, f"ccpo train --method {meta['method']}")
         return cls(
             model=model,
             horizon=int(meta["horizon"]),
@@ -132,11 +128,7 @@ class StoppingPolicy(SetPolicy):
             variant=meta.get("variant", meta["method"]),
             kappa_batch=meta.get("kappa_batch"),
             calibration=CalibrationScores.from_json(meta.get("calibration_scores")),
-            feature_spec=spec,
-            prices=prices,
-            log=log,
-            info=meta.get("info") or {},
-            provenance=meta.get("provenance") or {},
+            **shared_fields(meta, side),
         )
 
 
@@ -148,22 +140,9 @@ def fit_stopping(
     With a single class in the labels (tiny data) the score is that constant: still a valid
     conformal policy (κ̂ then runs every question to the same depth).
     """
-    idx = np.asarray(train_idx)
-    if idx.size == 0:
-        raise CCPOError("cannot fit a stopping policy on zero training questions")
-    T = ep.horizon
-    if T < 2:
-        raise CCPOError("a stopping policy needs traces with at least 2 rounds")
-    x = stop_features(ep.obs[idx])[:, :-1].reshape(-1, 2 * ep.obs.shape[-1])
+    idx, T = training_questions(ep, train_idx, "a stopping policy")
     y = fixable_labels(ep.correct[idx], ep.solvable[idx])[:, :-1].reshape(-1)
-    if y.all() or not y.any():
-        model: Any = float(y.mean())
-    else:
-        from threadpoolctl import threadpool_limits
-
-        model = make_learner(cfg)
-        with threadpool_limits(limits=1):  # small data: threads cost more than they give
-            model.fit(x, y)
+    model = fit_classifier(training_rows(ep.obs[idx]), y, cfg)
     pol = StoppingPolicy(model=model, horizon=T, config=cfg, variant=variant)
     pol.log.append({"fit/rows": float(y.size), "fit/fixable_rate": float(y.mean())})
     return pol

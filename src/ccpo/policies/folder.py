@@ -90,6 +90,19 @@ def read_side_files(folder: str | Path) -> SideFiles:
     return spec, prices, log
 
 
+def shared_fields(meta: dict[str, Any], side: SideFiles) -> dict[str, Any]:
+    """The fields every policy class reads back alike: the side files (feature spec, prices,
+    log), ``info`` and ``provenance`` (empty when the folder has none)."""
+    spec, prices, log = side
+    return {
+        "feature_spec": spec,
+        "prices": prices,
+        "log": log,
+        "info": meta.get("info") or {},
+        "provenance": meta.get("provenance") or {},
+    }
+
+
 def save_classifier(
     folder: str | Path,
     meta: dict[str, Any],

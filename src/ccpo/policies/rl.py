@@ -14,7 +14,7 @@ run into a policy without importing it. Derivations: docs/theory.md, "Departures
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -158,20 +158,13 @@ class RLPolicy(SetPolicy):
 
     def save(self, folder: str | Path) -> Path:
         meta = {
-            "method": self.config.method,
-            "variant": self.variant,
-            "answer": self.answer,
-            "alpha": self.alpha,
+            **self.folder_header(),
             "kappa_online": self.kappa_online,
             "kappa_batch": self.kappa_batch,
             **({"calibration_scores": self.calibration.to_json()} if self.calibration else {}),
-            "horizon": self.horizon,
             "obs_mean": self.obs_mean.tolist(),
             "obs_std": self.obs_std.tolist(),
             "obs_dim": int(self.net.in_dim),
-            "config": asdict(self.config),
-            "provenance": self.provenance,
-            **({"info": self.info} if self.info else {}),
         }
         out = write_folder(folder, meta, self.feature_spec, self.prices, self.log)
         write_weights(out / "weights.pt", self.net.state_dict())

@@ -11,14 +11,13 @@ the :class:`~ccpo.policies.base.Policy` methods on top of ``probs``; the techniq
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ccpo.learning.conformal import CalibrationScores, split_conformal_threshold
 from ccpo.learning.replay import calibrate_kappa
-from ccpo.policies.base import Calibration, Policy, RoundDecision, action_set
+from ccpo.policies.base import Answered, Calibration, Policy, RoundDecision, action_set
 from ccpo.traces.episodes import (
     NEXT,
     Episodes,
@@ -98,11 +97,7 @@ class SetPolicy(Policy):
         return conformal_sets(ep, self.probs(ep.obs), self.kappa)
 
     def decide(
-        self,
-        obs: np.ndarray,
-        t: int,
-        threshold: float | None,
-        answered: Callable[[], tuple[bool, bool]],
+        self, obs: np.ndarray, t: int, threshold: float | None, answered: Answered
     ) -> RoundDecision:
         """C(o_t) for round t; π of the padded observations [T, F], so that ``next`` is
         masked exactly at round T and row t is computed as in the replay."""

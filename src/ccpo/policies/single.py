@@ -18,7 +18,6 @@ Main names: :class:`SingleAnswerPolicy`, :func:`fit_single`, :func:`ltt_threshol
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,15 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.config import StopConfig
-from ccpo.policies.base import Calibration, Policy, RoundDecision
-from ccpo.policies.classifier import make_learner, round_scores, stop_features
+from ccpo.policies.base import Answered, Calibration, Policy, RoundDecision
+from ccpo.policies.classifier import (
+    fit_classifier,
+    round_scores,
+    training_questions,
+    training_rows,
+)
 from ccpo.policies.cstop import STOPPING_METHODS
-from ccpo.policies.folder import load_classifier, save_classifier
+from ccpo.policies.folder import load_classifier, save_classifier, shared_fields
 from ccpo.policies.rules import depth_scores
 from ccpo.traces.episodes import (
     NEXT,
@@ -213,11 +217,7 @@ class SingleAnswerPolicy(Policy):
         return reach, included
 
     def decide(
-        self,
-        obs: np.ndarray,
-        t: int,
-        threshold: float | None,
-        answered: Callable[[], tuple[bool, bool]],
+        self, obs: np.ndarray, t: int, threshold: float | None, answered: Answered
     ) -> RoundDecision:
         """Stop at round t iff it clears λ (``threshold``; ``None``: λ̂), by the replay's own
         rule: going on, no answer joins (π = (0, 0, 1)); stopping, the one answer action of
@@ -234,18 +234,7 @@ class SingleAnswerPolicy(Policy):
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | Path) -> Path:
-        meta = {
-            "method": self.method,
-            "variant": self.variant,
-            "answer": self.answer,
-            "alpha": self.alpha,
-            "delta": self.delta,
-            "lambda_hat": self.lam,
-            "horizon": self.horizon,
-            "config": asdict(self.config),
-            "info": self.info,
-            "provenance": self.provenance,
-        }
+        meta = {**self.folder_header(), "delta": self.delta, "lambda_hat": self.lam}
         return save_classifier(folder, meta, (self.feature_spec, self.prices, self.log), self.model)
 
     @classmethod
@@ -253,7 +242,7 @@ class SingleAnswerPolicy(Policy):
         """Load a folder whose policy.json says ``"answer": "single"`` (a pickle made by this
         ccpo: only load folders you trust; another scikit-learn version is refused). λ̂ is
         ``lambda_hat``, or ``kappa_batch`` in folders of ccpo 0.1."""
-        model, (spec, prices, log) = load_classifier(
+        model, side = load_classifier(
             folder, meta, f"ccpo train --method {meta['method']} --answer single"
         )
         return cls(
@@ -263,11 +252,7 @@ class SingleAnswerPolicy(Policy):
             variant=meta.get("variant", single_name(meta["method"])),
             delta=float(meta.get("delta", DELTA)),
             lam=meta["lambda_hat"] if "lambda_hat" in meta else meta.get("kappa_batch"),
-            feature_spec=spec,
-            prices=prices,
-            log=log,
-            info=meta.get("info") or {},
-            provenance=meta.get("provenance") or {},
+            **shared_fields(meta, side),
         )
 
 
@@ -282,26 +267,14 @@ def fit_single(
             f"--answer single: method must be auto or one of {', '.join(SINGLE_METHODS)}, "
             f"got '{method}'"
         )
-    idx = np.asarray(train_idx)
-    if idx.size == 0:
-        raise CCPOError("cannot fit a single-answer policy on zero training questions")
-    T = ep.horizon
-    if T < 2:
-        raise CCPOError("a single-answer policy needs traces with at least 2 rounds")
+    idx, T = training_questions(ep, train_idx, "a single-answer policy")
     name = single_name(method)
     if method == "depth-k":
         return SingleAnswerPolicy(None, T, cfg, name, delta)
     sub = ep.subset(idx)
-    x = stop_features(sub.obs)[:, :-1].reshape(-1, 2 * ep.obs.shape[-1])
     y = reached_labels(sub)[:, :-1].reshape(-1)
-    if y.all() or not y.any():
-        model: Any = float(y.mean())
-    else:
-        from threadpoolctl import threadpool_limits
-
-        model = make_learner(StopConfig(**{**asdict(cfg), "learner": STOPPING_METHODS[method]}))
-        with threadpool_limits(limits=1):
-            model.fit(x, y)
+    learner = StopConfig(**{**asdict(cfg), "learner": STOPPING_METHODS[method]})
+    model = fit_classifier(training_rows(sub.obs), y, learner)
     pol = SingleAnswerPolicy(model, T, cfg, name, delta)
     pol.log.append({"fit/rows": float(y.size), "fit/correct_rate": float(y.mean())})
     return pol
