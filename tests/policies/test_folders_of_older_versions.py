@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import sklearn
 
+from ccpo.api import ConformalPolicy
 from ccpo.policies import Policy, load_policy
-from ccpo.product.api import ConformalPolicy
 from ccpo.runtime.decision import decide
 from ccpo.traces.io import read_traces
 
