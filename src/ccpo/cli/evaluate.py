@@ -55,22 +55,14 @@ def evaluate(
     """Score policies on R random calibration/test splits; write results.json/.md/.csv and
     box plots of coverage and cost."""
     require_training("ccpo evaluate")  # box plots (matplotlib); trainable names (torch)
-    from ccpo.evaluation.harness import (
-        check_alpha,
-        evaluate_policies,
-        id_splits,
-        load_episodes,
-        split_sizes,
-        used_prices,
-    )
+    from ccpo.evaluation.harness import evaluate_policies, load_splits
     from ccpo.evaluation.rows import TrainingCache, resolve_policies
     from ccpo.report.results import write_results
     from ccpo.report.tables import print_results
 
-    check_alpha(alpha)
-    ep, table = load_episodes(traces, prices or [])
-    sizes = split_sizes(ep.n, n_train, n_cal, n_test)
-    ep, sp = id_splits(ep, sizes, splits, seed)
+    ep, used, sizes, sp = load_splits(
+        traces, alpha, splits, seed, prices or [], (n_train, n_cal, n_test)
+    )
     check_out_folder(out)
     pols = resolve_policies(policy, ep, TrainingCache())
     check_artifacts(pols, traces, alpha)
@@ -88,7 +80,7 @@ def evaluate(
         seed=seed,
         sizes=dict(zip(("train", "cal", "test"), sizes, strict=True)),
         against=ep.labels,
-        prices=used_prices(ep, table),
+        prices=used,
     )
     print_results(console, rows, traces.name, alpha, splits, sizes, ep.labels)
     console.print(f"wrote {', '.join(str(p) for p in files.values())}")

@@ -14,15 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ccpo.evaluation.harness import (
-    ResultRow,
-    check_alpha,
-    evaluate_policies,
-    id_splits,
-    load_episodes,
-    split_sizes,
-    used_prices,
-)
+from ccpo.evaluation.harness import ResultRow, evaluate_policies, load_splits
 from ccpo.evaluation.rows import (
     TrainedRow,
     TrainingCache,
@@ -47,19 +39,10 @@ class CompareOutput:
 
 def _plan(
     traces: Path, alpha: float, splits: int, seed: int, lams: Sequence[float], prices
-) -> tuple[Episodes, tuple[int, int, int], Splits, list[str]]:
-    """What a comparison runs on: episodes, split sizes, the evaluation splits, row names."""
-    ep, _, sizes, sp, names = _plan_priced(traces, alpha, splits, seed, lams, prices)
-    return ep, sizes, sp, names
-
-
-def _plan_priced(traces: Path, alpha: float, splits: int, seed: int, lams, prices):
-    """:func:`_plan` and the price table of the traces' models (for results.json)."""
-    check_alpha(alpha)
-    ep, table = load_episodes(traces, prices)
-    used = used_prices(ep, table)
-    sizes = split_sizes(ep.n)
-    ep, sp = id_splits(ep, sizes, splits, seed)
+) -> tuple[Episodes, dict[str, dict[str, Any]], tuple[int, int, int], Splits, list[str]]:
+    """What a comparison runs on: episodes, the prices of their models (for results.json),
+    split sizes, the evaluation splits, row names."""
+    ep, used, sizes, sp = load_splits(traces, alpha, splits, seed, prices)
     names = available_policies(ep, trained=True)
     names[-1:-1] = [f"ccpo-lam{lam:g}" for lam in lams if lam > 0]
     return ep, used, sizes, sp, names
@@ -92,7 +75,7 @@ def start_training(
     """Submit to ``pool`` every policy that :func:`run_compare` with the same arguments trains,
     and return at once; pass the returned cache to ``run_compare(cache=...)``. This lets
     several comparisons (``ccpo reproduce``: every α) share one pool of processes."""
-    ep, _, sp, names = _plan(traces, alpha, splits, seed, lams, prices)
+    ep, _, _, sp, names = _plan(traces, alpha, splits, seed, lams, prices)
     cache = TrainingCache(base_config(steps, seed, eps, settings))
     cache.submit(_trained_keys(resolve_policies(names, ep, cache)), ep, sp.train, alpha, pool)
     return cache
@@ -122,7 +105,7 @@ def run_compare(
     console = console or Console()
     workers = (os.cpu_count() or 1) + 1 if workers is None else workers
     t0 = time.perf_counter()
-    ep, used, sizes, sp, names = _plan_priced(traces, alpha, splits, seed, lams, prices)
+    ep, used, sizes, sp, names = _plan(traces, alpha, splits, seed, lams, prices)
     config = base_config(steps, seed, eps, settings)
     if cache is None:
         cache = TrainingCache(config)

@@ -198,6 +198,26 @@ def used_prices(ep: Episodes, table: PriceTable) -> dict[str, dict[str, Any]]:
     return {m: table.price(m).model_dump(exclude_none=True) for m in ep.models}
 
 
+def load_splits(
+    traces_path: str | Path,
+    alpha: float,
+    n_splits: int,
+    seed: int,
+    price_files: Sequence[str | Path] = (),
+    sizes: tuple[int | None, int | None, int | None] = (None, None, None),
+) -> tuple[Episodes, dict[str, dict[str, Any]], tuple[int, int, int], Splits]:
+    """What policies are scored on: α checked, the trace file read and priced
+    (:func:`load_episodes`), in :func:`id_order` with ``n_splits`` evaluation splits
+    (:func:`id_splits`) of the :func:`split_sizes` for ``sizes`` (train/cal/test, None: the
+    default). Returns the episodes, the prices of their models (:func:`used_prices`), the
+    split sizes and the splits."""
+    check_alpha(alpha)
+    ep, table = load_episodes(traces_path, price_files)
+    n = split_sizes(ep.n, *sizes)
+    ep, sp = id_splits(ep, n, n_splits, seed)
+    return ep, used_prices(ep, table), n, sp
+
+
 def check_alpha(alpha: float) -> None:
     """:func:`ccpo.learning.conformal.check_alpha` as a usage error (exit code 2)."""
     try:

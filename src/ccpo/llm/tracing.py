@@ -128,6 +128,26 @@ def _failed(span: Any, e: BaseException) -> None:
     span.set_status(Status(StatusCode.ERROR, type(e).__name__))
 
 
+@contextlib.contextmanager
+def _span(name: str, kind: str, attrs: dict[str, Any]) -> Iterator[Any]:
+    """A span of ccpo's tracer (``kind``: a ``SpanKind`` name), current while the block runs,
+    with ``attrs`` set; an exception out of the block marks it failed (:func:`_failed`)."""
+    from opentelemetry.trace import SpanKind
+
+    with _state["tracer"].start_as_current_span(
+        name,
+        kind=getattr(SpanKind, kind),
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        _set(span, attrs)
+        try:
+            yield span
+        except BaseException as e:
+            _failed(span, e)
+            raise
+
+
 # ----------------------------------------------------------------------------- the question
 class _Question:
     """The question being answered (its span), found by the LLM calls made for it."""
@@ -213,9 +233,6 @@ def question(
 
 @contextlib.contextmanager
 def _question_span(agent: Any, qid: str, kappa: float | None) -> Iterator[_Question]:
-    tracer = _state["tracer"]
-    from opentelemetry.trace import SpanKind
-
     attrs = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": SERVICE_NAME,
@@ -226,20 +243,11 @@ def _question_span(agent: Any, qid: str, kappa: float | None) -> Iterator[_Quest
         "ccpo.kappa": None if kappa is None else float(kappa),
         "ccpo.horizon": int(agent.horizon),
     }
-    with tracer.start_as_current_span(
-        f"invoke_agent {SERVICE_NAME}",
-        kind=SpanKind.INTERNAL,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        _set(span, attrs)
+    with _span(f"invoke_agent {SERVICE_NAME}", "INTERNAL", attrs) as span:
         q = _Question(span)
         token = _question.set(q)
         try:
             yield q
-        except BaseException as e:
-            _failed(span, e)
-            raise
         finally:
             _question.reset(token)
 
@@ -320,9 +328,6 @@ def llm_call(endpoint: Any, request: Any) -> contextlib.AbstractContextManager[_
 
 @contextlib.contextmanager
 def _llm_call_span(endpoint: Any, request: Any) -> Iterator[_Call]:
-    tracer = _state["tracer"]
-    from opentelemetry.trace import SpanKind
-
     host, port = _server(endpoint.base_url)
     step = request.step or {}
     attrs = {
@@ -342,15 +347,5 @@ def _llm_call_span(endpoint: Any, request: Any) -> Iterator[_Call]:
             for m in request.messages
         ]
         attrs["gen_ai.input.messages"] = json.dumps(msgs)
-    with tracer.start_as_current_span(
-        f"chat {endpoint.model}",
-        kind=SpanKind.CLIENT,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        _set(span, attrs)
-        try:
-            yield _Call(span, request)
-        except BaseException as e:
-            _failed(span, e)
-            raise
+    with _span(f"chat {endpoint.model}", "CLIENT", attrs) as span:
+        yield _Call(span, request)

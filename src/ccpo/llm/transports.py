@@ -30,7 +30,22 @@ def load_http() -> None:
 HTTP_BACKENDS = ("auto", "aiohttp", "httpx")
 
 
-class _AiohttpTransport:
+class _Transport:
+    """What both transports hold: the time-out of an attempt and the failures they tell apart,
+    the built-in ones until their library is imported on first use."""
+
+    name: str
+
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        #: a failure below HTTP (mapped by :func:`transport_error`)
+        self.errors: tuple[type[BaseException], ...] = (OSError,)
+        self.timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
+        #: failures before the request left (no connection): never billed
+        self.unsent: tuple[type[BaseException], ...] = (ConnectionRefusedError,)
+
+
+class _AiohttpTransport(_Transport):
     """POSTs over one pooled ``aiohttp`` session (aiohttp imported and the session made on
     first use, in the running loop)."""
 
@@ -39,13 +54,8 @@ class _AiohttpTransport:
     def __init__(self, timeout: float) -> None:
         if importlib.util.find_spec("aiohttp") is None:
             raise ImportError("aiohttp")
-        self._timeout = timeout
+        super().__init__(timeout)
         self._session: Any = None
-        #: a failure below HTTP (mapped by :func:`transport_error`)
-        self.errors: tuple[type[BaseException], ...] = (OSError,)
-        self.timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
-        #: failures before the request left (no connection): never billed
-        self.unsent: tuple[type[BaseException], ...] = (ConnectionRefusedError,)
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, Any, bytes]:
         if self._session is None:
@@ -67,17 +77,14 @@ class _AiohttpTransport:
             self._session = None
 
 
-class _HttpxTransport:
+class _HttpxTransport(_Transport):
     """POSTs over one pooled ``httpx.AsyncClient`` (made on first use)."""
 
     name = "httpx"
 
     def __init__(self, timeout: float) -> None:
-        self._timeout = timeout
+        super().__init__(timeout)
         self._client: Any = None
-        self.errors: tuple[type[BaseException], ...] = (OSError,)
-        self.timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
-        self.unsent: tuple[type[BaseException], ...] = (ConnectionRefusedError,)
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, Any, bytes]:
         if self._client is None:

@@ -58,15 +58,12 @@ class StoreLedger(SpendLedger):
         # a call drawn wholly from its question's wallet needs no write: the wallet is in
         # the store, counted in flight, since the question was admitted; a wallet comes
         # from the spare one when it can (reserved by an earlier transaction)
-        if (
-            usd > 0
-            and not self.store.take_spare(usd, cap)
-            and not await self.store.areserve(usd, cap, usd, idle=self._idle, admission=admission)
-        ):
-            return False
-        with self._values() as v:
-            v.calls += float(call)
-        return True
+        return self._reserved(
+            call,
+            usd <= 0
+            or self.store.take_spare(usd, cap)
+            or await self.store.areserve(usd, cap, usd, idle=self._idle, admission=admission),
+        )
 
     def try_reserve(
         self,
@@ -75,15 +72,21 @@ class StoreLedger(SpendLedger):
         call: bool = False,
         admission: bool = False,
     ) -> bool:
-        if (
-            usd > 0
-            and not self.store.take_spare(usd, cap)
-            and not self.store.reserve(usd, cap, usd, idle=self._idle, admission=admission)
-        ):
-            return False
-        with self._values() as v:
-            v.calls += float(call)
-        return True
+        """:meth:`areserve`, blocking while the store commits."""
+        return self._reserved(
+            call,
+            usd <= 0
+            or self.store.take_spare(usd, cap)
+            or self.store.reserve(usd, cap, usd, idle=self._idle, admission=admission),
+        )
+
+    def _reserved(self, call: bool, ok: bool) -> bool:
+        """What a reservation does here once the store holds the money (``ok``): count the
+        call it is for in flight (``call``). Returns ``ok``."""
+        if ok:
+            with self._values() as v:
+                v.calls += float(call)
+        return ok
 
     def settle(self, reserved: float, spent: float, call: bool = False) -> None:
         if reserved > 0 or spent > 0:

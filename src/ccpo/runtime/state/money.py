@@ -52,6 +52,16 @@ def _process_gone(pid: int) -> bool:
     return False
 
 
+def _hold(b: Batch, usd: float, inflight: float) -> None:
+    """Inside a transaction: reserve ``usd`` in the counters and this replica's lease,
+    ``inflight`` of it counted in flight."""
+    c, lease = b.counters, b.lease
+    c.reserved_usd += usd
+    c.inflight_usd += inflight
+    lease.reserved += usd
+    lease.inflight += inflight
+
+
 class Money:
     """Reservations, settlements, the spare wallet and the leases of
     :class:`~ccpo.runtime.state.store.StateStore`. Its operations go through the store's
@@ -104,10 +114,7 @@ class Money:
                     raise _Redo()  # or the question waiting elsewhere got its room)
                 b.lease.idle = idle() if callable(idle) else idle
                 return False
-            c.reserved_usd += usd
-            c.inflight_usd += inflight
-            b.lease.reserved += usd
-            b.lease.inflight += inflight
+            _hold(b, usd, inflight)
             b.lease.idle = False
             return True
 
@@ -203,10 +210,7 @@ class Money:
             if left < SPARE_ROOM * want:
                 return 0.0
         if top > 0:
-            c.reserved_usd += top
-            c.inflight_usd += top
-            b.lease.reserved += top
-            b.lease.inflight += top
+            _hold(b, top, top)
         return top
 
     def _drop_spare(self) -> None:
