@@ -121,7 +121,7 @@ def make_splits(
 
 @dataclass
 class ResultRow:
-    """One row of ``results.json`` (DESIGN.md "Results file"), plus per-split detail."""
+    """One row of ``results.json`` (docs/design.md, "Results file"), plus per-split detail."""
 
     policy: str
     cost_cents: float

@@ -1,6 +1,6 @@
 """The result files of ``evaluate`` and ``compare``: results.json, results.md, results.csv.
 
-``results.json`` follows DESIGN.md ("Results file"): ``{"schema": "ccpo.results/v1", "traces",
+``results.json`` follows docs/design.md ("Results file"): ``{"schema": "ccpo.results/v1", "traces",
 "alpha", "splits", "seed", "rows": [...]}``; each row has the paper's columns plus per-split
 lists. ``results.md`` is a :class:`~ccpo.report.document.Doc` (the saving, the table of
 :mod:`ccpo.report.tables`, notes, the prices used); the box plots come from
