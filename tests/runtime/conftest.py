@@ -21,7 +21,13 @@ MODELS = ("base-m", "guide-m")
 
 # ----------------------------------------------------------------------------- both stores
 #: modules whose tests that start ``ccpo serve`` (make_service, the CLI) run on both stores
-SERVE_MODULES = ("test_server", "test_hardening", "test_openai_compat", "test_rails", "test_cli")
+SERVE_MODULES = (
+    "test_server",
+    "test_serve_under_attack",
+    "test_openai_compat",
+    "test_rails",
+    "test_cli",
+)
 _SERVES = ("make_service", "_start_serve", "state_at")
 
 
