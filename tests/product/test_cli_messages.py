@@ -17,7 +17,7 @@ import pytest
 from ccpo.policies.registry import METHODS
 from ccpo.traces.io import read_traces, write_traces
 from ccpo.traces.sim import SimConfig, generate
-from tests.product.test_exit_codes import assert_usage_error, ccpo
+from tests.helpers.cli import assert_usage_error, ccpo
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

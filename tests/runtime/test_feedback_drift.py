@@ -10,8 +10,7 @@ import httpx
 import pytest
 
 from ccpo.runtime.feedback import DRIFT_MIN
-
-from .conftest import LiveServer, make_service, state_at
+from tests.helpers.serve import LiveServer, make_service, state_at
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 

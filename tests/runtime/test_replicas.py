@@ -17,8 +17,7 @@ from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.runtime.state import SCHEMA_VERSION, DuplicateKey, StateStore
 from ccpo.runtime.state.ledger import StoreLedger
-
-from .conftest import LiveServer, make_service
+from tests.helpers.serve import LiveServer, make_service
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 

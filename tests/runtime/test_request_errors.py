@@ -19,10 +19,9 @@ from ccpo.testing import free_port, wait_for_http
 from ccpo.testing.scripted_server import ScriptedServer
 from ccpo.traces.io import write_traces
 from ccpo.traces.sim import SimConfig, generate
-from tests.llm.conftest import make_world
-
-from .conftest import deploy_values
-from .test_cli import ENV, Q, _start_serve
+from tests.helpers.cli import ENV, start_serve
+from tests.helpers.serve import Q, deploy_values
+from tests.helpers.world import make_world
 
 
 def _stop(proc: subprocess.Popen) -> str:
@@ -97,7 +96,7 @@ def _config(tmp_path: Path, world, prices: Path, **kw) -> Path:
 
 
 def test_serve_refuses_what_it_cannot_honour(world, policy_dir, prices_path, tmp_path):
-    proc, url = _start_serve(policy_dir, _config(tmp_path, world, prices_path), free_port())
+    proc, url = start_serve(policy_dir, _config(tmp_path, world, prices_path), free_port())
     try:
         chat = url + "/v1/chat/completions"
 
@@ -142,7 +141,7 @@ def test_upstream_error_text_reaches_neither_client_nor_log(
     serve's log alike."""
     with ScriptedServer(failure_rate=1.0, failure_kinds=(str(status),), failure_body=LEAKY) as up:
         cfg = _config(tmp_path, up, prices_path, base_api_key="sk-secret-1234-3456")
-        proc, url = _start_serve(policy_dir, cfg, free_port())
+        proc, url = start_serve(policy_dir, cfg, free_port())
         try:
             r = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=60)
         finally:
@@ -156,7 +155,7 @@ def test_upstream_error_text_reaches_neither_client_nor_log(
 def test_a_rejected_config_key_is_named_as_the_config_key(policy_dir, prices_path, tmp_path):
     with ScriptedServer(fallback="Answer: A", api_key="the-right-key") as up:
         cfg = _config(tmp_path, up, prices_path, base_api_key="sk-wrong-key-in-config")
-        proc, url = _start_serve(policy_dir, cfg, free_port())
+        proc, url = start_serve(policy_dir, cfg, free_port())
         try:
             r = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=60)
         finally:
@@ -171,7 +170,7 @@ def test_a_password_in_an_endpoint_url_is_never_shown(policy_dir, prices_path, t
         secret_url = dead.url.replace("http://", "http://ops:hunter2@")
         cfg = _config(tmp_path, dead, prices_path, base_url=secret_url, guide_url=secret_url,
                       max_retries=1)  # fmt: skip
-        proc, url = _start_serve(policy_dir, cfg, free_port(), env={**ENV, "COLUMNS": "200"})
+        proc, url = start_serve(policy_dir, cfg, free_port(), env={**ENV, "COLUMNS": "200"})
         try:
             r = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=60)
         finally:
@@ -190,7 +189,7 @@ def test_feedback_limits_as_documented(flags, accepted, world, policy_dir, price
     """docs/deploy.md: one address may send 10 feedbacks at once by default (the 11th is a
     429 with Retry-After); the documented batch setting takes them all."""
     cfg = _config(tmp_path, world, prices_path)
-    proc, url = _start_serve(policy_dir, cfg, free_port(), *flags)
+    proc, url = start_serve(policy_dir, cfg, free_port(), *flags)
     try:
         for i in range(14):
             r = httpx.post(url + "/v1/answer", json={"question": Q, "id": f"q-{i}"}, timeout=60)
@@ -241,7 +240,7 @@ def test_the_postgresql_quick_start_of_deploy_md_works(world, policy_dir, prices
         pgpass = tmp_path / "pgpass"  # the line the doc appended, readable by this user
         shutil.copy(home / ".pgpass", pgpass)
         pgpass.chmod(0o600)
-        proc, url = _start_serve(
+        proc, url = start_serve(
             policy_dir, _config(tmp_path, world, prices_path), free_port(), "--state", state,
             env={**ENV, "PGPASSFILE": str(pgpass)},
         )  # fmt: skip

@@ -31,9 +31,8 @@ import yaml
 from ccpo.runtime.state.store import SPARE_IDLE_S, SPARE_IDLE_UNCAPPED_S
 from ccpo.testing import free_port, wait_for_http
 from ccpo.traces.prices import load_prices
-from tests.llm.conftest import make_world
-
-from .conftest import LiveServer, deploy_values, make_service
+from tests.helpers.serve import LiveServer, deploy_values, make_service
+from tests.helpers.world import make_world
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 ENV_ROOT = str(Path(__file__).resolve().parents[2])
