@@ -110,13 +110,14 @@ def start_server(what: str, *args: str) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
-def stop_server(proc: subprocess.Popen) -> None:
+def stop_server(proc: subprocess.Popen) -> str:
+    """Stop a server process; its stderr (the log)."""
     proc.terminate()
     try:
-        proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:  # pragma: no cover
+        return proc.communicate(timeout=30)[1]
+    except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate(timeout=20)
+        return proc.communicate(timeout=20)[1]
 
 
 # ----------------------------------------------------------------------------- extras

@@ -1,6 +1,6 @@
 """``ccpo serve``'s app under uvicorn in a thread, the deploy settings and prices it runs
 with against the scripted world, the store the running test serves on (``state_at``), and
-HTTP calls to it (``Q``, ``post``)."""
+HTTP calls to it (``Q``, ``post``, ``assert_json_error``)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,16 @@ def post(url: str, path: str, body, token: str | None = None, **kw) -> httpx.Res
     if isinstance(body, dict | list):
         return httpx.post(url + path, json=body, headers=headers, timeout=30, **kw)
     return httpx.post(url + path, content=body, headers=headers, timeout=30, **kw)
+
+
+def assert_json_error(r: httpx.Response, status: int, *needles: str) -> str:
+    """``r`` is ``status`` with ccpo's JSON error body, every needle in its message."""
+    assert r.status_code == status, (r.status_code, r.text[:300])
+    assert r.headers["content-type"].startswith("application/json"), r.headers
+    msg = r.json()["error"]["message"]
+    for n in needles:
+        assert n in msg, (n, msg)
+    return msg
 
 
 class _Store:

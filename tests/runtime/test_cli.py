@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from ccpo.cli import main
 from ccpo.testing import free_port
@@ -91,3 +92,23 @@ def test_serve_takes_the_key_flags_of_ask(policy_dir, prices_path, tmp_path):
     ).stdout  # fmt: skip
     for flag in ("--base-key-env", "--guide-key-env", "--kappa", "/v1/chat/completions"):
         assert flag in help_text
+
+
+@pytest.mark.parametrize("form", ["yaml", "json"])
+def test_ask_takes_endpoints_on_the_command_line(form, world, policy_dir, prices_path, tmp_path):
+    """``--endpoints`` (listed in ask/serve --help) is a YAML or JSON mapping, used as the
+    config's ``endpoints:``: both models at the scripted world, no URL in the config."""
+    cfg = write_deploy_config(tmp_path, world, prices_path, base_url=None, guide_url=None)
+    value = (
+        f"{{base-m: {{url: {world.url}}}, guide-m: {{url: {world.url}}}}}"
+        if form == "yaml"
+        else json.dumps({m: {"url": world.url} for m in ("base-m", "guide-m")})
+    )
+    asked = world.n_requests
+    r = subprocess.run(
+        [sys.executable, "-m", "ccpo", "ask", Q, "--policy", str(policy_dir),
+         "--config", str(cfg), "--endpoints", value, "--json"],
+        env=ENV, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["answers"] and world.n_requests > asked
