@@ -1,9 +1,9 @@
-"""Live equals replay, on a ladder (issue 23): a 4-model table imported as traces, policies
-trained on it (``auto`` and ``ccpo``), served by ``ccpo serve`` against ``ccpo replay-server``
-on the same file, asked through the ``openai`` SDK and ``POST /v1/answer``. Every answer set,
-round count, model sequence and cost must equal the policy's replay on the same questions;
-the same for a policy trained on a bundled set. Everything runs through the real entry points
-as subprocesses over real HTTP on 127.0.0.1."""
+"""Live equals replay, on a ladder: a 4-model table imported as traces, policies trained on it
+(``auto`` and ``ccpo``), served by ``ccpo serve`` against ``ccpo replay-server`` on the same file,
+asked through the ``openai`` SDK and ``POST /v1/answer``. Every answer set, round count, model
+sequence and cost must equal the policy's replay on the same questions; the same for a policy
+trained on a bundled set. Everything runs through the real entry points as subprocesses over real
+HTTP on 127.0.0.1."""
 
 from __future__ import annotations
 

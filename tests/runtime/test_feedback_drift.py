@@ -1,5 +1,5 @@
-"""Feedback that says "unanswerable" and drift you can see (issue 31, items 4-5): ``ccpo serve``
-under uvicorn on 127.0.0.1 against the scripted LLM server (real HTTP)."""
+"""Feedback that says "unanswerable" and drift you can see: ``ccpo serve`` under uvicorn on
+127.0.0.1 against the scripted LLM server (real HTTP)."""
 
 from __future__ import annotations
 

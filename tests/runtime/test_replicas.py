@@ -1,7 +1,7 @@
-"""Several replicas of ``ccpo serve`` on one PostgreSQL state (issue 24): one budget, one κ,
-feedback at any replica, leases that end, a schema version; and the SQLite file of the older
-one-process format converted in place. Replicas are real servers on 127.0.0.1 (uvicorn in
-threads), the state a real PostgreSQL cluster started by the tests."""
+"""Several replicas of ``ccpo serve`` on one PostgreSQL state: one budget, one κ, feedback at any
+replica, leases that end, a schema version; and the SQLite file of the older one-process format
+converted in place. Replicas are real servers on 127.0.0.1 (uvicorn in threads), the state a real
+PostgreSQL cluster started by the tests."""
 
 from __future__ import annotations
 
