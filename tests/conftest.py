@@ -3,13 +3,15 @@ output)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.io import write_traces
 from ccpo.traces.prices import load_prices
 from ccpo.traces.sim import SimConfig, generate
+
+# assertions in the shared helpers explain their failures as the tests' own do
+pytest.register_assert_rewrite("tests.helpers")
 
 
 @pytest.fixture(scope="session")
@@ -32,14 +34,6 @@ def sim_file(tmp_path_factory, sim_traces):
     path = tmp_path_factory.mktemp("traces") / "sim.jsonl"
     write_traces(path, sim_traces)
     return path
-
-
-def random_probs(rng: np.random.Generator, n: int, T: int) -> np.ndarray:
-    """Random π(a|o_t) over (base, guide, next) with 'next' masked at round T."""
-    p = rng.dirichlet([0.7, 0.7, 0.7], size=(n, T))
-    p[:, -1, 2] = 0.0
-    p[:, -1] /= p[:, -1].sum(-1, keepdims=True)
-    return p
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from ccpo.learning.baselines import (
 )
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.traces.episodes import BASE, GUIDE, NEXT, conformal_rollout, covering_scores
-from tests.conftest import random_probs
+from tests.helpers.probs import random_probs
 
 
 @pytest.fixture(scope="module")

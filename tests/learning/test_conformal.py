@@ -19,7 +19,7 @@ from ccpo.learning.conformal import (
     split_conformal_threshold,
 )
 from ccpo.traces.episodes import conformal_rollout, covering_scores
-from tests.conftest import random_probs
+from tests.helpers.probs import random_probs
 
 
 def test_split_threshold_is_the_kth_smallest():

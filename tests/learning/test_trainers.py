@@ -25,7 +25,7 @@ from ccpo.policies.rl import TrainedPolicy
 from ccpo.traces.episodes import allowed_actions, build_episodes, conformal_rollout, covering_scores
 from ccpo.traces.prices import load_prices
 from ccpo.traces.sim import SimConfig, generate
-from tests.conftest import random_probs
+from tests.helpers.probs import random_probs
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,7 @@ for LLM-EXIT; against the scripted world over real HTTP on 127.0.0.1."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,12 +15,9 @@ from ccpo.testing.scripted_server import prompt_text
 from ccpo.traces.answers import exact_match
 from ccpo.traces.io import read_traces
 from ccpo.traces.labels import labels_of
-
-from .conftest import cot_reply, make_world
-from .test_collect import cfg_for
-
-_BESIDE = Path(sys.executable).parent / "ccpo"
-CCPO = str(_BESIDE) if _BESIDE.is_file() else (shutil.which("ccpo") or "ccpo")
+from tests.helpers.cli import CCPO
+from tests.helpers.collecting import cfg_for
+from tests.helpers.world import cot_reply, make_world
 
 
 def _questions(path: Path, n: int, gold: bool = False) -> Path:

@@ -77,7 +77,7 @@ def test_collection_against_llama_cpp_server(llama, task, n, tmp_path, zero_pric
 def test_ask_against_llama_cpp_server(llama, tmp_path, zero_prices, capsys):
     """``ccpo ask`` with a (synthetic-trained) policy and the real model as base and guide."""
     from ccpo.cli import main
-    from tests.runtime.conftest import make_policy
+    from tests.helpers.policies import make_policy
 
     policy = make_policy(tmp_path / "policy", steps=5)
     q = "Which planet is known as the Red Planet?\nA. Venus\nB. Mars\nC. Jupiter\nD. Saturn"

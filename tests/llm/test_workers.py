@@ -21,9 +21,14 @@ from ccpo.llm.run import output_lock
 from ccpo.llm.tasks.loaders import Question
 from ccpo.llm.workers import collect_with_workers, deal, shares
 from ccpo.traces.io import read_traces
-
-from .conftest import make_world
-from .test_collect import cfg_for, check_traces, collect_app, ids_of, kill9_after_lines
+from tests.helpers.collecting import (
+    cfg_for,
+    check_traces,
+    collect_app,
+    ids_of,
+    kill9_after_lines,
+)
+from tests.helpers.world import make_world
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the tests fork worker processes (Linux)"

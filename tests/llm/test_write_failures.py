@@ -17,8 +17,7 @@ import pytest
 import yaml
 
 from ccpo.traces.io import read_traces
-
-from .conftest import make_world
+from tests.helpers.world import make_world
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "COLUMNS": "300", "PYTHONPATH": str(ROOT)}

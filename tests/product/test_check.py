@@ -1,7 +1,6 @@
-"""`ccpo check` through the real entry point (issue 31, item 3): a policy trained on the easier
-half of mmlu-public's subjects (real bundled traces) holds on its own traffic and falls short
-beyond noise on the harder half; the coverage it reports is the replay's; input errors are
-exit 2."""
+"""`ccpo check` through the real entry point: a policy trained on the easier half of mmlu-public's
+subjects (real bundled traces) holds on its own traffic and falls short beyond noise on the harder
+half; the coverage it reports is the replay's; input errors are exit 2."""
 
 from __future__ import annotations
 

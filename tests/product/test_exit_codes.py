@@ -14,33 +14,8 @@ import pytest
 
 from ccpo.testing import free_port
 from ccpo.traces.prices import write_price_file
-from tests.llm.conftest import MODELS, make_world
-
-CCPO = str(Path(sys.executable).with_name("ccpo"))
-
-
-def ccpo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``ccpo`` console script; wide terminal so nothing wraps."""
-    return subprocess.run(
-        [CCPO, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": str(Path(sys.executable).parent), "COLUMNS": "200", "HOME": "/tmp"},
-    )
-
-
-def assert_usage_error(r: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Exit 2, one line on stderr, no traceback, every needle in it."""
-    err = r.stderr.strip()
-    assert r.returncode == 2, (r.returncode, r.stderr)
-    assert "Traceback" not in r.stderr and len(err.splitlines()) == 1, r.stderr
-    assert err.startswith("error: ")
-    for n in needles:
-        assert n in err, (n, err)
-    assert err.lower().count("did you mean") <= 1, err
-    return err
+from tests.helpers.cli import CCPO, assert_usage_error, ccpo
+from tests.helpers.world import MODELS, make_world
 
 
 @pytest.mark.parametrize(
@@ -145,7 +120,8 @@ def test_out_onto_a_file_is_one_line(tmp_path):
 def test_ask_exit_1_when_the_endpoint_fails_and_2_for_bad_input(tmp_path):
     import yaml
 
-    from tests.runtime.conftest import deploy_values, make_policy, write_prices
+    from tests.helpers.policies import make_policy
+    from tests.helpers.serve import deploy_values, write_prices
 
     policy = make_policy(tmp_path / "pol", steps=5)
     prices = write_prices(tmp_path / "p.json")

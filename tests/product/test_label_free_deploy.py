@@ -18,8 +18,7 @@ import yaml
 from ccpo.api import ConformalPolicy
 from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.io import read_traces
-
-from .test_ladder_deploy import _cli, _start, _stop
+from tests.helpers.cli import ccpo_ok, start_server, stop_server
 
 pytestmark = pytest.mark.slow
 
@@ -39,21 +38,21 @@ def label_free(tmp_path_factory) -> dict[str, Path]:
         w.writeheader()
         w.writerows(rows)
     traces = tmp_path / "logs.jsonl"
-    res = _cli("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
+    res = ccpo_ok("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
                "--prices", str(prices), "--out", str(traces))  # fmt: skip
     assert "labels: agreement with big-m" in " ".join(res.stdout.split())
-    replay, replay_url = _start("replay-server", "--traces", str(traces))
+    replay, replay_url = start_server("replay-server", "--traces", str(traces))
     cfg = tmp_path / "deploy.yaml"
     cfg.write_text(yaml.safe_dump({"endpoints": {"*": {"url": replay_url + "/v1"}},
                                    "prices": [str(prices)]}))  # fmt: skip
     yield {"dir": tmp_path, "traces": traces, "config": cfg}
-    _stop(replay)
+    stop_server(replay)
 
 
 def test_a_table_without_labels_serves_answers_against_its_reference(label_free) -> None:
     traces, cfg = label_free["traces"], label_free["config"]
     policy = label_free["dir"] / "pol"
-    _cli(
+    ccpo_ok(
         "train",
         "--traces",
         str(traces),
@@ -69,7 +68,7 @@ def test_a_table_without_labels_serves_answers_against_its_reference(label_free)
 
     chosen = read_traces(traces)[::24][:10]
     want = {p.id: p for p in ConformalPolicy.load(policy).predict_set(chosen)}
-    serve, url = _start("serve", "--policy", str(policy), "--config", str(cfg))
+    serve, url = start_server("serve", "--policy", str(policy), "--config", str(cfg))
     try:
         sdk = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         for tr in chosen:
@@ -86,12 +85,12 @@ def test_a_table_without_labels_serves_answers_against_its_reference(label_free)
         native = httpx.post(url + "/v1/answer", json={"question": chosen[0].question}).json()
         assert native["guarantee"]["against"] == "reference:big-m" and native["answer"]
         # ccpo ask says the same in words
-        out = _cli("ask", chosen[0].question, "--policy", str(policy), "--config", str(cfg))
+        out = ccpo_ok("ask", chosen[0].question, "--policy", str(policy), "--config", str(cfg))
         flat = " ".join(out.stdout.split())
         assert f"answer: {native['answer']!r} (the most likely of" in flat
         assert "guarantee: the answer set contains big-m's answer with probability ≥ 0.8" in flat
     finally:
-        _stop(serve)
+        stop_server(serve)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -101,13 +100,13 @@ def test_a_single_answer_policy_serves_one_line_equal_to_its_replay(label_free, 
     the set, rounds and cost under ``ccpo`` and the guarantee against the reference."""
     traces, cfg = label_free["traces"], label_free["config"]
     policy = label_free["dir"] / f"single-{stream}"
-    _cli("train", "--traces", str(traces), "--answer", "single", "--alpha", "0.2",
+    ccpo_ok("train", "--traces", str(traces), "--answer", "single", "--alpha", "0.2",
          "--out", str(policy))  # fmt: skip
     meta = json.loads((policy / "policy.json").read_text())
     assert meta["answer"] == "single" and meta["provenance"]["against"] == "reference:big-m"
     chosen = read_traces(traces)[::24][:10]
     want = {p.id: p for p in ConformalPolicy.load(policy).predict_set(chosen)}
-    serve, url = _start("serve", "--policy", str(policy), "--config", str(cfg))
+    serve, url = start_server("serve", "--policy", str(policy), "--config", str(cfg))
     try:
         sdk = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         for tr in chosen:
@@ -128,4 +127,4 @@ def test_a_single_answer_policy_serves_one_line_equal_to_its_replay(label_free, 
             assert content == s["answer"] == s["answers"][0] and "\n" not in content
             assert s["cost_usd"] > 0 and s["log"][0]["models"]
     finally:
-        _stop(serve)
+        stop_server(serve)

@@ -1,9 +1,9 @@
-"""Live equals replay, on a ladder (issue 23): a 4-model table imported as traces, policies
-trained on it (``auto`` and ``ccpo``), served by ``ccpo serve`` against ``ccpo replay-server``
-on the same file, asked through the ``openai`` SDK and ``POST /v1/answer``. Every answer set,
-round count, model sequence and cost must equal the policy's replay on the same questions;
-the same for a policy trained on a bundled set. Everything runs through the real entry points
-as subprocesses over real HTTP on 127.0.0.1."""
+"""Live equals replay, on a ladder: a 4-model table imported as traces, policies trained on it
+(``auto`` and ``ccpo``), served by ``ccpo serve`` against ``ccpo replay-server`` on the same file,
+asked through the ``openai`` SDK and ``POST /v1/answer``. Every answer set, round count, model
+sequence and cost must equal the policy's replay on the same questions; the same for a policy
+trained on a bundled set. Everything runs through the real entry points as subprocesses over real
+HTTP on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -20,49 +20,12 @@ import yaml
 
 from ccpo.api import ConformalPolicy
 from ccpo.evaluation.reproduce import bundled_sets
-from ccpo.testing import free_port, wait_for_http
+from ccpo.testing import free_port
 from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.io import read_traces
+from tests.helpers.cli import ccpo_ok, start_server, stop_server
 
 pytestmark = pytest.mark.slow
-
-
-def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    res = subprocess.run(
-        [sys.executable, "-m", "ccpo", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    return res
-
-
-def _start(what: str, *args: str) -> tuple[subprocess.Popen, str]:
-    """A ccpo server command on a free port of 127.0.0.1, once its /healthz answers."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ccpo", what, *args, "--port", str(port),
-         "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(url + "/healthz", proc, 90, f"ccpo {what}")
-    except BaseException:
-        proc.kill()
-        proc.communicate(timeout=20)
-        raise
-    return proc, url
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:  # pragma: no cover
-        proc.kill()
-        proc.communicate(timeout=20)
 
 
 @pytest.fixture(scope="module")
@@ -71,21 +34,21 @@ def imported(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("ladder")
     table, prices = write_ladder_table(d, n=280, seed=0)
     traces = d / "medqa.jsonl"
-    _cli("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
+    ccpo_ok("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
          "--prices", str(prices), "--out", str(traces))  # fmt: skip
     out = {"traces": traces, "prices": prices}
     for method, extra in (("auto", ()), ("ccpo", ("--steps", "300"))):
         out[method] = d / method
-        _cli("train", "--traces", str(traces), "--method", method, "--alpha", "0.1",
+        ccpo_ok("train", "--traces", str(traces), "--method", method, "--alpha", "0.1",
              "--prices", str(prices), "--out", str(out[method]), *extra)  # fmt: skip
     return out
 
 
 @pytest.fixture(scope="module")
 def replay(imported) -> Iterator[str]:
-    proc, url = _start("replay-server", "--traces", str(imported["traces"]))
+    proc, url = start_server("replay-server", "--traces", str(imported["traces"]))
     yield url
-    _stop(proc)
+    stop_server(proc)
 
 
 def _paid_models(trace, rounds: int) -> list[list[str]]:
@@ -111,7 +74,7 @@ def _serve_and_compare(policy: Path, traces_file: Path, replay_url: str, tmp: Pa
     step = max(1, len(traces) // n)
     chosen = traces[::step][:n]
     expected = {p.id: p for p in ConformalPolicy.load(policy).predict_set(chosen)}
-    proc, url = _start("serve", "--policy", str(policy), "--config", str(cfg))
+    proc, url = start_server("serve", "--policy", str(policy), "--config", str(cfg))
     depth: dict[int, int] = {}
     try:
         sdk = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
@@ -138,7 +101,7 @@ def _serve_and_compare(policy: Path, traces_file: Path, replay_url: str, tmp: Pa
         health = httpx.get(replay_url + "/healthz").json()
         assert health["missing"] == 0  # every call found its recorded answer
     finally:
-        _stop(proc)
+        stop_server(proc)
     return depth
 
 
@@ -156,7 +119,7 @@ def test_served_answers_equal_the_replay_on_an_imported_ladder(imported, replay,
     tr = read_traces(imported["traces"])[1]
     want = ConformalPolicy.load(imported[method]).predict_set([tr])[0]
     cfg = tmp_path / f"{imported[method].name}-deploy.yaml"
-    got = json.loads(_cli("ask", tr.question, "--policy", str(imported[method]),
+    got = json.loads(ccpo_ok("ask", tr.question, "--policy", str(imported[method]),
                           "--config", str(cfg), "--json").stdout)  # fmt: skip
     assert (got["answers"], got["rounds"]) == (want.answers, want.rounds)
     assert abs(got["cost_usd"] - want.cost_usd) < 1e-12
@@ -179,12 +142,12 @@ def test_the_replay_endpoint_refuses_what_it_has_not_recorded(imported, replay):
 def test_served_answers_equal_the_replay_on_a_bundled_ladder(tmp_path):
     data = bundled_sets()["mmlu-public"]
     policy = tmp_path / "mmlu-auto"
-    _cli("train", "--traces", str(data), "--alpha", "0.1", "--out", str(policy))
-    proc, url = _start("replay-server", "--traces", str(data))
+    ccpo_ok("train", "--traces", str(data), "--alpha", "0.1", "--out", str(policy))
+    proc, url = start_server("replay-server", "--traces", str(data))
     try:
         depth = _serve_and_compare(policy, data, url, tmp_path, 30)
     finally:
-        _stop(proc)
+        stop_server(proc)
     assert sum(depth.values()) == 30 and len(depth) >= 2, depth
 
 
@@ -218,14 +181,14 @@ def test_dry_run_checks_a_policy_against_its_own_logs(imported, tmp_path):
 
     args = ["dry-run", "--policy", str(imported["ccpo"]), "--traces", str(imported["traces"]),
             "--prices", str(imported["prices"]), "--n", "60"]  # fmt: skip
-    res = _cli(*args)
+    res = ccpo_ok(*args)
     assert "60/60 answer sets equal the policy's replay" in res.stdout
     live, replay = (float(x) for x in re.findall(r"\$([0-9.]+)", res.stdout))
     assert live == replay > 0
     # a κ from the deploy config is the replay's κ too: still equal
     cfg = tmp_path / "kappa.yaml"
     cfg.write_text(yaml.safe_dump({"kappa": 0.0}))  # κ = 0: every action, every round
-    res = _cli(*args, "--config", str(cfg))
+    res = ccpo_ok(*args, "--config", str(cfg))
     assert "60/60" in res.stdout
     # break the deployment: round 2's base gets another prompt, so it is a call of its own
     broken = tmp_path / "broken"
@@ -254,7 +217,7 @@ def test_a_collected_judge_ladder_answers_live_as_it_replays(tmp_path):
     from ccpo.llm.config import build_config
     from ccpo.traces.ladder import ladder_of
     from ccpo.traces.prices import write_price_file
-    from tests.llm.conftest import make_world
+    from tests.helpers.world import make_world
 
     prices = tmp_path / "p.json"
     write_price_file(prices, {"base-m": (0.2, 0.8), "guide-m": (2.5, 10.0)}, "test")
@@ -270,7 +233,7 @@ def test_a_collected_judge_ladder_answers_live_as_it_replays(tmp_path):
         ("base-m", "cot", "judge", "judge")
     }
     policy = tmp_path / "pol"
-    _cli("train", "--traces", str(out), "--prices", str(prices), "--alpha", "0.1",
+    ccpo_ok("train", "--traces", str(out), "--prices", str(prices), "--alpha", "0.1",
          "--out", str(policy))  # fmt: skip
-    res = _cli("dry-run", "--policy", str(policy), "--traces", str(out), "--prices", str(prices))
+    res = ccpo_ok("dry-run", "--policy", str(policy), "--traces", str(out), "--prices", str(prices))
     assert "240/240 answer sets equal the policy's replay" in res.stdout

@@ -1,7 +1,6 @@
-"""`ccpo train` does not depend on the line order of its trace file (issue 31, item 1): the
-same questions shuffled give the same policy bit for bit, and κ̂ is calibrated on every
-non-training question (item 2). Real bundled traces (mmlu-public) and SYNTHETIC ones
-(ccpo.traces.sim)."""
+"""`ccpo train` does not depend on the line order of its trace file: the same questions shuffled
+give the same policy bit for bit, and κ̂ is calibrated on every non-training question. Real bundled
+traces (mmlu-public) and SYNTHETIC ones (ccpo.traces.sim)."""
 
 from __future__ import annotations
 
@@ -72,7 +71,7 @@ def test_shuffled_file_trains_the_same_auto_policy_bit_for_bit(tmp_path):
         for key in ("kappa", "calibration_coverage", "calibration_cost_cents", "auto", "sizes"):
             assert sa[key] == sb[key], key
         assert "ccpo" in sa["auto"]["validation"]
-    # item 2: κ̂ is calibrated on every question not trained on
+    # κ̂ is calibrated on every question not trained on
     n = len(read_traces(BUNDLED))
     n_train = split_sizes(n)[0]
     assert sa["sizes"] == {"train": n_train, "calibration": n - n_train}

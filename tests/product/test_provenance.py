@@ -15,8 +15,8 @@ from ccpo.cli import main
 from ccpo.evaluation.harness import file_sha256, full_set_rate
 from ccpo.traces.io import write_traces
 from ccpo.traces.sim import SimConfig, generate
-from tests.llm.conftest import make_world
-from tests.runtime.conftest import deploy_values, write_prices
+from tests.helpers.serve import deploy_values, write_prices
+from tests.helpers.world import make_world
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 

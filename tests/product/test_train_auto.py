@@ -29,7 +29,7 @@ def test_train_auto_records_the_choice_and_evaluates(sim_file, tmp_path, capsys)
     auto = summary["auto"]
     costs = {k: v["cost_cents_per_question"] for k, v in auto["validation"].items()}
     assert auto["picked"] == min(costs, key=costs.get) == meta["variant"]
-    assert "ccpo" in costs and "agree-k" in costs  # auto considers CCPO (item 6 of issue 31)
+    assert "ccpo" in costs and "agree-k" in costs  # auto considers CCPO
     assert meta["info"]["auto"]["picked"] == auto["picked"]
     assert "← picked" in r.stdout and auto["picked"] in r.stdout
     assert 0.0 <= meta["kappa_batch"] <= 1.0

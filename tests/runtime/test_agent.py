@@ -19,8 +19,8 @@ from ccpo.testing.scripted_server import prompt_text
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.episodes import NEXT, build_episodes, conformal_rollout, conformal_sets
 from ccpo.traces.io import read_traces
-
-from .conftest import deploy_values, make_policy
+from tests.helpers.policies import make_policy
+from tests.helpers.serve import deploy_values
 
 MMLU_Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 

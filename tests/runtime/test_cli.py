@@ -3,53 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import httpx
+import pytest
 
 from ccpo.cli import main
-from ccpo.testing import free_port, wait_for_http
-
-from .conftest import deploy_values, state_at
-
-Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
-ENV = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-
-
-def _config(tmp_path: Path, world, prices: Path, **kw) -> Path:
-    import yaml
-
-    p = tmp_path / "deploy.yaml"
-    p.write_text(yaml.safe_dump(deploy_values(world, prices, **kw)))
-    return p
-
-
-def _start_serve(policy, cfg, port: int, *flags: str, env=ENV):
-    """``ccpo serve`` through the real entry point on 127.0.0.1:``port``; returns the process
-    and its URL once /healthz answers (the process is killed if it never does)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ccpo", "serve", "--policy", str(policy),
-         "--config", str(cfg), "--port", str(port), *flags, "--log-level", "warning"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(url + "/healthz", proc, 90, "ccpo serve")
-    except BaseException:
-        proc.kill()
-        proc.communicate(timeout=20)
-        raise
-    return proc, url
+from ccpo.testing import free_port
+from tests.helpers.cli import ENV, start_serve, write_deploy_config
+from tests.helpers.serve import Q, state_at
 
 
 def test_ask_json_matches_serve(world, any_policy_dir, prices_path, tmp_path):
-    cfg = _config(tmp_path, world, prices_path)
+    cfg = write_deploy_config(tmp_path, world, prices_path)
     port = free_port()
     state = state_at(tmp_path, "state.sqlite")
-    proc, url = _start_serve(any_policy_dir, cfg, port, "--state", state)
+    proc, url = start_serve(any_policy_dir, cfg, port, "--state", state)
     try:
         api = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=30).json()
         out = subprocess.run(
@@ -70,7 +40,7 @@ def test_ask_json_matches_serve(world, any_policy_dir, prices_path, tmp_path):
 
 
 def test_ask_human_output(world, policy_dir, prices_path, tmp_path, capsys):
-    cfg = _config(tmp_path, world, prices_path)
+    cfg = write_deploy_config(tmp_path, world, prices_path)
     code = main(["ask", Q, "--policy", str(policy_dir), "--config", str(cfg), "--kappa", "0"])
     assert code == 0
     out = capsys.readouterr().out
@@ -79,7 +49,7 @@ def test_ask_human_output(world, policy_dir, prices_path, tmp_path, capsys):
 
 
 def test_ask_errors_are_one_line(world, policy_dir, prices_path, tmp_path, capsys):
-    cfg = _config(tmp_path, world, prices_path, task=None)
+    cfg = write_deploy_config(tmp_path, world, prices_path, task=None)
     assert main(["ask", Q, "--policy", str(policy_dir), "--config", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert "no task" in err and "Traceback" not in err
@@ -99,12 +69,12 @@ def test_serve_without_the_extra_names_it(tmp_path):
 
 
 def test_serve_takes_the_key_flags_of_ask(policy_dir, prices_path, tmp_path):
-    from tests.llm.conftest import make_world
+    from tests.helpers.world import make_world
 
     with make_world(api_key="the-upstream-key") as locked:
-        cfg = _config(tmp_path, locked, prices_path)
+        cfg = write_deploy_config(tmp_path, locked, prices_path)
         port = free_port()
-        proc, url = _start_serve(
+        proc, url = start_serve(
             policy_dir, cfg, port, "--base-key-env", "UP_KEY", "--guide-key-env", "UP_KEY",
             "--kappa", "0.25", env={**ENV, "UP_KEY": "the-upstream-key"},
         )  # fmt: skip
@@ -122,3 +92,23 @@ def test_serve_takes_the_key_flags_of_ask(policy_dir, prices_path, tmp_path):
     ).stdout  # fmt: skip
     for flag in ("--base-key-env", "--guide-key-env", "--kappa", "/v1/chat/completions"):
         assert flag in help_text
+
+
+@pytest.mark.parametrize("form", ["yaml", "json"])
+def test_ask_takes_endpoints_on_the_command_line(form, world, policy_dir, prices_path, tmp_path):
+    """``--endpoints`` (listed in ask/serve --help) is a YAML or JSON mapping, used as the
+    config's ``endpoints:``: both models at the scripted world, no URL in the config."""
+    cfg = write_deploy_config(tmp_path, world, prices_path, base_url=None, guide_url=None)
+    value = (
+        f"{{base-m: {{url: {world.url}}}, guide-m: {{url: {world.url}}}}}"
+        if form == "yaml"
+        else json.dumps({m: {"url": world.url} for m in ("base-m", "guide-m")})
+    )
+    asked = world.n_requests
+    r = subprocess.run(
+        [sys.executable, "-m", "ccpo", "ask", Q, "--policy", str(policy_dir),
+         "--config", str(cfg), "--endpoints", value, "--json"],
+        env=ENV, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["answers"] and world.n_requests > asked

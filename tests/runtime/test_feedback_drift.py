@@ -1,5 +1,5 @@
-"""Feedback that says "unanswerable" and drift you can see (issue 31, items 4-5): ``ccpo serve``
-under uvicorn on 127.0.0.1 against the scripted LLM server (real HTTP)."""
+"""Feedback that says "unanswerable" and drift you can see: ``ccpo serve`` under uvicorn on
+127.0.0.1 against the scripted LLM server (real HTTP)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import httpx
 import pytest
 
 from ccpo.runtime.feedback import DRIFT_MIN
-
-from .conftest import LiveServer, make_service, state_at
+from tests.helpers.serve import LiveServer, make_service, state_at
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 

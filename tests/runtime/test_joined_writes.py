@@ -13,8 +13,7 @@ import pytest
 
 from ccpo.runtime import connections
 from ccpo.runtime.connections import JoinedWrites
-
-from .conftest import LiveServer, make_service
+from tests.helpers.serve import LiveServer, make_service
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"
 

@@ -21,9 +21,8 @@ from ccpo.runtime.answer_set import guarantee_of, one_answer
 from ccpo.runtime.config import load_deploy_config
 from ccpo.runtime.service import Service, artifact_fingerprint
 from ccpo.traces.answers import normalize_choice
-from tests.llm.conftest import cot_reply, make_world
-
-from .conftest import LiveServer, deploy_values
+from tests.helpers.serve import LiveServer, deploy_values
+from tests.helpers.world import cot_reply, make_world
 
 QS = [f"Which is item {i}?\nA. a{i}\nB. b{i}\nC. c{i}\nD. d{i}" for i in range(8)]
 

@@ -1,6 +1,6 @@
-"""Property tests of the deployed online κ rule (:func:`ccpo.runtime.feedback.apply_feedback`,
-issue 31 item 4): its fixed point is coverage 1 − α for every allowed setting, κ moves toward
-it on stationary streams with any coverage curve, and the band and warm-up stay.
+"""Property tests of the deployed online κ rule (:func:`ccpo.runtime.feedback.apply_feedback`): its
+fixed point is coverage 1 − α for every allowed setting, κ moves toward it on stationary streams
+with any coverage curve, and the band and warm-up stay.
 
 Streams are SYNTHETIC: a question is covered with probability c(κ), a decreasing logistic
 curve with c(κ*) = 1 − α; settings, curves and streams are drawn from stated seeds.
@@ -55,9 +55,9 @@ def test_mean_step_has_the_sign_of_the_coverage_gap_for_every_setting(alpha):
 
 
 def test_the_issue_case_now_falls_where_the_step_clamp_rose():
-    """Issue 31: α = 0.1, κ = 0.3, η_0 = 0.5, max_step 200, max_delta 0.01, 2,000 feedbacks
-    at coverage 0.85 (below 0.9, flat: more feedback cannot fix it). The old clamp of the step
-    raised κ to 0.39; the mean step is now −0.05·η < 0, so κ falls (seed 4)."""
+    """The reported case: α = 0.1, κ = 0.3, η_0 = 0.5, max_step 200, max_delta 0.01, 2,000
+    feedbacks at coverage 0.85 (below 0.9, flat: more feedback cannot fix it). The old clamp of
+    the step raised κ to 0.39; the mean step is now −0.05·η < 0, so κ falls (seed 4)."""
     rng = np.random.default_rng(4)
     tr = OnlineThreshold(alpha=0.1, kappa=0.3, eta0=0.5)
     c, bounds = Counters(), KappaBounds(0.0, 1.0, 0.01, 0)

@@ -1,9 +1,9 @@
-"""Online κ under a real shift (issue 31, "must show"): a policy ``ccpo train`` fits on the
-easier half of ``mmlu-public``'s subjects, served on the harder half (where its κ̂ covers
-0.83) with ``kappa_eta0: 0.5`` and honest feedback (the gold answer, or ``unanswerable`` when
-no round of the trace answers right). The stream runs in process through the runtime's own
-feedback step (:func:`ccpo.runtime.feedback.apply_feedback`; ``benchmarks/bench_shift.py``
-checks that ``serve`` over HTTP gives the same κ, feedback by feedback)."""
+"""Online κ under a real shift: a policy ``ccpo train`` fits on the easier half of ``mmlu-public``'s
+subjects, served on the harder half (where its κ̂ covers 0.83) with ``kappa_eta0: 0.5`` and honest
+feedback (the gold answer, or ``unanswerable`` when no round of the trace answers right). The stream
+runs in process through the runtime's own feedback step
+(:func:`ccpo.runtime.feedback.apply_feedback`; ``benchmarks/bench_shift.py`` checks that ``serve``
+over HTTP gives the same κ, feedback by feedback)."""
 
 from __future__ import annotations
 

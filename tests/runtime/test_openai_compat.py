@@ -8,7 +8,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import LiveServer, make_service
+from tests.helpers.serve import LiveServer, make_service
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 

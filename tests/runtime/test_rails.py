@@ -8,8 +8,7 @@ import logging
 
 import httpx
 
-from .conftest import LiveServer, make_service
-from .test_server import Q, post
+from tests.helpers.serve import LiveServer, Q, make_service, post
 
 
 def test_chunked_oversize_body_is_413(world, policy_dir, prices_path):

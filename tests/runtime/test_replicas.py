@@ -1,7 +1,7 @@
-"""Several replicas of ``ccpo serve`` on one PostgreSQL state (issue 24): one budget, one κ,
-feedback at any replica, leases that end, a schema version; and the SQLite file of the older
-one-process format converted in place. Replicas are real servers on 127.0.0.1 (uvicorn in
-threads), the state a real PostgreSQL cluster started by the tests."""
+"""Several replicas of ``ccpo serve`` on one PostgreSQL state: one budget, one κ, feedback at any
+replica, leases that end, a schema version; and the SQLite file of the older one-process format
+converted in place. Replicas are real servers on 127.0.0.1 (uvicorn in threads), the state a real
+PostgreSQL cluster started by the tests."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.runtime.state import SCHEMA_VERSION, DuplicateKey, StateStore
 from ccpo.runtime.state.ledger import StoreLedger
-
-from .conftest import LiveServer, make_service
+from tests.helpers.serve import LiveServer, make_service
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 

@@ -11,19 +11,10 @@ import pytest
 
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.server import openapi_spec
-from tests.llm.conftest import make_world
+from tests.helpers.serve import LiveServer, Q, make_service, post, state_at
+from tests.helpers.world import make_world
 
-from .conftest import LiveServer, make_service, state_at
-
-Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def post(url: str, path: str, body, token: str | None = None, **kw) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    if isinstance(body, dict | list):
-        return httpx.post(url + path, json=body, headers=headers, timeout=30, **kw)
-    return httpx.post(url + path, content=body, headers=headers, timeout=30, **kw)
 
 
 def test_answer_health_metrics(world, policy_dir, prices_path):
@@ -228,8 +219,7 @@ def test_fixed_kappa_still_tracks_coverage(world, policy_dir, prices_path):
 
 def test_state_file_of_another_policy_is_refused(world, policy_dir, prices_path, tmp_path):
     from ccpo.errors import CCPOError
-
-    from .conftest import make_policy
+    from tests.helpers.policies import make_policy
 
     state = {"state": state_at(tmp_path, "s.sqlite")}
     make_service(policy_dir, world, prices_path, state).store.close()

@@ -21,9 +21,8 @@ import pytest
 import yaml
 
 from ccpo.testing import free_port, wait_for_http
-
-from .conftest import LiveServer, deploy_values, make_service
-from .test_cli import ENV
+from tests.helpers.cli import ENV
+from tests.helpers.serve import LiveServer, deploy_values, make_service
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 FAST = {"header_timeout": 0.5, "body_timeout": 0.5, "keep_alive_timeout": 1.0}

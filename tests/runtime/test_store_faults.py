@@ -1,8 +1,8 @@
-"""The six faults of issue 30, against a throw-away PostgreSQL (its own cluster: these tests
+"""Six faults of the state store, against a throw-away PostgreSQL (its own cluster: these tests
 pause and stop it) and the scripted LLM world, which counts what it bills. After each fault:
 reserved and in-flight money back to 0, no 5xx that is not the documented JSON, ``/healthz``
-answering through a database pause, the recorded spend at least what was billed (after a
-SIGTERM and after ``kill -9`` too), no acknowledged answer or feedback lost.
+answering through a database pause, the recorded spend at least what was billed (after a SIGTERM and
+after ``kill -9`` too), no acknowledged answer or feedback lost.
 
 1. a settlement while the database is away is retried, never left in the lease (and
    questions get 503 at once rather than hanging): ``test_database_away_*``;
@@ -31,9 +31,8 @@ import yaml
 from ccpo.runtime.state.store import SPARE_IDLE_S, SPARE_IDLE_UNCAPPED_S
 from ccpo.testing import free_port, wait_for_http
 from ccpo.traces.prices import load_prices
-from tests.llm.conftest import make_world
-
-from .conftest import LiveServer, deploy_values, make_service
+from tests.helpers.serve import LiveServer, deploy_values, make_service
+from tests.helpers.world import make_world
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 ENV_ROOT = str(Path(__file__).resolve().parents[2])

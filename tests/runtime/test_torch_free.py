@@ -16,8 +16,7 @@ import pytest
 from ccpo.policies.registry import load_policy
 from ccpo.testing import free_port
 from ccpo.traces.featurize import FEATURE_NAMES
-
-from .conftest import without
+from tests.helpers.cli import without
 
 SCRIPT = """
 import json, sys
@@ -60,12 +59,13 @@ def test_serve_answers_without_the_train_and_otel_extras(
     """``ccpo serve`` (the real entry point) where torch, matplotlib and OpenTelemetry cannot be
     imported, as in the slim install: both kinds of policy load and answer over HTTP, so
     serving never imports any of them."""
-    from .test_cli import Q, _config, _start_serve
+    from tests.helpers.cli import start_serve, write_deploy_config
+    from tests.helpers.serve import Q
 
     env = without(tmp_path, *NOT_IN_SERVE)
-    cfg = _config(tmp_path, world, prices_path)
+    cfg = write_deploy_config(tmp_path, world, prices_path)
     state = str(tmp_path / "state.sqlite")
-    proc, url = _start_serve(any_policy_dir, cfg, free_port(), "--state", state, env=env)
+    proc, url = start_serve(any_policy_dir, cfg, free_port(), "--state", state, env=env)
     try:
         r = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=30)
         chat = httpx.post(

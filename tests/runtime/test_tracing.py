@@ -16,9 +16,8 @@ from ccpo.cli import main
 from ccpo.testing import free_port, wait_for_http
 from ccpo.testing.otlp_receiver import OTLPReceiver, span_tree
 from ccpo.traces.io import read_traces
-
-from .conftest import without
-from .test_cli import ENV, Q, _config, _start_serve
+from tests.helpers.cli import ENV, start_serve, without, write_deploy_config
+from tests.helpers.serve import Q
 
 SECRET = "sk-test-otel-9f8e7d6c5b4a"
 QUESTION_SPAN = "invoke_agent ccpo"
@@ -41,10 +40,10 @@ def _serve_one(world, policy, prices, tmp_path, env: dict, headers=None, **confi
     """Serve ``policy`` with ``env`` (and deploy ``config`` values), answer one question
     (sent with ``headers``); (answer set, stderr, LLM requests made)."""
     keys = {"base_key_env": "CCPO_TEST_KEY", "guide_key_env": "CCPO_TEST_KEY"}
-    cfg = _config(tmp_path, world, prices, **keys, **config)
+    cfg = write_deploy_config(tmp_path, world, prices, **keys, **config)
     before = world.n_requests
     env = {**env, "CCPO_TEST_KEY": SECRET}  # the endpoints' API key: never exported
-    proc, url = _start_serve(
+    proc, url = start_serve(
         policy, cfg, free_port(), "--state", str(tmp_path / "state.sqlite"), env=env
     )
     try:
@@ -244,7 +243,7 @@ def test_a_reused_step_has_no_span_and_its_round_says_so(tmp_path):
     try:
         wait_for_http(f"http://127.0.0.1:{port}/healthz", replay, 60, "replay-server")
         with OTLPReceiver() as rx:
-            proc, url = _start_serve(pol, cfg, free_port(), "--state",
+            proc, url = start_serve(pol, cfg, free_port(), "--state",
                                      str(tmp_path / "s.sqlite"), env=_otel_env(rx))  # fmt: skip
             try:
                 body = {"question": question}
@@ -274,12 +273,12 @@ def test_a_failed_call_is_an_error_span_without_its_message(policy_dir, prices_p
     """An endpoint that answers 500 until the retries run out: the call's span and the
     question's are status ERROR with ``error.type``; the error's message (which names the
     endpoint) is not exported."""
-    from tests.llm.conftest import make_world
+    from tests.helpers.world import make_world
 
     with make_world(failure_rate=1.0, failure_kinds=("500",)) as dead, OTLPReceiver() as rx:
-        cfg = _config(tmp_path, dead, prices_path, max_retries=1)
+        cfg = write_deploy_config(tmp_path, dead, prices_path, max_retries=1)
         env = {**_otel_env(rx), "CCPO_TEST_KEY": SECRET}
-        proc, url = _start_serve(policy_dir, cfg, free_port(), "--state",
+        proc, url = start_serve(policy_dir, cfg, free_port(), "--state",
                                  str(tmp_path / "s.sqlite"), env=env)  # fmt: skip
         try:
             r = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=30)
@@ -303,7 +302,7 @@ def test_a_failed_call_is_an_error_span_without_its_message(policy_dir, prices_p
 def test_ask_exports_the_question_trace_too(world, policy_dir, prices_path, tmp_path):
     """``ccpo ask`` (a subprocess that exits right after answering) exports the same span tree
     as serve: one ``invoke_agent`` span, a child per LLM call, flushed before it exits."""
-    cfg = _config(tmp_path, world, prices_path, kappa=0.0)
+    cfg = write_deploy_config(tmp_path, world, prices_path, kappa=0.0)
     with OTLPReceiver() as rx:
         before = world.n_requests
         out = subprocess.run(

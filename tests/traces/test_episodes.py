@@ -14,7 +14,7 @@ from ccpo.traces.episodes import (
     covering_scores,
     point_rollout,
 )
-from tests.conftest import random_probs
+from tests.helpers.probs import random_probs
 
 
 def literal_conformal(ep, probs, kappa, i):

@@ -16,19 +16,20 @@ from ccpo.traces.importer import import_table
 from ccpo.traces.io import read_traces
 from ccpo.traces.labels import labels_of
 from ccpo.traces.prices import load_prices
-from tests.traces.test_importer import HEADER, _cli, _rows, _write_csv
+from tests.helpers.cli import run_ccpo
+from tests.helpers.importing import HEADER, table_rows, write_csv
 
 NO_LABELS = [h for h in HEADER if h != "correct"]
 
 
 def _import(tmp_path: Path, table: Path, *extra: str, out: str = "o.jsonl"):
-    res = _cli("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / out),
+    res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / out),
                *extra)  # fmt: skip
     return res, tmp_path / out
 
 
 def test_a_table_without_correct_is_labelled_by_the_most_expensive_model(tmp_path: Path) -> None:
-    table = _write_csv(tmp_path / "t.csv", _rows(), NO_LABELS)
+    table = write_csv(tmp_path / "t.csv", table_rows(), NO_LABELS)
     res, out = _import(tmp_path, table)
     assert res.returncode == 0, res.stderr
     flat = " ".join(res.stdout.split())
@@ -47,18 +48,18 @@ def test_a_table_without_correct_is_labelled_by_the_most_expensive_model(tmp_pat
     assert last.guide.model == "gpt-4o" and last.guide.correct
     assert by_id["q3"].rounds[0].guide.correct is False
     assert all(t.solvable for t in traces)
-    stats = _cli("traces", "stats", str(out))
+    stats = run_ccpo("traces", "stats", str(out))
     assert stats.returncode == 0 and "agreement with gpt-4o" in " ".join(stats.stdout.split())
 
 
 def test_reference_replaces_labels_with_a_note_and_empty_reference_answers_are_dropped(
     tmp_path: Path,
 ) -> None:
-    rows = _rows()  # labels present: --reference replaces them
+    rows = table_rows()  # labels present: --reference replaces them
     for r in rows:
         if r["question_id"] == "q2" and r["model"] == "gpt-4o-mini":
             r["answer"] = "  "  # the reference said nothing on q2
-    table = _write_csv(tmp_path / "t.csv", rows)
+    table = write_csv(tmp_path / "t.csv", rows)
     res, out = _import(tmp_path, table, "--reference", "gpt-4o-mini")
     assert res.returncode == 0, res.stderr
     flat = " ".join(res.stdout.split())
@@ -81,18 +82,18 @@ def test_reference_replaces_labels_with_a_note_and_empty_reference_answers_are_d
 
 
 def test_every_reference_answer_empty_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
-    rows = _rows()
+    rows = table_rows()
     for r in rows:
         if r["model"] == "gpt-4o":
             r["answer"] = ""
-    res, out = _import(tmp_path, _write_csv(tmp_path / "t.csv", rows, NO_LABELS))
+    res, out = _import(tmp_path, write_csv(tmp_path / "t.csv", rows, NO_LABELS))
     assert res.returncode == 2 and "answered none of the 3 questions" in res.stderr
     assert not out.exists()
 
 
 def test_gold_labels_keep_needing_correct_on_every_jsonl_row(tmp_path: Path) -> None:
     rows = [{**r, "correct": r["correct"] == "true", "confidence": None, "logprob": None}
-            for r in _rows()]  # fmt: skip
+            for r in table_rows()]  # fmt: skip
     del rows[4]["correct"]
     table = tmp_path / "t.jsonl"
     table.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -101,9 +102,9 @@ def test_gold_labels_keep_needing_correct_on_every_jsonl_row(tmp_path: Path) -> 
     assert "t.jsonl: row 5, column 'correct': missing or empty" in " ".join(res.stderr.split())
     assert "--reference" in res.stderr
     # a CSV's blank cell is no label either: refused with gold labels, ignored with a reference
-    rows = _rows()
+    rows = table_rows()
     rows[3]["correct"] = ""
-    table = _write_csv(tmp_path / "blank.csv", rows)
+    table = write_csv(tmp_path / "blank.csv", rows)
     res, _ = _import(tmp_path, table, out="b.jsonl")
     assert res.returncode == 2
     assert "blank.csv: row 5, column 'correct': missing or empty" in " ".join(res.stderr.split())
@@ -115,7 +116,7 @@ def test_gold_labels_keep_needing_correct_on_every_jsonl_row(tmp_path: Path) -> 
 def test_prices_are_written_beside_the_output_for_stats_train_and_compare(tmp_path: Path) -> None:
     table, prices = write_ladder_table(tmp_path, n=60, seed=3)
     out = tmp_path / "lad.jsonl.gz"
-    res = _cli("traces", "import", str(table), "--task", "mmlu", "--out", str(out),
+    res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(out),
                "--prices", str(prices))  # fmt: skip
     assert res.returncode == 0, res.stderr
     side = tmp_path / "lad.prices.json"
@@ -124,17 +125,17 @@ def test_prices_are_written_beside_the_output_for_stats_train_and_compare(tmp_pa
     assert sorted(written) == ["big-m", "mid-m", "small-m", "tiny-m"]  # only the table's
     assert written["big-m"]["input_usd_per_mtok"] == 5.0
     # without --prices, these commands find the models' prices beside the traces
-    assert _cli("traces", "stats", str(out)).returncode == 0
-    res = _cli("train", "--traces", str(out), "--alpha", "0.2", "--method", "cstop",
+    assert run_ccpo("traces", "stats", str(out)).returncode == 0
+    res = run_ccpo("train", "--traces", str(out), "--alpha", "0.2", "--method", "cstop",
                "--out", str(tmp_path / "pol"))  # fmt: skip
     assert res.returncode == 0, res.stderr
     side.unlink()  # and without it they could not
-    res = _cli("traces", "stats", str(out))
+    res = run_ccpo("traces", "stats", str(out))
     assert res.returncode == 2 and "--prices" in res.stderr
 
 
 def test_a_cr_only_table_reads_like_its_lf_twin(tmp_path: Path) -> None:
-    lf = _write_csv(tmp_path / "lf.csv", _rows())
+    lf = write_csv(tmp_path / "lf.csv", table_rows())
     cr = tmp_path / "cr.csv"
     cr.write_bytes(lf.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r"))
     assert b"\n" not in cr.read_bytes()
@@ -199,10 +200,10 @@ def test_a_policy_trained_on_agreement_labels_records_against(tmp_path: Path) ->
         ("gold", (), "gold"),
     ):
         out = tmp_path / f"{name}.jsonl"
-        res = _cli("traces", "import", str(table), "--task", "mmlu", "--out", str(out),
+        res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(out),
                    "--prices", str(prices), *extra)  # fmt: skip
         assert res.returncode == 0, res.stderr
-        res = _cli("train", "--traces", str(out), "--alpha", "0.2", "--method", "cstop",
+        res = run_ccpo("train", "--traces", str(out), "--alpha", "0.2", "--method", "cstop",
                    "--out", str(tmp_path / f"pol-{name}"))  # fmt: skip
         assert res.returncode == 0, res.stderr
         meta = json.loads((tmp_path / f"pol-{name}" / "policy.json").read_text())
@@ -210,12 +211,12 @@ def test_a_policy_trained_on_agreement_labels_records_against(tmp_path: Path) ->
 
 
 def test_a_cr_only_line_over_the_cap_is_refused_naming_its_line(tmp_path: Path) -> None:
-    rows = _rows()
+    rows = table_rows()
     rows[4]["reasoning"] = "y" * 100_000
-    lf = _write_csv(tmp_path / "lf.csv", rows, [*HEADER, "reasoning"])
+    lf = write_csv(tmp_path / "lf.csv", rows, [*HEADER, "reasoning"])
     cr = tmp_path / "cr.csv"
     cr.write_bytes(lf.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r"))
-    res = _cli("--max-line-bytes", "64k", "traces", "import", str(cr), "--task", "mmlu",
+    res = run_ccpo("--max-line-bytes", "64k", "traces", "import", str(cr), "--task", "mmlu",
                "--out", str(tmp_path / "o.jsonl"))  # fmt: skip
     assert res.returncode == 2
     # the 5th row (row 6) starts on line 22: each question cell spans five lines

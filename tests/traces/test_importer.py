@@ -6,12 +6,10 @@ User-facing behaviour (output, errors, exit codes) goes through the real ``ccpo`
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,73 +17,29 @@ import pytest
 from ccpo.cli import main
 from ccpo.errors import CCPOError, UnknownModelPriceError
 from ccpo.evaluation.harness import load_episodes
-from ccpo.traces.importer import REQUIRED_COLUMNS, import_table
+from ccpo.traces.importer import import_table
 from ccpo.traces.io import read_traces
 from ccpo.traces.prices import load_prices
+from tests.helpers.cli import CCPO, run_ccpo
+from tests.helpers.importing import HEADER, table_rows, write_csv
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "import-example.csv"
-# the console script installed beside this interpreter (the venv's), else the one on PATH
-_BESIDE = Path(sys.executable).parent / "ccpo"
-CCPO = str(_BESIDE) if _BESIDE.is_file() else (shutil.which("ccpo") or "ccpo")
-
-# per-token prices (bundled table): nano < 4o-mini < 4.1-mini < 4o, names not in that order
-MODELS = ("gpt-4o", "gpt-4.1-nano", "gpt-4.1-mini", "gpt-4o-mini")
-HEADER = [*REQUIRED_COLUMNS, "correct", "confidence", "logprob"]
-
-
-def _rows() -> list[dict]:
-    """Three MMLU-style questions × four models. Answers are option letters in varied forms."""
-    answers = {  # question -> model -> (answer, correct)
-        "q1": {"gpt-4.1-nano": ("A", False), "gpt-4o-mini": ("(b)", True)},
-        "q2": {"gpt-4.1-nano": ("C.", True), "gpt-4o-mini": ("C", True)},
-        "q3": {"gpt-4.1-nano": ("", False), "gpt-4o-mini": ("D", False)},
-    }
-    out = []
-    for q, gold in (("q1", "B"), ("q2", "C"), ("q3", "A")):
-        for m in MODELS:
-            ans, ok = answers[q].get(m, (f"{gold}. the answer", True))
-            out.append(
-                {
-                    "question_id": q,
-                    "question": f"Question {q}?\nA. a\nB. b\nC. c\nD. d",
-                    "model": m,
-                    "answer": ans,
-                    "correct": "true" if ok else "false",
-                    "input_tokens": 100,
-                    "output_tokens": 10,
-                    "confidence": "0.8" if m == "gpt-4o" else "",
-                    "logprob": "-0.5" if m == "gpt-4.1-nano" else "",
-                }
-            )
-    return out
 
 
 def _typed(row: dict) -> dict:
-    """A row of :func:`_rows` as a JSONL table writes it: typed JSON values, not text."""
+    """A row of :func:`table_rows` as a JSONL table writes it: typed JSON values, not text."""
     out = {**row, "correct": row["correct"] == "true"}
     for k in ("confidence", "logprob"):
         out[k] = float(row[k]) if row[k] else None
     return out
 
 
-def _write_csv(path: Path, rows: list[dict], header: list[str] = HEADER) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    return path
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CCPO, *args], capture_output=True, text=True, timeout=60)
-
-
 def test_happy_path_csv_and_jsonl_give_the_same_cascade(tmp_path: Path) -> None:
     prices = load_prices()
-    traces, plan = import_table(_write_csv(tmp_path / "t.csv", _rows()), "mmlu", prices)
+    traces, plan = import_table(write_csv(tmp_path / "t.csv", table_rows()), "mmlu", prices)
     jsonl = tmp_path / "t.jsonl"
-    jsonl.write_text("".join(json.dumps(_typed(r)) + "\n" for r in _rows()), encoding="utf-8")
+    jsonl.write_text("".join(json.dumps(_typed(r)) + "\n" for r in table_rows()), encoding="utf-8")
     traces2, plan2 = import_table(jsonl, "mmlu", prices)
     bom = tmp_path / "bom.csv"  # a spreadsheet's "CSV UTF-8" export starts with a BOM
     bom.write_bytes(b"\xef\xbb\xbf" + (tmp_path / "t.csv").read_bytes())
@@ -118,24 +72,24 @@ def test_happy_path_csv_and_jsonl_give_the_same_cascade(tmp_path: Path) -> None:
 
 def test_rounds_are_ordered_by_cost_per_question_not_name_or_list_price(tmp_path: Path) -> None:
     prices = load_prices()
-    _, plan = import_table(_write_csv(tmp_path / "t.csv", _rows()), "mmlu", prices)
+    _, plan = import_table(write_csv(tmp_path / "t.csv", table_rows()), "mmlu", prices)
     assert plan.bases == ("gpt-4.1-nano", "gpt-4o-mini", "gpt-4.1-mini")
     assert plan.guides == ("gpt-4o-mini", "gpt-4.1-mini", "gpt-4o")
     costs = [plan.cost_per_question[m] for m in (*plan.bases, plan.guides[-1])]
     assert costs == sorted(costs) and len(set(costs)) == 4
     # a cheap-per-token model that uses many tokens becomes the expensive one
-    rows = _rows()
+    rows = table_rows()
     for r in rows:
         if r["model"] == "gpt-4.1-nano":
             r["input_tokens"] = 10_000_000
-    _, plan = import_table(_write_csv(tmp_path / "u.csv", rows), "mmlu", prices)
+    _, plan = import_table(write_csv(tmp_path / "u.csv", rows), "mmlu", prices)
     assert plan.guides[-1] == "gpt-4.1-nano"
     assert plan.bases[0] == "gpt-4o-mini"
 
 
 def test_named_guide_guides_every_round(tmp_path: Path) -> None:
     traces, plan = import_table(
-        _write_csv(tmp_path / "t.csv", _rows()), "mmlu", load_prices(), guide="gpt-4.1-mini"
+        write_csv(tmp_path / "t.csv", table_rows()), "mmlu", load_prices(), guide="gpt-4.1-mini"
     )
     assert plan.bases == ("gpt-4.1-nano", "gpt-4o-mini", "gpt-4o")
     assert plan.guides == ("gpt-4.1-mini",) * 3
@@ -145,14 +99,16 @@ def test_named_guide_guides_every_round(tmp_path: Path) -> None:
 
 
 def test_unknown_model_needs_prices_and_prices_file_fixes_it(tmp_path: Path) -> None:
-    rows = _rows()
+    rows = table_rows()
     for r in rows:
         if r["model"] == "gpt-4o":
             r["model"] = "my-local-model"
-    table = _write_csv(tmp_path / "t.csv", rows)
+    table = write_csv(tmp_path / "t.csv", rows)
     with pytest.raises(UnknownModelPriceError, match="my-local-model"):
         import_table(table, "mmlu", load_prices())
-    res = _cli("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / "o.jsonl"))
+    res = run_ccpo(
+        "traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / "o.jsonl")
+    )
     assert res.returncode == 2 and "my-local-model" in res.stderr and "--prices" in res.stderr
     pf = tmp_path / "prices.json"
     pf.write_text(
@@ -165,7 +121,7 @@ def test_unknown_model_needs_prices_and_prices_file_fixes_it(tmp_path: Path) -> 
         )
     )
     out = tmp_path / "o.jsonl"
-    res = _cli(
+    res = run_ccpo(
         "traces", "import", str(table), "--task", "mmlu", "--out", str(out), "--prices", str(pf)
     )
     assert res.returncode == 0, res.stderr
@@ -177,7 +133,7 @@ def _bad(
 ) -> str:
     """Import a bad table through the CLI's entry function: exit 2, one line naming the file
     and the needles, and no output file."""
-    table = _write_csv(tmp_path / "bad.csv", rows, header)
+    table = write_csv(tmp_path / "bad.csv", rows, header)
     out = tmp_path / "never.jsonl"
     code = main(["traces", "import", str(table), "--task", "mmlu", "--out", str(out)])
     err = capsys.readouterr().err
@@ -204,13 +160,13 @@ def _bad(
 def test_bad_cell_names_row_and_column(
     capsys, tmp_path: Path, row: int, column: str, value: str, needle: str
 ) -> None:
-    rows = _rows()
+    rows = table_rows()
     rows[row - 2][column] = value  # row 1 is the header, as a spreadsheet numbers them
     _bad(capsys, tmp_path, rows, f"row {row}", f"column '{column}'", needle)
 
 
 def test_bad_tables_are_one_line_errors(capsys, tmp_path: Path) -> None:
-    rows = _rows()
+    rows = table_rows()
     _bad(
         capsys,
         tmp_path,
@@ -235,10 +191,10 @@ def test_bad_tables_are_one_line_errors(capsys, tmp_path: Path) -> None:
 
 
 def test_bad_row_through_the_console_script(tmp_path: Path) -> None:
-    rows = _rows()
+    rows = table_rows()
     rows[3]["correct"] = "perhaps"
-    table = _write_csv(tmp_path / "bad.csv", rows)
-    res = _cli("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / "o"))
+    table = write_csv(tmp_path / "bad.csv", rows)
+    res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / "o"))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "bad.csv: row 5, column 'correct': expected true or false" in res.stderr
 
@@ -246,11 +202,11 @@ def test_bad_row_through_the_console_script(tmp_path: Path) -> None:
 def test_output_is_not_overwritten_without_force(tmp_path: Path) -> None:
     out = tmp_path / "o.jsonl"
     out.write_text("precious\n")
-    table = _write_csv(tmp_path / "t.csv", _rows())
-    res = _cli("traces", "import", str(table), "--task", "mmlu", "--out", str(out))
+    table = write_csv(tmp_path / "t.csv", table_rows())
+    res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(out))
     assert res.returncode == 2 and "--force" in res.stderr
     assert out.read_text() == "precious\n"
-    res = _cli("traces", "import", str(table), "--task", "mmlu", "--out", str(out), "--force")
+    res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(out), "--force")
     assert res.returncode == 0 and len(read_traces(out)) == 3
 
 
@@ -272,7 +228,7 @@ def test_readme_example_runs_as_written_and_feeds_the_harness(tmp_path: Path) ->
     ):
         assert line in res.stdout and line in readme
     out = tmp_path / "imported.jsonl"
-    assert _cli("traces", "validate", str(out)).returncode == 0
+    assert run_ccpo("traces", "validate", str(out)).returncode == 0
     ep, _ = load_episodes(out)
     assert (ep.n, ep.horizon) == (5, 3)
     assert ep.correct[:, 0, 0].sum() == 1  # gpt-4.1-nano right on 1 of 5
@@ -292,17 +248,17 @@ def test_readme_example_runs_as_written_and_feeds_the_harness(tmp_path: Path) ->
 def test_jsonl_values_are_typed_json_csv_cells_are_text(tmp_path: Path, column, value, needle):
     """A CSV's cells are text ("false", "100" are read as what they say); a JSONL table is typed
     JSON, so the same text there is refused in one line naming the file, row and column."""
-    rows = [_typed(r) for r in _rows()]
+    rows = [_typed(r) for r in table_rows()]
     rows[2][column] = value
     table = tmp_path / "t.jsonl"
     table.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    res = _cli("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / "o"))
+    res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / "o"))
     assert res.returncode == 2, res.stderr
     err = " ".join(res.stderr.split())
     assert f"t.jsonl: row 3, column '{column}': Input should be a {needle}" in err, err
     assert not (tmp_path / "o").exists()
     # the CSV twin of the same table, with "false"/"100" as its cells, imports
-    assert len(import_table(_write_csv(tmp_path / "t.csv", _rows()), "mmlu", load_prices())[0])
+    assert len(import_table(write_csv(tmp_path / "t.csv", table_rows()), "mmlu", load_prices())[0])
 
 
 def test_a_table_line_over_the_cap_is_refused_before_it_is_read_whole(tmp_path: Path) -> None:
@@ -310,18 +266,18 @@ def test_a_table_line_over_the_cap_is_refused_before_it_is_read_whole(tmp_path: 
     line and the cap (exit 2), through the console script with a 64 kB cap."""
     import gzip
 
-    huge = {**_typed(_rows()[0]), "question": "x" * 100_000}
-    rows = [json.dumps(_typed(r)) for r in _rows()]
+    huge = {**_typed(table_rows()[0]), "question": "x" * 100_000}
+    rows = [json.dumps(_typed(r)) for r in table_rows()]
     rows[1] = json.dumps(huge)
     jsonl = tmp_path / "t.jsonl.gz"
     with gzip.open(jsonl, "wt", encoding="utf-8") as fh:
         fh.write("\n".join(rows) + "\n")
-    csv_rows = _rows()
+    csv_rows = table_rows()
     csv_rows[4]["reasoning"] = "y" * 100_000
-    table = _write_csv(tmp_path / "t.csv", csv_rows, [*HEADER, "reasoning"])
+    table = write_csv(tmp_path / "t.csv", csv_rows, [*HEADER, "reasoning"])
     # the CSV's 5th row (row 6) starts on line 22: each question cell spans five lines
     for path, line in ((jsonl, 2), (table, 26)):
-        res = _cli("--max-line-bytes", "64k", "traces", "import", str(path), "--task", "mmlu",
+        res = run_ccpo("--max-line-bytes", "64k", "traces", "import", str(path), "--task", "mmlu",
                    "--out", str(tmp_path / "o.jsonl"))  # fmt: skip
         err = " ".join(res.stderr.split())
         assert res.returncode == 2, res.stderr
@@ -330,5 +286,5 @@ def test_a_table_line_over_the_cap_is_refused_before_it_is_read_whole(tmp_path: 
     # a gzip-compressed JSONL table within the cap imports
     ok = tmp_path / "ok.jsonl.gz"
     with gzip.open(ok, "wt", encoding="utf-8") as fh:
-        fh.write("".join(json.dumps(_typed(r)) + "\n" for r in _rows()))
+        fh.write("".join(json.dumps(_typed(r)) + "\n" for r in table_rows()))
     assert len(import_table(ok, "mmlu", load_prices())[0]) == 3

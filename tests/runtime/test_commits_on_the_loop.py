@@ -16,8 +16,7 @@ import pytest
 
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.runtime.state import DuplicateKey, StateStore, engine
-
-from .conftest import LiveServer, make_service
+from tests.helpers.serve import LiveServer, make_service
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 

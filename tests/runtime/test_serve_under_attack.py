@@ -12,9 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.llm.conftest import make_world
-
-from .conftest import LiveServer, make_service, state_at
+from tests.helpers.serve import LiveServer, make_service, state_at
+from tests.helpers.world import make_world
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 
@@ -228,9 +227,8 @@ def test_a_kill_mid_call_never_forgets_the_money(world, policy_dir, prices_path,
     import yaml
 
     from ccpo.testing import free_port, wait_for_http
-
-    from .conftest import deploy_values
-    from .test_cli import ENV
+    from tests.helpers.cli import ENV
+    from tests.helpers.serve import deploy_values
 
     state = state_at(tmp_path, "s.db")
     with make_world(latency=30.0) as slow:

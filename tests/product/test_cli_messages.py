@@ -1,29 +1,26 @@
-"""Issue 32's papercuts of the command line, each through the real ``ccpo`` script (a
-subprocess): what a new user tripped over, and what they now see.
+"""What the command line says when something is off, through the real ``ccpo`` script (a
+subprocess): each error or warning names what is wrong and what fixes it (data too small to
+calibrate, models without a price, a policy and traces that do not match, a table given as
+traces, a mistyped key, flag or state URL, a busy port), and never a secret.
 
 The HTTP ones (``ccpo replay-server`` / ``ccpo serve`` refusing bad requests, upstream errors)
-are in ``tests/runtime/test_papercuts.py``.
+are in ``tests/runtime/test_request_errors.py`` and ``tests/runtime/test_upstream_errors.py``.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import socket
 from pathlib import Path
 
 import pytest
 
-from ccpo.policies.registry import METHODS
 from ccpo.traces.io import read_traces, write_traces
 from ccpo.traces.sim import SimConfig, generate
-from tests.product.test_exit_codes import assert_usage_error, ccpo
+from tests.helpers.cli import assert_usage_error, ccpo
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
 EXAMPLE_CSV = ROOT / "docs" / "examples" / "import-example.csv"
-COMMANDS = ("reproduce", "train", "compare", "evaluate", "ask", "serve", "dry-run",
-            "replay-server", "collect", "collect-exit", "sim")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -42,77 +39,13 @@ def policy4(sim4, tmp_path_factory) -> Path:
     return out
 
 
-# ----------------------------------------------------------------------------- 2: no command
-@pytest.mark.parametrize(
-    ("argv", "usage"),
-    [((), "Usage: ccpo [OPTIONS] COMMAND"), (("traces",), "Usage: ccpo traces [OPTIONS]")],
-)
-def test_a_group_without_a_command_prints_its_help_whole(argv, usage):
-    """``ccpo`` / ``ccpo traces`` alone: the help as ``--help`` prints it (one option or
-    command per line), on stderr, exit 2 (click's convention since 8.2: a usage error), not
-    squashed into one ``error:`` line."""
-    r = ccpo(*argv)
-    assert r.returncode == 2
-    assert not r.stderr.startswith("error:"), r.stderr
-    assert r.stderr.splitlines()[0].startswith(usage)
-    helped = ccpo(*argv, "--help")
-    assert helped.returncode == 0 and r.stderr.strip() == helped.stdout.strip()
-    assert len(r.stderr.splitlines()) > 8
-
-
-# ----------------------------------------------------------------------------- 8: help text
-def test_commands_are_listed_main_job_first_sim_last():
-    out = ccpo("--help").stdout
-    listed = re.findall(r"^  ([a-z-]+)\s{2,}", out.split("Commands:")[1], re.M)
-    assert listed[:4] == ["reproduce", "train", "compare", "evaluate"], listed
-    assert listed[-1] == "sim" and listed.index("ask") < listed.index("collect"), listed
-
-
-@pytest.mark.parametrize("cmd", [*COMMANDS, "traces import", "traces stats", "prices show"])
-def test_help_has_no_sphinx_markup(cmd):
-    r = ccpo(*cmd.split(), "--help")
-    assert r.returncode == 0, r.stderr
-    assert not re.search(r":(mod|func|class|meth|attr):`|``", r.stdout), r.stdout
-
-
-def test_train_help_puts_the_basic_options_first_and_the_knobs_in_panels():
-    out = ccpo("train", "--help").stdout
-    sections = re.findall(r"^(\S[^\n]*):$", out, re.M)
-    assert sections[0] == "Options", sections
-    assert any(s.startswith("Training") for s in sections[1:]), sections
-    assert any(s.startswith("Fitting") for s in sections[1:]), sections
-    basic = out.split("\nOptions:\n")[1].split("\n\n")[0]
-    for flag in ("--traces", "--out", "--method", "--alpha", "--seed", "--force"):
-        assert flag in basic, flag
-    for knob in ("--critic-lr", "--damping", "--max-leaf-nodes"):
-        assert knob not in basic and knob in out, knob
-
-
-def test_readme_and_help_agree_on_quick_and_list_every_method():
-    quick = re.search(r"--quick[^\n]*\n?[^\n]*?(\d+) s measured", README)
-    assert quick, "the README gives --quick's measured time"
-    help_ = " ".join(ccpo("reproduce", "--help").stdout.split())
-    assert f"{quick.group(1)} s measured" in help_, help_
-    train_row = next(line for line in README.splitlines() if line.startswith("| `ccpo train"))
-    for name in METHODS:
-        assert name in train_row, name
-
-
-def test_readme_deploy_block_writes_its_config_before_using_it():
-    block = README.split("From a table of your models' answers to a live router:")[1]
-    block = block.split("```bash\n")[1].split("```")[0]
-    used = [i for i, line in enumerate(block.splitlines()) if "--config dry-run.yaml" in line]
-    written = [i for i, line in enumerate(block.splitlines()) if "> dry-run.yaml" in line]
-    assert used and written and written[0] < used[0], block
-
-
 def test_one_trace_is_singular(tmp_path):
     write_traces(tmp_path / "one.jsonl", generate(SimConfig(n=1, seed=1)))
     r = ccpo("traces", "validate", str(tmp_path / "one.jsonl"))
     assert "1 trace," in r.stdout and "1 traces" not in r.stdout, r.stdout
 
 
-# ----------------------------------------------------------------------------- 9: tiny data
+# ----------------------------------------------------------------------------- tiny data
 def test_training_on_tiny_data_says_it_is_too_small_and_what_it_takes(tmp_path):
     """5 questions leave 2 calibration questions (train calibrates on every question outside
     its 5:1:1 training split): at α = 0.1 split conformal needs ⌊α(n+1)⌋ ≥ 1, n ≥ 9
@@ -134,7 +67,7 @@ def test_training_on_tiny_data_says_it_is_too_small_and_what_it_takes(tmp_path):
     assert r.returncode == 0 and "too small" not in r.stderr, r.stderr
 
 
-# ----------------------------------------------------------------------------- 3: prices
+# ----------------------------------------------------------------------------- prices
 def test_every_model_without_a_price_is_named_at_once(sim4, tmp_path):
     traces = read_traces(sim4)[:30]
     for tr in traces:
@@ -154,7 +87,7 @@ def test_every_model_without_a_price_is_named_at_once(sim4, tmp_path):
     assert r.returncode == 0, r.stderr  # one price file fixes them all
 
 
-# ----------------------------------------------------------------------------- 4: dry-run
+# ----------------------------------------------------------------------------- dry-run
 def test_dry_run_names_the_task_or_rounds_mismatch_first(policy4, sim4, tmp_path):
     mmlu = ROOT / "src" / "ccpo" / "data" / "traces" / "mmlu-public.jsonl.gz"
     err = assert_usage_error(ccpo("dry-run", "--policy", str(policy4), "--traces", str(mmlu)),
@@ -170,7 +103,7 @@ def test_dry_run_names_the_task_or_rounds_mismatch_first(policy4, sim4, tmp_path
     assert "warning" not in own.stderr, own.stderr  # its own (synthetic) file: nothing to say
 
 
-# ----------------------------------------------------------------------------- 5: a table
+# ----------------------------------------------------------------------------- a table
 @pytest.mark.parametrize("argv", [["train", "--out", "p"], ["evaluate", "--out", "e"]])
 def test_a_table_given_as_traces_points_to_traces_import(argv, tmp_path):
     jsonl = tmp_path / "table.jsonl"
@@ -188,7 +121,7 @@ def test_a_table_given_as_traces_points_to_traces_import(argv, tmp_path):
     assert "traces import" not in err  # only a file that looks like a table gets the hint
 
 
-# ----------------------------------------------------------------------------- 6: names
+# ----------------------------------------------------------------------------- names
 def test_a_mistyped_yaml_key_gets_a_did_you_mean(policy4, tmp_path):
     cfg = tmp_path / "typo.yaml"
     cfg.write_text('max_cost_totl: 3\nendpoints:\n  "*": {uurl: http://127.0.0.1:9/v1}\n'
@@ -233,7 +166,7 @@ def test_replay_server_busy_port_hint_names_only_port(sim4):
     assert "server.port" not in err
 
 
-# ----------------------------------------------------------------------------- 1: endpoints
+# ----------------------------------------------------------------------------- endpoints
 def test_endpoints_flag_help_shows_its_form(policy4):
     for cmd in ("ask", "serve"):
         out = " ".join(ccpo(cmd, "--help").stdout.split())

@@ -1,0 +1,140 @@
+"""The ``ccpo`` command as a subprocess: one-shot commands and their usage errors, ``ccpo
+serve`` and the other server commands on a free port, and the environment of an install
+without an extra."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ccpo.testing import free_port, wait_for_http
+
+from .serve import deploy_values
+
+ROOT = Path(__file__).resolve().parents[2]
+# the console script installed beside this interpreter (the venv's), else the one on PATH
+_BESIDE = Path(sys.executable).parent / "ccpo"
+CCPO = str(_BESIDE) if _BESIDE.is_file() else (shutil.which("ccpo") or "ccpo")
+ENV = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
+
+
+# ----------------------------------------------------------------------------- commands
+def ccpo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``ccpo`` console script; wide terminal so nothing wraps."""
+    return subprocess.run(
+        [CCPO, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": str(Path(sys.executable).parent), "COLUMNS": "200", "HOME": "/tmp"},
+    )
+
+
+def run_ccpo(*args: str) -> subprocess.CompletedProcess:
+    """Run the installed ``ccpo`` console script in this process's environment."""
+    return subprocess.run([CCPO, *args], capture_output=True, text=True, timeout=60)
+
+
+def ccpo_ok(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m ccpo`` with ``args``, which must succeed."""
+    res = subprocess.run(
+        [sys.executable, "-m", "ccpo", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res
+
+
+def assert_usage_error(r: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Exit 2, one line on stderr, no traceback, every needle in it."""
+    err = r.stderr.strip()
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and len(err.splitlines()) == 1, r.stderr
+    assert err.startswith("error: ")
+    for n in needles:
+        assert n in err, (n, err)
+    assert err.lower().count("did you mean") <= 1, err
+    return err
+
+
+# ----------------------------------------------------------------------------- servers
+def write_deploy_config(tmp_path: Path, world, prices: Path, **kw) -> Path:
+    """``deploy.yaml`` in ``tmp_path``: :func:`~tests.helpers.serve.deploy_values` for
+    ``world``, updated by ``kw``."""
+    import yaml
+
+    p = tmp_path / "deploy.yaml"
+    p.write_text(yaml.safe_dump(deploy_values(world, prices, **kw)))
+    return p
+
+
+def start_serve(policy, cfg, port: int, *flags: str, env=ENV):
+    """``ccpo serve`` through the real entry point on 127.0.0.1:``port``; returns the process
+    and its URL once /healthz answers (the process is killed if it never does)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ccpo", "serve", "--policy", str(policy),
+         "--config", str(cfg), "--port", str(port), *flags, "--log-level", "warning"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(url + "/healthz", proc, 90, "ccpo serve")
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=20)
+        raise
+    return proc, url
+
+
+def start_server(what: str, *args: str) -> tuple[subprocess.Popen, str]:
+    """A ccpo server command on a free port of 127.0.0.1, once its /healthz answers."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ccpo", what, *args, "--port", str(port),
+         "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(url + "/healthz", proc, 90, f"ccpo {what}")
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=20)
+        raise
+    return proc, url
+
+
+def stop_server(proc: subprocess.Popen) -> str:
+    """Stop a server process; its stderr (the log)."""
+    proc.terminate()
+    try:
+        return proc.communicate(timeout=30)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate(timeout=20)[1]
+
+
+# ----------------------------------------------------------------------------- extras
+def without(tmp_path: Path, *modules: str, env: dict | None = None) -> dict:
+    """The environment of a subprocess in which ``modules`` (and their submodules) cannot be
+    imported, as in an install without the extras that bring them: a ``sitecustomize`` on
+    PYTHONPATH puts a finder first on ``sys.meta_path`` that refuses them as not installed."""
+    site = tmp_path / "no-extras"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "import sys\n"
+        f"BLOCKED = {tuple(modules)!r}\n"
+        "class NotInstalled:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if any(name == m or name.startswith(m + '.') for m in BLOCKED):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NotInstalled())\n"
+    )
+    base = dict(os.environ if env is None else env)
+    return {**base, "COLUMNS": "200", "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}

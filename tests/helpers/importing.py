@@ -1,0 +1,48 @@
+"""Small tables of several models' answers for ``ccpo traces import`` (illustrative numbers
+written by the tests, not LLM output)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from ccpo.traces.importer import REQUIRED_COLUMNS
+
+# per-token prices (bundled table): nano < 4o-mini < 4.1-mini < 4o, names not in that order
+MODELS = ("gpt-4o", "gpt-4.1-nano", "gpt-4.1-mini", "gpt-4o-mini")
+HEADER = [*REQUIRED_COLUMNS, "correct", "confidence", "logprob"]
+
+
+def table_rows() -> list[dict]:
+    """Three MMLU-style questions × four models. Answers are option letters in varied forms."""
+    answers = {  # question -> model -> (answer, correct)
+        "q1": {"gpt-4.1-nano": ("A", False), "gpt-4o-mini": ("(b)", True)},
+        "q2": {"gpt-4.1-nano": ("C.", True), "gpt-4o-mini": ("C", True)},
+        "q3": {"gpt-4.1-nano": ("", False), "gpt-4o-mini": ("D", False)},
+    }
+    out = []
+    for q, gold in (("q1", "B"), ("q2", "C"), ("q3", "A")):
+        for m in MODELS:
+            ans, ok = answers[q].get(m, (f"{gold}. the answer", True))
+            out.append(
+                {
+                    "question_id": q,
+                    "question": f"Question {q}?\nA. a\nB. b\nC. c\nD. d",
+                    "model": m,
+                    "answer": ans,
+                    "correct": "true" if ok else "false",
+                    "input_tokens": 100,
+                    "output_tokens": 10,
+                    "confidence": "0.8" if m == "gpt-4o" else "",
+                    "logprob": "-0.5" if m == "gpt-4.1-nano" else "",
+                }
+            )
+    return out
+
+
+def write_csv(path: Path, rows: list[dict], header: list[str] = HEADER) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
