@@ -90,7 +90,7 @@ def main() -> None:
                 )
         if args.asks:
             sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-            from tests.runtime.conftest import make_policy
+            from tests.helpers.policies import make_policy
 
             from ccpo.runtime import ConformalAgent
 
