@@ -11,8 +11,8 @@ import json
 import httpx
 import pytest
 
-from ccpo.runtime import connections
-from ccpo.runtime.connections import JoinedWrites
+from ccpo.runtime.http import connections
+from ccpo.runtime.http.joined_writes import JoinedWrites
 
 from .conftest import LiveServer, make_service
 
