@@ -27,11 +27,12 @@ call), the gateways under test, and this load generator (aiohttp). Rows:
 Every row gets a fresh state database per start (``ccpo serve``'s default config: no response
 cache, no rate limit; ``--cap USD``: under a total budget, ``max_cost_total``). Per row and
 repetition: every row is started and warmed up, and ``--c1-questions`` are asked one at a
-time, each question of every row in turn (the order rotating; so that the shared machine's
-moments weigh on every row alike; no /healthz polling then); then row by row, a fresh start,
-a warm-up and ``--questions`` at concurrency ``--concurrency``, while /healthz is polled every
-20 ms on a connection of its own, from a process of its own (a probe's time is the gateway's,
-not the load generator's queueing). Reported,
+time, each question of every row in turn (in a random order per question, so that the shared
+machine's moments weigh on every row alike; no /healthz polling then); then row by row, a
+fresh start, a warm-up and ``--questions`` at concurrency ``--concurrency`` (``--c64-rounds
+K``: every row up at once, the questions asked in K rounds of every row in turn), while
+/healthz is polled every 20 ms on a connection of its own, from a process of its own (a
+probe's time is the gateway's, not the load generator's queueing). Reported,
 as medians over ``--reps`` interleaved repetitions (rows in turn within each repetition):
 answers/s at c=64, the latency added over the LLM calls' own time (the question's calls ×
 ``--latency``) p50 at c=1 and c=64, CPU per question of the gateway processes (and of
@@ -50,6 +51,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -302,18 +304,22 @@ async def load(
     return {"lat": lat, "wall": wall, "errors": errors, "health": health}
 
 
-async def one_at_a_time(gws: dict[str, Gateway], ids: list[int], replay: dict) -> dict:
-    """Concurrency 1, every row at once: each question goes to every row in turn (the order
-    rotating from one question to the next), so that what the shared machine is doing at a
-    moment weighs on every row alike. A gateway of several replicas takes its questions
-    round-robin. ``replay``: the recorded calls for the rows that replay them (LiteLLM)."""
+async def one_at_a_time(
+    gws: dict[str, Gateway], ids: list[int], replay: dict, seed: int = 0
+) -> dict:
+    """Concurrency 1, every row at once: each question goes to every row in turn (in an order
+    drawn at random for each question: a fixed rotation had each row always follow the same
+    row, and what that row left running weighed on it), so that what the shared machine is
+    doing at a moment weighs on every row alike. A gateway of several replicas takes its
+    questions round-robin. ``replay``: the recorded calls for the rows that replay them."""
     rows = list(gws)
+    rng = random.Random(seed)
     lat: dict[str, dict[int, float]] = {r: {} for r in rows}
     errors: dict[str, list[str]] = {r: [] for r in rows}
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn, timeout=CLIENT_TIMEOUT) as http:
         for k, i in enumerate(ids):
-            for row in rows[k % len(rows) :] + rows[: k % len(rows)]:
+            for row in rng.sample(rows, len(rows)):
                 gw = gws[row]
                 got = await ask(http, gw.urls[k % len(gw.urls)], i, replay.get(row))
                 if isinstance(got, str):
@@ -329,7 +335,7 @@ def added_ms(res: dict, calls: dict[str, list[str]], latency: float) -> np.ndarr
 
 
 def measure_c1(
-    starters: dict, ids: dict[str, list[int]], calls: dict, args, replays: set[str]
+    starters: dict, ids: dict[str, list[int]], calls: dict, args, replays: set[str], seed: int = 0
 ) -> dict[str, dict]:
     """Every row started, warmed, then asked ``ids["c1"]`` one at a time, interleaved
     (:func:`one_at_a_time`): added p50 at c=1 and, on PostgreSQL, commits per question."""
@@ -342,7 +348,7 @@ def measure_c1(
         idle = SPARE_IDLE_UNCAPPED_S + 0.5  # (the longer of the two windows)
         time.sleep(idle if dbs else 0)  # the warm-up's spare wallets released
         x0 = {r: state_commits(g) for r, g in dbs.items()}
-        res = asyncio.run(one_at_a_time(gws, ids["c1"], {r: calls for r in replays}))
+        res = asyncio.run(one_at_a_time(gws, ids["c1"], {r: calls for r in replays}, seed))
         time.sleep(idle if dbs else 0)  # (includes the commit releasing the idle spare wallet)
         x1 = {r: state_commits(g) for r, g in dbs.items()}
     finally:
@@ -368,23 +374,72 @@ def measure(
     try:
         via = calls if replay else None
         asyncio.run(load(gw, ids["warm"], 8, via))
-        pg = pg_pids(pg_data) if pg_data is not None else []
-        c0, p0 = cpu_s(gw.pids), cpu_s(pg)
-        many = asyncio.run(load(gw, ids["many"], args.concurrency, via))
-        c1, p1 = cpu_s(gw.pids), cpu_s(pg)
+        got = load_measured(gw, ids["many"], calls, args, pg_data, via)
     finally:
         gw.stop()
+    return c64_summary(got, calls, args)
+
+
+def load_measured(
+    gw: Gateway, ids: list[int], calls: dict, args, pg_data: Path | None, via: dict | None
+) -> dict:
+    """:func:`load` at ``--concurrency``, with the CPU seconds of the gateway and PostgreSQL."""
+    pg = pg_pids(pg_data) if pg_data is not None else []
+    c0, p0 = cpu_s(gw.pids), cpu_s(pg)
+    many = asyncio.run(load(gw, ids, args.concurrency, via))
+    c1, p1 = cpu_s(gw.pids), cpu_s(pg)
+    return {**many, "cpu": c1 - c0, "pg_cpu": p1 - p0 if pg else None}
+
+
+def c64_summary(many: dict, calls: dict, args) -> dict:
+    """A c=64 measurement's figures (answers/s: answered over the time spent answering)."""
     n = max(1, len(many["lat"]))
     health = np.asarray(many["health"]) * 1e3
     return {
         "answers_per_s": len(many["lat"]) / many["wall"],
         "added_ms_p50_c64": float(np.median(added_ms(many, calls, args.latency))),
-        "cpu_ms_per_question": 1e3 * (c1 - c0) / n,
-        "pg_cpu_ms_per_question": 1e3 * (p1 - p0) / n if pg else None,
+        "cpu_ms_per_question": 1e3 * many["cpu"] / n,
+        "pg_cpu_ms_per_question": 1e3 * many["pg_cpu"] / n if many["pg_cpu"] is not None else None,
         "healthz_ms_p99": float(np.percentile(health, 99)) if health.size else None,
         "errors": len(many["errors"]),
         "error_examples": many["errors"][:2],
     }
+
+
+def measure_interleaved(
+    starters: dict, ids: dict[str, list[int]], calls: dict, args, pg_data: Path, replays: set,
+    seed: int,
+) -> dict[str, dict]:  # fmt: skip
+    """c=64 with ``--c64-rounds`` K > 1: every row started and warmed at once, then K rounds
+    in which each row in turn (in a random order each round) answers a K-th of the questions
+    at ``--concurrency``, so that the shared machine's moments weigh on every row alike; each
+    row's figures are over its K parts (answers/s: answered over the time spent answering)."""
+    rng = random.Random(seed)
+    gws: dict[str, Gateway] = {}
+    got: dict[str, dict] = {}
+    try:
+        for row, start in starters.items():
+            gws[row] = start()
+            asyncio.run(load(gws[row], ids["warm"], 8, calls if row in replays else None))
+            got[row] = {"lat": {}, "wall": 0.0, "errors": [], "health": [], "cpu": 0.0,
+                        "pg_cpu": 0.0 if row.startswith("pg") else None}  # fmt: skip
+        for part in np.array_split(np.asarray(ids["many"]), args.c64_rounds):
+            for row in rng.sample(list(gws), len(gws)):
+                pg = pg_data if row.startswith("pg") else None
+                via = calls if row in replays else None
+                m = load_measured(gws[row], [int(i) for i in part], calls, args, pg, via)
+                g = got[row]
+                g["lat"].update(m["lat"])
+                g["errors"] += m["errors"]
+                g["health"] += m["health"]
+                g["wall"] += m["wall"]
+                g["cpu"] += m["cpu"]
+                if g["pg_cpu"] is not None:
+                    g["pg_cpu"] += m["pg_cpu"] or 0.0
+    finally:
+        for gw in gws.values():
+            gw.stop()
+    return {row: c64_summary(g, calls, args) for row, g in got.items()}
 
 
 #: the rows that run ``ccpo serve`` (``--fast-paths`` runs them once per variant)
@@ -439,6 +494,13 @@ def main() -> None:
     # up to ±0.2: within the margin of the issue's c=1 targets)
     ap.add_argument("--c1-questions", type=int, default=400, help="questions one at a time")
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument(
+        "--c64-rounds",
+        type=int,
+        default=1,
+        help="K > 1: every row up at once, the --questions asked in K rounds of every row in "
+        "turn (default 1: each row alone, started afresh)",
+    )
     ap.add_argument("--latency", type=float, default=0.02, help="upstream latency per call (s)")
     ap.add_argument(
         "--kappa", type=float, default=0.2, help="the policy's κ (0.2: ~3.6 calls/question)"
@@ -560,10 +622,14 @@ def main() -> None:
             runs: dict[str, list[dict]] = {r: [] for r in rows}
             replays = {r for r in rows if r == "litellm"}
             for rep in range(args.reps):
-                one = measure_c1({r: starter(r) for r in rows}, ids, calls, args, replays)
+                one = measure_c1({r: starter(r) for r in rows}, ids, calls, args, replays, rep)
+                if args.c64_rounds > 1:
+                    many = measure_interleaved(
+                        {r: starter(r) for r in rows}, ids, calls, args, pg.data, replays, rep
+                    )
                 for row in rows:
                     is_pg = row.startswith("pg")
-                    res = measure(
+                    res = many[row] if args.c64_rounds > 1 else measure(
                         starter(row), ids, calls, args, pg.data if is_pg else None,
                         replay=row in replays,
                     )  # fmt: skip
