@@ -14,6 +14,11 @@ call), the gateways under test, and this load generator (aiohttp). Rows:
   round-robin as a load balancer would;
 - **litellm**: the LiteLLM proxy (no database) in front of the upstream, the load generator
   replaying each question's calls through it; skipped unless ``litellm`` is installed;
+- ``ROW:VARIANT`` (``sqlite:none``, ``pg1:answer+joined_writes``; ``--fast-paths`` makes them
+  for every ccpo row): ``ccpo serve`` with only those fast paths of ``ccpo.runtime.http`` on
+  (``answer``, ``health``, ``joined_writes``; ``all``, ``none``), to measure each against the
+  plain FastAPI/uvicorn route in one run; each variant is then compared with ``ROW:none``
+  (added p50 at c=1 saved, answers/s at c=64 gained: median and range over the repetitions);
 - with ``--base-src DIR``: **sqlite@base** and **pg1@base**, ``ccpo serve`` run from the source
   tree ``DIR/src`` (e.g. ``git archive <commit> src | tar -x -C DIR``), to measure a change
   before/after in the same run; ``--base-hide uvloop,httptools`` hides those modules from it
@@ -22,11 +27,12 @@ call), the gateways under test, and this load generator (aiohttp). Rows:
 Every row gets a fresh state database per start (``ccpo serve``'s default config: no response
 cache, no rate limit; ``--cap USD``: under a total budget, ``max_cost_total``). Per row and
 repetition: every row is started and warmed up, and ``--c1-questions`` are asked one at a
-time, each question of every row in turn (the order rotating; so that the shared machine's
-moments weigh on every row alike; no /healthz polling then); then row by row, a fresh start,
-a warm-up and ``--questions`` at concurrency ``--concurrency``, while /healthz is polled every
-20 ms on a connection of its own, from a process of its own (a probe's time is the gateway's,
-not the load generator's queueing). Reported,
+time, each question of every row in turn (in a random order per question, so that the shared
+machine's moments weigh on every row alike; no /healthz polling then); then row by row, a
+fresh start, a warm-up and ``--questions`` at concurrency ``--concurrency`` (``--c64-rounds
+K``: every row up at once, the questions asked in K rounds of every row in turn), while
+/healthz is polled every 20 ms on a connection of its own, from a process of its own (a
+probe's time is the gateway's, not the load generator's queueing). Reported,
 as medians over ``--reps`` interleaved repetitions (rows in turn within each repetition):
 answers/s at c=64, the latency added over the LLM calls' own time (the question's calls ×
 ``--latency``) p50 at c=1 and c=64, CPU per question of the gateway processes (and of
@@ -45,6 +51,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -297,18 +304,22 @@ async def load(
     return {"lat": lat, "wall": wall, "errors": errors, "health": health}
 
 
-async def one_at_a_time(gws: dict[str, Gateway], ids: list[int], replay: dict) -> dict:
-    """Concurrency 1, every row at once: each question goes to every row in turn (the order
-    rotating from one question to the next), so that what the shared machine is doing at a
-    moment weighs on every row alike. A gateway of several replicas takes its questions
-    round-robin. ``replay``: the recorded calls for the rows that replay them (LiteLLM)."""
+async def one_at_a_time(
+    gws: dict[str, Gateway], ids: list[int], replay: dict, seed: int = 0
+) -> dict:
+    """Concurrency 1, every row at once: each question goes to every row in turn (in an order
+    drawn at random for each question: a fixed rotation had each row always follow the same
+    row, and what that row left running weighed on it), so that what the shared machine is
+    doing at a moment weighs on every row alike. A gateway of several replicas takes its
+    questions round-robin. ``replay``: the recorded calls for the rows that replay them."""
     rows = list(gws)
+    rng = random.Random(seed)
     lat: dict[str, dict[int, float]] = {r: {} for r in rows}
     errors: dict[str, list[str]] = {r: [] for r in rows}
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn, timeout=CLIENT_TIMEOUT) as http:
         for k, i in enumerate(ids):
-            for row in rows[k % len(rows) :] + rows[: k % len(rows)]:
+            for row in rng.sample(rows, len(rows)):
                 gw = gws[row]
                 got = await ask(http, gw.urls[k % len(gw.urls)], i, replay.get(row))
                 if isinstance(got, str):
@@ -324,7 +335,7 @@ def added_ms(res: dict, calls: dict[str, list[str]], latency: float) -> np.ndarr
 
 
 def measure_c1(
-    starters: dict, ids: dict[str, list[int]], calls: dict, args, replays: set[str]
+    starters: dict, ids: dict[str, list[int]], calls: dict, args, replays: set[str], seed: int = 0
 ) -> dict[str, dict]:
     """Every row started, warmed, then asked ``ids["c1"]`` one at a time, interleaved
     (:func:`one_at_a_time`): added p50 at c=1 and, on PostgreSQL, commits per question."""
@@ -337,7 +348,7 @@ def measure_c1(
         idle = SPARE_IDLE_UNCAPPED_S + 0.5  # (the longer of the two windows)
         time.sleep(idle if dbs else 0)  # the warm-up's spare wallets released
         x0 = {r: state_commits(g) for r, g in dbs.items()}
-        res = asyncio.run(one_at_a_time(gws, ids["c1"], {r: calls for r in replays}))
+        res = asyncio.run(one_at_a_time(gws, ids["c1"], {r: calls for r in replays}, seed))
         time.sleep(idle if dbs else 0)  # (includes the commit releasing the idle spare wallet)
         x1 = {r: state_commits(g) for r, g in dbs.items()}
     finally:
@@ -363,23 +374,111 @@ def measure(
     try:
         via = calls if replay else None
         asyncio.run(load(gw, ids["warm"], 8, via))
-        pg = pg_pids(pg_data) if pg_data is not None else []
-        c0, p0 = cpu_s(gw.pids), cpu_s(pg)
-        many = asyncio.run(load(gw, ids["many"], args.concurrency, via))
-        c1, p1 = cpu_s(gw.pids), cpu_s(pg)
+        got = load_measured(gw, ids["many"], calls, args, pg_data, via)
     finally:
         gw.stop()
+    return c64_summary(got, calls, args)
+
+
+def load_measured(
+    gw: Gateway, ids: list[int], calls: dict, args, pg_data: Path | None, via: dict | None
+) -> dict:
+    """:func:`load` at ``--concurrency``, with the CPU seconds of the gateway and PostgreSQL."""
+    pg = pg_pids(pg_data) if pg_data is not None else []
+    c0, p0 = cpu_s(gw.pids), cpu_s(pg)
+    many = asyncio.run(load(gw, ids, args.concurrency, via))
+    c1, p1 = cpu_s(gw.pids), cpu_s(pg)
+    return {**many, "cpu": c1 - c0, "pg_cpu": p1 - p0 if pg else None}
+
+
+def c64_summary(many: dict, calls: dict, args) -> dict:
+    """A c=64 measurement's figures (answers/s: answered over the time spent answering)."""
     n = max(1, len(many["lat"]))
     health = np.asarray(many["health"]) * 1e3
     return {
         "answers_per_s": len(many["lat"]) / many["wall"],
         "added_ms_p50_c64": float(np.median(added_ms(many, calls, args.latency))),
-        "cpu_ms_per_question": 1e3 * (c1 - c0) / n,
-        "pg_cpu_ms_per_question": 1e3 * (p1 - p0) / n if pg else None,
+        "cpu_ms_per_question": 1e3 * many["cpu"] / n,
+        "pg_cpu_ms_per_question": 1e3 * many["pg_cpu"] / n if many["pg_cpu"] is not None else None,
         "healthz_ms_p99": float(np.percentile(health, 99)) if health.size else None,
         "errors": len(many["errors"]),
         "error_examples": many["errors"][:2],
     }
+
+
+def measure_interleaved(
+    starters: dict, ids: dict[str, list[int]], calls: dict, args, pg_data: Path, replays: set,
+    seed: int,
+) -> dict[str, dict]:  # fmt: skip
+    """c=64 with ``--c64-rounds`` K > 1: every row started and warmed at once, then K rounds
+    in which each row in turn (in a random order each round) answers a K-th of the questions
+    at ``--concurrency``, so that the shared machine's moments weigh on every row alike; each
+    row's figures are over its K parts (answers/s: answered over the time spent answering)."""
+    rng = random.Random(seed)
+    gws: dict[str, Gateway] = {}
+    got: dict[str, dict] = {}
+    try:
+        for row, start in starters.items():
+            gws[row] = start()
+            asyncio.run(load(gws[row], ids["warm"], 8, calls if row in replays else None))
+            got[row] = {"lat": {}, "wall": 0.0, "errors": [], "health": [], "cpu": 0.0,
+                        "pg_cpu": 0.0 if row.startswith("pg") else None}  # fmt: skip
+        for part in np.array_split(np.asarray(ids["many"]), args.c64_rounds):
+            for row in rng.sample(list(gws), len(gws)):
+                pg = pg_data if row.startswith("pg") else None
+                via = calls if row in replays else None
+                m = load_measured(gws[row], [int(i) for i in part], calls, args, pg, via)
+                g = got[row]
+                g["lat"].update(m["lat"])
+                g["errors"] += m["errors"]
+                g["health"] += m["health"]
+                g["wall"] += m["wall"]
+                g["cpu"] += m["cpu"]
+                if g["pg_cpu"] is not None:
+                    g["pg_cpu"] += m["pg_cpu"] or 0.0
+    finally:
+        for gw in gws.values():
+            gw.stop()
+    return {row: c64_summary(g, calls, args) for row, g in got.items()}
+
+
+#: the rows that run ``ccpo serve`` (``--fast-paths`` runs them once per variant)
+CCPO_ROWS = ("sqlite", "pg1", "pg3")
+#: the fast paths' names in a variant, and the ``server:`` switch of each
+FAST_PATHS = {"answer": "fast_answer", "health": "fast_health", "joined_writes": "joined_writes"}
+
+
+def fast_path_switches(variant: str) -> dict[str, bool]:
+    """The ``server:`` settings of a variant: ``all``, ``none`` or names joined by ``+``."""
+    on = set(FAST_PATHS) if variant == "all" else set() if variant == "none" else set(
+        variant.split("+")
+    )  # fmt: skip
+    unknown = on - set(FAST_PATHS)
+    if unknown:
+        raise SystemExit(f"unknown fast paths {sorted(unknown)}: known {sorted(FAST_PATHS)}")
+    return {switch: name in on for name, switch in FAST_PATHS.items()}
+
+
+def compare_fast_paths(runs: dict[str, list[dict]]) -> None:
+    """Each ``ROW:VARIANT`` against ``ROW:none``, repetition by repetition (the same
+    interleaved c=1 run; c=64 rows in turn): added p50 at c=1 saved (ms) and answers/s at c=64
+    gained (%), the median and the range over the repetitions."""
+    pairs = [(r, r.split(":")[0] + ":none") for r in runs if ":" in r and not r.endswith(":none")]
+    pairs = [(r, base) for r, base in pairs if base in runs]
+    if not pairs:
+        return
+    print("\nfast paths against the plain route (per repetition: none - variant at c=1, "
+          "variant / none - 1 at c=64)")  # fmt: skip
+    print(f"{'row':<26} {'c=1 saved ms':>13} {'range':>15} {'c=64 gained':>12} {'range':>17}")
+    for row, base in pairs:
+        saved = [b["added_ms_p50_c1"] - v["added_ms_p50_c1"]
+                 for v, b in zip(runs[row], runs[base], strict=True)]  # fmt: skip
+        gained = [100 * (v["answers_per_s"] / b["answers_per_s"] - 1)
+                  for v, b in zip(runs[row], runs[base], strict=True)]  # fmt: skip
+        print(f"{row:<26} {statistics.median(saved):>+13.2f} "
+              f"{f'{min(saved):+.2f} … {max(saved):+.2f}':>15} "
+              f"{statistics.median(gained):>+11.1f}% "
+              f"{f'{min(gained):+.1f} … {max(gained):+.1f} %':>17}")  # fmt: skip
 
 
 def median_of(runs: list[dict], key: str) -> float | None:
@@ -395,11 +494,24 @@ def main() -> None:
     # up to ±0.2: within the margin of the c=1 targets)
     ap.add_argument("--c1-questions", type=int, default=400, help="questions one at a time")
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument(
+        "--c64-rounds",
+        type=int,
+        default=1,
+        help="K > 1: every row up at once, the --questions asked in K rounds of every row in "
+        "turn (default 1: each row alone, started afresh)",
+    )
     ap.add_argument("--latency", type=float, default=0.02, help="upstream latency per call (s)")
     ap.add_argument(
         "--kappa", type=float, default=0.2, help="the policy's κ (0.2: ~3.6 calls/question)"
     )
     ap.add_argument("--rows", default="floor,sqlite,pg1,pg3,litellm", help="rows to run")
+    ap.add_argument(
+        "--fast-paths",
+        default="",
+        help="run each ccpo row once per variant (a,b,...): a variant is 'all', 'none' or fast "
+        "paths joined by '+' (answer, health, joined_writes); rows named ROW:VARIANT",
+    )
     ap.add_argument(
         "--cap", type=float, default=None, help="serve under max_cost_total USD (default: none)"
     )
@@ -431,13 +543,16 @@ def main() -> None:
     every = [i for v in ids.values() for i in v]
     counter = [0]
 
-    def config() -> Path:
-        """The deploy config (serve's default: no response cache)."""
+    def config(variant: str = "") -> Path:
+        """The deploy config (serve's default: no response cache); ``variant``: the fast
+        paths on (:func:`fast_path_switches`), else serve's defaults."""
         counter[0] += 1
         cfg = {"task": "mmlu", "base_model": "bench-base", "base_url": llm_url,
                "guide_model": "bench-guide", "guide_url": llm_url, "prices": [str(prices)],
                "concurrency": 256, "timeout": 30, "kappa": args.kappa,
                **({"max_cost_total": args.cap} if args.cap else {})}  # fmt: skip
+        if variant:
+            cfg["server"] = fast_path_switches(variant)
         p = tmp / f"deploy-{counter[0]}.yaml"
         p.write_text(yaml.safe_dump(cfg))
         return p
@@ -456,6 +571,14 @@ def main() -> None:
             )
         envs["@base"] = {"PYTHONPATH": f"{hide}:{args.base_src.resolve() / 'src'}"}
         rows += [f"{r}@base" for r in ("sqlite", "pg1") if r in rows]
+    variants = [v for v in args.fast_paths.split(",") if v]
+    if variants:
+        rows = [
+            r2 for r in rows for r2 in ([f"{r}:{v}" for v in variants] if r in CCPO_ROWS else [r])
+        ]
+    for r in rows:
+        if ":" in r:
+            fast_path_switches(r.partition(":")[2].partition("@")[0])  # (a typo fails now)
 
     out: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": {}}
     try:
@@ -482,6 +605,7 @@ def main() -> None:
 
             def starter(row: str):
                 name, _, suffix = row.partition("@")
+                name, _, variant = name.partition(":")
                 env = envs["@" + suffix if suffix else ""]
                 if name == "floor":
                     return lambda: start_floor(llm_url, calls_path)
@@ -489,18 +613,23 @@ def main() -> None:
                     return lambda: start_litellm(llm_url, tmp)
                 if name == "sqlite":
                     return lambda: start_ccpo(
-                        policy, config(), str(tmp / f"s-{time.time_ns()}.sqlite"), 1, row, env
-                    )
+                        policy, config(variant), str(tmp / f"s-{time.time_ns()}.sqlite"), 1,
+                        row, env,
+                    )  # fmt: skip
                 k = int(name.removeprefix("pg"))
-                return lambda: start_ccpo(policy, config(), pg.new_database(), k, row, env)
+                return lambda: start_ccpo(policy, config(variant), pg.new_database(), k, row, env)
 
             runs: dict[str, list[dict]] = {r: [] for r in rows}
             replays = {r for r in rows if r == "litellm"}
             for rep in range(args.reps):
-                one = measure_c1({r: starter(r) for r in rows}, ids, calls, args, replays)
+                one = measure_c1({r: starter(r) for r in rows}, ids, calls, args, replays, rep)
+                if args.c64_rounds > 1:
+                    many = measure_interleaved(
+                        {r: starter(r) for r in rows}, ids, calls, args, pg.data, replays, rep
+                    )
                 for row in rows:
                     is_pg = row.startswith("pg")
-                    res = measure(
+                    res = many[row] if args.c64_rounds > 1 else measure(
                         starter(row), ids, calls, args, pg.data if is_pg else None,
                         replay=row in replays,
                     )  # fmt: skip
@@ -522,7 +651,7 @@ def main() -> None:
         f"\nmedians of {args.reps} interleaved repetitions; upstream {args.latency * 1e3:.0f} "
         f"ms, {out['llm_calls_per_question']:.2f} LLM calls per question, c={args.concurrency}"
     )
-    print(f"{'row':<12} {'answers/s':>9} {'x floor':>7} {'added p50 c=1':>13} {'c=64':>7} "
+    print(f"{'row':<26} {'answers/s':>9} {'x floor':>7} {'added p50 c=1':>13} {'c=64':>7} "
           f"{'CPU ms/q':>8} {'+PG':>5} {'healthz p99':>11} {'PG commits/q c=1':>16} "
           f"{'errors':>6}")  # fmt: skip
     for row in rows:
@@ -538,12 +667,12 @@ def main() -> None:
         def f(v, spec=".1f"):
             return "-" if v is None else format(v, spec)
 
-        print(f"{row:<12} {f(med['answers_per_s']):>9} {f(ratio, '.2f'):>7} "
+        print(f"{row:<26} {f(med['answers_per_s']):>9} {f(ratio, '.2f'):>7} "
               f"{f(med['added_ms_p50_c1']):>13} {f(med['added_ms_p50_c64']):>7} "
               f"{f(med['cpu_ms_per_question'], '.2f'):>8} {f(med['pg_cpu_ms_per_question']):>5} "
               f"{f(med['healthz_ms_p99']):>11} "
               f"{f(med['pg_commits_per_question_c1'], '.2f'):>16} {med['errors']:>6}")  # fmt: skip
-    if floor:
+    if floor and ("sqlite" in out["rows"] or "pg1" in out["rows"]):
         print("\ntargets (issue 30):")
         for row, share, extra in (("sqlite", 0.6, 1.5), ("pg1", 0.5, 3.0)):
             if row in out["rows"]:
@@ -555,6 +684,7 @@ def main() -> None:
                 if m.get("pg_commits_per_question_c1") is not None:
                     print(f"        PostgreSQL commits per question at c=1 "
                           f"{m['pg_commits_per_question_c1']:.2f} (target <= 1.5)")  # fmt: skip
+    compare_fast_paths(runs)
     if args.out:
         args.out.write_text(json.dumps(out, indent=1) + "\n")
 

@@ -11,8 +11,8 @@ import json
 import httpx
 import pytest
 
-from ccpo.runtime import connections
-from ccpo.runtime.connections import JoinedWrites
+from ccpo.runtime.http import connections
+from ccpo.runtime.http.joined_writes import JoinedWrites
 from tests.helpers.serve import LiveServer, make_service
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"

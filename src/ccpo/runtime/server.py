@@ -28,7 +28,7 @@ constant time, never logged); per-client token-bucket rate limits (requests and,
 feedbacks) → 429, keyed by the peer's address (``X-Forwarded-For`` is believed only from
 ``server.trusted_proxies``; the limiters remember at most ``max_clients`` addresses); bodies
 over ``max_body_bytes`` → 413. Before those, in the connection itself
-(:mod:`ccpo.runtime.connections`): a request head slower than ``header_timeout`` or a body
+(:mod:`ccpo.runtime.http.connections`): a request head slower than ``header_timeout`` or a body
 slower than ``body_timeout`` → 408 and closed; a head over 16 kB → 431 and closed; connections
 over ``max_connections`` → 503 and closed. Then: questions over ``max_question_chars`` → 422;
 per-request budget → 402; total budget spent → 503; an LLM endpoint that still fails after its
@@ -40,9 +40,9 @@ still being answered waits for that answer. Every error body is ``{"error": {"ty
 "message": ...}}``, a bug's 500 (``internal_error``) included. Refused requests are counted in
 memory, not written one by one.
 
-The module holds the app (routes, error handlers, the Prometheus export, uvicorn's settings,
-and two fast paths that answer ``GET /healthz`` and a well-formed ``POST /v1/answer`` before
-FastAPI's routing: :class:`FastHealth`, :class:`FastAnswer`);
+The module holds the app (routes, error handlers, the Prometheus export, uvicorn's settings);
+the fast paths that answer ahead of FastAPI's routing and the connection guard are
+:mod:`ccpo.runtime.http`, each fast path behind a switch of the ``server:`` settings;
 the service it serves is :mod:`ccpo.runtime.service`, the wire models
 :mod:`ccpo.runtime.schemas`, the rails that run before a body is read
 :mod:`ccpo.runtime.rails`.
@@ -75,8 +75,9 @@ except ImportError:  # pragma: no cover - exercised in a subprocess test
     ) from None
 
 from ccpo.runtime.answer_set import AnswerSet
-from ccpo.runtime.connections import connection_limits, guarded_protocol
-from ccpo.runtime.rails import Guard, error_response
+from ccpo.runtime.http.ahead import FastAnswer, FastHealth
+from ccpo.runtime.http.connections import connection_limits, guarded_protocol
+from ccpo.runtime.rails import Guard, bug_response, error_response
 from ccpo.runtime.schemas import (
     AnswerRequest,
     ApiError,
@@ -93,7 +94,8 @@ from ccpo.runtime.schemas import (
 from ccpo.runtime.service import Service
 
 __all__ = [
-    "FastAnswer", "FastHealth", "Service", "create_app", "openapi_spec", "run", "uvicorn_config",
+    "FastAnswer", "FastHealth", "Service", "bug_response", "create_app", "openapi_spec", "run",
+    "uvicorn_config",
 ]  # fmt: skip
 
 log = logging.getLogger("ccpo.serve")
@@ -214,7 +216,8 @@ def create_app(service: Service | None = None) -> FastAPI:
         "agrees with a reference model) with probability ≥ 1 − α. See docs/deploy.md.",
         lifespan=lifespan,
     )
-    app.add_middleware(FastAnswer, holder=holder)  # innermost: inside the rails
+    if service is not None and service.cfg.fast_answer:
+        app.add_middleware(FastAnswer, holder=holder)  # innermost: inside the rails
     app.add_middleware(Guard, holder=holder)
     # documents the bearer token in the spec; the check itself runs in Guard, before the body
     bearer = HTTPBearer(auto_error=False, description="the server's token, if it has one")
@@ -338,129 +341,6 @@ def create_app(service: Service | None = None) -> FastAPI:
     return app
 
 
-def bug_response(method: str, path: str, e: Exception) -> Any:
-    """A bug's JSON 500 (``internal_error``, naming the exception's type only), logged with
-    its traceback: the app's handler and :class:`FastAnswer` alike."""
-    log.error("%s %s failed", method, path, exc_info=e)
-    return error_response(500, "internal_error", f"the server failed ({type(e).__name__})")
-
-
-class FastAnswer:
-    """Pure ASGI, innermost of the middlewares (inside the rails and the tracing context): a
-    ``POST /v1/answer`` whose JSON body is a valid :class:`AnswerRequest` goes straight to the
-    service, its answer set sent as the JSON text the store keeps (FastAPI's routing, body
-    parsing, dependencies and exception middleware cost about half a millisecond a question).
-    Anything else (another content type, a body that does not validate) goes to the app with
-    its body replayed, so that every refusal keeps the app's exact message; errors are the
-    same JSON bodies as the app's handlers give."""
-
-    def __init__(self, app: Any, holder: dict[str, Service | None]) -> None:
-        self.app, self.holder = app, holder
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        svc = self.holder.get("service")
-        if (
-            svc is None
-            or scope["type"] != "http"
-            or scope["path"] != "/v1/answer"
-            or scope["method"] != "POST"
-            or _content_type(scope) != b"application/json"
-            or scope.get("ccpo.fast")  # tried already (ahead of FastAPI: FastHealth)
-        ):
-            await self.app(scope, receive, send)
-            return
-        chunks, more = [], True
-        while more:
-            m = await receive()
-            if m["type"] != "http.request":  # the client went away
-                return
-            chunks.append(m.get("body", b""))
-            more = m.get("more_body", False)
-        body = b"".join(chunks)
-        try:
-            req = AnswerRequest.model_validate_json(body)
-        except ValueError:  # the app refuses it, with its own message
-            scope["ccpo.fast"] = True
-            await self.app(scope, _replayed(body, receive), send)
-            return
-        try:
-            text = await svc.answer_json(req)
-        except ApiError as e:
-            await error_response(e.status, e.type, e.message, e.headers)(scope, receive, send)
-            return
-        except Exception as e:  # as the app's handler of bugs does
-            await bug_response("POST", "/v1/answer", e)(scope, receive, send)
-            return
-        data = text.encode()
-        headers = [(b"content-length", b"%d" % len(data)), (b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
-
-
-def _content_type(scope: Any) -> bytes:
-    for k, v in scope.get("headers") or ():
-        if k == b"content-type":
-            return v.split(b";", 1)[0].strip().lower()
-    return b""
-
-
-def _replayed(body: bytes, receive: Any) -> Any:
-    """``receive`` with the body already read given back first."""
-    given = False
-
-    async def again() -> Any:
-        nonlocal given
-        if not given:
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return again
-
-
-class FastHealth:
-    """Pure ASGI, outermost: ``GET /healthz`` answered before FastAPI's middleware stack,
-    routing and validation (the same body as the route's), so that under load a probe waits
-    only for its turn of the event loop. A ``POST /v1/answer`` goes to the same rails, tracing
-    context and :class:`FastAnswer` as inside the app, but ahead of FastAPI's own outer
-    middlewares (its error handler, telemetry hook and body limit: 0.07 ms a question at
-    concurrency 1; a bug there is the same JSON 500); what FastAnswer does not take goes on to
-    the app, whose rails then pass it through (:class:`~ccpo.runtime.rails.Guard` runs once
-    per request). Everything else goes to ``app``."""
-
-    def __init__(self, app: Any, service: Service) -> None:
-        self.app, self.service = app, service
-        holder: dict[str, Service | None] = {"service": service}
-        self.answer = tracing.IncomingContext(Guard(FastAnswer(app, holder), holder))
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == "/v1/answer":
-            await self._answer(scope, receive, send)
-            return
-        if scope["type"] != "http" or scope["path"] != "/healthz" or scope["method"] != "GET":
-            await self.app(scope, receive, send)
-            return
-        try:
-            h = self.service.health()
-            body = h.model_dump_json().encode()
-        except Exception:  # a bug: the app's route answers it (a JSON 500, logged)
-            await self.app(scope, receive, send)
-            return
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        status = 200 if h.status == "ok" else 503
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-    async def _answer(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await self.answer(scope, receive, send)
-        except Exception as e:  # a bug: a JSON 500, as FastAPI's error middleware would send
-            try:
-                await bug_response(scope["method"], scope["path"], e)(scope, receive, send)
-            except Exception:  # the response had begun: the server logs the bug
-                raise e from None
-
-
 def openapi_spec() -> dict[str, Any]:
     """The OpenAPI document of the app (independent of any policy or config)."""
     return create_app(None).openapi()
@@ -470,7 +350,7 @@ def uvicorn_config(service: Service, log_level: str = "info") -> uvicorn.Config:
     """uvicorn's settings for the app: ``X-Forwarded-For`` / ``-Proto`` are believed only from
     ``server.trusted_proxies`` (uvicorn's default would trust them from 127.0.0.1); slow and
     idle clients are bounded by ``header_timeout``, ``body_timeout``, ``keep_alive_timeout``
-    and ``max_connections`` (:mod:`ccpo.runtime.connections`)."""
+    and ``max_connections`` (:mod:`ccpo.runtime.http.connections`)."""
     cfg = service.cfg
     trusted = cfg.trusted_proxies
     limits = connection_limits(cfg.max_connections)
@@ -479,8 +359,11 @@ def uvicorn_config(service: Service, log_level: str = "info") -> uvicorn.Config:
             "max_connections lowered from %d to %d: the open-file limit (ulimit -n) is %s",
             cfg.max_connections, limits.cap, limits.nofile,
         )  # fmt: skip
+    app: Any = create_app(service)
+    if cfg.fast_health or cfg.fast_answer:
+        app = FastHealth(app, service, health=cfg.fast_health, answer=cfg.fast_answer)
     return uvicorn.Config(
-        FastHealth(create_app(service), service),
+        app,
         host=cfg.host,
         port=cfg.port,
         log_level=log_level,
@@ -490,10 +373,14 @@ def uvicorn_config(service: Service, log_level: str = "info") -> uvicorn.Config:
         server_header=False,
         # SIGTERM: questions running get this long; then their calls count at the worst case
         timeout_graceful_shutdown=cfg.shutdown_grace,  # type: ignore[arg-type]
-        # slow and idle clients (connections.py): deadlines for each request head and body, a
+        # slow and idle clients (http/connections.py): deadlines for each request head and body, a
         # cap on open connections, the idle time of a kept-alive one
         http=guarded_protocol(
-            cfg.header_timeout, cfg.body_timeout, limits, service.store.count_rejected
+            cfg.header_timeout,
+            cfg.body_timeout,
+            limits,
+            service.store.count_rejected,
+            joined_writes=cfg.joined_writes,
         ),
         timeout_keep_alive=cfg.keep_alive_timeout,  # type: ignore[arg-type]
         backlog=limits.backlog,
