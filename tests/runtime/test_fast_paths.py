@@ -10,8 +10,7 @@ import re
 import httpx
 import pytest
 
-from .conftest import LiveServer, make_service
-from .test_server import Q
+from tests.helpers.serve import LiveServer, Q, make_service
 
 SWITCHES = ("fast_answer", "fast_health", "joined_writes")
 VARIANTS = {
