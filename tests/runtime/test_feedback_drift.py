@@ -75,7 +75,6 @@ def test_a_policy_with_calibration_scores_moves_kappa_along_them(world, prices_p
     process on the same feedback, and /metrics reports the band in κ units."""
     import numpy as np
 
-    from ccpo.learning.replay import calibrate_policy
     from ccpo.policies.registry import load_policy, stopping_fitter
     from ccpo.runtime.config import ServerConfig
     from ccpo.runtime.feedback import Counters, apply_feedback, online_kappa
@@ -87,7 +86,7 @@ def test_a_policy_with_calibration_scores_moves_kappa_along_them(world, prices_p
     ep = build_episodes(generate(SimConfig(n=300, seed=0)), prices)
     pol = stopping_fitter("cstop")(ep, np.arange(200), 0.1, 0)
     pol.prices = prices.to_price_file()
-    calibrate_policy(pol, ep, pol.probs(ep.obs), 0.1, np.arange(200, 300))
+    pol.calibrate(ep, np.arange(200, 300))
     folder = pol.save(tmp_path / "cal-policy")
     loaded = load_policy(folder)
     assert loaded.calibration == pol.calibration and loaded.calibration.n == 100

@@ -158,14 +158,15 @@ class PolicyRow(Row):
         return pol.rollout(ep, scores, self._thresholds, splits.test)
 
     def result_extra(self) -> dict[str, Any]:
-        picked = self.policy.info.get("auto", {}).get("picked") if self.policy else None
-        out: dict[str, Any] = {} if picked is None or not self.shows_pick else {"picked": picked}
-        if self._thresholds is not None:
-            out["kappa_mean"] = float(self._thresholds.mean())
-        return out
+        if self._thresholds is None:
+            return {}
+        return {"kappa_mean": float(self._thresholds.mean())}
 
-    #: the row reports ``auto``'s pick (a row that fits by name; a folder's row does not)
-    shows_pick = False
+    def auto_pick(self) -> dict[str, Any]:
+        """``{"picked": name}`` when ``auto`` chose this row's technique, else ``{}``."""
+        if self.policy is None or "auto" not in self.policy.info:
+            return {}
+        return {"picked": self.policy.info["auto"]["picked"]}
 
 
 class TrainedRow(PolicyRow):
@@ -187,8 +188,6 @@ class ScoreRow(PolicyRow):
     """A row backed by replay-trained membership scores: CStop, ``depth-k`` or ``auto``
     (:mod:`ccpo.policies.registry`), split-conformal κ̂ on each calibration split."""
 
-    shows_pick = True
-
     def __init__(
         self,
         name: str,
@@ -202,6 +201,9 @@ class ScoreRow(PolicyRow):
             self.name, ep, train_idx, alpha, seed, self.candidates, self.settings
         )
 
+    def result_extra(self) -> dict[str, Any]:
+        return {**self.auto_pick(), **super().result_extra()}
+
 
 class ArtifactRow(PolicyRow):
     """A policy folder from ``ccpo train``; a calibrated one is re-calibrated on each split."""
@@ -213,10 +215,10 @@ class ArtifactRow(PolicyRow):
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
         assert self.policy is not None
         if abs(self.policy.alpha - alpha) > 1e-12 and not self.policy.calibrates:
-            how = "greedy π" if self.policy.greedy else "online κ"
+            how = "point" if self.policy.greedy else "online"
             raise CCPOError(
                 f"{self.name} was trained for α = {self.policy.alpha:g}; its "
-                f"{how} cannot be re-targeted to α = {alpha:g}"
+                f"{how} scoring cannot be re-targeted to α = {alpha:g}"
             )
 
 
@@ -239,9 +241,7 @@ class SingleRow(PolicyRow):
             self.policy = fit_single_method(self.method, ep, train_idx, alpha, seed, self.delta)
 
     def result_extra(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"answer": "single", "delta": self.delta}
-        if self.policy is not None and "auto" in self.policy.info:
-            out["picked"] = self.policy.info["auto"]["picked"]
+        out: dict[str, Any] = {"answer": "single", "delta": self.delta, **self.auto_pick()}
         if self._thresholds is not None and self._refused is not None:
             out["refused_share"] = float(self._refused.mean())
             out["threshold_mean"] = float(self._thresholds.mean())

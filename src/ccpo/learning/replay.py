@@ -9,8 +9,9 @@ m_a(o_t) = σ((π(a|o_t) − κ)/ε).
   question). As ε → 0 they are the hard rollout's
   (:func:`ccpo.traces.episodes.conformal_rollout`).
 - :func:`point_rollout_expectations`: the same for the point policy a_t ~ π(·|o_t).
-- :func:`calibrate_kappa`, :func:`calibrate_policy`: split-conformal κ̂, the one place it is
-  computed; :func:`calibrated_cost` measures C_κ̂ as the harness would (:class:`Calibrated`).
+- :func:`calibrate_kappa`: split-conformal κ̂, the one place it is computed (a set policy
+  keeps its covering scores too: :meth:`ccpo.policies.sets.SetPolicy.calibrate`);
+  :func:`calibrated_cost` measures C_κ̂ as the harness would (:class:`Calibrated`).
 
 Derivation: docs/theory.md, sections "Exact expectations by replay" and
 "Split-conformal κ̂ (set policies)".
@@ -23,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ccpo.learning.conformal import CalibrationScores, split_conformal_threshold
+from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.heads import log_pi
 from ccpo.traces.episodes import NEXT, Episodes, conformal_rollout, covering_scores
 
@@ -129,16 +130,6 @@ def calibrate_kappa(
     question of ``ep``: a 0-d array), question indices [n] (0-d) or [K, n] (one κ̂ per row)."""
     scores = covering_scores(ep, probs)
     return split_conformal_threshold(scores if cal is None else scores[cal], alpha)
-
-
-def calibrate_policy(pol, ep: Episodes, probs: np.ndarray, alpha: float, cal=None) -> None:
-    """Set a set-valued policy's κ̂ (:func:`calibrate_kappa`) and keep the calibration
-    covering scores it came from (``pol.calibration``), which the online level tracker of
-    deployment moves along (:class:`ccpo.learning.conformal.CalibrationScores`)."""
-    scores = covering_scores(ep, probs)
-    scores = scores if cal is None else scores[cal]
-    pol.kappa_batch = float(split_conformal_threshold(scores, alpha))
-    pol.calibration = CalibrationScores.from_scores(scores)
 
 
 class Calibrated(NamedTuple):

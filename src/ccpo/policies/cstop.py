@@ -73,8 +73,6 @@ class StoppingPolicy(SetPolicy):
     info: dict[str, Any] = field(default_factory=dict)  # e.g. the choice made by auto
     provenance: dict[str, Any] = field(default_factory=dict)  # ccpo.policies.provenance
 
-    kappa_online = None
-
     @property
     def method(self) -> str:
         return self.variant

@@ -42,12 +42,6 @@ class SetPolicy(Policy):
         """Membership scores e(a|o) [..., T, 3] for observations [..., T, F]."""
 
     @property
-    def scoring(self) -> str:
-        """How the threshold is set: "batch" (split-conformal κ̂; RL policies may also be
-        "online" or "point", :mod:`ccpo.policies.rl`)."""
-        return "batch"
-
-    @property
     def alpha(self) -> float:
         return self.config.alpha
 
