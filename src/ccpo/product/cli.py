@@ -8,25 +8,15 @@ resolves with a ``DeprecationWarning``.
 
 from __future__ import annotations
 
-import importlib
 import warnings
-from typing import Any
 
+from ccpo._deprecated import moved
 from ccpo.cli import app, run
 
 __all__ = ["app", "run"]
 
 
-def __getattr__(name: str) -> Any:
-    cli = importlib.import_module("ccpo.cli")
-    if name.startswith("__") or not hasattr(cli, name):
-        raise AttributeError(f"module 'ccpo.product.cli' has no attribute {name!r}")
-    warnings.warn(
-        f"ccpo.product.cli is deprecated: import {name} from ccpo.cli",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(cli, name)
+__getattr__ = moved(__name__, "ccpo.cli")
 
 
 if __name__ == "__main__":
