@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -196,9 +195,6 @@ def make_service(policy_dir: Path, srv, prices: Path, server: dict | None = None
     values = deploy_values(srv, prices, **kw)
     values["server"] = dict(server or {})
     values["server"].setdefault("state", STORE.default())
-    if os.environ.get("CCPO_TEST_FAST_PATHS") == "off":  # FastAPI's and uvicorn's plain routes
-        for switch in ("fast_answer", "fast_health", "joined_writes"):
-            values["server"].setdefault(switch, False)
     return Service.from_artifact(policy_dir, load_deploy_config(None, values))
 
 
