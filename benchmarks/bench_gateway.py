@@ -14,11 +14,6 @@ call), the gateways under test, and this load generator (aiohttp). Rows:
   round-robin as a load balancer would;
 - **litellm**: the LiteLLM proxy (no database) in front of the upstream, the load generator
   replaying each question's calls through it; skipped unless ``litellm`` is installed;
-- ``ROW:VARIANT`` (``sqlite:none``, ``pg1:answer+joined_writes``; ``--fast-paths`` makes them
-  for every ccpo row): ``ccpo serve`` with only those fast paths of ``ccpo.runtime.http`` on
-  (``answer``, ``health``, ``joined_writes``; ``all``, ``none``), to measure each against the
-  plain FastAPI/uvicorn route in one run; each variant is then compared with ``ROW:none``
-  (added p50 at c=1 saved, answers/s at c=64 gained: median and range over the repetitions);
 - with ``--base-src DIR``: **sqlite@base** and **pg1@base**, ``ccpo serve`` run from the source
   tree ``DIR/src`` (e.g. ``git archive <commit> src | tar -x -C DIR``), to measure a change
   before/after in the same run; ``--base-hide uvloop,httptools`` hides those modules from it
@@ -442,45 +437,6 @@ def measure_interleaved(
     return {row: c64_summary(g, calls, args) for row, g in got.items()}
 
 
-#: the rows that run ``ccpo serve`` (``--fast-paths`` runs them once per variant)
-CCPO_ROWS = ("sqlite", "pg1", "pg3")
-#: the fast paths' names in a variant, and the ``server:`` switch of each
-FAST_PATHS = {"answer": "fast_answer", "health": "fast_health", "joined_writes": "joined_writes"}
-
-
-def fast_path_switches(variant: str) -> dict[str, bool]:
-    """The ``server:`` settings of a variant: ``all``, ``none`` or names joined by ``+``."""
-    on = set(FAST_PATHS) if variant == "all" else set() if variant == "none" else set(
-        variant.split("+")
-    )  # fmt: skip
-    unknown = on - set(FAST_PATHS)
-    if unknown:
-        raise SystemExit(f"unknown fast paths {sorted(unknown)}: known {sorted(FAST_PATHS)}")
-    return {switch: name in on for name, switch in FAST_PATHS.items()}
-
-
-def compare_fast_paths(runs: dict[str, list[dict]]) -> None:
-    """Each ``ROW:VARIANT`` against ``ROW:none``, repetition by repetition (the same
-    interleaved c=1 run; c=64 rows in turn): added p50 at c=1 saved (ms) and answers/s at c=64
-    gained (%), the median and the range over the repetitions."""
-    pairs = [(r, r.split(":")[0] + ":none") for r in runs if ":" in r and not r.endswith(":none")]
-    pairs = [(r, base) for r, base in pairs if base in runs]
-    if not pairs:
-        return
-    print("\nfast paths against the plain route (per repetition: none - variant at c=1, "
-          "variant / none - 1 at c=64)")  # fmt: skip
-    print(f"{'row':<26} {'c=1 saved ms':>13} {'range':>15} {'c=64 gained':>12} {'range':>17}")
-    for row, base in pairs:
-        saved = [b["added_ms_p50_c1"] - v["added_ms_p50_c1"]
-                 for v, b in zip(runs[row], runs[base], strict=True)]  # fmt: skip
-        gained = [100 * (v["answers_per_s"] / b["answers_per_s"] - 1)
-                  for v, b in zip(runs[row], runs[base], strict=True)]  # fmt: skip
-        print(f"{row:<26} {statistics.median(saved):>+13.2f} "
-              f"{f'{min(saved):+.2f} … {max(saved):+.2f}':>15} "
-              f"{statistics.median(gained):>+11.1f}% "
-              f"{f'{min(gained):+.1f} … {max(gained):+.1f} %':>17}")  # fmt: skip
-
-
 def median_of(runs: list[dict], key: str) -> float | None:
     vals = [r[key] for r in runs if r.get(key) is not None]
     return statistics.median(vals) if vals else None
@@ -506,12 +462,6 @@ def main() -> None:
         "--kappa", type=float, default=0.2, help="the policy's κ (0.2: ~3.6 calls/question)"
     )
     ap.add_argument("--rows", default="floor,sqlite,pg1,pg3,litellm", help="rows to run")
-    ap.add_argument(
-        "--fast-paths",
-        default="",
-        help="run each ccpo row once per variant (a,b,...): a variant is 'all', 'none' or fast "
-        "paths joined by '+' (answer, health, joined_writes); rows named ROW:VARIANT",
-    )
     ap.add_argument(
         "--cap", type=float, default=None, help="serve under max_cost_total USD (default: none)"
     )
@@ -543,16 +493,13 @@ def main() -> None:
     every = [i for v in ids.values() for i in v]
     counter = [0]
 
-    def config(variant: str = "") -> Path:
-        """The deploy config (serve's default: no response cache); ``variant``: the fast
-        paths on (:func:`fast_path_switches`), else serve's defaults."""
+    def config() -> Path:
+        """The deploy config (serve's default: no response cache)."""
         counter[0] += 1
         cfg = {"task": "mmlu", "base_model": "bench-base", "base_url": llm_url,
                "guide_model": "bench-guide", "guide_url": llm_url, "prices": [str(prices)],
                "concurrency": 256, "timeout": 30, "kappa": args.kappa,
                **({"max_cost_total": args.cap} if args.cap else {})}  # fmt: skip
-        if variant:
-            cfg["server"] = fast_path_switches(variant)
         p = tmp / f"deploy-{counter[0]}.yaml"
         p.write_text(yaml.safe_dump(cfg))
         return p
@@ -571,14 +518,6 @@ def main() -> None:
             )
         envs["@base"] = {"PYTHONPATH": f"{hide}:{args.base_src.resolve() / 'src'}"}
         rows += [f"{r}@base" for r in ("sqlite", "pg1") if r in rows]
-    variants = [v for v in args.fast_paths.split(",") if v]
-    if variants:
-        rows = [
-            r2 for r in rows for r2 in ([f"{r}:{v}" for v in variants] if r in CCPO_ROWS else [r])
-        ]
-    for r in rows:
-        if ":" in r:
-            fast_path_switches(r.partition(":")[2].partition("@")[0])  # (a typo fails now)
 
     out: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": {}}
     try:
@@ -605,7 +544,6 @@ def main() -> None:
 
             def starter(row: str):
                 name, _, suffix = row.partition("@")
-                name, _, variant = name.partition(":")
                 env = envs["@" + suffix if suffix else ""]
                 if name == "floor":
                     return lambda: start_floor(llm_url, calls_path)
@@ -613,11 +551,10 @@ def main() -> None:
                     return lambda: start_litellm(llm_url, tmp)
                 if name == "sqlite":
                     return lambda: start_ccpo(
-                        policy, config(variant), str(tmp / f"s-{time.time_ns()}.sqlite"), 1,
-                        row, env,
-                    )  # fmt: skip
+                        policy, config(), str(tmp / f"s-{time.time_ns()}.sqlite"), 1, row, env
+                    )
                 k = int(name.removeprefix("pg"))
-                return lambda: start_ccpo(policy, config(variant), pg.new_database(), k, row, env)
+                return lambda: start_ccpo(policy, config(), pg.new_database(), k, row, env)
 
             runs: dict[str, list[dict]] = {r: [] for r in rows}
             replays = {r for r in rows if r == "litellm"}
@@ -651,7 +588,7 @@ def main() -> None:
         f"\nmedians of {args.reps} interleaved repetitions; upstream {args.latency * 1e3:.0f} "
         f"ms, {out['llm_calls_per_question']:.2f} LLM calls per question, c={args.concurrency}"
     )
-    print(f"{'row':<26} {'answers/s':>9} {'x floor':>7} {'added p50 c=1':>13} {'c=64':>7} "
+    print(f"{'row':<12} {'answers/s':>9} {'x floor':>7} {'added p50 c=1':>13} {'c=64':>7} "
           f"{'CPU ms/q':>8} {'+PG':>5} {'healthz p99':>11} {'PG commits/q c=1':>16} "
           f"{'errors':>6}")  # fmt: skip
     for row in rows:
@@ -667,12 +604,12 @@ def main() -> None:
         def f(v, spec=".1f"):
             return "-" if v is None else format(v, spec)
 
-        print(f"{row:<26} {f(med['answers_per_s']):>9} {f(ratio, '.2f'):>7} "
+        print(f"{row:<12} {f(med['answers_per_s']):>9} {f(ratio, '.2f'):>7} "
               f"{f(med['added_ms_p50_c1']):>13} {f(med['added_ms_p50_c64']):>7} "
               f"{f(med['cpu_ms_per_question'], '.2f'):>8} {f(med['pg_cpu_ms_per_question']):>5} "
               f"{f(med['healthz_ms_p99']):>11} "
               f"{f(med['pg_commits_per_question_c1'], '.2f'):>16} {med['errors']:>6}")  # fmt: skip
-    if floor and ("sqlite" in out["rows"] or "pg1" in out["rows"]):
+    if floor:
         print("\ntargets (issue 30):")
         for row, share, extra in (("sqlite", 0.6, 1.5), ("pg1", 0.5, 3.0)):
             if row in out["rows"]:
@@ -684,7 +621,6 @@ def main() -> None:
                 if m.get("pg_commits_per_question_c1") is not None:
                     print(f"        PostgreSQL commits per question at c=1 "
                           f"{m['pg_commits_per_question_c1']:.2f} (target <= 1.5)")  # fmt: skip
-    compare_fast_paths(runs)
     if args.out:
         args.out.write_text(json.dumps(out, indent=1) + "\n")
 

@@ -4,7 +4,6 @@ HTTP calls to it (``Q``, ``post``, ``assert_json_error``)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -131,7 +130,4 @@ def make_service(policy_dir: Path, srv, prices: Path, server: dict | None = None
     values = deploy_values(srv, prices, **kw)
     values["server"] = dict(server or {})
     values["server"].setdefault("state", STORE.default())
-    if os.environ.get("CCPO_TEST_FAST_PATHS") == "off":  # FastAPI's and uvicorn's plain routes
-        for switch in ("fast_answer", "fast_health", "joined_writes"):
-            values["server"].setdefault(switch, False)
     return Service.from_artifact(policy_dir, load_deploy_config(None, values))

@@ -255,8 +255,8 @@ def test_hotpotqa_uses_react_over_the_given_context(world, policy_dir, prices_pa
 
 
 def test_healthz_is_answered_before_the_app_with_the_routes_body(world, policy_dir, prices_path):
-    """``GET /healthz`` is answered by the outermost ASGI layer (``FastHealth``), with the body
-    and status FastAPI's own route gives (which still serves HEAD and the OpenAPI spec)."""
+    """``GET /healthz`` of the served app has the body and status FastAPI's own route gives
+    (once answered by a layer ahead of the app, since removed: ccpo.runtime.http)."""
     import asyncio
 
     from ccpo.runtime.server import create_app
@@ -290,8 +290,8 @@ def test_an_answer_utf8_cannot_encode_is_sent_escaped():
 
 def test_a_bug_answers_the_documented_json_500_on_both_paths(world, policy_dir, prices_path):
     """A bug while answering (injected: the service's answer raises) gives the JSON 500
-    ``internal_error`` naming only the exception's type, on the fast path (``/v1/answer``)
-    and through the app's handler (``/v1/chat/completions``)."""
+    ``internal_error`` naming only the exception's type, on ``/v1/answer`` and on
+    ``/v1/chat/completions``."""
     svc = make_service(policy_dir, world, prices_path)
 
     async def broken(req):
@@ -313,9 +313,8 @@ def test_a_bug_answers_the_documented_json_500_on_both_paths(world, policy_dir, 
 
 
 def test_a_bug_in_the_rails_is_the_json_500_too(world, policy_dir, prices_path):
-    """A bug in the rails themselves (injected: the token check raises): ``/v1/answer``,
-    whose rails run ahead of FastAPI's error middleware (``FastHealth``), gives the same JSON
-    500 as a route behind it."""
+    """A bug in the rails themselves (injected: the token check raises): ``/v1/answer``
+    gives the same JSON 500 as a route behind them."""
     svc = make_service(policy_dir, world, prices_path)
 
     def broken(auth):

@@ -110,21 +110,6 @@ class ServerConfig(BaseModel):
         "warning, to fit the open-file limit (ulimit -n)",
     )
     max_question_chars: int = Field(8000, ge=1, description="longest question accepted")
-    fast_answer: bool = Field(
-        True,
-        description="answer a well-formed POST /v1/answer ahead of FastAPI's routing (off: "
-        "FastAPI's route; the same response)",
-    )
-    fast_health: bool = Field(
-        True,
-        description="answer GET /healthz ahead of FastAPI's routing (off: FastAPI's route; "
-        "the same response)",
-    )
-    joined_writes: bool = Field(
-        True,
-        description="write a response's head and body to the socket at once (off: uvicorn's "
-        "two writes)",
-    )
     rate_limit_per_minute: float | None = Field(
         None, gt=0, description="requests per minute per client address (None: no limit)"
     )

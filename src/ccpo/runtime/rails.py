@@ -1,12 +1,11 @@
 """The rails of ``ccpo serve`` that run before a request body is read: per-client rate limits
 (token buckets), the bearer token, and the body-size limit (:class:`Guard`, a pure-ASGI
 middleware; the body limit alone, :class:`BodyLimit`, guards ``ccpo replay-server``), with the
-one JSON error body every refusal uses (:func:`error_response`; a bug's, :func:`bug_response`)."""
+one JSON error body every refusal uses."""
 
 from __future__ import annotations
 
 import hmac
-import logging
 import math
 import time
 from collections import OrderedDict
@@ -17,8 +16,6 @@ from fastapi.responses import JSONResponse
 
 from ccpo.runtime.schemas import ApiError
 
-log = logging.getLogger("ccpo.serve")
-
 
 def error_response(
     status: int, type_: str, message: str, headers: dict | None = None
@@ -27,13 +24,6 @@ def error_response(
     return JSONResponse(
         {"error": {"type": type_, "message": message}}, status_code=status, headers=headers
     )
-
-
-def bug_response(method: str, path: str, e: Exception) -> JSONResponse:
-    """A bug's JSON 500 (``internal_error``, naming the exception's type only), logged with
-    its traceback: the app's handler and the fast paths alike."""
-    log.error("%s %s failed", method, path, exc_info=e)
-    return error_response(500, "internal_error", f"the server failed ({type(e).__name__})")
 
 
 def check_bearer(token: str | None, authorization: str | None) -> None:

@@ -41,8 +41,7 @@ still being answered waits for that answer. Every error body is ``{"error": {"ty
 memory, not written one by one.
 
 The module holds the app (routes, error handlers, the Prometheus export, uvicorn's settings);
-the fast paths that answer ahead of FastAPI's routing and the connection guard are
-:mod:`ccpo.runtime.http`, each fast path behind a switch of the ``server:`` settings;
+the connection guard, where ``serve`` reaches into uvicorn, is :mod:`ccpo.runtime.http`;
 the service it serves is :mod:`ccpo.runtime.service`, the wire models
 :mod:`ccpo.runtime.schemas`, the rails that run before a body is read
 :mod:`ccpo.runtime.rails`.
@@ -75,9 +74,8 @@ except ImportError:  # pragma: no cover - exercised in a subprocess test
     ) from None
 
 from ccpo.runtime.answer_set import AnswerSet
-from ccpo.runtime.http.ahead import FastAnswer, FastHealth
 from ccpo.runtime.http.connections import connection_limits, guarded_protocol
-from ccpo.runtime.rails import Guard, bug_response, error_response
+from ccpo.runtime.rails import Guard, error_response
 from ccpo.runtime.schemas import (
     AnswerRequest,
     ApiError,
@@ -93,10 +91,7 @@ from ccpo.runtime.schemas import (
 )
 from ccpo.runtime.service import Service
 
-__all__ = [
-    "FastAnswer", "FastHealth", "Service", "bug_response", "create_app", "openapi_spec", "run",
-    "uvicorn_config",
-]  # fmt: skip
+__all__ = ["Service", "create_app", "openapi_spec", "run", "uvicorn_config"]
 
 log = logging.getLogger("ccpo.serve")
 
@@ -216,8 +211,6 @@ def create_app(service: Service | None = None) -> FastAPI:
         "agrees with a reference model) with probability ≥ 1 − α. See docs/deploy.md.",
         lifespan=lifespan,
     )
-    if service is not None and service.cfg.fast_answer:
-        app.add_middleware(FastAnswer, holder=holder)  # innermost: inside the rails
     app.add_middleware(Guard, holder=holder)
     # documents the bearer token in the spec; the check itself runs in Guard, before the body
     bearer = HTTPBearer(auto_error=False, description="the server's token, if it has one")
@@ -341,6 +334,13 @@ def create_app(service: Service | None = None) -> FastAPI:
     return app
 
 
+def bug_response(method: str, path: str, e: Exception) -> Any:
+    """A bug's JSON 500 (``internal_error``, naming the exception's type only), logged with
+    its traceback."""
+    log.error("%s %s failed", method, path, exc_info=e)
+    return error_response(500, "internal_error", f"the server failed ({type(e).__name__})")
+
+
 def openapi_spec() -> dict[str, Any]:
     """The OpenAPI document of the app (independent of any policy or config)."""
     return create_app(None).openapi()
@@ -359,11 +359,8 @@ def uvicorn_config(service: Service, log_level: str = "info") -> uvicorn.Config:
             "max_connections lowered from %d to %d: the open-file limit (ulimit -n) is %s",
             cfg.max_connections, limits.cap, limits.nofile,
         )  # fmt: skip
-    app: Any = create_app(service)
-    if cfg.fast_health or cfg.fast_answer:
-        app = FastHealth(app, service, health=cfg.fast_health, answer=cfg.fast_answer)
     return uvicorn.Config(
-        app,
+        create_app(service),
         host=cfg.host,
         port=cfg.port,
         log_level=log_level,
@@ -373,14 +370,10 @@ def uvicorn_config(service: Service, log_level: str = "info") -> uvicorn.Config:
         server_header=False,
         # SIGTERM: questions running get this long; then their calls count at the worst case
         timeout_graceful_shutdown=cfg.shutdown_grace,  # type: ignore[arg-type]
-        # slow and idle clients (http/connections.py): deadlines for each request head and body, a
-        # cap on open connections, the idle time of a kept-alive one
+        # slow and idle clients (http/connections.py): deadlines for each request head and
+        # body, a cap on open connections, the idle time of a kept-alive one
         http=guarded_protocol(
-            cfg.header_timeout,
-            cfg.body_timeout,
-            limits,
-            service.store.count_rejected,
-            joined_writes=cfg.joined_writes,
+            cfg.header_timeout, cfg.body_timeout, limits, service.store.count_rejected
         ),
         timeout_keep_alive=cfg.keep_alive_timeout,  # type: ignore[arg-type]
         backlog=limits.backlog,

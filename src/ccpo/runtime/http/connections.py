@@ -10,9 +10,7 @@ as ``http="auto"`` picks it), with the settings of :class:`~ccpo.runtime.config.
 parser runs); ``keep_alive_timeout`` is uvicorn's own timer. This is a rail, not a fast path:
 it is always on. Its replies are the server's one JSON error body with ``connection: close``,
 written to the socket directly. Connections are counted in uvicorn's own set of open
-connections, which every close path leaves through ``connection_lost``. With
-``server.joined_writes`` the connection's transport is a
-:class:`~ccpo.runtime.http.joined_writes.JoinedWrites`.
+connections, which every close path leaves through ``connection_lost``.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ccpo.runtime.http.joined_writes import JoinedWrites
 from ccpo.runtime.rails import error_response
 
 log = logging.getLogger("ccpo.serve")
@@ -97,13 +94,11 @@ def guarded_protocol(
     body_timeout: float,
     limits: ConnectionLimits,
     on_body_timeout: Callable[[], None] | None = None,
-    joined_writes: bool = True,
 ) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol class (as ``http="auto"`` picks it) with a deadline for each
     request head and body and at most ``limits.cap`` open connections (see the module doc and
     :func:`connection_limits`). ``on_body_timeout()`` is called for each request refused for a
-    slow body (to count it); ``joined_writes``: each connection's transport is a
-    :class:`JoinedWrites`."""
+    slow body (to count it)."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     head_reply = _raw_error(
@@ -136,8 +131,6 @@ def guarded_protocol(
         max_lingering = limits.backlog  # refused connections waiting for their request
 
         def connection_made(self, transport: Any) -> None:
-            if joined_writes:  # a head goes out with its body
-                transport = JoinedWrites(transport, self.loop)
             super().connection_made(transport)  # joins uvicorn's server_state.connections
             self._deadline: asyncio.TimerHandle | None = None
             self._phase: str | None = None  # "head" | "body" | None: what the timer waits for
