@@ -33,3 +33,18 @@ def test_parallel_training_gives_the_same_rows(sim_file, tmp_path):
     names = [r["policy"] for r in rows[1]]
     assert {"cpo-batch", "ccpo", "ccpo-lam0.5"} <= set(names)
     assert rows[1] == rows[3] == rows["pool"]
+
+
+def test_a_baseline_name_is_the_baseline_even_beside_a_folder_of_that_name(tmp_path, monkeypatch):
+    """A folder named like a baseline (``/tmp/base``) in the working directory is not taken for
+    a policy folder unless it holds one; a folder that does is still read as the policy."""
+    from ccpo.errors import CCPOError
+    from ccpo.evaluation.rows import make_policy
+    from ccpo.learning.baselines import FixedAnswerPolicy
+
+    (tmp_path / "base").mkdir()
+    (tmp_path / "mine").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert isinstance(make_policy("base", None), FixedAnswerPolicy)
+    with pytest.raises(CCPOError, match="not a trained policy folder"):
+        make_policy("mine", None)

@@ -303,12 +303,18 @@ def make_policy(name: str, cache: TrainingCache) -> Row:
         assert spec.trainer is not None
         return TrainedRow(name, spec.trainer, lam, spec.greedy, cache)
     p = Path(name)
-    if p.is_dir():
+    if p.is_dir() and (p / "policy.json").is_file():
         pol = load_policy(p)
         if pol.single:
             return SingleRow(p.name, pol.delta or DELTA, pol)
         return ArtifactRow(p, pol)
-    return make_baseline(name)
+    try:
+        # a baseline's name wins over a folder of that name that holds no policy
+        return make_baseline(name)
+    except CCPOError:
+        if p.is_dir():
+            load_policy(p)  # raises: says the folder is not a trained policy
+        raise
 
 
 def resolve_policies(
