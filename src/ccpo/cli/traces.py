@@ -124,6 +124,17 @@ def traces_import(
             "named; with 'correct' present, agreement replaces it.",
         ),
     ] = None,
+    accept: Annotated[
+        str | None,
+        typer.Option(
+            metavar="RULE",
+            help="Label by the table's 'score' column: a row is correct iff its score meets "
+            "RULE, 'score OP NUMBER' or 'score OP reference[±NUMBER]' (the reference model's "
+            "score on the same question; --reference names it, else the most expensive "
+            "model), e.g. 'score>=8' or 'score>=reference-1'. A question with a missing score "
+            "is left out (counted).",
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing --out file.")] = False,
     prices: PricesOpt = None,
 ) -> None:
@@ -137,6 +148,7 @@ def traces_import(
     of the table's models are written beside the output (OUT.prices.json), where stats, train
     and compare find them. The table is streamed (memory: one question at a time)."""
     from ccpo.evaluation.harness import sidecar_path
+    from ccpo.traces.accept import parse_rule
     from ccpo.traces.importer import open_table
     from ccpo.traces.io import write_traces
     from ccpo.traces.labels import against_text
@@ -144,15 +156,18 @@ def traces_import(
 
     if out.exists() and not force:
         raise CCPOError(f"{out} exists; pass --force to overwrite it")
+    rule = None if accept is None else parse_rule(accept)
     price_table = load_prices(*(prices or []))
-    with open_table(table, task, price_table, guide, family, reference) as imp:
+    with open_table(table, task, price_table, guide, family, reference, rule) as imp:
         plan = imp.cascade
         costs = ", ".join(f"{m} {100 * plan.cost_per_question[m]:.4f}" for m in plan.order())
         console.print(
             f"{table.name}: {imp.questions} questions; mean cost per question (¢): {costs}"
         )
         ref = imp.reference
-        if ref is not None:
+        if imp.rule is not None:
+            _print_scored(imp)
+        elif ref is not None:
             why = (
                 "named with --reference"
                 if imp.reference_named
@@ -176,7 +191,13 @@ def traces_import(
             t.add_row(str(i), *paid, "agree")
         console.print(t)
         n = write_traces(out, imp.traces())
-        dropped = imp.dropped
+        dropped, unscored = imp.dropped, imp.unscored
+    if unscored:
+        console.print(
+            f"left out {len(unscored)} of {imp.questions} questions: a model's score is missing "
+            f"(never guessed): {', '.join(unscored[:5])}{' …' if len(unscored) > 5 else ''}",
+            highlight=False,
+        )
     if dropped:
         shown = ", ".join(dropped[:5]) + (" …" if len(dropped) > 5 else "")
         console.print(
@@ -197,6 +218,15 @@ def traces_import(
             f"[green]wrote[/green] the prices of its models to {side} (read beside the traces "
             "by stats, train and compare)"
         )
+
+
+def _print_scored(imp) -> None:
+    """The labels of an import with --accept, in words."""
+    from ccpo.traces.labels import against_text
+
+    console.print(f"labels: {against_text(imp.labels)} (--accept {imp.rule.text})", highlight=False)
+    if imp.replaced:
+        console.print("note: the scores replace the table's correct/gold labels", highlight=False)
 
 
 def prices_show(
