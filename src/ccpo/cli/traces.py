@@ -50,7 +50,7 @@ def traces_stats(
     labelled the traces), solvable rate, mean tokens and cost per round."""
     from ccpo.evaluation.harness import prices_for
     from ccpo.traces.io import iter_traces
-    from ccpo.traces.labels import GOLD, against_text
+    from ccpo.traces.labels import GOLD, against_text, rule_labels
     from ccpo.traces.stats import trace_stats
 
     table = prices_for(file, prices or [])
@@ -79,7 +79,7 @@ def traces_stats(
         + (" (mixed labels: one guarantee needs one)" if len(labels) > 1 else ""),
         highlight=False,
     )
-    acc = "acc" if labels == [GOLD] else "agree"
+    acc = "acc" if labels == [GOLD] else ("accept" if rule_labels(labels[0]) else "agree")
     t = Table()
     for c in ("round", f"base {acc}", f"guide {acc}", "guide yes", "base tok", "guide tok",
               "cost ¢"):  # fmt: skip
