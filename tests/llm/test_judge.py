@@ -15,6 +15,7 @@ from ccpo.testing.scripted_server import ScriptedServer
 from ccpo.traces.io import read_traces
 from ccpo.traces.labels import labels_of, rule_labels
 from tests.helpers.cli import assert_usage_error, run_ccpo
+from tests.helpers.importing import labels_by_model
 
 MODELS = ("small-m", "mid-m", "big-m")  # priced in that order: big-m is the reference
 JUDGE = "judge-m"
@@ -86,15 +87,6 @@ def _judge(traces: Path, prices: Path, srv: ScriptedServer, out: Path, cache: Pa
                     "--concurrency", "1", "--quiet", *extra)  # fmt: skip
 
 
-def _correct(out: Path) -> dict[str, dict[str, bool]]:
-    got: dict[str, dict[str, bool]] = {}
-    for tr in read_traces(out):
-        for r in tr.rounds:
-            for s in (r.base, r.guide):
-                got.setdefault(tr.id, {})[s.model] = s.correct
-    return got
-
-
 def test_parsers_read_the_last_rating_and_verdict_only() -> None:
     assert parse_rating("Rating: [[7]] … on reflection Rating: 8") == 8
     assert parse_rating("rating = 9.5") == 9.5
@@ -117,7 +109,7 @@ def test_ratings_label_each_reply_and_an_unreadable_one_is_retried_then_unjudged
     assert "2 judge replies unreadable and asked again; 1 unjudged (never guessed)" in flat
     assert "1 unjudged, question left out: q4: small-m" in flat
     assert "labels: acceptance (rated ≥ 8 of 10 by judge-m against big-m's reply)" in flat
-    assert _correct(out) == {
+    assert labels_by_model(out) == {
         "q1": {"small-m": True, "mid-m": True, "big-m": True},
         "q2": {"small-m": False, "mid-m": True, "big-m": True},
         "q3": {"small-m": False, "mid-m": True, "big-m": True},
@@ -161,7 +153,7 @@ def test_pairwise_asks_both_orders_and_the_reference_winning_either_rejects(tmp_
         res = _judge(traces, prices, srv, out, tmp_path / "c.sqlite", "--mode", "pairwise")
         assert res.returncode == 0, res.stderr
         assert srv.n_completions == 2 * 9
-    got = _correct(out)
+    got = labels_by_model(out)
     assert got["q2"] == {"small-m": False, "mid-m": True, "big-m": True}
     assert got["q4"]["small-m"] is True  # GARBLED is only unreadable as a rating
     assert "judged by judge-m at least as good as big-m's reply" in " ".join(res.stdout.split())

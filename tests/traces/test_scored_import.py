@@ -16,7 +16,7 @@ from ccpo.traces.accept import parse_rule
 from ccpo.traces.io import read_traces
 from ccpo.traces.labels import labels_of, rule_labels
 from tests.helpers.cli import assert_usage_error, run_ccpo
-from tests.helpers.importing import HEADER, table_rows, write_csv
+from tests.helpers.importing import HEADER, labels_by_model, table_rows, write_csv
 
 SCORED = [h for h in HEADER if h != "correct"] + ["score"]
 # q -> model -> score (gpt-4o is the most expensive model: the reference of relative rules)
@@ -40,16 +40,6 @@ def _import(tmp_path: Path, table: Path, *extra: str):
     res = run_ccpo("traces", "import", str(table), "--task", "qa", "--family", "exact",
                    "--out", str(out), *extra)  # fmt: skip
     return res, out
-
-
-def _labels(out: Path) -> dict[str, dict[str, bool]]:
-    """question → model → correct, read from the written traces."""
-    got: dict[str, dict[str, bool]] = {}
-    for tr in read_traces(out):
-        for r in tr.rounds:
-            for s in (r.base, r.guide):
-                got.setdefault(tr.id, {})[s.model] = s.correct
-    return got
 
 
 @pytest.mark.parametrize(
@@ -83,7 +73,7 @@ def test_an_absolute_rule_labels_each_row_by_its_own_score(tmp_path: Path) -> No
     assert res.returncode == 0, res.stderr
     assert "labels: acceptance (scores ≥ 8) (--accept score>=8)" in " ".join(res.stdout.split())
     want = {q: {m: s >= 8 for m, s in by.items()} for q, by in SCORES.items()}
-    assert _labels(out) == want
+    assert labels_by_model(out) == want
     traces = read_traces(out)
     assert labels_of(traces) == 'scored:{"rule":"score>=8"}'
     assert rule_labels(labels_of(traces)) == {"kind": "scored", "rule": "score>=8"}
@@ -97,7 +87,7 @@ def test_a_relative_rule_compares_with_the_reference_models_score(tmp_path: Path
     assert res.returncode == 0, res.stderr
     ref = {q: by["gpt-4o"] for q, by in SCORES.items()}
     want = {q: {m: s >= ref[q] - 1 for m, s in by.items()} for q, by in SCORES.items()}
-    assert _labels(out) == want
+    assert labels_by_model(out) == want
     want_labels = 'scored:{"reference":"gpt-4o","rule":"score>=reference-1"}'
     assert labels_of(read_traces(out)) == want_labels
     # another reference, named
@@ -105,7 +95,9 @@ def test_a_relative_rule_compares_with_the_reference_models_score(tmp_path: Path
                        "--reference", "gpt-4.1-mini", "--force")  # fmt: skip
     assert res.returncode == 0, res.stderr
     ref = {q: by["gpt-4.1-mini"] for q, by in SCORES.items()}
-    assert _labels(out) == {q: {m: s > ref[q] for m, s in by.items()} for q, by in SCORES.items()}
+    assert labels_by_model(out) == {
+        q: {m: s > ref[q] for m, s in by.items()} for q, by in SCORES.items()
+    }
 
 
 def test_a_missing_score_leaves_its_question_out_and_says_so(tmp_path: Path) -> None:
