@@ -59,11 +59,21 @@ _VERDICT = re.compile(r"verdict\s*[:=]?\s*\[*\s*(a|b|tie)\b", re.I)
 def conversation_of(trace: Trace) -> list[dict[str, str]]:
     """The conversation a trace answers: its ``messages`` when it has them (chat traces),
     else its question as one user turn."""
-    msgs = (trace.model_extra or {}).get("messages")
+    msgs = getattr(trace, "messages", None)  # a typed field, or an extra one on older schemas
+    if msgs is None:
+        msgs = (trace.model_extra or {}).get("messages")
     if isinstance(msgs, list) and msgs:
-        return [{"role": str(m.get("role", "user")), "content": str(m.get("content", ""))}
-                for m in msgs if isinstance(m, dict)]  # fmt: skip
+        return [_message(m) for m in msgs]
     return [{"role": "user", "content": trace.question}]
+
+
+def _message(m: Any) -> dict[str, str]:
+    """One message as ``{role, content}`` (a dict, or a typed model with those fields)."""
+    get = m.get if isinstance(m, dict) else lambda k, d=None: getattr(m, k, d)
+    content = get("content", "") or ""
+    if isinstance(content, list):  # OpenAI content parts: their text
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return {"role": str(get("role", "user")), "content": str(content)}
 
 
 def _transcript(conversation: Sequence[dict[str, str]]) -> str:
