@@ -146,3 +146,19 @@ def test_a_policy_on_scored_traces_states_the_rule_in_its_guarantee(tmp_path: Pa
     assert statement == (
         "the answer scores ≥ big-m's score − 1 (the table's scores) with probability ≥ 0.8"
     )
+
+
+@pytest.mark.parametrize(
+    "labels",
+    ['scored:{"rule":"score>>8"}', "scored:{rule}", 'scored:{"rule":8}', 'judged:{"judge":"j"}',
+     'judged:{"judge":"j","reference":"r","rule":"rating>=8"}'],
+)  # fmt: skip
+def test_a_trace_set_with_malformed_scored_or_judged_labels_is_refused(tmp_path, labels) -> None:
+    res, out = _import(tmp_path, _scored_table(tmp_path), "--accept", "score>=8")
+    assert res.returncode == 0, res.stderr
+    lines = out.read_text().splitlines()
+    bad = json.loads(lines[0])
+    bad["meta"]["labels"] = labels
+    (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
+    res = run_ccpo("traces", "stats", str(tmp_path / "bad.jsonl"))
+    assert_usage_error(res, "meta.labels must be", "scored:{...}")

@@ -114,6 +114,11 @@ def rule_labels(labels: str) -> dict[str, Any] | None:
                 return None
             if not isinstance(body, dict) or not all(isinstance(body.get(k), str) for k in need):
                 return None
+            if body.get("rule") is not None:  # a rule that does not parse is no rule
+                try:
+                    parse_rule(str(body["rule"]))
+                except CCPOError:
+                    return None
             return {**body, "kind": prefix[:-1]}
     return None
 
