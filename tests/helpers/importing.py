@@ -46,3 +46,15 @@ def write_csv(path: Path, rows: list[dict], header: list[str] = HEADER) -> Path:
         w.writeheader()
         w.writerows(rows)
     return path
+
+
+def labels_by_model(path: Path) -> dict[str, dict[str, bool]]:
+    """question → model → correct, read from a trace file."""
+    from ccpo.traces.io import read_traces
+
+    got: dict[str, dict[str, bool]] = {}
+    for tr in read_traces(path):
+        for r in tr.rounds:
+            for s in (r.base, r.guide):
+                got.setdefault(tr.id, {})[s.model] = s.correct
+    return got

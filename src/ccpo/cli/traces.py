@@ -50,7 +50,7 @@ def traces_stats(
     labelled the traces), solvable rate, mean tokens and cost per round."""
     from ccpo.evaluation.harness import prices_for
     from ccpo.traces.io import iter_traces
-    from ccpo.traces.labels import GOLD, against_text
+    from ccpo.traces.labels import GOLD, against_text, rule_labels
     from ccpo.traces.stats import trace_stats
 
     table = prices_for(file, prices or [])
@@ -79,7 +79,7 @@ def traces_stats(
         + (" (mixed labels: one guarantee needs one)" if len(labels) > 1 else ""),
         highlight=False,
     )
-    acc = "acc" if labels == [GOLD] else "agree"
+    acc = "acc" if labels == [GOLD] else ("accept" if rule_labels(labels[0]) else "agree")
     t = Table()
     for c in ("round", f"base {acc}", f"guide {acc}", "guide yes", "base tok", "guide tok",
               "cost ¢"):  # fmt: skip
@@ -124,6 +124,17 @@ def traces_import(
             "named; with 'correct' present, agreement replaces it.",
         ),
     ] = None,
+    accept: Annotated[
+        str | None,
+        typer.Option(
+            metavar="RULE",
+            help="Label by the table's 'score' column: a row is correct iff its score meets "
+            "RULE, 'score OP NUMBER' or 'score OP reference[±NUMBER]' (the reference model's "
+            "score on the same question; --reference names it, else the most expensive "
+            "model), e.g. 'score>=8' or 'score>=reference-1'. A question with a missing score "
+            "is left out (counted).",
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing --out file.")] = False,
     prices: PricesOpt = None,
 ) -> None:
@@ -137,6 +148,7 @@ def traces_import(
     of the table's models are written beside the output (OUT.prices.json), where stats, train
     and compare find them. The table is streamed (memory: one question at a time)."""
     from ccpo.evaluation.harness import sidecar_path
+    from ccpo.traces.accept import parse_rule
     from ccpo.traces.importer import open_table
     from ccpo.traces.io import write_traces
     from ccpo.traces.labels import against_text
@@ -144,15 +156,18 @@ def traces_import(
 
     if out.exists() and not force:
         raise CCPOError(f"{out} exists; pass --force to overwrite it")
+    rule = None if accept is None else parse_rule(accept)
     price_table = load_prices(*(prices or []))
-    with open_table(table, task, price_table, guide, family, reference) as imp:
+    with open_table(table, task, price_table, guide, family, reference, rule) as imp:
         plan = imp.cascade
         costs = ", ".join(f"{m} {100 * plan.cost_per_question[m]:.4f}" for m in plan.order())
         console.print(
             f"{table.name}: {imp.questions} questions; mean cost per question (¢): {costs}"
         )
         ref = imp.reference
-        if ref is not None:
+        if imp.rule is not None:
+            _print_scored(imp)
+        elif ref is not None:
             why = (
                 "named with --reference"
                 if imp.reference_named
@@ -176,7 +191,13 @@ def traces_import(
             t.add_row(str(i), *paid, "agree")
         console.print(t)
         n = write_traces(out, imp.traces())
-        dropped = imp.dropped
+        dropped, unscored = imp.dropped, imp.unscored
+    if unscored:
+        console.print(
+            f"left out {len(unscored)} of {imp.questions} questions: a model's score is missing "
+            f"(never guessed): {', '.join(unscored[:5])}{' …' if len(unscored) > 5 else ''}",
+            highlight=False,
+        )
     if dropped:
         shown = ", ".join(dropped[:5]) + (" …" if len(dropped) > 5 else "")
         console.print(
@@ -197,6 +218,164 @@ def traces_import(
             f"[green]wrote[/green] the prices of its models to {side} (read beside the traces "
             "by stats, train and compare)"
         )
+
+
+def traces_judge(
+    traces: Annotated[Path, typer.Argument(help="A .jsonl or .jsonl.gz trace file.")],
+    out: Annotated[Path, typer.Option("--out", help="Output .jsonl or .jsonl.gz trace file.")],
+    judge_model: Annotated[str, typer.Option(help="The judge model's name at --judge-url.")],
+    judge_url: Annotated[
+        str | None,
+        typer.Option(help="The judge's OpenAI-compatible base URL (default: the OpenAI API)."),
+    ] = None,
+    judge_key_env: Annotated[
+        str | None, typer.Option(help="Environment variable holding the judge's API key.")
+    ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="rating: a 1-10 rating given the reference reply, accepted by --accept; "
+            "pairwise: which reply is better, asked in both orders, accepted unless the "
+            "reference wins; both: accepted when both accept."
+        ),
+    ] = "rating",
+    accept: Annotated[
+        str | None,
+        typer.Option(
+            metavar="RULE",
+            help="Which ratings accept a reply ('score OP NUMBER') [default: score>=8].",
+        ),
+    ] = None,
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODEL",
+            help="The model whose reply is the yardstick (default: the last round's guide).",
+        ),
+    ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(help="Response cache (SQLite) [default: ~/.cache/ccpo/responses.sqlite]."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Judge calls in flight.")] = 8,
+    max_cost: Annotated[
+        float | None, typer.Option(help="Stop before the judge's spend passes this (USD).")
+    ] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing --out file.")] = False,
+    prices: PricesOpt = None,
+) -> None:
+    """Label each ladder model's reply by an LLM judge that compares it with the reference
+    model's reply to the same conversation (the trace's messages, else its question). Prompts
+    are ccpo's own (versioned), at temperature 0; every call is cached, so an interrupted run
+    resumes without paying twice. A judge reply without a readable rating is asked once more,
+    then left unjudged: its question is left out and counted, never guessed. The judge, the
+    mode and the rule are recorded in meta.labels and named in every guarantee."""
+    import asyncio
+
+    from ccpo.cli.options import EXIT_FAILED
+    from ccpo.llm.cache import ResponseCache
+    from ccpo.llm.client import BudgetExceeded, Endpoint, LLMClient
+    from ccpo.llm.config import default_cache_path
+    from ccpo.llm.judge import PROMPT_VERSION, Judge, judge_traces
+    from ccpo.traces.accept import parse_rule
+    from ccpo.traces.io import read_traces, write_traces
+    from ccpo.traces.labels import against_text
+    from ccpo.traces.prices import load_prices
+
+    if out.exists() and not force:
+        raise CCPOError(f"{out} exists; pass --force to overwrite it")
+    price_table = load_prices(*(prices or []))
+    price_table.check([judge_model])
+    rows = read_traces(traces)
+    if not rows:
+        raise CCPOError(f"{traces}: holds no traces")
+    client = LLMClient(
+        ResponseCache(cache or default_cache_path()), price_table, concurrency, max_cost=max_cost
+    )
+    endpoint = Endpoint(judge_model, judge_url, judge_key_env)
+    if mode == "pairwise" and accept is not None:
+        raise CCPOError(
+            "--accept applies to ratings; --mode pairwise accepts a reply unless the judge "
+            "prefers the reference's (drop --accept, or use --mode both)"
+        )
+    rule = None if mode == "pairwise" else parse_rule(accept or "score>=8")
+    judge = Judge(client, endpoint, mode, rule)
+    s = judge.summary
+    progress = _JudgeProgress(len(rows), quiet)
+
+    async def run():
+        try:
+            return await judge_traces(judge, rows, reference, lambda: progress.tick(client))
+        finally:
+            await client.aclose()
+
+    try:
+        with progress:
+            labelled = asyncio.run(run())
+    except BudgetExceeded as e:
+        console.print(
+            f"[red]stopped[/red]: {e}; spent ${client.spent_usd:.4f} on {client.n_calls} judge "
+            "calls, all cached: rerun (with a larger --max-cost) to finish without paying for "
+            f"them again; {out} not written",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_FAILED) from None
+    n = write_traces(out, labelled)
+    labels = labelled[0].meta["labels"] if labelled else judge.labels(reference or "?")
+    console.print(f"labels: {against_text(labels)} (prompts {PROMPT_VERSION})",
+                  highlight=False, soft_wrap=True)  # fmt: skip
+    console.print(
+        f"judged {s.replies} replies of {s.questions} questions: {s.accepted} accepted; "
+        f"{s.retried} judge replies unreadable and asked again; {len(s.unjudged)} unjudged "
+        f"(never guessed); spent ${s.spent_usd:.4f} on {s.calls} judge calls, {s.cached} "
+        "served by the cache",
+        highlight=False,
+    )
+    for what, ids in (("unjudged, question left out", s.unjudged),
+                      ("reference reply empty, question left out", s.no_reference)):  # fmt: skip
+        if ids:
+            shown = "; ".join(ids[:5]) + (" …" if len(ids) > 5 else "")
+            console.print(f"{len(ids)} {what}: {shown}", highlight=False)
+    console.print(f"[green]wrote[/green] {n} traces to {out}")
+
+
+class _JudgeProgress:
+    """A rich progress bar of judged questions and the judge's spend (none when quiet)."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self._p = None if quiet else Progress(
+            TextColumn("[bold]judge"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("${task.fields[cost]:.4f} calls {task.fields[calls]}"),
+            console=Console(stderr=True),
+        )  # fmt: skip
+        self._task = None if self._p is None else self._p.add_task(
+            "judge", total=total, cost=0.0, calls=0
+        )  # fmt: skip
+
+    def tick(self, client) -> None:
+        if self._p is not None:
+            self._p.update(self._task, advance=1, cost=client.spent_usd, calls=client.n_calls)
+
+    def __enter__(self):
+        if self._p is not None:
+            self._p.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._p is not None:
+            self._p.__exit__(*exc)
+
+
+def _print_scored(imp) -> None:
+    """The labels of an import with --accept, in words."""
+    from ccpo.traces.labels import against_text
+
+    console.print(f"labels: {against_text(imp.labels)} (--accept {imp.rule.text})", highlight=False)
+    if imp.replaced:
+        console.print("note: the scores replace the table's correct/gold labels", highlight=False)
 
 
 def prices_show(
@@ -250,6 +429,7 @@ def register(app: typer.Typer) -> None:
     traces_app.command("validate")(traces_validate)
     traces_app.command("stats")(traces_stats)
     traces_app.command("import")(traces_import)
+    traces_app.command("judge")(traces_judge)
     prices_app = CCPOTyper(help="Show the price table in force.", no_args_is_help=True)
     prices_app.command("show")(prices_show)
     app.add_typer(traces_app, name="traces")

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ccpo.traces.episodes import Episodes, Metrics
-from ccpo.traces.labels import GOLD, reference_model
+from ccpo.traces.labels import GOLD, claim, every_question_solvable
 
 AnswerKind = Literal["set", "single"]
 #: whether round t's base and guide gave an answer (asked only by policies that need it)
@@ -153,19 +153,12 @@ class Policy(ABC):
     calibration: Any = None
 
     def guarantee_statement(self) -> str:
-        """The guarantee in words, against gold labels or the reference model of its
-        provenance (``against``)."""
+        """The guarantee in words, against what its provenance's ``against`` labels say: gold
+        labels, a reference model, scores or a judge (:func:`ccpo.traces.labels.claim`)."""
         target = round(1.0 - float(self.alpha), 12)
-        ref = reference_model(self.provenance.get("against") or GOLD)
-        if self.answer == "single":
-            what = "the answer is correct" if ref is None else f"the answer equals {ref}'s"
-        else:
-            what = (
-                "the answer set contains a correct answer"
-                if ref is None
-                else f"the answer set contains {ref}'s answer"
-            )
-        scope = " on questions some round can answer" if ref is None else ""
+        against = self.provenance.get("against") or GOLD
+        what = claim(against, self.answer == "single")
+        scope = "" if every_question_solvable(against) else " on questions some round can answer"
         statement = f"{what} with probability ≥ {target:g}{scope}"
         if self.greedy:
             return "none: a point policy acts greedily (no calibrated κ); trained for " + statement

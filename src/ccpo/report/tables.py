@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ccpo.evaluation.harness import ResultRow
-from ccpo.traces.labels import GOLD, against_text, reference_model
+from ccpo.traces.labels import GOLD, against_text
 
 MISS = "✗"
 """Marks a coverage under the target 1 − α in the Markdown tables (red in HTML and terminal)."""
@@ -80,7 +80,7 @@ def cost_header(n_test: int | None) -> str:
 
 def coverage_header(alpha: float | None, labels: str = GOLD) -> str:
     """ "Coverage (target ≥ 0.90)", or "Agreement with <model> (…)" for reference labels."""
-    what = "Coverage" if reference_model(labels) is None else against_text(labels).capitalize()
+    what = "Coverage" if labels == GOLD else against_text(labels).capitalize()
     return what + (f" (target ≥ {1 - alpha:.2f})" if alpha is not None else "")
 
 
@@ -97,7 +97,7 @@ def saving_line(rows: Sequence[ResultRow], alpha: float, labels: str = GOLD) -> 
     ref = always_row(rows)
     if ref is None:
         return None
-    what = "coverage" if reference_model(labels) is None else against_text(labels)
+    what = "coverage" if labels == GOLD else against_text(labels)
     best = cheapest_at_target(rows, alpha)
     alone = f"{ref.policy} alone: {what} {ref.coverage:.3f}"
     if best is None:

@@ -38,8 +38,9 @@ class Guarantee(BaseModel):
     )
     target: float = Field(description="1 − α: the promised probability")
     against: str = Field(
-        description="what correct means: 'gold' (labelled answers) or 'reference:<model>' "
-        "(agreement with that model's answer)"
+        description="what correct means: 'gold' (labelled answers), 'reference:<model>' "
+        "(agreement with that model's answer), 'scored:{…}' (a score column and its rule) or "
+        "'judged:{…}' (an LLM judge's verdict against a reference model's reply)"
     )
     statement: str = Field(description="the guarantee in words")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ccpo.traces.accept import AcceptRule
 from ccpo.traces.answers import BUILTIN_TASKS, exact_match, normalizer_for
 from ccpo.traces.importer.rows import ImportRow, Located
 from ccpo.traces.labels import GOLD, reference_model
@@ -57,6 +58,8 @@ def _steps(rows: dict[str, Located], ladder: Ladder) -> dict[tuple[int, str], di
                     "usage": Usage(input_tokens=0, output_tokens=0),
                     "reused": True,
                 }
+                if "score" in orig:
+                    step["score"] = orig["score"]
             else:
                 row = rows[spec.model].row
                 lp, u = agree_signals(row.probability())
@@ -68,6 +71,8 @@ def _steps(rows: dict[str, Located], ladder: Ladder) -> dict[tuple[int, str], di
                     "correct": row.correct,
                     "usage": _usage(row),
                 }
+                if row.score is not None:  # the table's own score, kept beside its label
+                    step["score"] = row.score
             step["prompt"] = spec.prompt
             if role == "base":
                 step.update(logprob_mean=sig, logprob_min=sig)
@@ -118,10 +123,28 @@ def agreement_labels(
     }
 
 
+def score_labels(
+    rows: dict[str, Located], rule: AcceptRule, reference: str | None = None
+) -> dict[str, Located] | None:
+    """The rows of one question labelled by their own ``score`` and ``rule`` (a relative rule
+    compares with ``reference``'s score); None when a score it needs is missing (the question
+    is left out, never guessed)."""
+    if any(loc.row.score is None for loc in rows.values()):
+        return None
+    ref = rows[reference].row.score if rule.relative and reference is not None else None
+    return {
+        m: Located(
+            loc.row.model_copy(update={"correct": rule.accepts(loc.row.score, ref)}), loc.line
+        )
+        for m, loc in rows.items()
+    }
+
+
 def build_trace(rows: dict[str, Located], ladder: Ladder, source: str, labels: str = GOLD) -> Trace:
     """One question's trace, its rounds as ``ladder`` plans them (an ``agree`` ladder).
-    ``labels``: ``"gold"`` (the rows' ``correct``) or ``"reference:<model>"`` (rows already
-    labelled by :func:`agreement_labels`; the gold is the reference's answer)."""
+    ``labels``: ``"gold"`` (the rows' ``correct``), ``"reference:<model>"`` (rows already
+    labelled by :func:`agreement_labels`; the gold is the reference's answer) or
+    ``"scored:…"`` (rows labelled by :func:`score_labels`; the gold is the accepted answers)."""
     norm = normalizer_for(ladder.task, ladder.family)
     first = next(iter(rows.values()))
     ref = reference_model(labels)
@@ -131,9 +154,9 @@ def build_trace(rows: dict[str, Located], ladder: Ladder, source: str, labels: s
         "collected_at": "unknown (imported table)",
         "imported": True,
     }
-    if ref is not None:
+    if labels != GOLD:
         meta["labels"] = labels
-    elif gold == [NO_GOLD]:
+    if ref is None and gold == [NO_GOLD]:
         meta["gold_unknown"] = True
     task = ladder.task
     return Trace(

@@ -40,7 +40,7 @@ REQUIRED_COLUMNS = (
     "input_tokens",
     "output_tokens",
 )
-OPTIONAL_COLUMNS = ("correct", "logprob", "confidence", "gold", "reasoning")
+OPTIONAL_COLUMNS = ("correct", "logprob", "confidence", "gold", "reasoning", "score")
 _TRUE = {"true", "1", "yes", "y", "t"}
 _FALSE = {"false", "0", "no", "n", "f"}
 
@@ -62,6 +62,7 @@ class ImportRow(BaseModel):
     confidence: float | None = Field(None, ge=0, le=1)
     gold: str | None = None
     reasoning: str = ""
+    score: float | None = Field(None, allow_inf_nan=False)  # labels with --accept
 
     @field_validator("correct", mode="before")
     @classmethod
@@ -77,7 +78,7 @@ class ImportRow(BaseModel):
             raise ValueError(f"expected true or false, found {v!r}")
         return v
 
-    @field_validator("logprob", "confidence", mode="before")
+    @field_validator("logprob", "confidence", "score", mode="before")
     @classmethod
     def _blank_number_is_none(cls, v: Any, info: ValidationInfo) -> Any:
         blank = isinstance(v, str) and not v.strip() and not _typed(info)

@@ -17,7 +17,7 @@ from ccpo.traces.importer.rows import ImportRow, Located, table_error
 
 _COLUMNS = (
     "answer", "correct", "input_tokens", "output_tokens", "logprob", "confidence", "gold",
-    "reasoning",
+    "reasoning", "score",
 )  # fmt: skip
 _SCHEMA = f"""
 CREATE TABLE questions (qid TEXT PRIMARY KEY, ord INTEGER NOT NULL, question TEXT NOT NULL,

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccpo.errors import CCPOError
+from ccpo.traces.accept import AcceptRule
 from ccpo.traces.answers import family_of
-from ccpo.traces.importer.build import agreement_labels, build_trace
+from ccpo.traces.importer.build import agreement_labels, build_trace, score_labels
 from ccpo.traces.importer.cascade import Cascade, plan_cascade
 from ccpo.traces.importer.rows import table_error, validated_rows
 from ccpo.traces.importer.spill import Spill
-from ccpo.traces.labels import GOLD, reference_labels, reference_model
+from ccpo.traces.labels import GOLD, reference_labels, reference_model, scored_labels
 from ccpo.traces.ladder import Ladder
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import Trace
@@ -33,11 +34,14 @@ class TableImport:
     family: str | None
     cascade: Cascade
     questions: int
-    labels: str  # "gold" or "reference:<model>"
+    labels: str  # "gold", "reference:<model>" or "scored:…"
     reference_named: bool  # the reference was named (else: the most expensive model)
-    replaced: bool  # the table's correct/gold labels are replaced by agreement
+    replaced: bool  # the table's correct/gold labels are replaced by agreement or scores
     _spill: Spill
     dropped: list[str] = field(default_factory=list)  # ids without a reference answer
+    rule: AcceptRule | None = None  # labels from the rows' scores (--accept)
+    score_reference: str | None = None  # the model a relative rule compares with
+    unscored: list[str] = field(default_factory=list)  # ids with a missing score
 
     @property
     def reference(self) -> str | None:
@@ -51,10 +55,16 @@ class TableImport:
         are skipped and listed in :attr:`dropped`. Refused when none is left."""
         ladder = self.ladder()
         ref = self.reference
-        self.dropped = []
+        self.dropped, self.unscored = [], []
         n = 0
         for rows in self._spill.groups():
-            if ref is not None:
+            if self.rule is not None:
+                scored = score_labels(rows, self.rule, self.score_reference)
+                if scored is None:
+                    self.unscored.append(next(iter(rows.values())).row.question_id)
+                    continue
+                rows = scored
+            elif ref is not None:
                 labelled = agreement_labels(rows, ref, ladder.task, ladder.family)
                 if labelled is None:
                     self.dropped.append(next(iter(rows.values())).row.question_id)
@@ -62,6 +72,8 @@ class TableImport:
                 rows = labelled
             n += 1
             yield build_trace(rows, ladder, self.path.name, self.labels)
+        if n == 0 and self.rule is not None:
+            raise CCPOError(f"{self.path}: every question lacks a model's score: nothing to label")
         if n == 0:
             raise CCPOError(
                 f"{self.path}: the reference model '{ref}' answered none of the "
@@ -86,9 +98,11 @@ def open_table(
     guide: str | None = None,
     family: str | None = None,
     reference: str | None = None,
+    accept: AcceptRule | None = None,
 ) -> TableImport:
     """Read and check ``path`` (streamed into a temporary file), plan its cascade and its
-    labels (docs/import.md). Raises
+    labels (docs/import.md): the ``correct`` column, agreement with a reference model, or with
+    ``accept`` the rows' ``score`` by that rule. Raises
     :class:`~ccpo.errors.UnknownModelPriceError` for a model without a price and a one-line
     :class:`CCPOError` for any other problem."""
     try:
@@ -100,11 +114,12 @@ def open_table(
         raise CCPOError(f"{p}: no such file")
     spill = Spill(p)
     try:
-        has_correct = has_gold = False
+        has_correct = has_gold = has_score = False
         n = 0
         for loc, has_correct in validated_rows(p):
             n += 1
-            if has_correct and reference is None and loc.row.correct is None:
+            has_score |= loc.row.score is not None
+            if has_correct and reference is None and accept is None and loc.row.correct is None:
                 raise table_error(
                     p,
                     loc.line,
@@ -124,6 +139,13 @@ def open_table(
             raise CCPOError(
                 f"--reference '{reference}' is not a model of the table ({', '.join(models)})"
             )
+        if accept is not None or has_score:
+            scored = _scored(p, accept, reference, has_correct, has_score, cascade)
+            if scored is not None:
+                return TableImport(
+                    p, task, family, cascade, spill.questions, scored[0], reference is not None,
+                    has_correct or has_gold, spill, rule=accept, score_reference=scored[1],
+                )  # fmt: skip
         labelled = has_correct and reference is None
         ref = None if labelled else (reference or cascade.order()[-1])
         return TableImport(
@@ -142,6 +164,39 @@ def open_table(
         raise
 
 
+def _scored(
+    p: Path,
+    accept: AcceptRule | None,
+    reference: str | None,
+    has_correct: bool,
+    has_score: bool,
+    cascade: Cascade,
+) -> tuple[str, str | None] | None:
+    """(labels, the model a relative rule compares with) of an import with ``--accept``; None
+    when the table's scores are not used (no rule, and ``correct`` or ``--reference`` label
+    it). Refuses a score column nobody said how to read, and a rule without scores."""
+    if accept is None:
+        if has_correct or reference is not None:
+            return None
+        raise CCPOError(
+            f"{p}: the table has a 'score' column but no rule says which scores count as "
+            "correct: pass --accept (e.g. --accept 'score>=8' or --accept "
+            "'score>=reference-1'), or label by agreement with --reference MODEL"
+        )
+    if not has_score:
+        raise table_error(
+            p, None, "score", f"--accept {accept.text!r} needs a 'score' column (a number per row)"
+        )
+    if reference is not None and not accept.relative:
+        raise CCPOError(
+            f"--reference {reference}: the rule {accept.text!r} compares each row's score with "
+            "a number, not with a reference model; drop --reference, or write a relative rule "
+            "(e.g. 'score>=reference-1')"
+        )
+    ref = (reference or cascade.order()[-1]) if accept.relative else None
+    return scored_labels(accept.text, ref), ref
+
+
 def import_table(
     path: str | Path,
     task: str,
@@ -149,8 +204,9 @@ def import_table(
     guide: str | None = None,
     family: str | None = None,
     reference: str | None = None,
+    accept: AcceptRule | None = None,
 ) -> tuple[list[Trace], Cascade]:
     """Read ``path`` and return its traces (in memory) and the cascade they follow (``ccpo
     traces import`` streams them with :func:`open_table`)."""
-    with open_table(path, task, prices, guide, family, reference) as imp:
+    with open_table(path, task, prices, guide, family, reference, accept) as imp:
         return list(imp.traces()), imp.cascade
