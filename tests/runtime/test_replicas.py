@@ -146,10 +146,16 @@ def test_an_admission_gives_way_to_a_question_waiting_at_another_replica(pg_clus
         b.close()
 
 
-def test_a_state_of_schema_2_or_3_is_converted(tmp_path):
-    """Leases gained ``idle`` (v3) and ``waiting`` (v4): an older state gets the columns it
-    lacks, keeps its counters, and is usable by replicas that read them."""
-    for version, dropped in ((3, ["waiting"]), (2, ["waiting", "idle"])):
+def test_a_state_of_schema_2_3_or_4_is_converted(tmp_path):
+    """Leases gained ``idle`` (v3), ``waiting`` (v4), ``owner`` and ``proc`` (v5): an older
+    state gets the columns it lacks, keeps its counters, and is usable by replicas that read
+    them."""
+    owners = ["owner", "proc"]
+    for version, dropped in (
+        (4, owners),
+        (3, ["waiting", *owners]),
+        (2, ["waiting", "idle", *owners]),
+    ):
         path = tmp_path / f"v{version}.sqlite"
         s = StateStore(str(path), "fp", OnlineThreshold(alpha=0.1), replica="r")
         assert s.reserve(0.25, 1.0)
@@ -168,9 +174,9 @@ def test_a_state_of_schema_2_or_3_is_converted(tmp_path):
             assert again.reserve(0.25, 1.0)
             with again.db.read() as tx:
                 meta = dict(tx.all("SELECT key, value FROM ccpo_meta"))
-                lease = tx.one("SELECT idle, waiting FROM ccpo_leases WHERE replica = 'r'")
-            assert meta["schema_version"] == str(SCHEMA_VERSION) == "4"
-            assert tuple(lease) == (0, 1)
+                lease = tx.one("SELECT idle, waiting, owner FROM ccpo_leases WHERE replica = 'r'")
+            assert meta["schema_version"] == str(SCHEMA_VERSION) == "5"
+            assert tuple(lease) == (0, 1, again.owner)
         finally:
             again.close()
 

@@ -76,6 +76,8 @@ class CommitEngine:
     timeout: float
     replica: str
     host: str
+    owner: str
+    proc: str
     expiry: float
     _stop: threading.Event  # set by close: the writer thread ends
 
@@ -198,6 +200,8 @@ class CommitEngine:
                         break
                     if self._flush_at is not None and now >= self._flush_at:
                         break
+                    if self._neighbour_gone():  # settled now, not when its lease expires
+                        next_beat = now
                     if now >= next_beat or (self._down is not None and now >= backoff):
                         break
                     wake = next_beat if self._down is None else backoff
@@ -382,9 +386,9 @@ class CommitEngine:
                 if b.new_lease:
                     tx.run(
                         "INSERT INTO ccpo_leases (reserved_usd, inflight_usd, expires, idle, "
-                        "waiting, replica, host, pid) VALUES "
-                        f"(?, ?, {self.db.now} + ?, ?, ?, ?, ?, ?)",
-                        (*values, self.replica, self.host, os.getpid()),
+                        "waiting, replica, host, pid, owner, proc) VALUES "
+                        f"(?, ?, {self.db.now} + ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (*values, self.replica, self.host, os.getpid(), self.owner, self.proc),
                     )
                 elif not b.lease_ended:
                     tx.run(
@@ -451,9 +455,10 @@ class CommitEngine:
             ))  # fmt: skip
             steps.append((
                 f"UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, expires = {now} + ?,"
-                f" idle = ?, waiting = ? WHERE replica = ? AND expires >= {now} AND "
-                "reserved_usd = ? AND inflight_usd = ?",
-                (*self._lease_values(b.lease), self.replica, m.reserved, m.inflight), 1,
+                f" idle = ?, waiting = ? WHERE replica = ? AND owner = ? AND expires >= {now}"
+                " AND reserved_usd = ? AND inflight_usd = ?",
+                (*self._lease_values(b.lease), self.replica, self.owner, m.reserved, m.inflight),
+                1,
             ))  # fmt: skip
             self.db.write_whole(steps, wait=wait)
         except (_Redo, Busy):

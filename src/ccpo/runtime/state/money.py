@@ -18,13 +18,14 @@ Vocabulary (wallet, spare, lease, in flight, orphan) and the contract: docs/glos
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ccpo.errors import CCPOError
 from ccpo.runtime.state.batch import _EPS, Batch, Lease, _Delta, _less, _never, _Redo
+from ccpo.runtime.state.process import gone, owner_token, process_identity
 
 log = logging.getLogger("ccpo.serve")
 
@@ -37,19 +38,15 @@ SPARE_IDLE_UNCAPPED_S = 5.0
 SPARE_ROOM = 16  # under a cap, a spare is topped up only if this many wallets fit after it
 
 _LEASES = (  # every lease, as :meth:`Money._leases` reads them
-    "SELECT replica, host, pid, reserved_usd, inflight_usd, expires, idle, waiting FROM ccpo_leases"
+    "SELECT replica, reserved_usd, inflight_usd, expires, idle, waiting, owner, proc "
+    "FROM ccpo_leases"
 )
+LOOK_S = 0.5  # how often the writer looks whether a process of this host holding money exited
 
 
-def _process_gone(pid: int) -> bool:
-    """No process ``pid`` runs on this host any more."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # exists, another user's
-        return False
-    return False
+class LeaseTaken(CCPOError):
+    """This replica's lease was taken over by another process started with the same replica
+    id: this one no longer writes (its money was counted as spent by the other)."""
 
 
 def _hold(b: Batch, usd: float, inflight: float) -> None:
@@ -76,6 +73,10 @@ class Money:
     _delta: _Delta
 
     def _init_money(self) -> None:
+        self.owner = owner_token()  # this process's leases are its own (not its host's and pid's)
+        self.proc = process_identity()  # where others on this host check it for life
+        self._neighbours: list[str] = []  # processes of this host holding money (their proc)
+        self._next_look = 0.0
         self._lease_lost = False
         self._mirror = Lease()  # the lease as this replica's last commit left it
         self._orphan = Lease()  # what a lost lease held (counted as spent when it expired)
@@ -262,18 +263,32 @@ class Money:
         return self._call(fn, read=True)
 
     def _leases(self, b: Batch, rows: list[tuple[Any, ...]], beat: bool) -> None:
-        """Every lease in one read: expired ones (and, on a heartbeat, those of dead processes
-        of this host) end, their calls counted as spent at the worst case; this replica's
-        becomes ``b.lease`` (a new one if it has none); ``b.others_busy``: another replica
-        holds money and is not waiting for room; ``b.others_hold``: another holds money;
-        ``b.others_waiting``: an admitted question of another waits for room."""
+        """Every lease in one read: expired ones (and, on a heartbeat, those of exited
+        processes of this host's PID namespace) end, their calls counted as spent at the worst
+        case; a lease under this replica's id left by an earlier process (a restart) ends the
+        same way when this one starts, and :class:`LeaseTaken` if it is found later (another
+        process took this id over); this replica's becomes ``b.lease`` (a new one if it has
+        none); ``b.others_busy``: another replica holds money and is not waiting for room;
+        ``b.others_hold``: another holds money; ``b.others_waiting``: an admitted question of
+        another waits for room."""
         busy = hold = waits = False
-        for replica, host, pid, reserved, inflight, expires, idle, waiting in rows:
+        near: list[str] = []
+        for replica, reserved, inflight, expires, idle, waiting, owner, proc in rows:
             reserved, inflight = float(reserved), float(inflight)
             mine = replica == self.replica
-            dead = float(expires) < b.now or (
-                beat and not mine and host == self.host and _process_gone(int(pid))
-            )
+            if mine and owner != self.owner:
+                if self.commits:  # type: ignore[attr-defined]  # (the engine's count)
+                    raise LeaseTaken(
+                        f"replica {self.replica}: another process started with this replica id "
+                        "took its lease over; this one stops serving (give every replica its "
+                        "own --replica id)"
+                    )
+                log.warning(
+                    "replica %s starts again: the lease its last process left ends", replica
+                )
+                self._release(b, replica, reserved, inflight)
+                continue
+            dead = float(expires) < b.now or (beat and not mine and gone(proc, self.proc))
             if dead:
                 self._release(b, replica, reserved, inflight)
                 self._lease_lost |= mine
@@ -285,7 +300,10 @@ class Money:
                 if reserved > 0:
                     hold = True
                     busy = busy or not idle
+                    if proc:
+                        near.append(proc)
         b.others_busy, b.others_hold, b.others_waiting = busy, hold, waits
+        self._neighbours = [p for p in near if p.rsplit("/", 2)[0] == self.proc.rsplit("/", 2)[0]]
         if b.new_lease:
             held = self._mirror
             if self._lease_lost or held.reserved > 0 or held.inflight > 0:
@@ -300,6 +318,16 @@ class Money:
                     b.orphan.reserved + held.reserved, b.orphan.inflight + held.inflight
                 )
                 b.lease_lost = True
+
+    def _neighbour_gone(self) -> bool:
+        """A process of this host's PID namespace that held money under a lease (as this
+        replica's last transaction read them) has exited: a heartbeat ends its lease now
+        rather than at its expiry. Looks at most every ``LOOK_S`` (the writer's thread)."""
+        now = time.monotonic()
+        if not self._neighbours or now < self._next_look:
+            return False
+        self._next_look = now + LOOK_S
+        return any(gone(p, self.proc) for p in self._neighbours)
 
     @staticmethod
     def _release(b: Batch, replica: str, reserved: float, inflight: float) -> None:
