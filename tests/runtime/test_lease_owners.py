@@ -19,13 +19,6 @@ from ccpo.runtime.state import StateStore, StateUnavailable, money
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def where(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "state.sqlite")
-    return request.getfixturevalue("pg_cluster").new_database()
-
-
 def _store(where: str, replica: str, expiry: float = 600.0) -> StateStore:
     return StateStore(where, "fp", OnlineThreshold(alpha=0.1), expiry=expiry, replica=replica)
 
@@ -45,13 +38,13 @@ def _die_holding(where: str, replica: str, usd: float) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": SRC})
 
 
-def test_a_replica_restarted_under_its_id_settles_what_its_last_process_left(where):
+def test_a_replica_restarted_under_its_id_settles_what_its_last_process_left(state_url):
     """kill -9 of replica r0 holding $0.5 in calls, then r0 started again (its lease has not
     expired): the new process counts the old one's calls as spent at their worst case at once
     and holds nothing of them; after a clean stop nothing is left reserved (it used to adopt
     the dead lease: the money stayed reserved for good and was never counted as spent)."""
-    _die_holding(where, "r0", 0.5)
-    again = _store(where, "r0")
+    _die_holding(state_url, "r0", 0.5)
+    again = _store(state_url, "r0")
     c = again.counters
     assert c.spent_usd == pytest.approx(0.5)  # at least what the endpoint can have billed
     assert c.reserved_usd == 0.0 and c.inflight_usd == 0.0
@@ -59,7 +52,7 @@ def test_a_replica_restarted_under_its_id_settles_what_its_last_process_left(whe
     assert again.reserve(0.25, 1.0, inflight=0.25)
     again.settle(0.25, 0.125, inflight=0.25)
     again.close()
-    third = _store(where, "r0")
+    third = _store(state_url, "r0")
     try:
         assert third.counters.spent_usd == pytest.approx(0.625)
         assert third.counters.reserved_usd == 0.0 and third.counters.inflight_usd == 0.0
@@ -67,15 +60,15 @@ def test_a_replica_restarted_under_its_id_settles_what_its_last_process_left(whe
         third.close()
 
 
-def test_a_second_live_process_under_one_replica_id_takes_over_and_the_first_stops(where):
+def test_a_second_live_process_under_one_replica_id_takes_over_and_the_first_stops(state_url):
     """Two processes started with the same replica id: the later one takes the lease over
     (what the first held counts as spent at its worst case); the first then refuses every
     operation with a message naming the cause, rather than writing over the other's lease."""
-    first = _store(where, "r0")
+    first = _store(state_url, "r0")
     second = None
     try:
         assert first.reserve(0.5, None, inflight=0.5)
-        second = _store(where, "r0")
+        second = _store(state_url, "r0")
         assert second.counters.spent_usd == pytest.approx(0.5)
         with pytest.raises(StateUnavailable, match="--replica"):
             first.reserve(0.1, None, inflight=0.1)
@@ -88,18 +81,20 @@ def test_a_second_live_process_under_one_replica_id_takes_over_and_the_first_sto
             second.close()
 
 
-def test_replicas_sharing_a_host_name_in_other_pid_namespaces_keep_their_leases(where, monkeypatch):
+def test_replicas_sharing_a_host_name_in_other_pid_namespaces_keep_their_leases(
+    state_url, monkeypatch
+):
     """B runs in another PID namespace on a host of the same name (a container with host
     networking): its pid means nothing in A's namespace. A's heartbeat must not end B's live
     lease (it used to, judging B's pid absent: B's money counted as spent at every beat)."""
-    a = _store(where, "a")
+    a = _store(state_url, "a")
     boot = Path("/proc/sys/kernel/random/boot_id")
     kernel = boot.read_text().strip() if boot.exists() else "boot"
     other_ns = f"{kernel}/pid:[1]/7/99"  # this kernel, another PID namespace, its pid 7
     with monkeypatch.context() as m:  # what identifies B's process, as seen from A
         m.setattr("os.getpid", lambda: 4_000_000)  # no such pid in A's namespace
         m.setattr(money, "process_identity", lambda: other_ns, raising=False)
-        b = _store(where, "b")
+        b = _store(state_url, "b")
     try:
         assert b.reserve(0.5, 1.0, inflight=0.5)
         a._run_batch([], beat=True)  # A's heartbeat
@@ -114,13 +109,13 @@ def test_replicas_sharing_a_host_name_in_other_pid_namespaces_keep_their_leases(
         b.close()
 
 
-def test_a_process_of_this_host_that_exits_is_settled_before_its_lease_expires(where):
+def test_a_process_of_this_host_that_exits_is_settled_before_its_lease_expires(state_url):
     """Replica A idle, another process of this host dies holding $0.5 in calls; its lease is
     good for 600 s and A's heartbeat comes every 150 s, yet A's writer sees the process gone
     and ends the lease (its calls counted as spent) without waiting for either."""
-    a = _store(where, "a")
+    a = _store(state_url, "a")
     try:
-        _die_holding(where, "ghost", 0.5)
+        _die_holding(state_url, "ghost", 0.5)
         a.flush()  # A reads the leases once: the ghost holds money
         deadline = time.monotonic() + 20.0  # far below the heartbeat's 150 s
         while "ghost" in {r for r, *_ in a.leases()} and time.monotonic() < deadline:

@@ -365,7 +365,7 @@ class CommitEngine:
             state = tx.send(
                 f"SELECT tracker, counters, {self.db.now} FROM ccpo_state WHERE id = 1{lock}"
             )
-            leases = tx.send(_LEASES) if writes else None
+            leases = tx.send(_LEASES)  # (a read too: whether a neighbour holds money)
             went_in = {r[0] for rows in inserts for r in rows.fetchall()}
             row = state.fetchone()
             tracker, c = self._parse(row)
@@ -373,9 +373,11 @@ class CommitEngine:
             texts = (row[0], row[1])
             self._solo = texts == self._texts  # no other replica wrote since this one did
             b = Batch(tx, tracker, c, Lease(), float(row[2]), self._orphan, inserted=went_in)
-            if leases is not None:
+            if writes:
                 self._leases(b, leases.fetchall(), beat)
                 self._apply(b, delta)
+            else:
+                self._look(leases.fetchall())
             added = len(went_in)  # (the ops take their ids out of it)
             results = self._run_ops(ops, b)
             if added:

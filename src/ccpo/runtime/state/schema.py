@@ -30,6 +30,7 @@ log = logging.getLogger("ccpo.serve")
 SCHEMA_VERSION = 5  # 1: the one-process SQLite format (tables kv, answers); 2: no leases.idle;
 # 3: no leases.waiting; 4: leases without owner and proc (owned by host and pid)
 STATE_FORMAT = "ccpo.serve-state"
+WORST_KEY = "question_worst_usd"  # in ccpo_meta: the largest worst case a question held
 _SCHEMA_LOCK = 0x63_63_70_6F  # PostgreSQL advisory lock id while creating tables ("ccpo")
 
 _DDL = (
@@ -74,6 +75,7 @@ class Schema:
 
     db: Backend
     where: str
+    known_worst: float = 0.0  # WORST_KEY as the store opened (or as this replica wrote it)
 
     def _open(self, fingerprint: str, tracker: OnlineThreshold) -> bool:
         with self.db.write() as tx:
@@ -110,6 +112,7 @@ class Schema:
                         "UPDATE ccpo_meta SET value = ? WHERE key = 'schema_version'",
                         (str(SCHEMA_VERSION),),
                     )
+                self.known_worst = float(meta.get(WORST_KEY, "0"))
                 restored = True
             else:
                 self._create(tx, fingerprint, tracker, Counters())
