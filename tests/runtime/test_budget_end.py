@@ -6,7 +6,6 @@ before they pay. On SQLite and PostgreSQL (``CI=true``)."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.runtime.service import artifact_fingerprint
 from ccpo.runtime.state import StateStore
-from tests.helpers.serve import Q, LiveServer, assert_json_error, make_service, post
+from tests.helpers.serve import LiveServer, Q, assert_json_error, burst, make_service, post
 
 
 def _ghost(url: str, policy_dir, usd: float, unrenewed: float) -> None:
@@ -82,17 +81,8 @@ def test_near_the_end_of_a_budget_questions_are_refused_before_they_pay(
     first.store.close()
     a, b = replica("r1"), replica("r2")
 
-    async def burst(urls: list[str]) -> list[httpx.Response]:
-        async with httpx.AsyncClient(timeout=60) as http:
-            return await asyncio.gather(
-                *(
-                    http.post(urls[i % 2] + "/v1/answer", json={"question": f"{Q} #{i}"})
-                    for i in range(16)
-                )
-            )
-
     with LiveServer(a) as la, LiveServer(b) as lb:
-        rs = asyncio.run(burst([la.url, lb.url]))
+        rs = burst([la.url, lb.url], 16)
         m = httpx.get(la.url + "/metrics.json").json()
     answered = [r.json()["cost_usd"] for r in rs if r.status_code == 200]
     for r in rs:

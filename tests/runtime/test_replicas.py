@@ -5,7 +5,6 @@ PostgreSQL cluster started by the tests."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,7 @@ from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.runtime.state import SCHEMA_VERSION, DuplicateKey, StateStore
 from ccpo.runtime.state.ledger import StoreLedger
-from tests.helpers.serve import LiveServer, make_service
+from tests.helpers.serve import LiveServer, burst, make_service
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 
@@ -40,17 +39,8 @@ def test_two_replicas_spend_one_budget(pg_cluster, world, policy_dir, prices_pat
         2, policy_dir, world, prices_path, url, max_cost_total=cap, kappa=0.0, max_tokens=16
     )
 
-    async def burst(urls: list[str]) -> list[httpx.Response]:
-        async with httpx.AsyncClient(timeout=60) as http:
-            return await asyncio.gather(
-                *(
-                    http.post(urls[i % 2] + "/v1/answer", json={"question": f"{Q} #{i}"})
-                    for i in range(64)
-                )
-            )
-
     with LiveServer(a) as la, LiveServer(b) as lb:
-        rs = asyncio.run(burst([la.url, lb.url]))
+        rs = burst([la.url, lb.url], 64)
         ma = httpx.get(la.url + "/metrics.json").json()
         mb = httpx.get(lb.url + "/metrics.json").json()
     assert {r.status_code for r in rs} <= {200, 503}
