@@ -244,7 +244,7 @@ class Money:
         transaction, only when it grows."""
         if usd <= self.known_worst * (1 + _EPS):
             return
-        self.known_worst = usd
+        known, self.known_worst = self.known_worst, usd
 
         def fn(b: Batch) -> None:
             row = b.tx.one("SELECT value FROM ccpo_meta WHERE key = ?", (WORST_KEY,))
@@ -256,7 +256,7 @@ class Money:
         try:
             self._submit(_Op(fn))  # type: ignore[attr-defined]  # (nobody waits for it)
         except CCPOError:  # the database is away: the next growth writes it
-            self.known_worst = 0.0
+            self.known_worst = known
 
     def waiting_changed(self) -> None:
         """Whether a question of this replica waits for room (:attr:`waiting`) changed: the
