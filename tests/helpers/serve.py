@@ -1,6 +1,6 @@
 """``ccpo serve``'s app under uvicorn in a thread, the deploy settings and prices it runs
 with against the scripted world, the store the running test serves on (``state_at``), and
-HTTP calls to it (``Q``, ``post``, ``assert_json_error``)."""
+HTTP calls to it (``Q``, ``post``, ``burst``, ``assert_json_error``)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,22 @@ def post(url: str, path: str, body, token: str | None = None, **kw) -> httpx.Res
     if isinstance(body, dict | list):
         return httpx.post(url + path, json=body, headers=headers, timeout=30, **kw)
     return httpx.post(url + path, content=body, headers=headers, timeout=30, **kw)
+
+
+def burst(urls: list[str], n: int) -> list[httpx.Response]:
+    """``n`` questions at once (``Q #i``), round-robin over ``urls``, like a load balancer."""
+    import asyncio
+
+    async def go() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as http:
+            return await asyncio.gather(
+                *(
+                    http.post(urls[i % len(urls)] + "/v1/answer", json={"question": f"{Q} #{i}"})
+                    for i in range(n)
+                )
+            )
+
+    return asyncio.run(go())
 
 
 def assert_json_error(r: httpx.Response, status: int, *needles: str) -> str:

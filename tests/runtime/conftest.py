@@ -69,3 +69,11 @@ def prices_path(tmp_path_factory) -> Path:
 def world():
     with make_world() as srv:
         yield srv
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_url(request, tmp_path) -> str:
+    """A fresh state on each store: a SQLite file, a PostgreSQL database (``CI=true``)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "state.sqlite")
+    return request.getfixturevalue("pg_cluster").new_database()

@@ -140,10 +140,12 @@ def test_budgets(world, policy_dir, prices_path):
         agent.answer(MMLU_Q, id="q1", max_cost=1e-300)
     assert world.n_requests == 0
     agent.close()
-    # total: questions run until the next one's calls could pass the cap; never past it
+    # total: questions run until the next one's worst case (its ladder's, at T x the
+    # largest worst case of a round; short max_tokens keep it near what questions pay)
+    # could pass the cap; never past it
     cap = 0.01
     agent = ConformalAgent.from_artifact(
-        policy_dir, deploy_values(world, prices_path, max_cost_total=cap)
+        policy_dir, deploy_values(world, prices_path, max_cost_total=cap, max_tokens=16)
     )
     costs = []
     with pytest.raises(BudgetExceeded, match="budget"):

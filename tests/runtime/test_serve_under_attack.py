@@ -98,10 +98,12 @@ def test_the_budget_holds_at_concurrency_64(world, policy_dir, prices_path):
     answers (it used to be 0 answers and +63% over the cap, every request failing after
     paying)."""
     cap = 0.02
-    # κ = 0: every question runs all 4 rounds (~$0.0006), so 64 of them need ~2 x the budget
+    # κ = 0: every question runs all 4 rounds (~$0.0006), so 64 of them need ~2 x the budget;
+    # short max_tokens: a question's worst case (what admits it) is a few of them, not 30
     svc = make_service(
-        policy_dir, world, prices_path, max_cost_total=cap, concurrency=64, kappa=0.0
-    )
+        policy_dir, world, prices_path, max_cost_total=cap, concurrency=64, kappa=0.0,
+        max_tokens=16,
+    )  # fmt: skip
 
     async def burst(url: str) -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:

@@ -35,7 +35,9 @@ from tests.helpers.serve import LiveServer, deploy_values, make_service
 from tests.helpers.world import make_world
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
-ENV_ROOT = str(Path(__file__).resolve().parents[2])
+ROOT = Path(__file__).resolve().parents[2]
+# this tree's ccpo first (the venv's may be installed from another checkout)
+ENV_ROOT = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
 
 
 @pytest.fixture(scope="module")

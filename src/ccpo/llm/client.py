@@ -254,7 +254,7 @@ class LLMClient:
         once it has nothing left to give back, and a poll later still nothing moves, is it
         refused. A question's admission (``call`` False) waits while admitted questions wait
         for room, here or (a ledger in a database) at another replica: they were paid for
-        first."""
+        first. The ledger may give up on a wait that lasts (:meth:`SpendLedger.waited`)."""
         held = min(env.free, usd) if env is not None else 0.0
         if env is not None:
             env.free -= held
@@ -269,8 +269,10 @@ class LLMClient:
             return
         if env is not None:
             ledger.count(SpendLedger.WAITING, 1)
+        t0 = asyncio.get_running_loop().time()
         try:
             while not await room():
+                ledger.waited(asyncio.get_running_loop().time() - t0, usd)
                 if ledger.stuck(env is not None):
                     if env is not None and env.free + held > 0:
                         ledger.settle(env.free + held, 0.0)  # its wallet, back to the budget
@@ -390,6 +392,8 @@ class LLMClient:
             rb = await self._reserve(worst)
             env = _envelope.get()
             held = True  # a reservation of ``worst`` is held for the attempt in flight
+            if env is not None:
+                env.worst += worst
 
             def settle(cost: float) -> None:
                 """Record an attempt's ``cost`` and release its reservation."""

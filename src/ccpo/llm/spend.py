@@ -176,6 +176,17 @@ class SpendLedger:
         with self._values() as v:
             setattr(v, slot, max(0.0, getattr(v, slot) + delta))
 
+    def known_worst(self) -> float:
+        """The largest worst case of a question known beyond this process (0: none)."""
+        return 0.0
+
+    def note_worst(self, usd: float) -> None:
+        """A question's worst case reached ``usd`` (kept by a ledger that outlives it)."""
+
+    def waited(self, seconds: float, usd: float) -> None:
+        """A reservation of ``usd`` has waited ``seconds`` for room: a ledger may give up
+        (raise a :class:`BudgetExceeded`); this one waits as long as room may come."""
+
     def waiting(self) -> bool:
         """Some admitted question waits for room (questions not yet admitted give way)."""
         with self._values() as v:
@@ -206,6 +217,7 @@ class Envelope:
 
     free: float
     spent: float = 0.0
+    worst: float = 0.0  # the worst cases its paid calls reserved (its ladder's worst case)
 
 
 #: The budget of the question being answered in this asyncio task (set by the deployed agent);

@@ -173,6 +173,7 @@ class ConformalAgent:
         self.spent_offset = float(spent_offset)
         self.ledger: SpendLedger | None = None  # the total budget's ledger (None: a fresh one)
         self._costliest_round = 0.0  # what the costliest round of a finished question paid
+        self._worst_round = 0.0  # the most the calls of one such round reserved (worst cases)
         self._runners: dict[int, tuple[asyncio.AbstractEventLoop, Runner, ResponseCache]] = {}
         self._closed_spent = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -352,7 +353,12 @@ class ConformalAgent:
     def _question_estimate(self, client: LLMClient) -> float | None:
         """What to hold for a question: T x the costliest round of the questions over so far
         (plus a call's worst case: :meth:`LLMClient.question_estimate`); None before one is
-        over."""
+        over. Under ``max_cost_total``, T x the largest worst case of a round instead: a
+        question is admitted only when its whole ladder's worst case fits, so none is refused
+        part way for want of room (docs/deploy.md, "Budgets")."""
+        if self.config.max_cost_total is not None:  # (a restart knows it from its ledger)
+            w = client.question_estimate(self._worst_round * self.horizon or None) or 0.0
+            return max(w, client.ledger.known_worst()) or None
         c = self._costliest_round
         return client.question_estimate(c * self.horizon if c else None)
 
@@ -376,18 +382,19 @@ class ConformalAgent:
         answers: dict[str, str] = {}  # normalised → first spelling
         joined: list[tuple[str, float, int, str]] = []  # (normalised, π(a|o_t), t, a)
         by_model: dict[str, float] = dict.fromkeys(self.ladder.models(), 0.0)
-        total = worst = costliest = 0.0
+        total = worst = costliest = worst_round = 0.0
         nxt: asyncio.Future[RoundOutput] | None = None  # the next round, already sent
-        before = 0.0
+        before = before_worst = 0.0
         try:
             for t in range(1, self.horizon + 1):
                 if nxt is None:
-                    before = env.spent
+                    before, before_worst = env.spent, env.worst
                     ro = await run_round(runner, question, t, outs, backend)
                 else:
                     ro = await nxt
                     nxt = None
                 costliest = max(costliest, env.spent - before)
+                worst_round = max(worst_round, env.worst - before_worst)
                 outs.append(ro)
                 lr = live_round(ro.record())
                 rounds.append(lr)
@@ -405,7 +412,7 @@ class ConformalAgent:
                             "wants another round)"
                         )
                     # round t + 1 sends its first call before round t's log is written
-                    before = env.spent
+                    before, before_worst = env.spent, env.worst
                     nxt = asyncio.ensure_future(run_round(runner, question, t + 1, outs, backend))
                     await asyncio.sleep(0)  # (it runs up to its first wait for the network)
                 logs.append(self._round_log(t, ro, lr, d, cb + cg, answers, joined))
@@ -419,6 +426,10 @@ class ConformalAgent:
             # round: its first rounds and calls are its cheapest (its prompts grow), and a
             # question admitted on them would hold too little
             self._costliest_round = max(self._costliest_round, costliest)
+            if worst_round > self._worst_round:
+                self._worst_round = worst_round
+                client = runner.client
+                client.ledger.note_worst(client.question_estimate(worst_round * self.horizon) or 0)
         best = one_answer(joined)
         return AnswerSet(
             id=qid,

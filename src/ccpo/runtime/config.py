@@ -77,6 +77,13 @@ class ServerConfig(BaseModel):
         "database is away: 503 state_unavailable (no LLM call is made without a durable "
         "reservation)",
     )
+    budget_wait: float = Field(
+        15.0,
+        gt=0,
+        description="seconds a question may wait for room in max_cost_total (held by "
+        "questions in flight, or by a replica that died, until its lease expires); then 503 "
+        "budget_busy with Retry-After",
+    )
     shutdown_grace: float = Field(
         10.0,
         ge=0,

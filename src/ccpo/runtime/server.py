@@ -112,9 +112,9 @@ _ANSWER_ERRORS: dict[int | str, dict[str, Any]] = {
     502: {"model": ErrorBody, "description": "an LLM endpoint failed after its retries"},
     503: {
         "model": ErrorBody,
-        "description": "the total budget is spent (budget_exhausted), the state database is "
-        "away (state_unavailable: no LLM call was made), or the server is stopping "
-        "(shutting_down)",
+        "description": "the total budget is spent (budget_exhausted), has no room after "
+        "budget_wait (budget_busy, with Retry-After), the state database is away "
+        "(state_unavailable: no LLM call was made), or the server is stopping (shutting_down)",
     },
 }
 _FEEDBACK_ERRORS: dict[int | str, dict[str, Any]] = {

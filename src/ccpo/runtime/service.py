@@ -29,6 +29,7 @@ from ccpo.runtime.schemas import (
     ServerMetrics,
 )
 from ccpo.runtime.state import (
+    BudgetBusy,
     DuplicateKey,
     StateStore,
     StateUnavailable,
@@ -105,7 +106,7 @@ class Service:
             self.store.update_tracker(operator_settings)
             if cfg.adapt_kappa:
                 agent.kappa = self.store.kappa
-        agent.ledger = StoreLedger(self.store)
+        agent.ledger = StoreLedger(self.store, max_wait=cfg.budget_wait)
         self.limiter = self._limiter(cfg.rate_limit_per_minute, cfg.rate_burst)
         self.feedback_limiter = self._limiter(cfg.feedback_per_minute, cfg.feedback_burst)
         self._answering: dict[str, tuple[str, asyncio.Future[Answered]]] = {}
@@ -265,6 +266,11 @@ class Service:
         except RequestBudgetExceeded as e:
             self.store.record_error()
             raise ApiError(402, "request_budget_exceeded", str(e)) from None
+        except BudgetBusy as e:
+            self.store.record_error()
+            raise ApiError(
+                503, "budget_busy", str(e), headers={"Retry-After": str(e.retry_after)}
+            ) from None
         except BudgetExceeded as e:
             self.store.record_error()
             raise ApiError(503, "budget_exhausted", f"total budget reached: {e}") from None

@@ -20,11 +20,12 @@ from ccpo.runtime.state.backends import (
     safe_url,
     unstorable,
 )
-from ccpo.runtime.state.ledger import StoreLedger
+from ccpo.runtime.state.ledger import BudgetBusy, StoreLedger
 from ccpo.runtime.state.store import SCHEMA_VERSION, StateStore
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BudgetBusy",
     "DuplicateKey",
     "StateStore",
     "StateUnavailable",

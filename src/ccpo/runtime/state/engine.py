@@ -76,6 +76,8 @@ class CommitEngine:
     timeout: float
     replica: str
     host: str
+    owner: str
+    proc: str
     expiry: float
     _stop: threading.Event  # set by close: the writer thread ends
 
@@ -198,6 +200,8 @@ class CommitEngine:
                         break
                     if self._flush_at is not None and now >= self._flush_at:
                         break
+                    if self._neighbour_gone():  # settled now, not when its lease expires
+                        next_beat = now
                     if now >= next_beat or (self._down is not None and now >= backoff):
                         break
                     wake = next_beat if self._down is None else backoff
@@ -361,7 +365,7 @@ class CommitEngine:
             state = tx.send(
                 f"SELECT tracker, counters, {self.db.now} FROM ccpo_state WHERE id = 1{lock}"
             )
-            leases = tx.send(_LEASES) if writes else None
+            leases = tx.send(_LEASES)  # (a read too: whether a neighbour holds money)
             went_in = {r[0] for rows in inserts for r in rows.fetchall()}
             row = state.fetchone()
             tracker, c = self._parse(row)
@@ -369,9 +373,11 @@ class CommitEngine:
             texts = (row[0], row[1])
             self._solo = texts == self._texts  # no other replica wrote since this one did
             b = Batch(tx, tracker, c, Lease(), float(row[2]), self._orphan, inserted=went_in)
-            if leases is not None:
+            if writes:
                 self._leases(b, leases.fetchall(), beat)
                 self._apply(b, delta)
+            else:
+                self._look(leases.fetchall())
             added = len(went_in)  # (the ops take their ids out of it)
             results = self._run_ops(ops, b)
             if added:
@@ -382,9 +388,9 @@ class CommitEngine:
                 if b.new_lease:
                     tx.run(
                         "INSERT INTO ccpo_leases (reserved_usd, inflight_usd, expires, idle, "
-                        "waiting, replica, host, pid) VALUES "
-                        f"(?, ?, {self.db.now} + ?, ?, ?, ?, ?, ?)",
-                        (*values, self.replica, self.host, os.getpid()),
+                        "waiting, replica, host, pid, owner, proc) VALUES "
+                        f"(?, ?, {self.db.now} + ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (*values, self.replica, self.host, os.getpid(), self.owner, self.proc),
                     )
                 elif not b.lease_ended:
                     tx.run(
@@ -451,9 +457,10 @@ class CommitEngine:
             ))  # fmt: skip
             steps.append((
                 f"UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, expires = {now} + ?,"
-                f" idle = ?, waiting = ? WHERE replica = ? AND expires >= {now} AND "
-                "reserved_usd = ? AND inflight_usd = ?",
-                (*self._lease_values(b.lease), self.replica, m.reserved, m.inflight), 1,
+                f" idle = ?, waiting = ? WHERE replica = ? AND owner = ? AND expires >= {now}"
+                " AND reserved_usd = ? AND inflight_usd = ?",
+                (*self._lease_values(b.lease), self.replica, self.owner, m.reserved, m.inflight),
+                1,
             ))  # fmt: skip
             self.db.write_whole(steps, wait=wait)
         except (_Redo, Busy):

@@ -1,12 +1,35 @@
 """The total budget's ledger of ``ccpo serve``, kept in the state store so that every replica
-spends from one budget (:class:`StoreLedger`)."""
+spends from one budget.
+
+- :class:`StoreLedger`: reservations, settlements and waits for room on the store; the largest
+  worst case of a question (:meth:`StoreLedger.known_worst`), kept in the state so that a
+  restarted replica admits its first question on it;
+- :class:`BudgetBusy`: a question that waited ``server.budget_wait`` for room gives up (503
+  ``budget_busy`` with ``Retry-After``, naming who holds the room).
+
+Vocabulary (admission, wallet, lease, budget_busy) and the budget's rules: docs/glossary.md,
+docs/deploy.md ("Budgets").
+"""
 
 from __future__ import annotations
 
+import math
 import time
 
-from ccpo.llm.client import SpendLedger
+from ccpo.llm.client import BudgetExceeded, SpendLedger
 from ccpo.runtime.state.store import StateStore
+
+BUSY_RETRY_S = 5  # Retry-After when the room is held by replicas that renew their leases
+
+
+class BudgetBusy(BudgetExceeded):
+    """A question waited ``budget_wait`` seconds for room in the total budget, held by
+    questions in flight or by a replica that stopped renewing its lease; ``retry_after``:
+    seconds after which room may be free (when that lease expires, if one is the cause)."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class StoreLedger(SpendLedger):
@@ -31,9 +54,10 @@ class StoreLedger(SpendLedger):
     stuck_s = 0.5  # nothing frees room for this long (several transactions): give up
     absolute = True
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StateStore, max_wait: float | None = None) -> None:
         super().__init__()
         self.store = store
+        self.max_wait = max_wait  # seconds a reservation may wait for room (None: no limit)
         self._stuck_since: float | None = None
         store.waiting = self.waiting  # on its lease: admissions at other replicas give way
 
@@ -125,3 +149,42 @@ class StoreLedger(SpendLedger):
     def _admitted(self) -> bool:
         with self._values() as v:
             return v.admitted > 0
+
+    def known_worst(self) -> float:
+        return self.store.known_worst
+
+    def note_worst(self, usd: float) -> None:
+        self.store.note_worst(usd)
+
+    def waited(self, seconds: float, usd: float) -> None:
+        """Past ``max_wait`` seconds: :class:`BudgetBusy`, naming who holds the room. A
+        lease that has gone unrenewed for longer than a heartbeat (a quarter of this
+        replica's ``reservation_expiry``, which replicas are meant to share) belongs to a
+        replica that may be down: its money comes free when that lease expires."""
+        if self.max_wait is None or seconds < self.max_wait:
+            return
+        store = self.store
+        c = store.counters
+        head = (
+            f"no room in the total budget for ${usd:.6f} after waiting {seconds:.0f} s "
+            f"(spent ${c.spent_usd:.4f}, reserved ${c.reserved_usd:.4f})"
+        )
+        late = [(r, x, left) for r, x, left in store.holders if left < store.expiry * 0.75 - 1]
+        if late:
+            after = math.ceil(max(0.0, min(left for _, _, left in late))) + 1
+            who = "; ".join(
+                f"replica {r} holds ${x:.4f} and has not renewed its lease for "
+                f"{store.expiry - left:.0f} s (it may be down): it expires in {max(0, left):.0f} s"
+                for r, x, left in late
+            )
+        else:
+            after = BUSY_RETRY_S
+            who = (
+                "held by questions in flight ("
+                + ", ".join(
+                    [f"this replica ${store._mirror.reserved:.4f}"]
+                    + [f"replica {r} ${x:.4f}" for r, x, _ in store.holders]
+                )
+                + ")"
+            )
+        raise BudgetBusy(f"{head}: {who}; retry after {after} s", after)

@@ -3,28 +3,30 @@
 settlements, the spare wallet, and the leases under which a replica holds money.
 
 - :meth:`Money.areserve` / :meth:`~Money.reserve`: reserve under the cap, atomically over all
-  replicas, durable when it returns;
-- :meth:`Money.settle`: release and spend, a delta written with the next transaction (never
-  blocking);
-- :meth:`Money.take_spare`: a question's wallet from the spare one, with no write; ``_top_up``
-  refills it inside a write transaction (``SPARE_IDLE_S``, ``SPARE_IDLE_UNCAPPED_S``,
-  ``SPARE_ROOM``);
-- ``_leases`` / ``_release`` / ``_apply``: inside a transaction, every lease read once (expired
-  ones settled at their worst case), and the pending settlements applied.
+  replicas, durable when it returns; :meth:`Money.settle`: release and spend, written with
+  the next transaction (never blocking);
+- :meth:`Money.take_spare`: a wallet from the spare one, with no write; ``_top_up`` refills it
+  in a write (``SPARE_IDLE_S``, ``SPARE_IDLE_UNCAPPED_S``, ``SPARE_ROOM``);
+- ``_leases`` / ``_release`` / ``_apply``: every lease read once per transaction (expired ones,
+  and the one a restart under this replica id finds, settled at their worst case), pending
+  settlements applied; ``_neighbour_gone``: a process of this host holding money exited;
+- :meth:`Money.note_worst`: a question's worst case, kept in the state for restarts.
 
-Vocabulary (wallet, spare, lease, in flight, orphan) and the contract: docs/glossary.md.
+Vocabulary (wallet, spare, lease, lease owner, in flight, orphan): docs/glossary.md.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ccpo.runtime.state.batch import _EPS, Batch, Lease, _Delta, _less, _never, _Redo
+from ccpo.errors import CCPOError
+from ccpo.runtime.state.batch import _EPS, Batch, Lease, _Delta, _less, _never, _Op, _Redo
+from ccpo.runtime.state.process import gone, owner_token, process_identity
+from ccpo.runtime.state.schema import WORST_KEY
 
 log = logging.getLogger("ccpo.serve")
 
@@ -37,19 +39,15 @@ SPARE_IDLE_UNCAPPED_S = 5.0
 SPARE_ROOM = 16  # under a cap, a spare is topped up only if this many wallets fit after it
 
 _LEASES = (  # every lease, as :meth:`Money._leases` reads them
-    "SELECT replica, host, pid, reserved_usd, inflight_usd, expires, idle, waiting FROM ccpo_leases"
+    "SELECT replica, reserved_usd, inflight_usd, expires, idle, waiting, owner, proc "
+    "FROM ccpo_leases"
 )
+LOOK_S = 0.5  # how often the writer looks whether a process of this host holding money exited
 
 
-def _process_gone(pid: int) -> bool:
-    """No process ``pid`` runs on this host any more."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # exists, another user's
-        return False
-    return False
+class LeaseTaken(CCPOError):
+    """This replica's lease was taken over by another process started with the same replica
+    id: this one no longer writes (its money was counted as spent by the other)."""
 
 
 def _hold(b: Batch, usd: float, inflight: float) -> None:
@@ -72,10 +70,18 @@ class Money:
     replica: str
     host: str
     expiry: float
+    known_worst: float
     _cond: threading.Condition
     _delta: _Delta
 
     def _init_money(self) -> None:
+        self.owner = owner_token()  # this process's leases are its own (not its host's and pid's)
+        self.proc = process_identity()  # where others on this host check it for life
+        self._neighbours: list[str] = []  # processes of this host holding money (their proc)
+        # the other leases holding money, as the last transaction read them: (replica, USD,
+        # seconds until the lease expires)
+        self.holders: list[tuple[str, float, float]] = []
+        self._next_look = 0.0
         self._lease_lost = False
         self._mirror = Lease()  # the lease as this replica's last commit left it
         self._orphan = Lease()  # what a lost lease held (counted as spent when it expired)
@@ -231,6 +237,27 @@ class Money:
         d.reserved += spare
         d.inflight += spare
 
+    def note_worst(self, usd: float) -> None:
+        """A question's worst case (T x the largest worst case of a round) grew to ``usd``:
+        kept in ``ccpo_meta`` for the replicas that start later (a restart's first question
+        is admitted on it, not run without a wallet). Never blocking: written by the next
+        transaction, only when it grows."""
+        if usd <= self.known_worst * (1 + _EPS):
+            return
+        known, self.known_worst = self.known_worst, usd
+
+        def fn(b: Batch) -> None:
+            row = b.tx.one("SELECT value FROM ccpo_meta WHERE key = ?", (WORST_KEY,))
+            if row is None:
+                b.tx.run("INSERT INTO ccpo_meta (key, value) VALUES (?, ?)", (WORST_KEY, str(usd)))
+            elif float(row[0]) < usd:
+                b.tx.run("UPDATE ccpo_meta SET value = ? WHERE key = ?", (str(usd), WORST_KEY))
+
+        try:
+            self._submit(_Op(fn))  # type: ignore[attr-defined]  # (nobody waits for it)
+        except CCPOError:  # the database is away: the next growth writes it
+            self.known_worst = known
+
     def waiting_changed(self) -> None:
         """Whether a question of this replica waits for room (:attr:`waiting`) changed: the
         lease says so with the next transaction, within ``FLUSH_S`` (never blocking)."""
@@ -262,18 +289,32 @@ class Money:
         return self._call(fn, read=True)
 
     def _leases(self, b: Batch, rows: list[tuple[Any, ...]], beat: bool) -> None:
-        """Every lease in one read: expired ones (and, on a heartbeat, those of dead processes
-        of this host) end, their calls counted as spent at the worst case; this replica's
-        becomes ``b.lease`` (a new one if it has none); ``b.others_busy``: another replica
-        holds money and is not waiting for room; ``b.others_hold``: another holds money;
-        ``b.others_waiting``: an admitted question of another waits for room."""
+        """Every lease in one read: expired ones (and, on a heartbeat, those of exited
+        processes of this host's PID namespace) end, their calls counted as spent at the worst
+        case; a lease under this replica's id left by an earlier process (a restart) ends the
+        same way when this one starts, and :class:`LeaseTaken` if it is found later (another
+        process took this id over); this replica's becomes ``b.lease`` (a new one if it has
+        none); ``b.others_busy``: another replica holds money and is not waiting for room;
+        ``b.others_hold``: another holds money; ``b.others_waiting``: an admitted question of
+        another waits for room."""
         busy = hold = waits = False
-        for replica, host, pid, reserved, inflight, expires, idle, waiting in rows:
+        holders: list[tuple[str, float, float]] = []
+        for replica, reserved, inflight, expires, idle, waiting, owner, proc in rows:
             reserved, inflight = float(reserved), float(inflight)
             mine = replica == self.replica
-            dead = float(expires) < b.now or (
-                beat and not mine and host == self.host and _process_gone(int(pid))
-            )
+            if mine and owner != self.owner:
+                if self.commits:  # type: ignore[attr-defined]  # (the engine's count)
+                    raise LeaseTaken(
+                        f"replica {self.replica}: another process started with this replica id "
+                        "took its lease over; this one stops serving (give every replica its "
+                        "own --replica id)"
+                    )
+                log.warning(
+                    "replica %s starts again: the lease its last process left ends", replica
+                )
+                self._release(b, replica, reserved, inflight)
+                continue
+            dead = float(expires) < b.now or (beat and not mine and gone(proc, self.proc))
             if dead:
                 self._release(b, replica, reserved, inflight)
                 self._lease_lost |= mine
@@ -285,7 +326,10 @@ class Money:
                 if reserved > 0:
                     hold = True
                     busy = busy or not idle
+                    holders.append((replica, reserved, float(expires) - b.now))
         b.others_busy, b.others_hold, b.others_waiting = busy, hold, waits
+        self.holders = holders
+        self._look(rows)
         if b.new_lease:
             held = self._mirror
             if self._lease_lost or held.reserved > 0 or held.inflight > 0:
@@ -300,6 +344,28 @@ class Money:
                     b.orphan.reserved + held.reserved, b.orphan.inflight + held.inflight
                 )
                 b.lease_lost = True
+
+    def _look(self, rows: list[tuple[Any, ...]]) -> None:
+        """From the leases as a transaction read them (``_LEASES``, a read-only one too):
+        the processes of this host's PID namespace holding money, which the writer watches
+        (:meth:`_neighbour_gone`)."""
+        here = self.proc.rsplit("/", 2)[0]
+        self._neighbours = [
+            proc
+            for replica, reserved, *_, proc in rows
+            if replica != self.replica and float(reserved) > 0 and proc
+            and proc.rsplit("/", 2)[0] == here
+        ]  # fmt: skip
+
+    def _neighbour_gone(self) -> bool:
+        """A process of this host's PID namespace that held money under a lease (as this
+        replica's last transaction read them) has exited: a heartbeat ends its lease now
+        rather than at its expiry. Looks at most every ``LOOK_S`` (the writer's thread)."""
+        now = time.monotonic()
+        if not self._neighbours or now < self._next_look:
+            return False
+        self._next_look = now + LOOK_S
+        return any(gone(p, self.proc) for p in self._neighbours)
 
     @staticmethod
     def _release(b: Batch, replica: str, reserved: float, inflight: float) -> None:

@@ -6,7 +6,7 @@ start, older versions converted in place (:class:`Schema`, a part of
   ``ccpo_answers``); ``SCHEMA_VERSION``: their version, kept in ``ccpo_meta``;
 - :meth:`Schema._open`: create or check (a newer version, another format or another policy
   artifact's fingerprint is refused), convert v1 (the one-process SQLite format), v2 and v3
-  (leases without ``idle`` / ``waiting``) in place;
+  (leases without ``idle`` / ``waiting``), v4 (without ``owner`` / ``proc``) in place;
 - :func:`tracker_json`, :func:`state_texts`, :meth:`Schema._parse`: the state row's columns
   (κ's tracker and the counters, as JSON) written and read.
 
@@ -27,9 +27,10 @@ from ccpo.runtime.state.db import Backend, Tx
 
 log = logging.getLogger("ccpo.serve")
 
-SCHEMA_VERSION = 4  # 1: the one-process SQLite format (tables kv, answers); 2: no leases.idle;
-# 3: no leases.waiting
+SCHEMA_VERSION = 5  # 1: the one-process SQLite format (tables kv, answers); 2: no leases.idle;
+# 3: no leases.waiting; 4: leases without owner and proc (owned by host and pid)
 STATE_FORMAT = "ccpo.serve-state"
+WORST_KEY = "question_worst_usd"  # in ccpo_meta: the largest worst case a question held
 _SCHEMA_LOCK = 0x63_63_70_6F  # PostgreSQL advisory lock id while creating tables ("ccpo")
 
 _DDL = (
@@ -39,7 +40,8 @@ _DDL = (
     "CREATE TABLE IF NOT EXISTS ccpo_leases (replica TEXT PRIMARY KEY, host TEXT NOT NULL,"
     " pid INTEGER NOT NULL, reserved_usd DOUBLE PRECISION NOT NULL,"
     " inflight_usd DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION NOT NULL,"
-    " idle INTEGER NOT NULL DEFAULT 0, waiting INTEGER NOT NULL DEFAULT 0)",
+    " idle INTEGER NOT NULL DEFAULT 0, waiting INTEGER NOT NULL DEFAULT 0,"
+    " owner TEXT NOT NULL DEFAULT '', proc TEXT NOT NULL DEFAULT '')",
     "CREATE TABLE IF NOT EXISTS ccpo_answers (id TEXT PRIMARY KEY, question TEXT NOT NULL,"
     " answer TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, feedback TEXT, replica TEXT)",
     "CREATE INDEX IF NOT EXISTS ccpo_answers_created ON ccpo_answers (created)",
@@ -58,6 +60,14 @@ def state_texts(tracker: OnlineThreshold, counters: Counters) -> tuple[str, str]
     return json.dumps(tracker_json(tracker)), json.dumps(counters.to_json())
 
 
+def _migrate_owners(tx: Tx) -> None:
+    """v4 → v5: a lease learns its owner (a random token per process) and where its process
+    can be checked for life; leases written before have neither (empty: they end when they
+    expire, or when their replica id starts again)."""
+    for col in ("owner", "proc"):
+        tx.run(f"ALTER TABLE ccpo_leases ADD COLUMN {col} TEXT NOT NULL DEFAULT ''")
+
+
 class Schema:
     """The tables of :class:`~ccpo.runtime.state.store.StateStore`: created or checked and
     converted when the store opens; the state row parsed. Uses the store's ``db`` and
@@ -65,6 +75,7 @@ class Schema:
 
     db: Backend
     where: str
+    known_worst: float = 0.0  # WORST_KEY as the store opened (or as this replica wrote it)
 
     def _open(self, fingerprint: str, tracker: OnlineThreshold) -> bool:
         with self.db.write() as tx:
@@ -94,10 +105,14 @@ class Schema:
                     for col in ("idle", "waiting")[version - 2 :]:
                         add = f"ALTER TABLE ccpo_leases ADD COLUMN {col} INTEGER NOT NULL"
                         tx.run(add + " DEFAULT 0")
+                if version in (2, 3, 4):
+                    _migrate_owners(tx)
+                if 2 <= version < SCHEMA_VERSION:
                     tx.run(
                         "UPDATE ccpo_meta SET value = ? WHERE key = 'schema_version'",
                         (str(SCHEMA_VERSION),),
                     )
+                self.known_worst = float(meta.get(WORST_KEY, "0"))
                 restored = True
             else:
                 self._create(tx, fingerprint, tracker, Counters())

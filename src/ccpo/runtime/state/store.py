@@ -129,7 +129,10 @@ class StateStore(Schema, Answers, Money, CommitEngine):
         def end(b: Batch) -> float:
             if b.lease.reserved <= 0 and b.lease.inflight <= 0:
                 if not b.new_lease:
-                    b.tx.run("DELETE FROM ccpo_leases WHERE replica = ?", (self.replica,))
+                    b.tx.run(
+                        "DELETE FROM ccpo_leases WHERE replica = ? AND owner = ?",
+                        (self.replica, self.owner),
+                    )
                 b.lease_ended, b.new_lease = True, False
             return b.lease.reserved
 
