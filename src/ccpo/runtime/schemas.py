@@ -1,6 +1,10 @@
 """The wire models of ``ccpo serve`` (requests, responses, errors), its OpenAI-compatible
 chat-completion models, and :class:`ApiError`, the error a handler raises. Pydantic only:
-importable without the ``serve`` extra (the app is :mod:`ccpo.runtime.server`)."""
+importable without the ``serve`` extra (the app is :mod:`ccpo.runtime.server`).
+
+Every request model is a :class:`Storable`: no string anywhere in a request may hold what a
+state database refuses (a NUL character, a lone surrogate), so such a request is a 422
+naming the field before anything is written (docs/deploy.md, "Errors")."""
 
 from __future__ import annotations
 
@@ -17,13 +21,64 @@ from pydantic import (
 )
 
 from ccpo.runtime.answer_set import AnswerSet
+from ccpo.runtime.state.db import unstorable
 
 CHAT_MODEL = "ccpo"
 """The model name of the OpenAI-compatible endpoint."""
 
 
+def _first_unstorable(value: Any, where: str = "") -> str | None:
+    """Where in ``value`` (a field's value: text, or lists and dicts of them) the first text
+    a state database cannot store is, and why; None when there is none."""
+    if isinstance(value, str):
+        why = unstorable(value)
+        return None if why is None else f"{where}{': ' if where else ''}{why}"
+    items: Any = ()
+    if isinstance(value, dict):
+        items = ((str(k), v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    for k, v in items:
+        if isinstance(k, str) and unstorable(k):
+            return f"{where}{'.' if where else ''}{k!r}: a key {unstorable(k)}"
+        found = _first_unstorable(v, f"{where}{'.' if where else ''}{k}")
+        if found is not None:
+            return found
+    return None
+
+
+class Storable(BaseModel):
+    """A request model whose every string (its fields', nested lists' and dicts', extra
+    fields') can be stored by either state database: else a validation error at the field
+    (the server's 422 names it)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _storable_text(cls, v: Any) -> Any:
+        # text before it is parsed as a string (a lone surrogate would fail as "not a string")
+        why = _first_unstorable(v) if isinstance(v, str) else None
+        if why is not None:
+            raise ValueError(why)
+        return v
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, v: Any) -> Any:
+        why = None if isinstance(v, BaseModel | str) else _first_unstorable(v)
+        if why is not None:
+            raise ValueError(why)
+        return v
+
+    @model_validator(mode="after")
+    def _storable_extra(self) -> Storable:
+        why = _first_unstorable(self.model_extra or {})
+        if why is not None:
+            raise ValueError(why)
+        return self
+
+
 # ----------------------------------------------------------------------------- native
-class ContextParagraph(BaseModel):
+class ContextParagraph(Storable):
     """One paragraph for the offline search tool (hotpotqa)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -31,7 +86,7 @@ class ContextParagraph(BaseModel):
     text: str
 
 
-class AnswerRequest(BaseModel):
+class AnswerRequest(Storable):
     """A question to answer."""
 
     model_config = ConfigDict(extra="forbid")
@@ -58,7 +113,7 @@ class AnswerRequest(BaseModel):
         return v
 
 
-class FeedbackRequest(BaseModel):
+class FeedbackRequest(Storable):
     """The truth about a served question: its correct answer, that none of the returned
     answers was right, or that it was unanswerable (no model of the ladder could have
     answered it: counted as covered, as calibration counts such a question)."""
@@ -183,7 +238,7 @@ class ApiError(Exception):
 
 
 # ----------------------------------------------------------------------------- OpenAI-compatible
-class ChatMessage(BaseModel):
+class ChatMessage(Storable):
     """One chat message: text content, or a list of text parts ({"type": "text", "text":
     "..."}); any other part (an image, audio, a part without text) is refused."""
 
@@ -211,7 +266,7 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
-class CcpoOptions(BaseModel):
+class CcpoOptions(Storable):
     """The native request fields, passed as ``extra_body={"ccpo": {...}}``."""
 
     model_config = ConfigDict(extra="forbid")
@@ -234,7 +289,7 @@ UNSUPPORTED_CHAT_FIELDS: dict[str, tuple[tuple[Any, ...], str]] = {
 }
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(Storable):
     """An OpenAI chat-completion request. Sampling fields (temperature, top_p, max_tokens,
     ...) are accepted and ignored (the policy decides); fields that would change what the
     reply is (n > 1, tools, tool_choice, functions, function_call, logprobs, top_logprobs,
@@ -276,7 +331,8 @@ class ChatCompletionRequest(BaseModel):
         except ValidationError as e:
             first = e.errors()[0]
             loc = ".".join(str(x) for x in first.get("loc", ())) or "body"
-            raise ApiError(422, "invalid_request", f"{loc}: {first['msg']}") from None
+            msg = str(first["msg"]).removeprefix("Value error, ")
+            raise ApiError(422, "invalid_request", f"{loc}: {msg}") from None
 
 
 class ChatChoice(BaseModel):
