@@ -20,6 +20,7 @@ SERVE_MODULES = (
     "test_openai_compat",
     "test_rails",
     "test_cli",
+    "test_text_a_database_refuses",
 )
 _SERVES = ("make_service", "start_serve", "state_at")
 

@@ -11,7 +11,9 @@ caller (a thread, or an event loop once per transaction).
   sent whole from the rows as this replica left them (``_write_whole``);
 - ``_run_here``: a lone question's write committed on the event loop itself when that cannot
   wait (SQLite), checkpointed by the writer every ``_CHECKPOINT_EVERY`` commits;
-- ``_lazy``: have pending settlements written within ``FLUSH_S`` without waking the writer.
+- ``_lazy``: have pending settlements written within ``FLUSH_S`` without waking the writer;
+- an operation whose own statement the database refuses fails alone (:class:`OperationRefused`):
+  its transaction is redone without it, so the others of its batch commit.
 
 Vocabulary (sent whole, committed here, group commit) and the contract: docs/glossary.md.
 """
@@ -31,7 +33,15 @@ from typing import Any, TypeVar
 from ccpo.errors import CCPOError
 from ccpo.runtime.state.answers import _WHOLE_MAX, answer_rows, insert_answers, insert_sql
 from ccpo.runtime.state.batch import Batch, Lease, _Delta, _less, _never, _Op, _Record, _Redo
-from ccpo.runtime.state.db import Backend, Busy, Moved, StateUnavailable, Step
+from ccpo.runtime.state.db import (
+    Backend,
+    Busy,
+    Moved,
+    OperationRefused,
+    StateUnavailable,
+    Step,
+    database_away,
+)
 from ccpo.runtime.state.money import _LEASES
 from ccpo.runtime.state.schema import state_texts
 
@@ -41,6 +51,15 @@ FLUSH_S = 1.0  # a settlement waits at most this long for a transaction to ride 
 _CHECKPOINT_EVERY = 256  # commits on the caller's thread between two checkpoints by the writer
 
 T = TypeVar("T")
+
+
+class _Refused(Exception):
+    """An operation's own statement failed in the database (not the database itself): its
+    transaction is undone and redone without it."""
+
+    def __init__(self, op: _Op, error: Exception) -> None:
+        self.op, self.error = op, error
+        super().__init__(str(error))
 
 
 def _deliver(ops: list[tuple[_Op, bool, Any]]) -> None:
@@ -242,7 +261,26 @@ class CommitEngine:
         """One transaction for ``ops`` (and the pending settlements and counts); each op's
         result (or its own :class:`CCPOError`) is handed out after the commit: sent whole
         when it can be (:meth:`_write_whole`), else read, computed and written
-        (:meth:`_transact`)."""
+        (:meth:`_transact`). An op whose own statement the database refuses is taken out
+        and the transaction redone without it; it gets :class:`OperationRefused`."""
+        refused: list[tuple[_Op, tuple[bool, Any]]] = []
+        while True:
+            try:
+                self._run_batch_once(ops, beat)
+                break
+            except _Refused as r:
+                why = (str(r.error).strip().splitlines() or [type(r.error).__name__])[0]
+                log.warning(
+                    "state %s: an operation was refused (%s); the others redone", self.where, why
+                )
+                ops = [op for op in ops if op is not r.op]
+                err = OperationRefused(f"the state database {self.where} refused it: {why}")
+                refused.append((r.op, (False, err)))
+        if refused:
+            self._hand_out([op for op, _ in refused], [res for _, res in refused])
+
+    def _run_batch_once(self, ops: list[_Op], beat: bool) -> None:
+        """:meth:`_run_batch`'s one transaction; :class:`_Refused` undoes it."""
         with self._batch:
             delta, dirty = self._take_pending()
             writes = beat or dirty or bool(delta) or any(not op.read for op in ops)
@@ -480,6 +518,10 @@ class CommitEngine:
                 results.append((True, op.fn(b)))
             except CCPOError as e:  # this operation's own refusal (a duplicate id, ...)
                 results.append((False, e))
+            except Exception as e:
+                if database_away(e):
+                    raise
+                raise _Refused(op, e) from e  # its own statement: redone without it
         return results
 
     def _hand_out(self, ops: list[_Op], results: list[tuple[bool, Any]]) -> None:
