@@ -43,7 +43,7 @@ from ccpo.runtime.state.db import (
     database_away,
 )
 from ccpo.runtime.state.money import _LEASES
-from ccpo.runtime.state.schema import state_texts
+from ccpo.runtime.state.schema import SCHEMA_VERSION, VERSION_SQL, SchemaChanged, state_texts
 
 log = logging.getLogger("ccpo.serve")
 
@@ -88,7 +88,7 @@ class CommitEngine:
     """The writer of :class:`~ccpo.runtime.state.store.StateStore`: its queue, its thread,
     its transactions and what this replica knows of the rows after each commit. Inside a
     transaction it calls the store's other parts (``_parse``, ``_leases``, ``_apply``,
-    ``_top_up``, ``_trim``)."""
+    ``_top_up``, ``_trim``, ``_check_version``)."""
 
     db: Backend
     where: str
@@ -242,7 +242,11 @@ class CommitEngine:
                     log.warning("state database %s unavailable: %s", self.where, why)
                 self._down = why
                 backoff = time.monotonic() + 0.5
-                err = StateUnavailable(f"the state database {self.where} failed: {why}")
+                err = StateUnavailable(
+                    why
+                    if isinstance(e, SchemaChanged)
+                    else f"the state database {self.where} failed: {why}"
+                )
                 self._hand_out(ops, [(False, err)] * len(ops))
                 continue
             if self._down is not None:
@@ -292,8 +296,10 @@ class CommitEngine:
                     done = self._write_whole(ops, records, delta)
                 if done is None:
                     done = self._transact(ops, records, delta, writes, beat)
-            except BaseException:
+            except BaseException as e:
                 self._give_back(delta, dirty)  # written by none: to the next transaction
+                if isinstance(e, Exception) and not isinstance(e, SchemaChanged):
+                    self._version_moved()  # a newer ccpo's tables: say that instead
                 raise
             finally:
                 self._busy_since = None
@@ -397,13 +403,15 @@ class CommitEngine:
             inserts = insert_answers(tx, self.db.now, self.replica, records)
             lock = self.db.lock if writes else ""
             state = tx.send(
-                f"SELECT tracker, counters, {self.db.now} FROM ccpo_state WHERE id = 1{lock}"
+                f"SELECT tracker, counters, {self.db.now}, {VERSION_SQL} FROM ccpo_state "
+                f"WHERE id = 1{lock}"
             )
             leases = tx.send(_LEASES) if writes else None
             went_in = {r[0] for rows in inserts for r in rows.fetchall()}
             row = state.fetchone()
             tracker, c = self._parse(row)
             assert row is not None
+            self._check_version(row[3])  # another version: nothing of this is committed
             texts = (row[0], row[1])
             self._solo = texts == self._texts  # no other replica wrote since this one did
             b = Batch(tx, tracker, c, Lease(), float(row[2]), self._orphan, inserted=went_in)
@@ -483,10 +491,14 @@ class CommitEngine:
             if records:
                 rows = answer_rows(self.replica, records)
                 steps.append((insert_sql(now, len(rows)), [x for r in rows for x in r], len(ids)))
-            steps.append((
-                "UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1 AND tracker = ? "
-                "AND counters = ?", (*texts, *old), 1,
-            ))  # fmt: skip
+            steps.append(
+                (
+                    "UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1 AND tracker = ? "
+                    f"AND counters = ? AND {VERSION_SQL} = ?",
+                    (*texts, *old, str(SCHEMA_VERSION)),
+                    1,
+                )
+            )  # fmt: skip  (another version: Moved, and the transaction redone refuses it)
             steps.append((
                 f"UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, expires = {now} + ?,"
                 f" idle = ?, waiting = ? WHERE replica = ? AND expires >= {now} AND "
