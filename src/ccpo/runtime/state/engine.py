@@ -409,9 +409,10 @@ class CommitEngine:
             leases = tx.send(_LEASES) if writes else None
             went_in = {r[0] for rows in inserts for r in rows.fetchall()}
             row = state.fetchone()
+            if row is not None:  # another version: nothing of this is committed
+                self._check_version(row[3])
             tracker, c = self._parse(row)
             assert row is not None
-            self._check_version(row[3])  # another version: nothing of this is committed
             texts = (row[0], row[1])
             self._solo = texts == self._texts  # no other replica wrote since this one did
             b = Batch(tx, tracker, c, Lease(), float(row[2]), self._orphan, inserted=went_in)
