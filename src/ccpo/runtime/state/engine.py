@@ -531,6 +531,8 @@ class CommitEngine:
                 results.append((True, op.fn(b)))
             except CCPOError as e:  # this operation's own refusal (a duplicate id, ...)
                 results.append((False, e))
+            except _Redo:
+                raise  # (a batch computed ahead, to be redone the usual way)
             except Exception as e:
                 if database_away(e):
                     raise
