@@ -242,11 +242,8 @@ class CommitEngine:
                     log.warning("state database %s unavailable: %s", self.where, why)
                 self._down = why
                 backoff = time.monotonic() + 0.5
-                err = StateUnavailable(
-                    why
-                    if isinstance(e, SchemaChanged)
-                    else f"the state database {self.where} failed: {why}"
-                )
+                how = "is unavailable" if isinstance(e, SchemaChanged) else "failed"
+                err = StateUnavailable(f"the state database {self.where} {how}: {why}")
                 self._hand_out(ops, [(False, err)] * len(ops))
                 continue
             if self._down is not None:

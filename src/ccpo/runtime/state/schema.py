@@ -68,16 +68,15 @@ class SchemaChanged(StateUnavailable):
     ``state_unavailable`` naming both versions; ``/healthz`` is degraded)."""
 
 
-def version_problem(where: str, found: Any) -> str | None:
-    """Why a replica may not write to a state of schema version ``found`` (None: it may)."""
+def version_problem(found: Any) -> str | None:
+    """Why a replica may not write to tables of schema version ``found`` (None: it may)."""
     if str(found) == str(SCHEMA_VERSION):
         return None
     than = "newer than" if str(found).isdigit() and int(found) > SCHEMA_VERSION else "not"
     return (
-        f"{where}: the state has schema version {found}, {than} this replica's "
-        f"({SCHEMA_VERSION}): a newer ccpo converted it while this one serves. This replica "
-        "writes nothing more; stop it and start the newer ccpo in its place (docs/deploy.md, "
-        '"Upgrading")'
+        f"its tables have schema version {found}, {than} this replica's ({SCHEMA_VERSION}): "
+        "a newer ccpo converted them while this one serves; this replica writes nothing more: "
+        'stop it and start the newer ccpo in its place (docs/deploy.md, "Upgrading")'
     )
 
 
@@ -182,7 +181,7 @@ class Schema:
     def _check_version(self, found: Any) -> None:
         """:class:`SchemaChanged` unless ``found`` (the version a transaction read) is this
         replica's."""
-        why = version_problem(self.where, found)
+        why = version_problem(found)
         if why is not None:
             raise SchemaChanged(why)
 
