@@ -19,6 +19,8 @@ this harness (upstream, clients, PostgreSQL cluster with fsync on) is this check
    into a schema the replica does not know), bare 500s, JSON 503s naming the versions,
    money left in the replica's lease after it stopped, and recorded vs billed once a
    successor (this tree, the conversion undone) has settled that lease.
+   ``schema_version_only``: the same with the version raised alone (a conversion that
+   changed nothing the old replica reads).
 """
 
 from __future__ import annotations
@@ -233,7 +235,14 @@ def no_usage(tree: Path, tmp: Path, policy: Path, llm: str, prices: Path, world)
 
 
 def schema(
-    tree: Path, tmp: Path, policy: Path, pg: PostgresCluster, world, llm: str, prices: Path
+    tree: Path,
+    tmp: Path,
+    policy: Path,
+    pg: PostgresCluster,
+    world,
+    llm: str,
+    prices: Path,
+    counter: bool = True,
 ) -> dict:
     import psycopg
 
@@ -248,9 +257,11 @@ def schema(
             time.sleep(3.0)
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("UPDATE ccpo_meta SET value = '99' WHERE key = 'schema_version'")
-                row = conn.execute("SELECT counters FROM ccpo_state WHERE id = 1").fetchone()
-                c = {**json.loads(row[0]), "refunded_usd": 0.0}  # a newer version's counter
-                conn.execute("UPDATE ccpo_state SET counters = %s WHERE id = 1", (json.dumps(c),))
+                if counter:  # a newer version's counter in the state row
+                    row = conn.execute("SELECT counters FROM ccpo_state WHERE id = 1").fetchone()
+                    c = {**json.loads(row[0]), "refunded_usd": 0.0}
+                    sql = "UPDATE ccpo_state SET counters = %s WHERE id = 1"
+                    conn.execute(sql, (json.dumps(c),))
             converted.append(time.monotonic())
 
         side = threading.Thread(target=convert)
@@ -304,7 +315,8 @@ def schema(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
-    ap.add_argument("--only", choices=["flood", "no_usage", "schema"], action="append")
+    names = ["flood", "no_usage", "schema", "schema_version_only"]
+    ap.add_argument("--only", choices=names, action="append")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-audit-"))
@@ -315,7 +327,7 @@ def main() -> None:
     bare = ScriptedServer(
         rules=rules, fallback=base, latency=0.05, usage=False, prompt_tokens=digit_tokens
     ).start()
-    only = set(args.only or ["flood", "no_usage", "schema"])
+    only = set(args.only or names)
     out: dict = {"tree": str(args.tree)}
     try:
         with PostgresCluster(fsync=True) as pg:
@@ -328,6 +340,11 @@ def main() -> None:
             if "schema" in only:
                 out["schema"] = schema(args.tree, tmp, policy, pg, plain, plain.url, prices)
                 print("schema", out["schema"], flush=True)
+            if "schema_version_only" in only:
+                out["schema_version_only"] = schema(
+                    args.tree, tmp, policy, pg, plain, plain.url, prices, counter=False
+                )
+                print("schema_version_only", out["schema_version_only"], flush=True)
     finally:
         plain.stop()
         bare.stop()
