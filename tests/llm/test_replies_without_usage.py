@@ -16,7 +16,7 @@ from ccpo.llm.client import BudgetExceeded, ChatRequest, Endpoint, LLMClient, Re
 from ccpo.llm.spend import worst_case_tokens
 from ccpo.llm.wire import _parse_completion
 from ccpo.testing.scripted_server import ScriptedServer
-from ccpo.traces.prices import load_prices
+from ccpo.traces.prices import load_prices, write_price_file
 
 FAST = RetryPolicy(max_retries=2, backoff_base=0.005, backoff_max=0.05, timeout=5)
 _DIGIT_TOKENS = re.compile(r"\d|[^\d\s]+|\s+")
@@ -28,12 +28,9 @@ def digit_tokens(text: str) -> int:
 
 
 def _prices(tmp_path: Path):
-    p = tmp_path / "p.json"
-    p.write_text(
-        '{"as_of": "x", "source": "t", "models": {"m": '
-        '{"input_usd_per_mtok": 1000, "output_usd_per_mtok": 4000}}}'
-    )
-    return load_prices(p)
+    """$1,000 / $4,000 per million input / output tokens of model ``m``."""
+    write_price_file(tmp_path / "p.json", {"m": (1000.0, 4000.0)}, "test")
+    return load_prices(tmp_path / "p.json")
 
 
 def test_a_reply_without_usage_counts_its_worst_case() -> None:
