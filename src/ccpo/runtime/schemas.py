@@ -2,9 +2,10 @@
 chat-completion models, and :class:`ApiError`, the error a handler raises. Pydantic only:
 importable without the ``serve`` extra (the app is :mod:`ccpo.runtime.server`).
 
-Every request model is a :class:`Storable`: no string anywhere in a request may hold what a
-state database refuses (a NUL character, a lone surrogate), so such a request is a 422
-naming the field before anything is written (docs/deploy.md, "Errors")."""
+The requests (:class:`AnswerRequest`, :class:`FeedbackRequest`, :class:`ChatCompletionRequest`)
+are :class:`Storable`: no string anywhere in one may hold what a state database refuses (a NUL
+character, a lone surrogate), so such a request is a 422 naming the field before anything is
+written (docs/deploy.md, "When the database falters")."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.state.db import unstorable
@@ -27,58 +29,57 @@ CHAT_MODEL = "ccpo"
 """The model name of the OpenAI-compatible endpoint."""
 
 
-def _first_unstorable(value: Any, where: str = "") -> str | None:
-    """Where in ``value`` (a field's value: text, or lists and dicts of them) the first text
-    a state database cannot store is, and why; None when there is none."""
-    if isinstance(value, str):
-        why = unstorable(value)
-        return None if why is None else f"{where}{': ' if where else ''}{why}"
-    items: Any = ()
-    if isinstance(value, dict):
-        items = ((str(k), v) for k, v in value.items())
-    elif isinstance(value, list | tuple):
-        items = enumerate(value)
+def _refused(text: str) -> bool:
+    """``text`` holds what a database refuses (:func:`unstorable`; ASCII without NUL at once)."""
+    return "\x00" in text or (not text.isascii() and unstorable(text) is not None)
+
+
+def _path_to_unstorable(value: Any) -> tuple[tuple[Any, ...], str] | None:
+    """The path in ``value`` (JSON: text, dicts, lists) to the first text a database refuses
+    (for a key: the path to its dict, then the key), and that text; None when there is none."""
+    kind = type(value)
+    if kind is str:
+        return ((), value) if _refused(value) else None
+    items: Any = value.items() if kind is dict else enumerate(value) if kind is list else ()
     for k, v in items:
-        if isinstance(k, str) and unstorable(k):
-            return f"{where}{'.' if where else ''}{k!r}: a key {unstorable(k)}"
-        found = _first_unstorable(v, f"{where}{'.' if where else ''}{k}")
+        if type(k) is str and _refused(k):
+            return (k,), k
+        found = _path_to_unstorable(v)
         if found is not None:
-            return found
+            return (k, *found[0]), found[1]
     return None
 
 
+def _first_unstorable(value: Any) -> str | None:
+    """Where in ``value`` the first text a database cannot store is, and why (None: none)."""
+    found = _path_to_unstorable(value)
+    if found is None:
+        return None
+    where, why = ".".join(str(k) for k in found[0]), unstorable(found[1])
+    return f"{where}: {why}" if where else why
+
+
+UNSTORABLE = "unstorable"  # the error type of text a database refuses (its message has the path)
+
+
 class Storable(BaseModel):
-    """A request model whose every string (its fields', nested lists' and dicts', extra
-    fields') can be stored by either state database: else a validation error at the field
-    (the server's 422 names it)."""
+    """A request model whose every string, at any depth of the request as sent (fields,
+    nested objects and lists, extra fields, keys), can be stored by either state database:
+    else one validation error of type :data:`UNSTORABLE` whose message names the path
+    (``messages.0.content: it contains a NUL character``). Checked once, on the raw input,
+    before any field is parsed (a lone surrogate would otherwise fail as "not a string")."""
 
-    @field_validator("*", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _storable_text(cls, v: Any) -> Any:
-        # text before it is parsed as a string (a lone surrogate would fail as "not a string")
-        why = _first_unstorable(v) if isinstance(v, str) else None
+    def _storable(cls, data: Any) -> Any:
+        why = _first_unstorable(data) if isinstance(data, dict) else None
         if why is not None:
-            raise ValueError(why)
-        return v
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _storable(cls, v: Any) -> Any:
-        why = None if isinstance(v, BaseModel | str) else _first_unstorable(v)
-        if why is not None:
-            raise ValueError(why)
-        return v
-
-    @model_validator(mode="after")
-    def _storable_extra(self) -> Storable:
-        why = _first_unstorable(self.model_extra or {})
-        if why is not None:
-            raise ValueError(why)
-        return self
+            raise PydanticCustomError(UNSTORABLE, "{why}", {"why": why})
+        return data
 
 
 # ----------------------------------------------------------------------------- native
-class ContextParagraph(Storable):
+class ContextParagraph(BaseModel):
     """One paragraph for the offline search tool (hotpotqa)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -238,7 +239,7 @@ class ApiError(Exception):
 
 
 # ----------------------------------------------------------------------------- OpenAI-compatible
-class ChatMessage(Storable):
+class ChatMessage(BaseModel):
     """One chat message: text content, or a list of text parts ({"type": "text", "text":
     "..."}); any other part (an image, audio, a part without text) is refused."""
 
@@ -266,7 +267,7 @@ class ChatMessage(Storable):
         return self.content or ""
 
 
-class CcpoOptions(Storable):
+class CcpoOptions(BaseModel):
     """The native request fields, passed as ``extra_body={"ccpo": {...}}``."""
 
     model_config = ConfigDict(extra="forbid")
@@ -332,7 +333,9 @@ class ChatCompletionRequest(Storable):
             first = e.errors()[0]
             loc = ".".join(str(x) for x in first.get("loc", ())) or "body"
             msg = str(first["msg"]).removeprefix("Value error, ")
-            raise ApiError(422, "invalid_request", f"{loc}: {msg}") from None
+            if first["type"] != UNSTORABLE:  # (its message has the path already)
+                msg = f"{loc}: {msg}"
+            raise ApiError(422, "invalid_request", msg) from None
 
 
 class ChatChoice(BaseModel):

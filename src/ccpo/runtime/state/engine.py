@@ -295,13 +295,22 @@ class CommitEngine:
                     done = self._transact(ops, records, delta, writes, beat)
             except BaseException as e:
                 self._give_back(delta, dirty)  # written by none: to the next transaction
-                if isinstance(e, Exception) and not isinstance(e, SchemaChanged):
+                if self._may_be_schema(e):
                     self._version_moved()  # a newer ccpo's tables: say that instead
                 raise
             finally:
                 self._busy_since = None
             results = self._committed(done, writes)
         self._hand_out(ops, results)
+
+    def _may_be_schema(self, e: BaseException) -> bool:
+        """A failed transaction's error may come from tables another version changed: worth a
+        read of the version (not when PostgreSQL's connection failed: that read would wait
+        for the pool; SQLite's errors of either kind are all ``OperationalError``, and its
+        read costs nothing)."""
+        if not isinstance(e, Exception) or isinstance(e, SchemaChanged):
+            return False
+        return self.db.kind == "sqlite" or not database_away(e)
 
     def _run_here(self, op: _Op) -> tuple[bool, Any] | None:
         """Run ``op`` in a transaction of its own on the calling thread, an event loop with
