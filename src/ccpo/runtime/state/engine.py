@@ -498,14 +498,11 @@ class CommitEngine:
             if records:
                 rows = answer_rows(self.replica, records)
                 steps.append((insert_sql(now, len(rows)), [x for r in rows for x in r], len(ids)))
-            steps.append(
-                (
-                    "UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1 AND tracker = ? "
-                    f"AND counters = ? AND {VERSION_SQL} = ?",
-                    (*texts, *old, str(SCHEMA_VERSION)),
-                    1,
-                )
-            )  # fmt: skip  (another version: Moved, and the transaction redone refuses it)
+            # (tables of another version: Moved, and the transaction redone refuses it)
+            steps.append((
+                "UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1 AND tracker = ? "
+                f"AND counters = ? AND {VERSION_SQL} = ?", (*texts, *old, str(SCHEMA_VERSION)), 1,
+            ))  # fmt: skip
             steps.append((
                 f"UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, expires = {now} + ?,"
                 f" idle = ?, waiting = ? WHERE replica = ? AND expires >= {now} AND "

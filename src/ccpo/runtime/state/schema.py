@@ -72,11 +72,16 @@ def version_problem(found: Any) -> str | None:
     """Why a replica may not write to tables of schema version ``found`` (None: it may)."""
     if str(found) == str(SCHEMA_VERSION):
         return None
-    than = "newer than" if str(found).isdigit() and int(found) > SCHEMA_VERSION else "not"
+    if str(found).isdigit() and int(found) > SCHEMA_VERSION:
+        return (
+            f"its tables have schema version {found}, newer than this replica's "
+            f"({SCHEMA_VERSION}): a newer ccpo converted them while this one serves; this "
+            "replica writes nothing more: stop it and start the newer ccpo in its place "
+            '(docs/deploy.md, "Upgrading")'
+        )
     return (
-        f"its tables have schema version {found}, {than} this replica's ({SCHEMA_VERSION}): "
-        "a newer ccpo converted them while this one serves; this replica writes nothing more: "
-        'stop it and start the newer ccpo in its place (docs/deploy.md, "Upgrading")'
+        f"its tables have schema version {found}, not this replica's ({SCHEMA_VERSION}); "
+        "this replica writes nothing more: restart it (it converts older tables as it starts)"
     )
 
 
