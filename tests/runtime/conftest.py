@@ -20,6 +20,8 @@ SERVE_MODULES = (
     "test_openai_compat",
     "test_rails",
     "test_cli",
+    "test_text_a_database_refuses",
+    "test_schema_version_at_every_write",
 )
 _SERVES = ("make_service", "start_serve", "state_at")
 

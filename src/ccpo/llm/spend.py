@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ccpo.errors import CCPOError
-from ccpo.llm.wire import ChatRequest
+from ccpo.llm.wire import ChatRequest, prompt_token_bound
 
 
 class BudgetExceeded(CCPOError):
@@ -232,7 +232,7 @@ _envelope: contextvars.ContextVar[Envelope | None] = contextvars.ContextVar(
 
 def worst_case_tokens(request: ChatRequest) -> tuple[int, int]:
     """An upper bound of a request's (input, output) tokens: a token of a byte-level BPE
-    tokenizer covers at least one byte, plus a chat template's few tokens per message; the
-    output is capped by ``max_tokens``."""
-    n_in = sum(len(m["content"].encode("utf-8")) + 8 for m in request.messages) + 16
-    return n_in, int(request.max_tokens)
+    tokenizer covers at least one byte, plus a chat template's few tokens per message
+    (:func:`~ccpo.llm.wire.prompt_token_bound`); the output is capped by ``max_tokens``. A
+    reply without usage is charged this (:func:`~ccpo.llm.wire._parse_completion`)."""
+    return prompt_token_bound(request.messages), int(request.max_tokens)

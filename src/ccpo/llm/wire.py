@@ -4,8 +4,9 @@
   (:meth:`Endpoint.resolve_key`: the OpenAI key is never sent to another host unless named).
 - :class:`ChatRequest` (everything that goes into the cache key), written as the OpenAI API
   takes it by :func:`_request_body`; :class:`ChatResult` and :class:`TokenLogprob`, read from
-  a reply by :func:`_parse_completion` (:class:`_Malformed` for anything unusable; the usage is
-  estimated as characters/4, and flagged, only when the endpoint does not report it).
+  a reply by :func:`_parse_completion` (:class:`_Malformed` for anything unusable; usage the
+  endpoint does not report counts at its worst case, :func:`prompt_token_bound` and
+  ``max_tokens``, and is flagged ``usage_estimated``).
 - JSON is written and read by ``orjson`` when it is installed (the ``serve`` extra), else by
   the standard library (:func:`reply_json`), with the same values either way.
 - URLs: :func:`chat_url`, :func:`redact_url` (a password shown as ``***``),
@@ -179,7 +180,7 @@ class ChatResult:
     output_tokens: int
     logprobs: list[TokenLogprob] | None = None
     finish_reason: str | None = None
-    usage_estimated: bool = False
+    usage_estimated: bool = False  # not reported: the tokens are the request's worst case
     cached: bool = False
     cost_usd: float = 0.0
     #: a replay endpoint's recorded parse of this reply (``ccpo_replay``: answer, verdict,
@@ -309,6 +310,12 @@ def reply_json(raw: bytes) -> Any:
     return json.loads(raw)
 
 
+def prompt_token_bound(messages: list[dict[str, Any]]) -> int:
+    """An upper bound of a prompt's tokens: a token of a byte-level BPE tokenizer covers at
+    least one byte, plus a chat template's few tokens per message (8) and per request (16)."""
+    return sum(len(m["content"].encode("utf-8")) + 8 for m in messages) + 16
+
+
 def _parse_completion(resp: Any, request: ChatRequest) -> ChatResult:
     """Turn a chat-completion response body (JSON as dicts) into a ChatResult; raise
     ``_Malformed`` for anything unusable."""
@@ -325,11 +332,11 @@ def _parse_completion(resp: Any, request: ChatRequest) -> ChatResult:
         lps = _token_logprobs(content)
     usage = _get(resp, "usage")
     n_in, n_out = _get(usage, "prompt_tokens"), _get(usage, "completion_tokens")
-    estimated = False
-    if not isinstance(n_in, int) or not isinstance(n_out, int):
-        estimated = True
-        n_in = max(1, sum(len(m["content"]) for m in request.messages) // 4)
-        n_out = max(1, len(text) // 4) if text else 0
+    estimated = not isinstance(n_in, int) or not isinstance(n_out, int)
+    if not isinstance(n_in, int):  # what is not reported counts at its worst case: the most
+        n_in = prompt_token_bound(request.messages)  # the endpoint could have billed
+    if not isinstance(n_out, int):
+        n_out = int(request.max_tokens)
     recorded = _get(resp, "ccpo_replay")
     return ChatResult(
         text=text,

@@ -1,6 +1,11 @@
 """The wire models of ``ccpo serve`` (requests, responses, errors), its OpenAI-compatible
 chat-completion models, and :class:`ApiError`, the error a handler raises. Pydantic only:
-importable without the ``serve`` extra (the app is :mod:`ccpo.runtime.server`)."""
+importable without the ``serve`` extra (the app is :mod:`ccpo.runtime.server`).
+
+The requests (:class:`AnswerRequest`, :class:`FeedbackRequest`, :class:`ChatCompletionRequest`)
+are :class:`Storable`: no string anywhere in one may hold what a state database refuses (a NUL
+character, a lone surrogate), so such a request is a 422 naming the field before anything is
+written (docs/deploy.md, "When the database falters")."""
 
 from __future__ import annotations
 
@@ -15,11 +20,62 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from ccpo.runtime.answer_set import AnswerSet
+from ccpo.runtime.state.db import unstorable
 
 CHAT_MODEL = "ccpo"
 """The model name of the OpenAI-compatible endpoint."""
+
+
+def _refused(text: str) -> bool:
+    """``text`` holds what a database refuses (:func:`unstorable`; ASCII without NUL at once)."""
+    return "\x00" in text or (not text.isascii() and unstorable(text) is not None)
+
+
+def _path_to_unstorable(value: Any) -> tuple[tuple[Any, ...], str] | None:
+    """The path in ``value`` (JSON: text, dicts, lists) to the first text a database refuses
+    (for a key: the path to its dict, then the key), and that text; None when there is none."""
+    kind = type(value)
+    if kind is str:
+        return ((), value) if _refused(value) else None
+    items: Any = value.items() if kind is dict else enumerate(value) if kind is list else ()
+    for k, v in items:
+        if type(k) is str and _refused(k):
+            return (k,), k
+        found = _path_to_unstorable(v)
+        if found is not None:
+            return (k, *found[0]), found[1]
+    return None
+
+
+def _first_unstorable(value: Any) -> str | None:
+    """Where in ``value`` the first text a database cannot store is, and why (None: none)."""
+    found = _path_to_unstorable(value)
+    if found is None:
+        return None
+    where, why = ".".join(str(k) for k in found[0]), unstorable(found[1])
+    return f"{where}: {why}" if where else why
+
+
+UNSTORABLE = "unstorable"  # the error type of text a database refuses (its message has the path)
+
+
+class Storable(BaseModel):
+    """A request model whose every string, at any depth of the request as sent (fields,
+    nested objects and lists, extra fields, keys), can be stored by either state database:
+    else one validation error of type :data:`UNSTORABLE` whose message names the path
+    (``messages.0.content: it contains a NUL character``). Checked once, on the raw input,
+    before any field is parsed (a lone surrogate would otherwise fail as "not a string")."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        why = _first_unstorable(data) if isinstance(data, dict) else None
+        if why is not None:
+            raise PydanticCustomError(UNSTORABLE, "{why}", {"why": why})
+        return data
 
 
 # ----------------------------------------------------------------------------- native
@@ -31,7 +87,7 @@ class ContextParagraph(BaseModel):
     text: str
 
 
-class AnswerRequest(BaseModel):
+class AnswerRequest(Storable):
     """A question to answer."""
 
     model_config = ConfigDict(extra="forbid")
@@ -58,7 +114,7 @@ class AnswerRequest(BaseModel):
         return v
 
 
-class FeedbackRequest(BaseModel):
+class FeedbackRequest(Storable):
     """The truth about a served question: its correct answer, that none of the returned
     answers was right, or that it was unanswerable (no model of the ladder could have
     answered it: counted as covered, as calibration counts such a question)."""
@@ -234,7 +290,7 @@ UNSUPPORTED_CHAT_FIELDS: dict[str, tuple[tuple[Any, ...], str]] = {
 }
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(Storable):
     """An OpenAI chat-completion request. Sampling fields (temperature, top_p, max_tokens,
     ...) are accepted and ignored (the policy decides); fields that would change what the
     reply is (n > 1, tools, tool_choice, functions, function_call, logprobs, top_logprobs,
@@ -276,7 +332,10 @@ class ChatCompletionRequest(BaseModel):
         except ValidationError as e:
             first = e.errors()[0]
             loc = ".".join(str(x) for x in first.get("loc", ())) or "body"
-            raise ApiError(422, "invalid_request", f"{loc}: {first['msg']}") from None
+            msg = str(first["msg"]).removeprefix("Value error, ")
+            if first["type"] != UNSTORABLE:  # (its message has the path already)
+                msg = f"{loc}: {msg}"
+            raise ApiError(422, "invalid_request", msg) from None
 
 
 class ChatChoice(BaseModel):

@@ -77,6 +77,7 @@ from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.http.connections import connection_limits, guarded_protocol
 from ccpo.runtime.rails import Guard, error_response
 from ccpo.runtime.schemas import (
+    UNSTORABLE,
     AnswerRequest,
     ApiError,
     ChatCompletion,
@@ -237,7 +238,7 @@ def create_app(service: Service | None = None) -> FastAPI:
             msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
             if err.get("type") == "json_invalid":
                 loc, msg = "body", "not valid JSON"
-            parts.append(f"{loc}: {msg}")
+            parts.append(msg if err.get("type") == UNSTORABLE else f"{loc}: {msg}")  # (has it)
         s = holder["service"]
         if s is not None:
             s.store.count_rejected()

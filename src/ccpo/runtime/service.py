@@ -34,7 +34,6 @@ from ccpo.runtime.state import (
     StateStore,
     StateUnavailable,
     StoreLedger,
-    unstorable,
 )
 
 log = logging.getLogger("ccpo.serve")
@@ -181,20 +180,8 @@ class Service:
             if not self._active:
                 self._idle.set()
 
-    def _unstorable(self, req: AnswerRequest) -> None:
-        """Text the state database cannot store is refused before any LLM call (422)."""
-        texts = [("question", req.question)]
-        for i, p in enumerate(req.context or []):
-            texts += [
-                (f"context.{i}.{k}", v) for k, v in p.model_dump().items() if isinstance(v, str)
-            ]
-        for where, text in texts:
-            why = unstorable(text)
-            if why:
-                raise self._reject(422, "invalid_request", f"{where}: {why}")
-
     async def _answer_once(self, req: AnswerRequest) -> Answered:
-        self._unstorable(req)
+        # (text a database refuses was refused by the request's model: schemas.Storable)
         if len(req.question) > self.cfg.max_question_chars:
             raise self._reject(
                 422,

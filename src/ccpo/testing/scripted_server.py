@@ -79,6 +79,9 @@ class ScriptedServer:
       [-1.5, -0.01] from a hash of the token).
     - **Auth**: with ``api_key`` set, requests without ``Authorization: Bearer <api_key>`` get
       401.
+    - **Usage**: ``usage=False`` leaves ``usage`` out of every reply (the bill is kept all the
+      same); ``prompt_tokens(text)`` is how many tokens the server bills for a prompt's text
+      (default: its pseudo-tokens, a word with its leading white space).
     - **Counters**: ``n_requests`` (every request received), ``n_completions`` (successful
       replies), ``n_failures``, and ``requests`` (the parsed JSON bodies, in arrival order).
     """
@@ -97,6 +100,8 @@ class ScriptedServer:
     match_last: bool = False
     api_key: str | None = None
     token_logprob: Callable[[str], float] = default_token_logprob
+    usage: bool = True
+    prompt_tokens: Callable[[str], int] | None = None
     n_requests: int = 0
     n_completions: int = 0
     n_failures: int = 0
@@ -281,7 +286,8 @@ class ScriptedServer:
                     )
                 content.append({"token": t, "logprob": lp, "bytes": None, "top_logprobs": top})
             choice["logprobs"] = {"content": content}
-        n_in = len(tokenize(prompt_text(req)))
+        prompt = prompt_text(req)
+        n_in = self.prompt_tokens(prompt) if self.prompt_tokens else len(tokenize(prompt))
         body = {
             "id": f"chatcmpl-{self.n_requests}",
             "object": "chat.completion",
@@ -294,6 +300,8 @@ class ScriptedServer:
                 "total_tokens": n_in + len(toks),
             },
         }
+        if not self.usage:
+            del body["usage"]
         with self._lock:
             self.n_completions += 1
             b = self.billed.setdefault(str(req.get("model", "scripted")), [0, 0])

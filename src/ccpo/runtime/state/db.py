@@ -6,8 +6,10 @@
   none), a checkpoint, and the SQL spellings that differ (``lock``, ``now``); :class:`Tx`: one
   open transaction (SQL written once, with ``?`` placeholders); :class:`Step`: one guarded
   statement of a write sent whole;
-- the errors: :class:`DuplicateKey`, :class:`StateUnavailable` (public), :class:`Moved` and
-  :class:`Busy` (a write sent whole that found the rows changed, or the lock held);
+- the errors: :class:`DuplicateKey`, :class:`StateUnavailable`, :class:`OperationRefused`
+  (public), :class:`Moved` and :class:`Busy` (a write sent whole that found the rows
+  changed, or the lock held); :func:`database_away`: an error that is the database's, not
+  one operation's;
 - where a state may live: :func:`is_database_url`, :func:`safe_url` (printable, never a
   password), :func:`location_problem`; what may be stored: :func:`unstorable`.
 """
@@ -15,6 +17,8 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
+import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -41,6 +45,20 @@ class Busy(Exception):
 class StateUnavailable(CCPOError):
     """The state database did not answer within the deadline, or failed: nothing was done
     (``ccpo serve`` answers a JSON 503 ``state_unavailable``)."""
+
+
+class OperationRefused(CCPOError):
+    """The database refused one operation (a statement of its own failed): nothing of it was
+    done; the other operations of its transaction were redone without it and committed."""
+
+
+def database_away(e: BaseException) -> bool:
+    """``e`` says the database is away or busy (a connection lost, a lock, a time-out), not
+    that one operation's statement is wrong: its transaction fails as a whole, retried."""
+    if isinstance(e, sqlite3.OperationalError):
+        return True
+    psycopg = sys.modules.get("psycopg")  # (loaded when a PostgreSQL state is open)
+    return psycopg is not None and isinstance(e, psycopg.OperationalError | psycopg.InterfaceError)
 
 
 def unstorable(text: str) -> str | None:

@@ -11,7 +11,9 @@ caller (a thread, or an event loop once per transaction).
   sent whole from the rows as this replica left them (``_write_whole``);
 - ``_run_here``: a lone question's write committed on the event loop itself when that cannot
   wait (SQLite), checkpointed by the writer every ``_CHECKPOINT_EVERY`` commits;
-- ``_lazy``: have pending settlements written within ``FLUSH_S`` without waking the writer.
+- ``_lazy``: have pending settlements written within ``FLUSH_S`` without waking the writer;
+- an operation whose own statement the database refuses fails alone (:class:`OperationRefused`):
+  its transaction is redone without it, so the others of its batch commit.
 
 Vocabulary (sent whole, committed here, group commit) and the contract: docs/glossary.md.
 """
@@ -31,9 +33,17 @@ from typing import Any, TypeVar
 from ccpo.errors import CCPOError
 from ccpo.runtime.state.answers import _WHOLE_MAX, answer_rows, insert_answers, insert_sql
 from ccpo.runtime.state.batch import Batch, Lease, _Delta, _less, _never, _Op, _Record, _Redo
-from ccpo.runtime.state.db import Backend, Busy, Moved, StateUnavailable, Step
+from ccpo.runtime.state.db import (
+    Backend,
+    Busy,
+    Moved,
+    OperationRefused,
+    StateUnavailable,
+    Step,
+    database_away,
+)
 from ccpo.runtime.state.money import _LEASES
-from ccpo.runtime.state.schema import state_texts
+from ccpo.runtime.state.schema import SCHEMA_VERSION, VERSION_SQL, SchemaChanged, state_texts
 
 log = logging.getLogger("ccpo.serve")
 
@@ -41,6 +51,15 @@ FLUSH_S = 1.0  # a settlement waits at most this long for a transaction to ride 
 _CHECKPOINT_EVERY = 256  # commits on the caller's thread between two checkpoints by the writer
 
 T = TypeVar("T")
+
+
+class _Refused(Exception):
+    """An operation's own statement failed in the database (not the database itself): its
+    transaction is undone and redone without it."""
+
+    def __init__(self, op: _Op, error: Exception) -> None:
+        self.op, self.error = op, error
+        super().__init__(str(error))
 
 
 def _deliver(ops: list[tuple[_Op, bool, Any]]) -> None:
@@ -69,7 +88,7 @@ class CommitEngine:
     """The writer of :class:`~ccpo.runtime.state.store.StateStore`: its queue, its thread,
     its transactions and what this replica knows of the rows after each commit. Inside a
     transaction it calls the store's other parts (``_parse``, ``_leases``, ``_apply``,
-    ``_top_up``, ``_trim``)."""
+    ``_top_up``, ``_trim``, ``_check_version``)."""
 
     db: Backend
     where: str
@@ -227,7 +246,8 @@ class CommitEngine:
                     log.warning("state database %s unavailable: %s", self.where, why)
                 self._down = why
                 backoff = time.monotonic() + 0.5
-                err = StateUnavailable(f"the state database {self.where} failed: {why}")
+                how = "is unavailable" if isinstance(e, SchemaChanged) else "failed"
+                err = StateUnavailable(f"the state database {self.where} {how}: {why}")
                 self._hand_out(ops, [(False, err)] * len(ops))
                 continue
             if self._down is not None:
@@ -246,7 +266,26 @@ class CommitEngine:
         """One transaction for ``ops`` (and the pending settlements and counts); each op's
         result (or its own :class:`CCPOError`) is handed out after the commit: sent whole
         when it can be (:meth:`_write_whole`), else read, computed and written
-        (:meth:`_transact`)."""
+        (:meth:`_transact`). An op whose own statement the database refuses is taken out
+        and the transaction redone without it; it gets :class:`OperationRefused`."""
+        refused: list[tuple[_Op, tuple[bool, Any]]] = []
+        while True:
+            try:
+                self._run_batch_once(ops, beat)
+                break
+            except _Refused as r:
+                why = (str(r.error).strip().splitlines() or [type(r.error).__name__])[0]
+                log.warning(
+                    "state %s: an operation was refused (%s); the others redone", self.where, why
+                )
+                ops = [op for op in ops if op is not r.op]
+                err = OperationRefused(f"the state database {self.where} refused it: {why}")
+                refused.append((r.op, (False, err)))
+        if refused:
+            self._hand_out([op for op, _ in refused], [res for _, res in refused])
+
+    def _run_batch_once(self, ops: list[_Op], beat: bool) -> None:
+        """:meth:`_run_batch`'s one transaction; :class:`_Refused` undoes it."""
         with self._batch:
             delta, dirty = self._take_pending()
             writes = beat or dirty or bool(delta) or any(not op.read for op in ops)
@@ -258,13 +297,24 @@ class CommitEngine:
                     done = self._write_whole(ops, records, delta)
                 if done is None:
                     done = self._transact(ops, records, delta, writes, beat)
-            except BaseException:
+            except BaseException as e:
                 self._give_back(delta, dirty)  # written by none: to the next transaction
+                if self._may_be_schema(e):
+                    self._version_moved()  # a newer ccpo's tables: say that instead
                 raise
             finally:
                 self._busy_since = None
             results = self._committed(done, writes)
         self._hand_out(ops, results)
+
+    def _may_be_schema(self, e: BaseException) -> bool:
+        """A failed transaction's error may come from tables another version changed: worth a
+        read of the version (not when PostgreSQL's connection failed: that read would wait
+        for the pool; SQLite's errors of either kind are all ``OperationalError``, and its
+        read costs nothing)."""
+        if not isinstance(e, Exception) or isinstance(e, SchemaChanged):
+            return False
+        return self.db.kind == "sqlite" or not database_away(e)
 
     def _run_here(self, op: _Op) -> tuple[bool, Any] | None:
         """Run ``op`` in a transaction of its own on the calling thread, an event loop with
@@ -363,11 +413,14 @@ class CommitEngine:
             inserts = insert_answers(tx, self.db.now, self.replica, records)
             lock = self.db.lock if writes else ""
             state = tx.send(
-                f"SELECT tracker, counters, {self.db.now} FROM ccpo_state WHERE id = 1{lock}"
+                f"SELECT tracker, counters, {self.db.now}, {VERSION_SQL} FROM ccpo_state "
+                f"WHERE id = 1{lock}"
             )
             leases = tx.send(_LEASES)  # (a read too: whether a neighbour holds money)
             went_in = {r[0] for rows in inserts for r in rows.fetchall()}
             row = state.fetchone()
+            if row is not None:  # another version: nothing of this is committed
+                self._check_version(row[3])
             tracker, c = self._parse(row)
             assert row is not None
             texts = (row[0], row[1])
@@ -451,9 +504,10 @@ class CommitEngine:
             if records:
                 rows = answer_rows(self.replica, records)
                 steps.append((insert_sql(now, len(rows)), [x for r in rows for x in r], len(ids)))
+            # (tables of another version: Moved, and the transaction redone refuses it)
             steps.append((
                 "UPDATE ccpo_state SET tracker = ?, counters = ? WHERE id = 1 AND tracker = ? "
-                "AND counters = ?", (*texts, *old), 1,
+                f"AND counters = ? AND {VERSION_SQL} = ?", (*texts, *old, str(SCHEMA_VERSION)), 1,
             ))  # fmt: skip
             steps.append((
                 f"UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, expires = {now} + ?,"
@@ -487,6 +541,12 @@ class CommitEngine:
                 results.append((True, op.fn(b)))
             except CCPOError as e:  # this operation's own refusal (a duplicate id, ...)
                 results.append((False, e))
+            except _Redo:
+                raise  # (a batch computed ahead, to be redone the usual way)
+            except Exception as e:
+                if database_away(e):
+                    raise
+                raise _Refused(op, e) from e  # its own statement: redone without it
         return results
 
     def _hand_out(self, ops: list[_Op], results: list[tuple[bool, Any]]) -> None:

@@ -8,7 +8,10 @@ start, older versions converted in place (:class:`Schema`, a part of
   artifact's fingerprint is refused), convert v1 (the one-process SQLite format), v2 and v3
   (leases without ``idle`` / ``waiting``), v4 (without ``owner`` / ``proc``) in place;
 - :func:`tracker_json`, :func:`state_texts`, :meth:`Schema._parse`: the state row's columns
-  (κ's tracker and the counters, as JSON) written and read.
+  (κ's tracker and the counters, as JSON) written and read;
+- ``VERSION_SQL``, :meth:`Schema._check_version`, :class:`SchemaChanged`: every transaction
+  reads the version with the state row and refuses to write into another version (a newer
+  ccpo converted the tables while this replica serves: docs/deploy.md, "Upgrading").
 
 PostgreSQL replicas starting at once create the tables under an advisory lock.
 """
@@ -23,7 +26,7 @@ from typing import Any
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.runtime.feedback import Counters
-from ccpo.runtime.state.db import Backend, Tx
+from ccpo.runtime.state.db import Backend, StateUnavailable, Tx
 
 log = logging.getLogger("ccpo.serve")
 
@@ -31,6 +34,7 @@ SCHEMA_VERSION = 5  # 1: the one-process SQLite format (tables kv, answers); 2: 
 # 3: no leases.waiting; 4: leases without owner and proc (owned by host and pid)
 STATE_FORMAT = "ccpo.serve-state"
 WORST_KEY = "question_worst_usd"  # in ccpo_meta: the largest worst case a question held
+VERSION_SQL = "(SELECT value FROM ccpo_meta WHERE key = 'schema_version')"  # read in every tx
 _SCHEMA_LOCK = 0x63_63_70_6F  # PostgreSQL advisory lock id while creating tables ("ccpo")
 
 _DDL = (
@@ -66,6 +70,29 @@ def _migrate_owners(tx: Tx) -> None:
     expire, or when their replica id starts again)."""
     for col in ("owner", "proc"):
         tx.run(f"ALTER TABLE ccpo_leases ADD COLUMN {col} TEXT NOT NULL DEFAULT ''")
+
+
+class SchemaChanged(StateUnavailable):
+    """The tables have another schema version than this replica's (a newer ccpo converted
+    them): it writes nothing more, and says so (``ccpo serve`` answers a JSON 503
+    ``state_unavailable`` naming both versions; ``/healthz`` is degraded)."""
+
+
+def version_problem(found: Any) -> str | None:
+    """Why a replica may not write to tables of schema version ``found`` (None: it may)."""
+    if str(found) == str(SCHEMA_VERSION):
+        return None
+    if str(found).isdigit() and int(found) > SCHEMA_VERSION:
+        return (
+            f"its tables have schema version {found}, newer than this replica's "
+            f"({SCHEMA_VERSION}): a newer ccpo converted them while this one serves; this "
+            "replica writes nothing more: stop it and start the newer ccpo in its place "
+            '(docs/deploy.md, "Upgrading")'
+        )
+    return (
+        f"its tables have schema version {found}, not this replica's ({SCHEMA_VERSION}); "
+        "this replica writes nothing more: restart it (it converts older tables as it starts)"
+    )
 
 
 class Schema:
@@ -170,6 +197,25 @@ class Schema:
         tx.run("DROP TABLE kv")
         log.warning("%s: converted from the one-process state format (v1)", self.where)
         return meta
+
+    def _check_version(self, found: Any) -> None:
+        """:class:`SchemaChanged` unless ``found`` (the version a transaction read) is this
+        replica's."""
+        why = version_problem(found)
+        if why is not None:
+            raise SchemaChanged(why)
+
+    def _version_moved(self) -> None:
+        """After a transaction failed: :class:`SchemaChanged` if the tables have another
+        version now (a newer ccpo may have changed what the statement used); else nothing
+        (the failure is reported as it was)."""
+        try:
+            with self.db.read() as tx:
+                row = tx.one(f"SELECT {VERSION_SQL}")
+        except Exception:  # the database is away: the failure says so itself
+            return
+        if row is not None:
+            self._check_version(row[0])
 
     def _parse(self, row: tuple[Any, ...] | None) -> tuple[OnlineThreshold, Counters]:
         """κ's tracker and the counters of the state row (tracker, counters, ...)."""
