@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ccpo.llm.client import ChatRequest, ChatResult, Endpoint, LLMClient, TokenLogprob
 from ccpo.llm.prompts import (
     PastRound,
+    chat_messages,
     cot_messages,
     exit_messages,
     guide_messages,
@@ -32,6 +33,7 @@ from ccpo.llm.prompts import (
 )
 from ccpo.llm.tasks.search import ReActEnv, SearchBackend
 from ccpo.traces.answers import family_of
+from ccpo.traces.conversation import Conversation
 
 UNCERTAINTY_DEF = "1 - p(first verdict token); null without log-probs"
 LOGPROB_DEF = "mean/min token log-prob over the round's generated tokens; null without log-probs"
@@ -217,6 +219,40 @@ class CoTAgent:
             reasoning=r.text.strip(),
             calls=calls,
         )
+
+
+@dataclass
+class ChatAgent:
+    """The ``chat`` family's step: the conversation goes to the model unchanged (with the step's
+    own ``system`` prompt in front, if it has one) and its reply is the answer, verbatim: no
+    answer extraction, nothing stripped."""
+
+    max_tokens: int = 512
+    system: str | None = None
+
+    async def run(
+        self,
+        client: LLMClient,
+        endpoint: Endpoint,
+        question: str | Conversation,
+        history: list[PastRound],
+        temperature: float,
+        sample: int,
+        context_backend: SearchBackend | None = None,
+        step: dict[str, str] | None = None,
+    ) -> BaseOutput:
+        if history:
+            raise ValueError("a chat step answers the conversation alone (no earlier rounds)")
+        req = ChatRequest(
+            chat_messages(question, self.system),
+            temperature=temperature,
+            max_tokens=self.max_tokens,
+            step=step,
+        )
+        r = await client.chat(endpoint, req, sample=sample)
+        calls = Calls()
+        calls.add(r)
+        return recorded_base(r, "", calls) or BaseOutput(answer=r.text, reasoning="", calls=calls)
 
 
 _ACTION_IN_REPLY = re.compile(r"Action\s*\d*\s*:\s*(search|lookup|finish)\s*\[([^\]\n]*)\]?", re.I)
@@ -441,5 +477,5 @@ async def exit_decision(
     )
 
 
-BaseAgent = CoTAgent | ReActAgent
+BaseAgent = CoTAgent | ReActAgent | ChatAgent
 SearchFactory = Callable[[object], SearchBackend]

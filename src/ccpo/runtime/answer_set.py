@@ -120,3 +120,9 @@ class AnswerSet(BaseModel):
     kappa: float | None = Field(description="κ in force (null for a point policy: greedy π)")
     policy: str = Field(description="policy variant (ccpo, cpo-batch, ...)")
     latency_ms: float = Field(0.0, description="wall time of the whole request")
+    ttft_ms: float | None = Field(
+        None,
+        description="time to first token: from the question's arrival to the policy's choice "
+        "of its reply, the first moment any of it can be sent (null in answers stored by old "
+        "versions)",
+    )

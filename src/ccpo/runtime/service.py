@@ -19,6 +19,7 @@ from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.config import DeployConfig
 from ccpo.runtime.feedback import RECENT, Counters, FeedbackError, drift, online_kappa
+from ccpo.runtime.latency import Latency
 from ccpo.runtime.rails import RateLimiter, check_bearer, check_rate
 from ccpo.runtime.schemas import (
     AnswerRequest,
@@ -35,6 +36,7 @@ from ccpo.runtime.state import (
     StoreLedger,
     unstorable,
 )
+from ccpo.traces.conversation import conversation_of
 
 log = logging.getLogger("ccpo.serve")
 
@@ -121,6 +123,7 @@ class Service:
             reverse=True,
         )  # fmt: skip
         self.started = time.monotonic()
+        self.latency = Latency()  # this replica's, for /metrics
         self._short_since: int | None = None  # feedback count at the last drift warning
 
     def _limiter(self, per_minute: float | None, burst: int) -> RateLimiter | None:
@@ -201,6 +204,16 @@ class Service:
                 f"question: {len(req.question)} characters, more than the "
                 f"{self.cfg.max_question_chars} this server accepts",
             )
+        if req.messages is not None:
+            n = sum(len(m["content"]) for m in req.messages)
+            if n > self.cfg.max_conversation_chars:
+                raise self._reject(
+                    422,
+                    "invalid_request",
+                    f"messages: {n} characters in {len(req.messages)} messages, more than the "
+                    f"{self.cfg.max_conversation_chars} this server accepts "
+                    "(server.max_conversation_chars)",
+                )
         if req.id is None:
             return await self._answer(req)
         busy = self._answering.get(req.id)
@@ -258,8 +271,9 @@ class Service:
         if self.cfg.adapt_kappa:  # κ as feedback at any replica has moved it
             agent.kappa = (await self.store.arefresh())[0].kappa
         ctx = [p.model_dump() for p in req.context] if req.context else None
+        asked = conversation_of(req.messages) if req.messages is not None else req.question
         try:
-            s = await agent.aanswer(req.question, id=req.id, context=ctx, max_cost=req.max_cost_usd)
+            s = await agent.aanswer(asked, id=req.id, context=ctx, max_cost=req.max_cost_usd)
         except StateUnavailable:
             raise
         except RequestBudgetExceeded as e:
