@@ -110,7 +110,8 @@ class ReplayIndex:
         self.conversations: set[str] = set()
         for tr in traces:
             q = tr.question.strip()
-            if tr.messages is not None:  # a conversation is found by all of it, not its last turn
+            if tr.messages is not None and family_of(tr.task, tr.family) == "chat":
+                # a conversation is found by all of it, not by its last turn
                 q = _CONVERSATION + conversation_key(tr.messages)
                 self.conversations.add(q)
             self.duplicates += q in self.by_question

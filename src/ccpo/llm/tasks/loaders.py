@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ccpo.errors import CCPOError
+from ccpo.traces.answers import family_of
 from ccpo.traces.conversation import Conversation, ConversationError, conversation_of
 
 TASKS = ("mmlu", "hotpotqa", "jsonl")
@@ -78,11 +79,13 @@ def default_data_path(task: str) -> Path:
 
 
 def load_questions(
-    task: str, path: str | Path | None = None, need_gold: bool = True
+    task: str, path: str | Path | None = None, need_gold: bool = True, family: str | None = None
 ) -> list[Question]:
     """Load a task's questions from ``path`` (or the bundled subset). A task name that is not
     built in (``medqa``, ...) reads ``path`` as JSONL questions of that task; with
-    ``need_gold=False`` (labels from a reference model) their ``gold`` may be absent."""
+    ``need_gold=False`` (labels from a reference model) their ``gold`` may be absent.
+    Conversations (``messages``) are for the ``chat`` family only: another family would not
+    pass them on, so a file holding one is refused."""
     if task not in TASKS and path is None:
         raise CCPOError(
             f"task '{task}' is not built in ({', '.join(TASKS)}): pass --data FILE, a JSONL of "
@@ -98,6 +101,13 @@ def load_questions(
     qs = load_jsonl(p, need_gold)
     for q in qs:
         q.task = task
+    talk = next((q for q in qs if q.conversation is not None), None)
+    fam = family_of(task, family)
+    if talk is not None and fam != "chat":
+        raise CCPOError(
+            f"{p}: question '{talk.id}' is a conversation (messages), which the {fam} family "
+            "would not pass on (its prompt takes one question): use --task chat or --family chat"
+        )
     return qs
 
 

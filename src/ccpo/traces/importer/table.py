@@ -102,7 +102,8 @@ def open_table(
     try:
         has_correct = has_gold = False
         n = 0
-        for loc, has_correct in validated_rows(p):
+        verbatim = family_of(task, family) == "chat"  # a reply is kept as written
+        for loc, has_correct in validated_rows(p, verbatim):
             n += 1
             if has_correct and reference is None and loc.row.correct is None:
                 raise table_error(
