@@ -176,6 +176,9 @@ def test_another_family_says_what_it_does_not_pass_on(
     cases = [(full, "system,history"), (full[1:], "history"), (full[:1] + full[3:], "system"),
              (full[3:], None)]  # fmt: skip
     with LiveServer(make_service(policy_dir, world, prices_path)) as live:
+        r = post(live.url, "/v1/answer", {"messages": full})
+        assert r.status_code == 200 and r.headers["x-ccpo-dropped"] == "system,history"
+        assert r.json()["question"] == q and r.json()["conversation"] is None
         for messages, dropped in cases:
             world.reset_counters()
             with caplog.at_level(logging.INFO, logger="ccpo.serve"):
@@ -191,3 +194,22 @@ def test_another_family_says_what_it_does_not_pass_on(
             assert len(said) == (dropped is not None)
             if dropped:
                 assert " and ".join(dropped.split(",")) in said[0] and "mcq policy" in said[0]
+
+
+def test_an_id_stands_for_its_whole_conversation(chat_policy, chat_world) -> None:
+    """The same id again with the same conversation is the stored answer (nothing asked); with
+    the same follow-up after another history it is another question: a 409. ``/v1/answer``
+    takes the conversation as ``messages`` (its question is the last user turn)."""
+    with _serve(chat_policy, chat_world) as live:
+        native = post(live.url, "/v1/answer", {"id": "c-1", "messages": conversation(7)})
+        assert native.status_code == 200 and native.json()["question"] == "Same options."
+        assert native.json()["conversation"] and "x-ccpo-dropped" not in native.headers
+        chat_world.reset_counters()
+        again = {"model": "ccpo", "messages": conversation(7), "ccpo": {"id": "c-1"}}
+        r = post(live.url, "/v1/chat/completions", again)
+        assert r.status_code == 200 and chat_world.n_requests == 0
+        assert r.json()["ccpo"] == native.json()
+        other = {**again, "messages": conversation(8)}
+        r = post(live.url, "/v1/chat/completions", other)
+        assert r.status_code == 409 and "already used for another question" in r.text
+        assert chat_world.n_requests == 0

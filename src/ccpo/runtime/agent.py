@@ -435,6 +435,7 @@ class ConformalAgent:
         return AnswerSet(
             id=qid,
             question=q.question,
+            conversation=question.key() if isinstance(question, Conversation) else None,
             answers=list(answers.values()),
             answer=None if best is None else answers[best],
             guarantee=self.guarantee,

@@ -98,6 +98,11 @@ class AnswerSet(BaseModel):
     format: Literal["ccpo.answer/v1"] = ANSWER_FORMAT
     id: str = Field(description="request id (given by the caller, or generated)")
     question: str
+    conversation: str | None = Field(
+        None,
+        description="SHA-256 of the conversation a chat policy answered (all its messages; "
+        "docs/design.md, Conversations); null for a question",
+    )
     answers: list[str] = Field(
         description="distinct answers (task normaliser; first spelling kept), in round order; "
         "never an empty answer"

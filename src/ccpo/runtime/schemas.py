@@ -317,12 +317,18 @@ class ChatCompletionRequest(BaseModel):
             raise ApiError(422, "invalid_request", f"{loc}: {first['msg']}") from None
 
     def dropped(self) -> list[str]:
-        """What a policy of another family than ``chat`` does not pass on: ``system`` (system
-        or developer messages) and ``history`` (any message but the last user turn)."""
-        last = max(i for i, m in enumerate(self.messages) if m.role == "user")
-        system = any(m.role in ("system", "developer") for m in self.messages)
-        others = [i for i, m in enumerate(self.messages) if m.role not in ("system", "developer")]
-        return [*(["system"] if system else []), *(["history"] if others != [last] else [])]
+        """What a policy of another family than ``chat`` does not pass on (:func:`dropped`)."""
+        return dropped([m.role for m in self.messages])
+
+
+def dropped(roles: list[str]) -> list[str]:
+    """What a policy of another family than ``chat`` does not pass on of messages of these
+    ``roles``: ``system`` (system or developer messages) and ``history`` (any message but the
+    last user turn)."""
+    users = [i for i, r in enumerate(roles) if r == "user"]
+    system = any(r in ("system", "developer") for r in roles)
+    others = [i for i, r in enumerate(roles) if r not in ("system", "developer")]
+    return [*(["system"] if system else []), *(["history"] if others != users[-1:] else [])]
 
 
 class ChatChoice(BaseModel):

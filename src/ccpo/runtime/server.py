@@ -94,6 +94,7 @@ from ccpo.runtime.schemas import (
     ServerMetrics,
     chat_completion,
     chat_completion_chunks,
+    dropped,
 )
 from ccpo.runtime.service import Service
 
@@ -202,17 +203,18 @@ def prometheus_text(m: ServerMetrics, latency: Latency | None = None) -> bytes:
     return generate_latest(registry)
 
 
-def _dropped(req: ChatCompletionRequest, s: Service, response: Response, qid: str) -> None:
-    """Say what a policy of another family than ``chat`` did not pass on to its models (its
-    system prompt, the earlier turns): the ``X-CCPO-Dropped`` header and a log line."""
+def _dropped(roles: list[str], s: Service, response: Response, qid: str) -> None:
+    """Say what a policy of another family than ``chat`` did not pass on to its models of
+    messages of these ``roles`` (the system prompt, the earlier turns): the ``X-CCPO-Dropped``
+    header and a log line."""
     if s.agent.takes_conversations:
         return
-    dropped = req.dropped()
-    if dropped:
-        response.headers["X-CCPO-Dropped"] = ",".join(dropped)
+    said = dropped(roles)
+    if said:
+        response.headers["X-CCPO-Dropped"] = ",".join(said)
         log.info(
             "request %s: %s not passed on (a %s policy answers the last user turn)",
-            qid, " and ".join(dropped), s.agent.family,
+            qid, " and ".join(said), s.agent.family,
         )  # fmt: skip
 
 
@@ -290,10 +292,10 @@ def create_app(service: Service | None = None) -> FastAPI:
         body = await s.answer_json(req)
         took = time.perf_counter() - t0
         s.latency.observe(took, took)
-        headers = None
-        if req.messages is not None and not s.agent.takes_conversations:
-            headers = {"X-CCPO-Dropped": "system,history"}
-        return Response(body, media_type="application/json", headers=headers)
+        response = Response(body, media_type="application/json")
+        if req.messages is not None:
+            _dropped([m["role"] for m in req.messages], s, response, req.id or "(no id)")
+        return response
 
     @app.post(
         "/v1/chat/completions",
@@ -320,7 +322,7 @@ def create_app(service: Service | None = None) -> FastAPI:
             s.store.count_rejected()
             raise
         answer_set = await s.answer(native)
-        _dropped(req, s, response, answer_set.id)
+        _dropped([m.role for m in req.messages], s, response, answer_set.id)
         if not req.stream:
             took = time.perf_counter() - t0
             s.latency.observe(took, took)

@@ -41,6 +41,7 @@ from ccpo.traces.conversation import conversation_of
 log = logging.getLogger("ccpo.serve")
 
 Answered = tuple[AnswerSet, str]  # an answer set and its JSON text
+Asked = tuple[str, str | None]  # a question and its conversation's key (chat policies)
 
 
 def as_json(s: AnswerSet) -> str:
@@ -110,7 +111,7 @@ class Service:
         agent.ledger = StoreLedger(self.store)
         self.limiter = self._limiter(cfg.rate_limit_per_minute, cfg.rate_burst)
         self.feedback_limiter = self._limiter(cfg.feedback_per_minute, cfg.feedback_burst)
-        self._answering: dict[str, tuple[str, asyncio.Future[Answered]]] = {}
+        self._answering: dict[str, tuple[Asked, asyncio.Future[Answered]]] = {}
         self._active = 0  # questions being answered (awaited on shutdown)
         # a lone question's writes may commit on the loop (SQLite, where that never waits)
         self.store.alone = lambda: self._active == 1
@@ -216,23 +217,24 @@ class Service:
                 )
         if req.id is None:
             return await self._answer(req)
+        asked = self._asked(req)
         busy = self._answering.get(req.id)
         if busy is not None:  # a retry while the first is still being answered: its answer
-            if busy[0] != req.question:
+            if busy[0] != asked:
                 raise self._reject(
                     409, "conflict", f"id '{req.id}' is being answered for another question"
                 )
             return await asyncio.shield(busy[1])
         old = await self.store.alookup(req.id)
         if old is not None:
-            if old[0] == req.question:
+            if (old[0], old[1].get("conversation")) == asked:
                 s = AnswerSet.model_validate(old[1])
                 return s, as_json(s)
             raise self._reject(
                 409, "conflict", f"id '{req.id}' was already used for another question"
             )
         fut: asyncio.Future[Answered] = asyncio.get_running_loop().create_future()
-        self._answering[req.id] = (req.question, fut)
+        self._answering[req.id] = (asked, fut)
         try:
             s = await self._answer(req)
             fut.set_result(s)
@@ -246,6 +248,12 @@ class Service:
             raise
         finally:
             del self._answering[req.id]
+
+    def _asked(self, req: AnswerRequest) -> Asked:
+        """What an id stands for: the question and, for a chat policy, the conversation (the
+        same follow-up after another history is another question)."""
+        chat = req.messages is not None and self.agent.takes_conversations
+        return req.question, conversation_of(req.messages).key() if chat else None
 
     async def _answer(self, req: AnswerRequest) -> Answered:
         agent = self.agent
