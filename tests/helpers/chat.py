@@ -79,3 +79,54 @@ def collect_values(srv, tmp: Path, n: int, **kw) -> dict:
     )
     values.update(kw)
     return values
+
+
+class RecordingProxy:
+    """An HTTP proxy on 127.0.0.1 in front of an OpenAI-compatible server (a real one, such as
+    ``llama_cpp.server``, which keeps no record of what it was sent): every POST body is kept
+    in ``requests`` (parsed JSON, in arrival order) and forwarded unchanged; the reply comes
+    back as the server gave it (and is kept in ``replies``). One request at a time is enough
+    for the tests that use it (the lists are appended from the handler threads)."""
+
+    def __init__(self, upstream: str) -> None:
+        import threading
+        import urllib.error
+        import urllib.request
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list[dict] = []
+        self.replies: list[dict] = []  # the upstream's JSON replies, in the same order
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # silence
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                proxy.requests.append(json.loads(body))
+                url = upstream.rstrip("/") + self.path.removeprefix("/v1")
+                req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=300) as r:
+                        status, data = r.status, r.read()
+                except urllib.error.HTTPError as e:
+                    status, data = e.code, e.read()
+                proxy.replies.append(json.loads(data) if status == 200 else {})
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> RecordingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
