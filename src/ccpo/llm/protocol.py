@@ -103,7 +103,7 @@ class Runner:
         key = (kind, system if kind == CHAT else None)
         if key not in self.agents:
             self.agents[key] = (
-                ChatAgent(self.cfg.max_tokens, system)
+                ChatAgent(self.cfg.task, self.cfg.max_tokens, CHAT, system)
                 if kind == CHAT
                 else ReActAgent(max_steps=self.cfg.max_steps)
                 if kind == "react"

@@ -194,41 +194,18 @@ class CoTAgent:
     max_tokens: int = 512
     family: str | None = None
 
-    async def run(
-        self,
-        client: LLMClient,
-        endpoint: Endpoint,
-        question: str,
-        history: list[PastRound],
-        temperature: float,
-        sample: int,
-        context_backend: SearchBackend | None = None,
-        step: dict[str, str] | None = None,
-    ) -> BaseOutput:
-        req = ChatRequest(
-            cot_messages(self.task, question, history, self.family),
-            temperature=temperature,
-            max_tokens=self.max_tokens,
-            step=step,
-        )
-        r = await client.chat(endpoint, req, sample=sample)
-        calls = Calls()
-        calls.add(r)
+    def messages(self, question: str | Conversation, history: list[PastRound]) -> list[dict]:
+        """The request's messages."""
+        assert isinstance(question, str)
+        return cot_messages(self.task, question, history, self.family)
+
+    def output(self, r: ChatResult, calls: Calls) -> BaseOutput:
+        """The answer of a reply: the last ``Answer:`` line (:func:`extract_answer`)."""
         return recorded_base(r, r.text.strip(), calls) or BaseOutput(
             answer=extract_answer(r.text, self.task, self.family),
             reasoning=r.text.strip(),
             calls=calls,
         )
-
-
-@dataclass
-class ChatAgent:
-    """The ``chat`` family's step: the conversation goes to the model unchanged (with the step's
-    own ``system`` prompt in front, if it has one) and its reply is the answer, verbatim: no
-    answer extraction, nothing stripped."""
-
-    max_tokens: int = 512
-    system: str | None = None
 
     async def run(
         self,
@@ -241,10 +218,8 @@ class ChatAgent:
         context_backend: SearchBackend | None = None,
         step: dict[str, str] | None = None,
     ) -> BaseOutput:
-        if history:
-            raise ValueError("a chat step answers the conversation alone (no earlier rounds)")
         req = ChatRequest(
-            chat_messages(question, self.system),
+            self.messages(question, history),
             temperature=temperature,
             max_tokens=self.max_tokens,
             step=step,
@@ -252,6 +227,23 @@ class ChatAgent:
         r = await client.chat(endpoint, req, sample=sample)
         calls = Calls()
         calls.add(r)
+        return self.output(r, calls)
+
+
+@dataclass
+class ChatAgent(CoTAgent):
+    """The ``chat`` family's step: the conversation goes to the model unchanged (with the step's
+    own ``system`` prompt in front, if it has one) and its reply is the answer, verbatim: no
+    answer extraction, nothing stripped."""
+
+    system: str | None = None
+
+    def messages(self, question: str | Conversation, history: list[PastRound]) -> list[dict]:
+        if history:
+            raise ValueError("a chat step answers the conversation alone (no earlier rounds)")
+        return chat_messages(question, self.system)
+
+    def output(self, r: ChatResult, calls: Calls) -> BaseOutput:
         return recorded_base(r, "", calls) or BaseOutput(answer=r.text, reasoning="", calls=calls)
 
 
