@@ -194,6 +194,11 @@ def test_another_family_says_what_it_does_not_pass_on(
             assert len(said) == (dropped is not None)
             if dropped:
                 assert " and ".join(dropped.split(",")) in said[0] and "mcq policy" in said[0]
+        body = {"model": "ccpo", "messages": full, "stream": True}
+        with httpx.stream("POST", live.url + "/v1/chat/completions", json=body) as r:
+            assert r.headers["x-ccpo-dropped"] == "system,history"
+            assert r.headers["content-type"].startswith("text/event-stream")
+            assert [ln for ln in r.iter_lines() if ln][-1] == "data: [DONE]"
 
 
 def test_an_id_stands_for_its_whole_conversation(chat_policy, chat_world) -> None:
