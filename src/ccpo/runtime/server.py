@@ -16,10 +16,13 @@ Endpoints (the OpenAPI spec is served at ``/openapi.json`` and committed as
   switch by changing ``base_url``: model ``ccpo``, the last user message is the question; the
   reply's content is a single-answer policy's one answer, or a set policy's answer set (one
   answer per line) (:func:`~ccpo.runtime.schemas.chat_content`), and the full
-  ``ccpo.answer/v1`` object rides alongside as ``ccpo``. ``extra_body={"ccpo": {"id", "context",
+  ``ccpo.answer/v1`` object rides alongside as ``ccpo``. A ``chat`` policy passes the whole
+  conversation on and replies with the chosen reply, whole; another family says what it drops
+  (``X-CCPO-Dropped``, a log line). ``extra_body={"ccpo": {"id", "context",
   "max_cost_usd"}}`` passes the native fields.
 - ``GET /healthz`` (never needs auth), ``GET /metrics`` (Prometheus text format: requests,
-  dollars, set size, rounds, coverage on feedback, κ with its band and every move) and
+  dollars, set size, rounds, coverage on feedback, κ with its band and every move, latency
+  histograms: :mod:`ccpo.runtime.latency`) and
   ``GET /metrics.json`` (the same as JSON).
 
 Rails, all checked before a request body is read: optional bearer token
