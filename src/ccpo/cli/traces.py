@@ -102,13 +102,16 @@ def traces_import(
     out: Annotated[Path, typer.Option("--out", help="Output .jsonl or .jsonl.gz trace file.")],
     task: Annotated[
         str,
-        typer.Option(help="Task name (any: medqa, ...); mmlu, hotpotqa, jsonl are built in."),
+        typer.Option(
+            help="Task name (any: medqa, ...); mmlu, hotpotqa, jsonl and chat are built in."
+        ),
     ],
     family: Annotated[
         str | None,
         typer.Option(
             help="Answer family of a task that is not built in: mcq (option letters), short "
-            "(SQuAD-style free text; the default) or exact (equal after trimming)."
+            "(SQuAD-style free text; the default), exact (equal after trimming) or chat "
+            "(replies to a conversation, compared verbatim; a messages column holds it)."
         ),
     ] = None,
     guide: Annotated[

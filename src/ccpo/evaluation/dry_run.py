@@ -82,6 +82,15 @@ def _paid(trace: Any, rounds: int) -> list[list[str]]:
     ]
 
 
+def asked(tr: Any) -> Any:
+    """What a trace's question is asked as: its conversation (a chat trace), else its text."""
+    from ccpo.traces.answers import family_of
+    from ccpo.traces.conversation import conversation_of
+
+    chat = tr.messages is not None and family_of(tr.task, tr.family) == "chat"
+    return conversation_of(tr.messages) if chat else tr.question
+
+
 def check_traces(pol: Policy, folder: str | Path, traces_path: str | Path) -> None:
     """The policy's recorded provenance against the trace file, before anything is asked: a
     policy of another task or number of rounds T is refused (one line saying which), other
@@ -136,7 +145,7 @@ def dry_run(
             async def one(tr: Any) -> Any:
                 nonlocal done
                 async with sem:
-                    s = await agent.aanswer(tr.question, id=tr.id)
+                    s = await agent.aanswer(asked(tr), id=tr.id)
                 done += 1
                 if progress is not None:
                     progress(done)

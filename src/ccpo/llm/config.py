@@ -170,7 +170,8 @@ class EndpointSettings(BaseModel):
 
 class LadderRoundSpec(BaseModel):
     """One round of a ``ladder:`` in a collect config: ``{base: MODEL, guide: MODEL, verdict:
-    judge|agree}`` (a step may be ``{model, prompt}``)."""
+    judge|agree}`` (a step may be ``{model, prompt}``, and in the chat family ``{model,
+    system}``: a system prompt of its own, sent in front of the conversation)."""
 
     model_config = ConfigDict(extra="forbid")
     base: str | dict[str, str]
@@ -184,13 +185,17 @@ class LadderRoundSpec(BaseModel):
             raise ValueError("must be judge or agree")
         return v
 
-    def ladder_round(self, task: str) -> LadderRound:
+    def ladder_round(self, task: str, family: str | None = None) -> LadderRound:
         def step(v: str | dict[str, str], role: Role) -> Step:
+            prompt = default_prompt(task, role, self.verdict, family)
             if isinstance(v, str):
-                return Step(v, default_prompt(task, role, self.verdict))
+                return Step(v, prompt)
             if "model" not in v:
                 raise CCPOError(f"ladder: a {role} step needs a model")
-            return Step(v["model"], v.get("prompt") or default_prompt(task, role, self.verdict))
+            unknown = set(v) - {"model", "prompt", "system"}
+            if unknown:
+                raise CCPOError(f"ladder: a {role} step has no setting {sorted(unknown)[0]!r}")
+            return Step(v["model"], v.get("prompt") or prompt, v.get("system") or None)
 
         return LadderRound(step(self.base, "base"), step(self.guide, "guide"), self.verdict)
 
@@ -200,7 +205,9 @@ class CollectConfig(EndpointSettings):
 
     task: str = Field(description="mmlu | hotpotqa | jsonl, or a name of yours with --data")
     family: str | None = Field(
-        None, description="answer family of a task that is not built in: mcq | short | exact"
+        None,
+        description="answer family of a task that is not built in: mcq | short | exact | chat "
+        "(chat: the question is a conversation, replies compared verbatim)",
     )
     ladder: list[LadderRoundSpec] | None = Field(
         None,
@@ -268,7 +275,7 @@ class CollectConfig(EndpointSettings):
         return Ladder(
             self.task,
             family_of(self.task, self.family),
-            tuple(s.ladder_round(self.task) for s in self.ladder),
+            tuple(s.ladder_round(self.task, self.family) for s in self.ladder),
         )
 
     def exit_ladder(self) -> Ladder:

@@ -1,4 +1,5 @@
-"""Prompt templates: base agent (CoT, ReAct), guide, LLM-as-policy and LLM-EXIT.
+"""Prompt templates: base agent (CoT, ReAct, a chat conversation), guide, LLM-as-policy and
+LLM-EXIT.
 
 The guide, LLM-as-policy and LLM-EXIT templates follow the paper's appendix word for word
 (the policy template names the guide model instead of "GPT-4o" and takes the target coverage
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ccpo.traces.answers import family_of
+from ccpo.traces.conversation import Conversation, as_conversation
 
 PROMPT_VERSION = "ccpo-prompts/1"
 
@@ -93,6 +95,15 @@ def cot_messages(
     instr = cot_instruction(task, family)
     user = f"{instr}\n\n{format_history(history)}Question: {question}\n"
     return [{"role": "system", "content": COT_SYSTEM}, {"role": "user", "content": user}]
+
+
+# ----------------------------------------------------------------------------- base: chat
+def chat_messages(prompt: str | Conversation, system: str | None = None) -> list[dict[str, str]]:
+    """The messages of a ``chat`` step: the conversation unchanged (a question string is one
+    user turn), with the step's own ``system`` prompt, if it has one, in front (added, never
+    substituted: a system message of the conversation stays where it is)."""
+    own = [{"role": "system", "content": system}] if system is not None else []
+    return own + as_conversation(prompt).as_list()
 
 
 # ----------------------------------------------------------------------------- base: ReAct

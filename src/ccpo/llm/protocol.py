@@ -35,8 +35,10 @@ from ccpo.llm.prompts import PROMPT_VERSION, PastRound
 from ccpo.llm.roles import (
     LOGPROB_DEF,
     UNCERTAINTY_DEF,
+    BaseAgent,
     BaseOutput,
     Calls,
+    ChatAgent,
     CoTAgent,
     Guide,
     GuideOutput,
@@ -48,16 +50,21 @@ from ccpo.llm.tasks.loaders import Question
 from ccpo.llm.tasks.scoring import score
 from ccpo.llm.tasks.search import BM25Search, SearchBackend, WikipediaSearch, load_corpus
 from ccpo.traces.answers import exact_match, normalizer_for
+from ccpo.traces.conversation import Conversation
 from ccpo.traces.labels import reference_labels
 from ccpo.traces.ladder import (
+    CHAT,
     KNOWN_PROMPTS,
     Ladder,
     LadderRound,
     Step,
     agree_signals,
+    default_prompt,
     transfer_signal,
 )
 from ccpo.traces.schema import SCHEMA_VERSION, Trace
+
+ROLES = ("base", "guide")
 
 
 @dataclass
@@ -72,7 +79,7 @@ class Runner:
     policies: list[Endpoint]
     shared_search: SearchBackend | None = None
     source: str = ""
-    agents: dict[str, CoTAgent | ReActAgent] = field(default_factory=dict)
+    agents: dict[tuple[str, str | None], BaseAgent] = field(default_factory=dict)
 
     @property
     def base(self) -> Endpoint:
@@ -88,13 +95,18 @@ class Runner:
         """Round 1's base agent."""
         return self.agent_for(self.ladder.round(1).base.prompt)
 
-    def agent_for(self, prompt: str) -> CoTAgent | ReActAgent:
-        """The agent that writes ``prompt`` (``react``: ReAct; anything else: chain of thought)."""
-        key = "react" if prompt == "react" else "cot"
+    def agent_for(self, prompt: str, system: str | None = None) -> BaseAgent:
+        """The agent that writes ``prompt``: in the ``chat`` family the conversation itself
+        (with the step's own ``system`` prompt in front); else ``react``: ReAct, anything
+        else: chain of thought."""
+        kind = CHAT if self.ladder.family == CHAT else "react" if prompt == "react" else "cot"
+        key = (kind, system if kind == CHAT else None)
         if key not in self.agents:
             self.agents[key] = (
-                ReActAgent(max_steps=self.cfg.max_steps)
-                if key == "react"
+                ChatAgent(self.cfg.task, self.cfg.max_tokens, CHAT, system)
+                if kind == CHAT
+                else ReActAgent(max_steps=self.cfg.max_steps)
+                if kind == "react"
                 else CoTAgent(self.cfg.task, self.cfg.max_tokens, self.ladder.family)
             )
         return self.agents[key]
@@ -138,6 +150,7 @@ class Runner:
             task=q.task,
             family=self.cfg.family,
             question=q.question,
+            messages=q.conversation.as_list() if q.conversation else None,
             gold=q.gold,
             rounds=rounds,
             meta=meta,
@@ -156,13 +169,23 @@ class Runner:
             "policy_llm": [p.model for p in self.policies],
             "rounds_planned": cfg.rounds,
             "temperatures": [cfg.temperature(t) for t in range(1, cfg.rounds + 1)],
-            "agent": "react" if isinstance(self.agent, ReActAgent) else "cot",
+            "agent": _agent_name(self.agent),
             "definitions": {
                 "guide.uncertainty": UNCERTAINTY_DEF,
                 "base.logprob_mean/min": LOGPROB_DEF,
             },
             **({"question_meta": q.meta} if q.meta else {}),
         }
+
+
+def _agent_name(agent: BaseAgent) -> str:
+    return (
+        "react"
+        if isinstance(agent, ReActAgent)
+        else CHAT
+        if isinstance(agent, ChatAgent)
+        else "cot"
+    )
 
 
 def make_runner(
@@ -174,6 +197,14 @@ def make_runner(
     the deployed agent, so both run rounds the same way."""
     if ladder is None:
         ladder = cfg.make_ladder() if kind == "base-guide" else cfg.exit_ladder()
+    if ladder.family == CHAT and (kind != "base-guide" or ladder.verdicts() != {"agree"}):
+        raise CCPOError(
+            "the chat family runs agree rounds only (each model answers the conversation; "
+            "the judge template and LLM-EXIT read a short answer): set verdict: agree in "
+            "every round of the ladder"
+        )
+    if ladder.family != CHAT and any(r.step(ro).system for r in ladder.rounds for ro in ROLES):
+        raise CCPOError("a step's system: prompt is for the chat family only (its own prompts)")
     called = [*ladder.models(), *([cfg.reference] if cfg.reference else [])]
     endpoints = {m: cfg.endpoint_for(m) for m in called}
     policies = [p.endpoint() for p in cfg.policy_llm] if kind == "base-guide" else []
@@ -282,6 +313,8 @@ class RoundOutput:
             rec["verdict_mode"] = spec.verdict
             for role in ("base", "guide"):
                 rec[role]["prompt"] = spec.step(role).prompt
+                if spec.step(role).system is not None:
+                    rec[role]["system"] = spec.step(role).system
                 if role in self.reused:
                     rec[role]["reused"] = True
         return rec
@@ -297,12 +330,12 @@ def _step(t: int, role: str) -> dict[str, str]:
 
 
 async def _ask_alone(
-    r: Runner, question: str, spec: Step, step: dict[str, str] | None, backend: Any
+    r: Runner, question: str | Conversation, spec: Step, step: dict[str, str] | None, backend: Any
 ) -> BaseOutput:
     """``spec``'s model answers the question itself (no context, T = 0; a prompt without a
     template is its own draw): an ``agree`` step, or the reference of :func:`labels_for`."""
     draw = 0 if spec.prompt in KNOWN_PROMPTS else zlib.crc32(spec.prompt.encode()) % 10_000 + 1
-    return await r.agent_for(spec.prompt).run(
+    return await r.agent_for(spec.prompt, spec.system).run(
         r.client,
         r.endpoints[spec.model],
         question,
@@ -315,7 +348,7 @@ async def _ask_alone(
 
 
 async def _answer_alone(
-    r: Runner, question: str, t: int, role: str, backend: Any
+    r: Runner, question: str | Conversation, t: int, role: str, backend: Any
 ) -> tuple[BaseOutput, float | None]:
     """An ``agree`` step (:func:`_ask_alone`) and its signal: a base's ``log p``, a guide's
     ``1 − p`` (:func:`agree_signals`), or what a replay endpoint recorded."""
@@ -343,13 +376,16 @@ class NoReferenceAnswer(Exception):
 
 
 async def reference_answer(
-    r: Runner, question: str, outs: list[RoundOutput], backend: SearchBackend | None
+    r: Runner,
+    question: str | Conversation,
+    outs: list[RoundOutput],
+    backend: SearchBackend | None,
 ) -> tuple[BaseOutput, bool]:
     """The reference model's answer to ``question`` and whether it was reused: the ``agree``
     step ``(reference, cot)`` of the rounds run, if the ladder made that call, else a call of
     its own (:func:`_ask_alone`; no round/role headers: a replay endpoint finds it by model)."""
     assert r.cfg.reference is not None
-    spec = Step(r.cfg.reference, "cot")
+    spec = Step(r.cfg.reference, default_prompt(r.ladder.task, "base", "agree", r.ladder.family))
     for t, ro in enumerate(outs, start=1):
         lr = r.ladder.round(t)
         for role in ("base", "guide"):
@@ -370,7 +406,7 @@ async def labels_for(
     is empty after normalisation."""
     if not r.cfg.reference:
         return q, None
-    out, reused = await reference_answer(r, q.question, outs, backend)
+    out, reused = await reference_answer(r, q.prompt, outs, backend)
     if not normalizer_for(r.ladder.task, r.ladder.family)(out.answer):
         raise NoReferenceAnswer(f"{r.cfg.reference} gave no answer to {q.id}")
     call = {
@@ -384,13 +420,15 @@ async def labels_for(
 
 async def run_round(
     r: Runner,
-    question: str,
+    question: str | Conversation,
     t: int,
     earlier: list[RoundOutput],
     backend: SearchBackend | None,
 ) -> RoundOutput:
     """Round ``t`` (1-based) of the runner's ladder, after the ``earlier`` rounds of the same
-    question (docs/design.md, "Ladders": how a round runs)."""
+    question (docs/design.md, "Ladders": how a round runs). ``question`` is the question, or
+    in the ``chat`` family the conversation (its steps' prompt: docs/design.md,
+    "Conversations")."""
     lr = r.ladder.round(t)
     if lr.verdict == "judge":
         history = [e.past() for e in earlier]
@@ -439,7 +477,7 @@ async def run_base_guide(r: Runner, q: Question) -> Trace:
     outs: list[RoundOutput] = []
     chosen: list[dict[str, Any] | None] = []
     for t in range(1, r.ladder.T + 1):
-        ro = await run_round(r, q.question, t, outs, backend)
+        ro = await run_round(r, q.prompt, t, outs, backend)
         out, g = ro.base, ro.guide
         decisions = None
         if r.policies:

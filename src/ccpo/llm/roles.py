@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ccpo.llm.client import ChatRequest, ChatResult, Endpoint, LLMClient, TokenLogprob
 from ccpo.llm.prompts import (
     PastRound,
+    chat_messages,
     cot_messages,
     exit_messages,
     guide_messages,
@@ -32,6 +33,7 @@ from ccpo.llm.prompts import (
 )
 from ccpo.llm.tasks.search import ReActEnv, SearchBackend
 from ccpo.traces.answers import family_of
+from ccpo.traces.conversation import Conversation
 
 UNCERTAINTY_DEF = "1 - p(first verdict token); null without log-probs"
 LOGPROB_DEF = "mean/min token log-prob over the round's generated tokens; null without log-probs"
@@ -192,11 +194,24 @@ class CoTAgent:
     max_tokens: int = 512
     family: str | None = None
 
+    def messages(self, question: str | Conversation, history: list[PastRound]) -> list[dict]:
+        """The request's messages."""
+        assert isinstance(question, str)
+        return cot_messages(self.task, question, history, self.family)
+
+    def output(self, r: ChatResult, calls: Calls) -> BaseOutput:
+        """The answer of a reply: the last ``Answer:`` line (:func:`extract_answer`)."""
+        return recorded_base(r, r.text.strip(), calls) or BaseOutput(
+            answer=extract_answer(r.text, self.task, self.family),
+            reasoning=r.text.strip(),
+            calls=calls,
+        )
+
     async def run(
         self,
         client: LLMClient,
         endpoint: Endpoint,
-        question: str,
+        question: str | Conversation,
         history: list[PastRound],
         temperature: float,
         sample: int,
@@ -204,7 +219,7 @@ class CoTAgent:
         step: dict[str, str] | None = None,
     ) -> BaseOutput:
         req = ChatRequest(
-            cot_messages(self.task, question, history, self.family),
+            self.messages(question, history),
             temperature=temperature,
             max_tokens=self.max_tokens,
             step=step,
@@ -212,11 +227,24 @@ class CoTAgent:
         r = await client.chat(endpoint, req, sample=sample)
         calls = Calls()
         calls.add(r)
-        return recorded_base(r, r.text.strip(), calls) or BaseOutput(
-            answer=extract_answer(r.text, self.task, self.family),
-            reasoning=r.text.strip(),
-            calls=calls,
-        )
+        return self.output(r, calls)
+
+
+@dataclass
+class ChatAgent(CoTAgent):
+    """The ``chat`` family's step: the conversation goes to the model unchanged (with the step's
+    own ``system`` prompt in front, if it has one) and its reply is the answer, verbatim: no
+    answer extraction, nothing stripped."""
+
+    system: str | None = None
+
+    def messages(self, question: str | Conversation, history: list[PastRound]) -> list[dict]:
+        if history:
+            raise ValueError("a chat step answers the conversation alone (no earlier rounds)")
+        return chat_messages(question, self.system)
+
+    def output(self, r: ChatResult, calls: Calls) -> BaseOutput:
+        return recorded_base(r, "", calls) or BaseOutput(answer=r.text, reasoning="", calls=calls)
 
 
 _ACTION_IN_REPLY = re.compile(r"Action\s*\d*\s*:\s*(search|lookup|finish)\s*\[([^\]\n]*)\]?", re.I)
@@ -441,5 +469,5 @@ async def exit_decision(
     )
 
 
-BaseAgent = CoTAgent | ReActAgent
+BaseAgent = CoTAgent | ReActAgent | ChatAgent
 SearchFactory = Callable[[object], SearchBackend]

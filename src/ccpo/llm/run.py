@@ -129,7 +129,7 @@ def scan_output(path: Path, task: str, kind: str) -> tuple[set[str], bool]:
 
 
 def select_questions(cfg: CollectConfig) -> tuple[list[Question], str]:
-    qs = load_questions(cfg.task, cfg.data, need_gold=cfg.reference is None)
+    qs = load_questions(cfg.task, cfg.data, need_gold=cfg.reference is None, family=cfg.family)
     source = cfg.data or f"bundled:{default_data_path(cfg.task).name}"
     if cfg.shuffle_seed is not None:
         qs = list(qs)

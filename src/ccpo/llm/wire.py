@@ -115,7 +115,7 @@ class ChatRequest:
         :meth:`key_fields` and ``sample``, as a tuple (hashed, not serialised)."""
         return (
             model,
-            tuple((m["role"], m["content"]) for m in self.messages),
+            tuple((m["role"], m["content"], m.get("name")) for m in self.messages),
             float(self.temperature),
             int(self.max_tokens),
             tuple(self.stop) if self.stop else None,
@@ -127,13 +127,19 @@ class ChatRequest:
     def key_fields(self, model: str) -> dict[str, Any]:
         return {
             "model": model,
-            "messages": [{"role": m["role"], "content": m["content"]} for m in self.messages],
+            "messages": [_keyed(m) for m in self.messages],
             "temperature": float(self.temperature),
             "max_tokens": int(self.max_tokens),
             "stop": list(self.stop) if self.stop else None,
             "logprobs": bool(self.logprobs),
             "top_logprobs": int(self.top_logprobs) if self.logprobs else 0,
         }
+
+
+def _keyed(m: dict[str, str]) -> dict[str, str]:
+    """A message as a cache key holds it: role and content, and a chat message's ``name``."""
+    d = {"role": m["role"], "content": m["content"]}
+    return d if "name" not in m else {**d, "name": m["name"]}
 
 
 class TokenLogprob:

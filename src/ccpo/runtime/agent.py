@@ -53,7 +53,8 @@ from ccpo.runtime.answer_set import AnswerSet, Guarantee, RoundLog, guarantee_of
 from ccpo.runtime.config import DeployConfig, as_deploy_config
 from ccpo.runtime.decision import RoundDecision, decide, policy_horizon
 from ccpo.traces.answers import normalizer_for
-from ccpo.traces.ladder import Ladder
+from ccpo.traces.conversation import Conversation, prompt_text
+from ccpo.traces.ladder import CHAT, Ladder
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.traces.schema import ACTIONS
 
@@ -306,9 +307,15 @@ class ConformalAgent:
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(self.aanswer(question, **kwargs))
 
+    @property
+    def takes_conversations(self) -> bool:
+        """The policy's family is ``chat``: its models receive the whole conversation (other
+        families take the last user turn only: docs/deploy.md, "Conversations")."""
+        return self.family == CHAT
+
     async def aanswer(
         self,
-        question: str,
+        question: str | Conversation,
         id: str | None = None,
         context: Any = None,
         kappa: float | None = None,
@@ -318,10 +325,14 @@ class ConformalAgent:
 
         ``context``: optional paragraphs for the offline search tool (hotpotqa), in any layout
         :func:`ccpo.llm.tasks.loaders.parse_context` reads. ``kappa`` overrides κ for this
-        call; ``max_cost`` (USD) tightens the per-request budget.
+        call; ``max_cost`` (USD) tightens the per-request budget. ``question`` may be a
+        :class:`~ccpo.traces.conversation.Conversation`: a ``chat`` policy's models receive it
+        whole; any other family's, its last user turn only.
         """
         t0 = time.perf_counter()
-        if not question or not question.strip():
+        if isinstance(question, Conversation) and not self.takes_conversations:
+            question = question.text
+        if not prompt_text(question).strip():
             raise CCPOError("the question is empty")
         k = self._kappa if kappa is None else float(kappa)
         if kappa is not None and self._kappa is None:
@@ -366,7 +377,7 @@ class ConformalAgent:
         self,
         runner: Runner,
         env: Envelope,
-        question: str,
+        question: str | Conversation,
         qid: str,
         context: Any,
         k: float | None,
@@ -374,7 +385,7 @@ class ConformalAgent:
         t0: float,
     ) -> AnswerSet:
         """The set-valued rollout of one admitted question (see :meth:`aanswer`)."""
-        q = Question(qid, self.task, question, [], parse_context(context, "context"))
+        q = Question(qid, self.task, prompt_text(question), [], parse_context(context, "context"))
         backend = runner.backend_for(q)
         outs: list[RoundOutput] = []
         rounds: list[Any] = []  # live rounds (protocol.live_round): a Round's attributes
@@ -431,9 +442,11 @@ class ConformalAgent:
                 client = runner.client
                 client.ledger.note_worst(client.question_estimate(worst_round * self.horizon) or 0)
         best = one_answer(joined)
+        decided = time.perf_counter()  # the reply is chosen: its first token could be sent
         return AnswerSet(
             id=qid,
-            question=question,
+            question=q.question,
+            conversation=question.key() if isinstance(question, Conversation) else None,
             answers=list(answers.values()),
             answer=None if best is None else answers[best],
             guarantee=self.guarantee,
@@ -446,6 +459,7 @@ class ConformalAgent:
             kappa=k,
             policy=self.policy.variant,
             latency_ms=(time.perf_counter() - t0) * 1000.0,
+            ttft_ms=(decided - t0) * 1000.0,
         )
 
     def _round_log(

@@ -99,6 +99,11 @@ class AnswerSet(BaseModel):
     format: Literal["ccpo.answer/v1"] = ANSWER_FORMAT
     id: str = Field(description="request id (given by the caller, or generated)")
     question: str
+    conversation: str | None = Field(
+        None,
+        description="SHA-256 of the conversation a chat policy answered (all its messages; "
+        "docs/design.md, Conversations); null for a question",
+    )
     answers: list[str] = Field(
         description="distinct answers (task normaliser; first spelling kept), in round order; "
         "never an empty answer"
@@ -121,3 +126,9 @@ class AnswerSet(BaseModel):
     kappa: float | None = Field(description="κ in force (null for a point policy: greedy π)")
     policy: str = Field(description="policy variant (ccpo, cpo-batch, ...)")
     latency_ms: float = Field(0.0, description="wall time of the whole request")
+    ttft_ms: float | None = Field(
+        None,
+        description="time to first token: from the question's arrival to the policy's choice "
+        "of its reply, the first moment any of it can be sent (null in answers stored by old "
+        "versions)",
+    )

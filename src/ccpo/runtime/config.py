@@ -117,6 +117,12 @@ class ServerConfig(BaseModel):
         "warning, to fit the open-file limit (ulimit -n)",
     )
     max_question_chars: int = Field(8000, ge=1, description="longest question accepted")
+    max_conversation_chars: int = Field(
+        32000,
+        ge=1,
+        description="longest conversation a chat policy accepts (characters of all its "
+        "messages); longer: 422 before any LLM call",
+    )
     rate_limit_per_minute: float | None = Field(
         None, gt=0, description="requests per minute per client address (None: no limit)"
     )

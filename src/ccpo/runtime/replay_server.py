@@ -3,8 +3,9 @@ file from its recorded outputs, so a deployment can be dry-run against your own 
 API cost (and tests run the real HTTP path without inventing answers).
 
 - :class:`ReplayIndex` (:func:`recorded_steps`, :class:`Recorded`): the file's steps by
-  question, model, round and role. A call is matched by the question text its prompt holds,
-  its ``model`` and the ``X-CCPO-Round`` / ``X-CCPO-Role`` headers.
+  question, model, round and role. A call is matched by the question text its prompt holds
+  (a ``chat`` trace's: by its whole conversation, :meth:`ReplayIndex.find_conversation`), its
+  ``model`` and the ``X-CCPO-Round`` / ``X-CCPO-Role`` headers.
 - :func:`create_replay_app`: the app. The reply is the recorded answer with its usage, plus
   ``ccpo_replay`` (the recorded step, which ccpo's agent takes as recorded), so live answers
   equal the policy's replay exactly. Anything not in the file gets HTTP 404 saying which.
@@ -31,9 +32,12 @@ except ImportError as e:  # pragma: no cover - only without the extra
     raise CCPOError("ccpo replay-server needs the serve extra: pip install 'ccpo[serve]'") from e
 
 from ccpo.runtime.rails import BodyLimit, error_response
+from ccpo.traces.answers import family_of
+from ccpo.traces.conversation import ConversationError, conversation_key, conversation_of
 from ccpo.traces.io import iter_traces, loads_strict
 from ccpo.traces.schema import Trace
 
+_CONVERSATION = "\x00conversation:"  # a recorded conversation's key: never in a prompt's text
 #: where ccpo's prompts put the question: (prefix, what ends it)
 _QUESTION_MARKS = (("Question: ", ("\nThought ", "\n\nBase answer:")), ("Q: ", ("\nA: ",)))
 
@@ -53,9 +57,12 @@ class Recorded:
     extra: dict[str, Any]
 
 
-def _step_text(role: str, step: Any, verdict_mode: str) -> str:
+def _step_text(role: str, step: Any, verdict_mode: str, chat: bool = False) -> str:
     """A reply a reader can parse: the base's ``Answer: …``; a judging guide's raw reply (else
-    ``Yes`` / ``No [answer]``); an agreeing guide's ``Answer: …``."""
+    ``Yes`` / ``No [answer]``); an agreeing guide's ``Answer: …``; a chat step's reply as it
+    was recorded."""
+    if chat:
+        return step.answer
     if role == "guide" and verdict_mode == "judge":
         raw = getattr(step, "raw", None) or (step.model_extra or {}).get("raw")
         if isinstance(raw, str) and raw:
@@ -67,6 +74,7 @@ def _step_text(role: str, step: Any, verdict_mode: str) -> str:
 
 def recorded_steps(tr: Trace) -> Iterable[Recorded]:
     """Every step of a trace as a :class:`Recorded` reply."""
+    chat = family_of(tr.task, tr.family) == "chat"
     for r in tr.rounds:
         mode = r.verdict_mode or "judge"
         for role in ("base", "guide"):
@@ -82,7 +90,7 @@ def recorded_steps(tr: Trace) -> Iterable[Recorded]:
                 role,
                 s.model,
                 s.answer,
-                _step_text(role, s, mode),
+                _step_text(role, s, mode, chat),
                 s.usage.input_tokens,
                 s.usage.output_tokens,
                 extra,
@@ -99,8 +107,13 @@ class ReplayIndex:
         self.models: set[str] = set()
         n = 0
         self.duplicates = 0  # question texts met again (the first record answers them)
+        self.conversations: set[str] = set()
         for tr in traces:
             q = tr.question.strip()
+            if tr.messages is not None and family_of(tr.task, tr.family) == "chat":
+                # a conversation is found by all of it, not by its last turn
+                q = _CONVERSATION + conversation_key(tr.messages)
+                self.conversations.add(q)
             self.duplicates += q in self.by_question
             models = self.by_question.setdefault(q, {})
             for rec in recorded_steps(tr):
@@ -112,7 +125,7 @@ class ReplayIndex:
             raise CCPOError(f"{source}: holds no traces")
         self.n_questions = len(self.by_question)
         # longest first: a question that is part of another never wins over it
-        self._scan = sorted(self.by_question, key=len, reverse=True)
+        self._scan = sorted(set(self.by_question) - self.conversations, key=len, reverse=True)
 
     @classmethod
     def from_file(cls, path: str | Path) -> ReplayIndex:
@@ -132,11 +145,33 @@ class ReplayIndex:
                 return cand
         return next((q for q in self._scan if q in text), None)
 
+    def find_conversation(self, messages: list[Any]) -> str | None:
+        """The recorded conversation a request's messages are: all of them, or all but a first
+        system message (a chat step's own system prompt, sent in front)."""
+        if not self.conversations:
+            return None
+        tries = [messages]
+        if messages and isinstance(messages[0], dict) and messages[0].get("role") == "system":
+            tries.append(messages[1:])
+        for msgs in tries:
+            try:
+                key = _CONVERSATION + conversation_of(msgs).key()
+            except ConversationError:
+                continue
+            if key in self.conversations:
+                return key
+        return None
+
     def lookup(
-        self, text: str, model: str, round_: int | None, role: str | None
+        self,
+        text: str,
+        model: str,
+        round_: int | None,
+        role: str | None,
+        messages: list[Any] | None = None,
     ) -> Recorded | tuple[int, str]:
         """The recorded step of a request, or (HTTP status, message) when there is none."""
-        q = self.find_question(text)
+        q = self.find_conversation(messages or []) or self.find_question(text)
         if q is None:
             return 404, f"no question of {self.source} appears in the prompt"
         models = self.by_question[q]
@@ -240,7 +275,7 @@ def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) 
         role = h.get("x-ccpo-role")
         if role is not None and role not in ("base", "guide"):
             return _error(400, "X-CCPO-Role: must be base or guide", "invalid_request_error")
-        got = index.lookup(prompt, body["model"], round_, role)
+        got = index.lookup(prompt, body["model"], round_, role, body["messages"])
         if isinstance(got, tuple):
             stats["missing"] += 1
             return _error(got[0], got[1], "not_found" if got[0] == 404 else "invalid_request_error")

@@ -9,6 +9,7 @@ written (docs/deploy.md, "When the database falters")."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -24,6 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.state.db import unstorable
+from ccpo.traces.conversation import ConversationError, conversation_of
 
 CHAT_MODEL = "ccpo"
 """The model name of the OpenAI-compatible endpoint."""
@@ -105,6 +107,21 @@ class AnswerRequest(Storable):
     max_cost_usd: float | None = Field(
         None, gt=0, description="per-request budget in USD (can only tighten the server's)"
     )
+    messages: list[dict[str, Any]] | None = Field(
+        None,
+        min_length=1,
+        description="the conversation (OpenAI messages of text: system, earlier user and "
+        "assistant turns, the new user turn): a chat policy's models receive it whole; "
+        "'question' may then be left out (it is the last user turn)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _question_of_messages(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "question" not in data and data.get("messages"):
+            with contextlib.suppress(ConversationError):  # said by the messages' own check
+                data = {**data, "question": conversation_of(data["messages"]).text}
+        return data
 
     @field_validator("question")
     @classmethod
@@ -112,6 +129,20 @@ class AnswerRequest(Storable):
         if not v.strip():
             raise ValueError("the question is blank")
         return v
+
+    @field_validator("messages")
+    @classmethod
+    def _text_messages(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        try:
+            return None if v is None else conversation_of(v, "message").as_list()
+        except ConversationError as e:
+            raise ValueError(str(e)) from None
+
+    @model_validator(mode="after")
+    def _question_is_last_turn(self) -> AnswerRequest:
+        if self.messages is not None and conversation_of(self.messages).text != self.question:
+            raise ValueError("question: not the last user turn of messages (leave it out)")
+        return self
 
 
 class FeedbackRequest(Storable):
@@ -317,8 +348,9 @@ class ChatCompletionRequest(Storable):
                 raise ValueError(f"{name}: not supported ({why}); leave it out")
         return self
 
-    def answer_request(self) -> AnswerRequest:
-        """The native request: the last user message is the question."""
+    def answer_request(self, conversation: bool = False) -> AnswerRequest:
+        """The native request: the last user message is the question; with ``conversation``
+        (a chat policy), the messages too, checked: a 422 names what cannot be passed on."""
         if self.model != CHAT_MODEL:
             raise ApiError(
                 404, "model_not_found", f"model '{self.model}' does not exist; use '{CHAT_MODEL}'"
@@ -327,6 +359,12 @@ class ChatCompletionRequest(Storable):
         if not users:
             raise ApiError(422, "invalid_request", "messages: no user message (the question)")
         opts = self.ccpo.model_dump(exclude_none=True) if self.ccpo else {}
+        if conversation:
+            try:
+                conv = conversation_of([m.model_dump() for m in self.messages])
+            except ConversationError as e:
+                raise ApiError(422, "invalid_request", str(e)) from None
+            opts["messages"] = conv.as_list()
         try:
             return AnswerRequest.model_validate({"question": users[-1].text(), **opts})
         except ValidationError as e:
@@ -337,6 +375,20 @@ class ChatCompletionRequest(Storable):
                 msg = f"{loc}: {msg}"
             raise ApiError(422, "invalid_request", msg) from None
 
+    def dropped(self) -> list[str]:
+        """What a policy of another family than ``chat`` does not pass on (:func:`dropped`)."""
+        return dropped([m.role for m in self.messages])
+
+
+def dropped(roles: list[str]) -> list[str]:
+    """What a policy of another family than ``chat`` does not pass on of messages of these
+    ``roles``: ``system`` (system or developer messages) and ``history`` (any message but the
+    last user turn)."""
+    users = [i for i, r in enumerate(roles) if r == "user"]
+    system = any(r in ("system", "developer") for r in roles)
+    others = [i for i, r in enumerate(roles) if r not in ("system", "developer")]
+    return [*(["system"] if system else []), *(["history"] if others != users[-1:] else [])]
+
 
 class ChatChoice(BaseModel):
     index: int
@@ -344,11 +396,12 @@ class ChatChoice(BaseModel):
     finish_reason: str
 
 
-def chat_content(s: AnswerSet) -> str:
+def chat_content(s: AnswerSet, reply: bool = False) -> str:
     """The message content of a chat completion: exactly the one answer of a single-answer
     policy (no newline; empty when it has none), the set of a set policy one answer per line.
-    An empty answer is never in the set, so it never shows as content."""
-    if s.guarantee is not None and s.guarantee.answer == "single":
+    An empty answer is never in the set, so it never shows as content. With ``reply`` (a chat
+    policy), the chosen reply whole, as the model wrote it, whatever the policy's kind."""
+    if reply or (s.guarantee is not None and s.guarantee.answer == "single"):
         return s.answer or ""
     return "\n".join(s.answers)
 
@@ -366,11 +419,12 @@ class ChatCompletion(BaseModel):
     ccpo: AnswerSet
 
 
-def chat_completion_chunks(s: AnswerSet) -> list[dict[str, Any]]:
+def chat_completion_chunks(s: AnswerSet, reply: bool = False) -> list[dict[str, Any]]:
     """The answer set as the ``chat.completion.chunk`` events of a streamed completion (as the
     ``openai`` SDK reads them): the role, the content (:func:`chat_content`: a single-answer
-    policy's one answer in one chunk; a set one answer per chunk, as lines), then an empty
-    delta with ``finish_reason: stop`` and the full answer set as ``ccpo``."""
+    policy's one answer in one chunk; a set one answer per chunk, as lines; with ``reply``, a
+    chat policy's reply one line per chunk, its line ends kept), then an empty delta with
+    ``finish_reason: stop`` and the full answer set as ``ccpo``."""
     head = {"id": f"chatcmpl-{s.id}", "object": "chat.completion.chunk",
             "created": int(time.time()), "model": CHAT_MODEL}  # fmt: skip
 
@@ -378,8 +432,11 @@ def chat_completion_chunks(s: AnswerSet) -> list[dict[str, Any]]:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         return {**head, "choices": [choice], **extra}
 
-    lines = chat_content(s).split("\n")
-    parts = [a if i == 0 else "\n" + a for i, a in enumerate(lines) if a or i]
+    if reply:
+        parts = chat_content(s, reply).splitlines(keepends=True)
+    else:
+        lines = chat_content(s).split("\n")
+        parts = [a if i == 0 else "\n" + a for i, a in enumerate(lines) if a or i]
     return [
         chunk({"role": "assistant", "content": ""}),
         *(chunk({"content": p}) for p in parts),
@@ -387,8 +444,8 @@ def chat_completion_chunks(s: AnswerSet) -> list[dict[str, Any]]:
     ]
 
 
-def chat_completion(s: AnswerSet) -> ChatCompletion:
-    """The answer set as an OpenAI chat completion."""
+def chat_completion(s: AnswerSet, reply: bool = False) -> ChatCompletion:
+    """The answer set as an OpenAI chat completion (``reply``: see :func:`chat_content`)."""
     return ChatCompletion(
         id=f"chatcmpl-{s.id}",
         created=int(time.time()),
@@ -396,7 +453,7 @@ def chat_completion(s: AnswerSet) -> ChatCompletion:
         choices=[
             ChatChoice(
                 index=0,
-                message={"role": "assistant", "content": chat_content(s)},
+                message={"role": "assistant", "content": chat_content(s, reply)},
                 finish_reason="stop",
             )
         ],

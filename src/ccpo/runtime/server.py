@@ -16,10 +16,13 @@ Endpoints (the OpenAPI spec is served at ``/openapi.json`` and committed as
   switch by changing ``base_url``: model ``ccpo``, the last user message is the question; the
   reply's content is a single-answer policy's one answer, or a set policy's answer set (one
   answer per line) (:func:`~ccpo.runtime.schemas.chat_content`), and the full
-  ``ccpo.answer/v1`` object rides alongside as ``ccpo``. ``extra_body={"ccpo": {"id", "context",
+  ``ccpo.answer/v1`` object rides alongside as ``ccpo``. A ``chat`` policy passes the whole
+  conversation on and replies with the chosen reply, whole; another family says what it drops
+  (``X-CCPO-Dropped``, a log line). ``extra_body={"ccpo": {"id", "context",
   "max_cost_usd"}}`` passes the native fields.
 - ``GET /healthz`` (never needs auth), ``GET /metrics`` (Prometheus text format: requests,
-  dollars, set size, rounds, coverage on feedback, κ with its band and every move) and
+  dollars, set size, rounds, coverage on feedback, κ with its band and every move, latency
+  histograms: :mod:`ccpo.runtime.latency`) and
   ``GET /metrics.json`` (the same as JSON).
 
 Rails, all checked before a request body is read: optional bearer token
@@ -52,6 +55,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import time
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -66,7 +70,11 @@ try:
     from fastapi.responses import JSONResponse, Response, StreamingResponse
     from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
     from starlette.exceptions import HTTPException as StarletteHTTPException
 except ImportError:  # pragma: no cover - exercised in a subprocess test
     raise CCPOError(
@@ -75,6 +83,7 @@ except ImportError:  # pragma: no cover - exercised in a subprocess test
 
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.http.connections import connection_limits, guarded_protocol
+from ccpo.runtime.latency import Latency
 from ccpo.runtime.rails import Guard, error_response
 from ccpo.runtime.schemas import (
     UNSTORABLE,
@@ -89,6 +98,7 @@ from ccpo.runtime.schemas import (
     ServerMetrics,
     chat_completion,
     chat_completion_chunks,
+    dropped,
 )
 from ccpo.runtime.service import Service
 
@@ -171,8 +181,9 @@ _GAUGES = {
 class _MetricsCollector:
     """The service's metrics as Prometheus metric families (absent values are left out)."""
 
-    def __init__(self, m: ServerMetrics) -> None:
+    def __init__(self, m: ServerMetrics, latency: Latency | None = None) -> None:
         self.m = m
+        self.latency = latency
 
     def collect(self) -> Any:
         d = self.m.model_dump()
@@ -183,13 +194,32 @@ class _MetricsCollector:
                     family = kind(name, doc, labels=["replica"])
                     family.add_metric(label, float(d[field_]))
                     yield family
+        for name, doc, h in self.latency.families() if self.latency else ():
+            hist = HistogramMetricFamily(name, doc, labels=["replica"])
+            hist.add_metric(label, h.cumulative(), h.total)
+            yield hist
 
 
-def prometheus_text(m: ServerMetrics) -> bytes:
-    """``m`` in the Prometheus text exposition format."""
+def prometheus_text(m: ServerMetrics, latency: Latency | None = None) -> bytes:
+    """``m`` (and this replica's ``latency`` histograms) in the Prometheus text format."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_MetricsCollector(m))
+    registry.register(_MetricsCollector(m, latency))
     return generate_latest(registry)
+
+
+def _dropped(roles: list[str], s: Service, response: Response, qid: str) -> None:
+    """Say what a policy of another family than ``chat`` did not pass on to its models of
+    messages of these ``roles`` (the system prompt, the earlier turns): the ``X-CCPO-Dropped``
+    header and a log line."""
+    if s.agent.takes_conversations:
+        return
+    said = dropped(roles)
+    if said:
+        response.headers["X-CCPO-Dropped"] = ",".join(said)
+        log.info(
+            "request %s: %s not passed on (a %s policy answers the last user turn)",
+            qid, " and ".join(said), s.agent.family,
+        )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- the app
@@ -261,8 +291,15 @@ def create_app(service: Service | None = None) -> FastAPI:
         summary="Answer a question with the conformal policy",
     )
     async def answer(req: AnswerRequest, s: Service = Depends(guarded)) -> Response:
+        t0 = time.perf_counter()
         # the JSON the store keeps, serialised once (FastAPI would validate and dump again)
-        return Response(await s.answer_json(req), media_type="application/json")
+        body = await s.answer_json(req)
+        took = time.perf_counter() - t0
+        s.latency.observe(took, took)
+        response = Response(body, media_type="application/json")
+        if req.messages is not None:
+            _dropped([m["role"] for m in req.messages], s, response, req.id or "(no id)")
+        return response
 
     @app.post(
         "/v1/chat/completions",
@@ -279,19 +316,36 @@ def create_app(service: Service | None = None) -> FastAPI:
         summary="The same, OpenAI-compatible: model 'ccpo'; the last user message is the question",
     )
     async def chat_completions(
-        req: ChatCompletionRequest, s: Service = Depends(guarded)
+        req: ChatCompletionRequest, response: Response, s: Service = Depends(guarded)
     ) -> ChatCompletion | StreamingResponse:
+        t0 = time.perf_counter()
+        reply = s.agent.takes_conversations  # a chat policy: the conversation, the reply whole
         try:
-            native = req.answer_request()
+            native = req.answer_request(conversation=reply)
         except ApiError:
             s.store.count_rejected()
             raise
         answer_set = await s.answer(native)
+        _dropped([m.role for m in req.messages], s, response, answer_set.id)
         if not req.stream:
-            return chat_completion(answer_set)
-        events = [f"data: {json.dumps(c)}\n\n" for c in chat_completion_chunks(answer_set)]
-        events.append("data: [DONE]\n\n")
-        return StreamingResponse(iter(events), media_type="text/event-stream")
+            took = time.perf_counter() - t0
+            s.latency.observe(took, took)
+            return chat_completion(answer_set, reply)
+        chunks = chat_completion_chunks(answer_set, reply)
+
+        async def events():  # timed as sent: the first content, then [DONE]
+            ttft = None
+            for c in chunks:
+                if ttft is None and c["choices"][0]["delta"].get("content"):
+                    ttft = time.perf_counter() - t0
+                yield f"data: {json.dumps(c)}\n\n"
+            yield "data: [DONE]\n\n"
+            took = time.perf_counter() - t0
+            s.latency.observe(took if ttft is None else ttft, took)
+
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers=dict(response.headers)
+        )
 
     @app.post(
         "/v1/feedback",
@@ -313,7 +367,8 @@ def create_app(service: Service | None = None) -> FastAPI:
     async def metrics(s: Service = Depends(guarded)) -> Response:
         """Counters and gauges in the Prometheus text format (auth, no rate limit: for
         scrapers)."""
-        return Response(prometheus_text(await s.ametrics()), media_type=CONTENT_TYPE_LATEST)
+        text = prometheus_text(await s.ametrics(), s.latency)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/metrics.json", response_model=ServerMetrics, responses={401: _ERRORS[401]})
     async def metrics_json(s: Service = Depends(guarded)) -> ServerMetrics:

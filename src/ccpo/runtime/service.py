@@ -19,6 +19,7 @@ from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.config import DeployConfig
 from ccpo.runtime.feedback import RECENT, Counters, FeedbackError, drift, online_kappa
+from ccpo.runtime.latency import Latency
 from ccpo.runtime.rails import RateLimiter, check_bearer, check_rate
 from ccpo.runtime.schemas import (
     AnswerRequest,
@@ -35,10 +36,12 @@ from ccpo.runtime.state import (
     StateUnavailable,
     StoreLedger,
 )
+from ccpo.traces.conversation import conversation_of
 
 log = logging.getLogger("ccpo.serve")
 
 Answered = tuple[AnswerSet, str]  # an answer set and its JSON text
+Asked = tuple[str, str | None]  # a question and its conversation's key (chat policies)
 
 
 def as_json(s: AnswerSet) -> str:
@@ -108,7 +111,7 @@ class Service:
         agent.ledger = StoreLedger(self.store, max_wait=cfg.budget_wait)
         self.limiter = self._limiter(cfg.rate_limit_per_minute, cfg.rate_burst)
         self.feedback_limiter = self._limiter(cfg.feedback_per_minute, cfg.feedback_burst)
-        self._answering: dict[str, tuple[str, asyncio.Future[Answered]]] = {}
+        self._answering: dict[str, tuple[Asked, asyncio.Future[Answered]]] = {}
         self._active = 0  # questions being answered (awaited on shutdown)
         # a lone question's writes may commit on the loop (SQLite, where that never waits)
         self.store.alone = lambda: self._active == 1
@@ -121,6 +124,7 @@ class Service:
             reverse=True,
         )  # fmt: skip
         self.started = time.monotonic()
+        self.latency = Latency()  # this replica's, for /metrics
         self._short_since: int | None = None  # feedback count at the last drift warning
 
     def _limiter(self, per_minute: float | None, burst: int) -> RateLimiter | None:
@@ -189,25 +193,36 @@ class Service:
                 f"question: {len(req.question)} characters, more than the "
                 f"{self.cfg.max_question_chars} this server accepts",
             )
+        if req.messages is not None:
+            n = sum(len(m["content"]) for m in req.messages)
+            if n > self.cfg.max_conversation_chars:
+                raise self._reject(
+                    422,
+                    "invalid_request",
+                    f"messages: {n} characters in {len(req.messages)} messages, more than the "
+                    f"{self.cfg.max_conversation_chars} this server accepts "
+                    "(server.max_conversation_chars)",
+                )
         if req.id is None:
             return await self._answer(req)
+        asked = self._asked(req)
         busy = self._answering.get(req.id)
         if busy is not None:  # a retry while the first is still being answered: its answer
-            if busy[0] != req.question:
+            if busy[0] != asked:
                 raise self._reject(
                     409, "conflict", f"id '{req.id}' is being answered for another question"
                 )
             return await asyncio.shield(busy[1])
         old = await self.store.alookup(req.id)
         if old is not None:
-            if old[0] == req.question:
+            if (old[0], old[1].get("conversation")) == asked:
                 s = AnswerSet.model_validate(old[1])
                 return s, as_json(s)
             raise self._reject(
                 409, "conflict", f"id '{req.id}' was already used for another question"
             )
         fut: asyncio.Future[Answered] = asyncio.get_running_loop().create_future()
-        self._answering[req.id] = (req.question, fut)
+        self._answering[req.id] = (asked, fut)
         try:
             s = await self._answer(req)
             fut.set_result(s)
@@ -221,6 +236,12 @@ class Service:
             raise
         finally:
             del self._answering[req.id]
+
+    def _asked(self, req: AnswerRequest) -> Asked:
+        """What an id stands for: the question and, for a chat policy, the conversation (the
+        same follow-up after another history is another question)."""
+        chat = req.messages is not None and self.agent.takes_conversations
+        return req.question, conversation_of(req.messages).key() if chat else None
 
     async def _answer(self, req: AnswerRequest) -> Answered:
         agent = self.agent
@@ -246,8 +267,9 @@ class Service:
         if self.cfg.adapt_kappa:  # κ as feedback at any replica has moved it
             agent.kappa = (await self.store.arefresh())[0].kappa
         ctx = [p.model_dump() for p in req.context] if req.context else None
+        asked = conversation_of(req.messages) if req.messages is not None else req.question
         try:
-            s = await agent.aanswer(req.question, id=req.id, context=ctx, max_cost=req.max_cost_usd)
+            s = await agent.aanswer(asked, id=req.id, context=ctx, max_cost=req.max_cost_usd)
         except StateUnavailable:
             raise
         except RequestBudgetExceeded as e:

@@ -7,10 +7,13 @@ a family that fixes the prompt and the answer normaliser:
   (:func:`normalize_choice`: ``"(b) Paris"`` → ``"B"``);
 - ``short``: short free text, SQuAD/HotpotQA-style (:func:`normalize_answer`: lower case, drop
   punctuation and articles, fold white space);
-- ``exact``: string equality after trimming white space (:func:`normalize_exact`).
+- ``exact``: string equality after trimming white space (:func:`normalize_exact`);
+- ``chat``: a conversation's free-text reply, compared verbatim (:func:`normalize_verbatim`:
+  exact string equality, nothing trimmed), so that two replies agree only when identical.
 
-The built-in names have fixed families (``mmlu`` → mcq, ``hotpotqa`` and ``jsonl`` → short); a
-name starting with ``mmlu`` is mcq, and any other name without a family is ``short``.
+The built-in names have fixed families (``mmlu`` → mcq, ``hotpotqa`` and ``jsonl`` → short,
+``chat`` → chat); a name starting with ``mmlu`` is mcq, and any other name without a family is
+``short``.
 """
 
 from __future__ import annotations
@@ -51,9 +54,24 @@ def normalize_exact(text: str) -> str:
     return text.strip()
 
 
-FAMILIES: tuple[str, ...] = ("mcq", "short", "exact")
-BUILTIN_TASKS: dict[str, str] = {"mmlu": "mcq", "hotpotqa": "short", "jsonl": "short"}
-_NORMALIZERS = {"mcq": normalize_choice, "short": normalize_answer, "exact": normalize_exact}
+def normalize_verbatim(text: str) -> str:
+    """The ``chat`` family's "normaliser": the reply itself (exact string equality)."""
+    return text
+
+
+FAMILIES: tuple[str, ...] = ("mcq", "short", "exact", "chat")
+BUILTIN_TASKS: dict[str, str] = {
+    "mmlu": "mcq",
+    "hotpotqa": "short",
+    "jsonl": "short",
+    "chat": "chat",
+}
+_NORMALIZERS = {
+    "mcq": normalize_choice,
+    "short": normalize_answer,
+    "exact": normalize_exact,
+    "chat": normalize_verbatim,
+}
 
 
 def family_of(task: str, family: str | None = None) -> str:

@@ -34,8 +34,10 @@ Role = Literal["base", "guide"]
 MIN_PROBABILITY = 1e-6  # a probability of 0 becomes log-prob log(1e-6), not −∞
 
 #: the prompts the deployed agent knows how to write; any other name (e.g. a log's mode,
-#: ``uala``) runs the family's chain-of-thought prompt and only tells steps apart
-KNOWN_PROMPTS = ("cot", "react", "judge")
+#: ``uala``) runs the family's own prompt (chain of thought; a ``chat`` family's conversation
+#: as it is) and only tells steps apart
+KNOWN_PROMPTS = ("cot", "react", "judge", "chat")
+CHAT = "chat"  # the family whose question is a conversation, passed on unchanged
 
 
 def agree_signals(p: float | None) -> tuple[float | None, float | None]:
@@ -60,9 +62,12 @@ def transfer_signal(value: float | None, source: str, target: str) -> float | No
     return lp if target == "base" else u
 
 
-def default_prompt(task: str, role: Role, verdict: str) -> str:
-    """The prompt a step without a ``prompt`` field ran with: ``judge`` for a judging guide,
-    ReAct for a HotpotQA base in the paper's protocol, chain of thought otherwise."""
+def default_prompt(task: str, role: Role, verdict: str, family: str | None = None) -> str:
+    """The prompt a step without a ``prompt`` field ran with: ``chat`` (the conversation as it
+    is) in the ``chat`` family, ``judge`` for a judging guide, ReAct for a HotpotQA base in the
+    paper's protocol, chain of thought otherwise."""
+    if family_of(task, family) == CHAT:
+        return "chat"
     if verdict == "judge":
         if role == "guide":
             return "judge"
@@ -72,13 +77,21 @@ def default_prompt(task: str, role: Role, verdict: str) -> str:
 
 @dataclass(frozen=True)
 class Step:
-    """One call of a round: a model and the prompt it answers with."""
+    """One call of a round: a model, the prompt it answers with and, in the ``chat`` family,
+    an optional system prompt of its own sent in front of the conversation."""
 
     model: str
     prompt: str
+    system: str | None = None
 
     def to_dict(self) -> dict[str, str]:
-        return {"model": self.model, "prompt": self.prompt}
+        d = {"model": self.model, "prompt": self.prompt}
+        return d if self.system is None else {**d, "system": self.system}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Step:
+        system = d.get("system")
+        return cls(str(d["model"]), str(d["prompt"]), None if system is None else str(system))
 
 
 @dataclass(frozen=True)
@@ -112,6 +125,10 @@ class Ladder:
             seen.setdefault(r.base.model)
             seen.setdefault(r.guide.model)
         return list(seen)
+
+    def verdicts(self) -> set[str]:
+        """The verdict modes its rounds use."""
+        return {r.verdict for r in self.rounds}
 
     def round(self, t: int) -> LadderRound:
         """Round ``t`` (1-based)."""
@@ -148,8 +165,8 @@ class Ladder:
             task = str(d["task"])
             rounds = tuple(
                 LadderRound(
-                    Step(str(r["base"]["model"]), str(r["base"]["prompt"])),
-                    Step(str(r["guide"]["model"]), str(r["guide"]["prompt"])),
+                    Step.from_dict(r["base"]),
+                    Step.from_dict(r["guide"]),
                     str(r.get("verdict", "judge")),
                 )
                 for r in d["rounds"]
@@ -166,10 +183,13 @@ class Ladder:
 
     @classmethod
     def one_pair(cls, task: str, base: str, guide: str, rounds: int, family: str | None = None):
-        """The paper's protocol: the same base and guide every round, ``judge`` verdicts."""
-        b = Step(base, default_prompt(task, "base", "judge"))
-        g = Step(guide, "judge")
-        return cls(task, family_of(task, family), tuple(LadderRound(b, g) for _ in range(rounds)))
+        """The paper's protocol: the same base and guide every round, ``judge`` verdicts (in the
+        ``chat`` family, whose replies are free text, ``agree`` rounds of the conversation)."""
+        fam = family_of(task, family)
+        verdict = "agree" if fam == CHAT else "judge"
+        b = Step(base, default_prompt(task, "base", verdict, fam))
+        g = Step(guide, default_prompt(task, "guide", verdict, fam))
+        return cls(task, fam, tuple(LadderRound(b, g, verdict) for _ in range(rounds)))
 
     def describe(self) -> str:
         """One line per round, for messages and ``--help`` output."""
@@ -186,20 +206,29 @@ def ladder_of_trace(tr: Any) -> Ladder:
     needs a search tool it did not use)."""
     rounds = []
     agent = (getattr(tr, "meta", None) or {}).get("agent")
+    family = family_of(tr.task, getattr(tr, "family", None))
     for r in tr.rounds:
         verdict = getattr(r, "verdict_mode", None) or "judge"
         b, g = r.base, r.guide
         base_default = agent if verdict == "judge" and agent in ("cot", "react") else "cot"
+        if family == CHAT:
+            base_default = "chat"
         rounds.append(
             LadderRound(
-                Step(b.model, getattr(b, "prompt", None) or base_default),
+                Step(b.model, getattr(b, "prompt", None) or base_default, _system(b)),
                 Step(
-                    g.model, getattr(g, "prompt", None) or default_prompt(tr.task, "guide", verdict)
+                    g.model,
+                    getattr(g, "prompt", None) or default_prompt(tr.task, "guide", verdict, family),
+                    _system(g),
                 ),
                 verdict,
             )
         )
-    return Ladder(tr.task, family_of(tr.task, getattr(tr, "family", None)), tuple(rounds))
+    return Ladder(tr.task, family, tuple(rounds))
+
+
+def _system(step: Any) -> str | None:
+    return getattr(step, "system", None)
 
 
 def ladder_of(traces: Iterable[Any], where: str = "traces") -> Ladder:

@@ -7,8 +7,9 @@ hostile or broken file could use to move results silently: numbers must be physi
 (finite floats, log-probs ≤ 0, the guide's uncertainty in [0, ``MAX_UNCERTAINTY``], at most
 ``MAX_TOKENS`` per call) and types strict (a boolean is ``true``/``false``, a count a JSON
 integer, a number a JSON number). ``logprob_*``, ``uncertainty`` and ``policy_llm`` may be null
-or absent. The optional ladder fields (``verdict_mode``, ``prompt``, ``reused``, ``family``)
-are read by :mod:`ccpo.traces.ladder`; files without them read as a ``judge`` ladder.
+or absent. The optional ladder fields (``verdict_mode``, ``prompt``, ``reused``, ``system``,
+``family``) are read by :mod:`ccpo.traces.ladder`; files without them read as a ``judge``
+ladder. A ``chat`` trace carries its conversation in ``messages``.
 
 Contract: docs/design.md, section "Trace schema `ccpo.trace/v1`".
 """
@@ -18,6 +19,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ccpo.traces.conversation import ConversationError, conversation_of
 
 SCHEMA_VERSION = "ccpo.trace/v1"
 
@@ -45,6 +48,8 @@ class _Step(_Model):
 
     prompt: str | None = Field(None, min_length=1)
     reused: bool = Field(False, strict=True)
+    #: a chat step's own system prompt, sent in front of the conversation
+    system: str | None = Field(None, min_length=1)
 
     @model_validator(mode="after")
     def _reused_is_free(self) -> _Step:
@@ -105,8 +110,10 @@ class Trace(_Model):
     schema_: Literal["ccpo.trace/v1"] = Field(alias="schema")
     id: str = Field(min_length=1)
     task: str
-    family: Literal["mcq", "short", "exact"] | None = None
+    family: Literal["mcq", "short", "exact", "chat"] | None = None
     question: str
+    #: the conversation of a ``chat`` trace (its ``question`` is the last user turn); None: none
+    messages: list[dict[str, Any]] | None = None
     gold: list[str] = Field(min_length=1)
     rounds: list[Round] = Field(min_length=1)
     meta: dict[str, Any] = Field(default_factory=dict)
@@ -123,6 +130,14 @@ class Trace(_Model):
                     f"position {i} holds round {r.round}"
                 )
         return rounds
+
+    @field_validator("messages")
+    @classmethod
+    def _text_messages(cls, v: list[dict[str, Any]] | None) -> list[dict[str, str]] | None:
+        try:
+            return None if v is None else conversation_of(v).as_list()
+        except ConversationError as e:
+            raise ValueError(str(e)) from None
 
     @property
     def n_rounds(self) -> int:
@@ -146,15 +161,19 @@ class Trace(_Model):
         """The wire form: ``schema`` first, nulls kept, as docs/design.md shows it; the optional
         ladder fields only where they are set (so older files round-trip unchanged)."""
         d = self.model_dump(by_alias=True, mode="json")
-        if d.get("family") is None:
-            d.pop("family", None)
+        for optional in ("family", "messages"):
+            if d.get(optional) is None:
+                d.pop(optional, None)
         for r in d["rounds"]:
             if r.get("verdict_mode") is None:
                 r.pop("verdict_mode", None)
             for step in (r["base"], r["guide"]):
                 prompt, reused = step.pop("prompt", None), step.pop("reused", False)
+                system = step.pop("system", None)
                 if prompt is not None:  # the ladder fields last, after the v1 fields
                     step["prompt"] = prompt
+                if system is not None:
+                    step["system"] = system
                 if reused:
                     step["reused"] = True
         return d

@@ -12,7 +12,9 @@ Every loader returns :class:`Question` objects in file order; problems in the in
   tool. Ids: ``hotpotqa-<_id>``, or ``hotpotqa-dev-<index>`` without one.
 - **JSONL**: one ``{"id", "question", "gold"}`` object a line (``gold`` a string or a list;
   it may be left out when the traces are labelled by a reference model, ``collect
-  --reference``); an optional ``context`` as in HotpotQA or as ``[{"title", "text"}]``.
+  --reference``); an optional ``context`` as in HotpotQA or as ``[{"title", "text"}]``. A
+  conversation (what a chat app exports from its logs) is ``{"id", "messages"}``: the OpenAI
+  messages of text, its last user turn the ``question``.
 
 Without ``--data``, the small subsets bundled in ``ccpo/data/`` are used (see their README).
 """
@@ -28,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ccpo.errors import CCPOError
+from ccpo.traces.answers import family_of
+from ccpo.traces.conversation import Conversation, ConversationError, conversation_of
 
 TASKS = ("mmlu", "hotpotqa", "jsonl")
 
@@ -52,6 +56,13 @@ class Question:
     gold: list[str]
     context: list[Passage] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: a chat question's conversation (``question`` is its last user turn); None: none
+    conversation: Conversation | None = None
+
+    @property
+    def prompt(self) -> str | Conversation:
+        """What the ladder's steps are asked: the conversation, else the question."""
+        return self.conversation if self.conversation is not None else self.question
 
 
 def _bundled(*parts: str) -> Path:
@@ -68,11 +79,13 @@ def default_data_path(task: str) -> Path:
 
 
 def load_questions(
-    task: str, path: str | Path | None = None, need_gold: bool = True
+    task: str, path: str | Path | None = None, need_gold: bool = True, family: str | None = None
 ) -> list[Question]:
     """Load a task's questions from ``path`` (or the bundled subset). A task name that is not
     built in (``medqa``, ...) reads ``path`` as JSONL questions of that task; with
-    ``need_gold=False`` (labels from a reference model) their ``gold`` may be absent."""
+    ``need_gold=False`` (labels from a reference model) their ``gold`` may be absent.
+    Conversations (``messages``) are for the ``chat`` family only: another family would not
+    pass them on, so a file holding one is refused."""
     if task not in TASKS and path is None:
         raise CCPOError(
             f"task '{task}' is not built in ({', '.join(TASKS)}): pass --data FILE, a JSONL of "
@@ -88,6 +101,13 @@ def load_questions(
     qs = load_jsonl(p, need_gold)
     for q in qs:
         q.task = task
+    talk = next((q for q in qs if q.conversation is not None), None)
+    fam = family_of(task, family)
+    if talk is not None and fam != "chat":
+        raise CCPOError(
+            f"{p}: question '{talk.id}' is a conversation (messages), which the {fam} family "
+            "would not pass on (its prompt takes one question): use --task chat or --family chat"
+        )
     return qs
 
 
@@ -217,8 +237,13 @@ def load_jsonl(path: str | Path, need_gold: bool = True) -> list[Question]:
                 raise CCPOError(f"{where}: malformed JSON ({e.msg})") from None
             if not isinstance(rec, dict):
                 raise CCPOError(f"{where}: expected a JSON object")
+            conversation = _conversation(rec, where)
+            if conversation is not None:
+                rec.setdefault("question", conversation.text)
             for k in ("id", "question", "gold") if need_gold else ("id", "question"):
                 if k not in rec:
+                    if k == "question":
+                        raise CCPOError(f"{where}: field 'question' (or 'messages') is required")
                     hint = " (or label by agreement: --reference MODEL)" if k == "gold" else ""
                     raise CCPOError(f"{where}: field '{k}' is required but missing{hint}")
             gold = rec.get("gold")
@@ -237,6 +262,17 @@ def load_jsonl(path: str | Path, need_gold: bool = True) -> list[Question]:
                     question=str(rec["question"]),
                     gold=gold,
                     context=parse_context(rec.get("context"), where),
+                    conversation=conversation,
                 )
             )
     return out
+
+
+def _conversation(rec: dict[str, Any], where: str) -> Conversation | None:
+    """A line's ``messages`` (an app's exported conversation), checked; None without one."""
+    if rec.get("messages") is None:
+        return None
+    try:
+        return conversation_of(rec["messages"])
+    except ConversationError as e:
+        raise CCPOError(f"{where}: {e}") from None

@@ -165,6 +165,7 @@ def build_trace(rows: dict[str, Located], ladder: Ladder, source: str, labels: s
         task=task,
         family=None if task.lower() in BUILTIN_TASKS else ladder.family,
         question=first.row.question,
+        messages=first.row.messages,
         gold=gold,
         rounds=_rounds(rows, ladder),
         meta=meta,

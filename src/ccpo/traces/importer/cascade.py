@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ccpo.errors import CCPOError
 from ccpo.traces.answers import family_of
-from ccpo.traces.ladder import Ladder, LadderRound, Step
+from ccpo.traces.ladder import Ladder, LadderRound, Step, default_prompt
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,13 @@ class Cascade:
 
     def ladder(self, task: str, family: str | None = None) -> Ladder:
         """The ``agree`` ladder of the cascade: every model answers the question itself."""
+        fam = family_of(task, family)
+        prompt = default_prompt(task, "base", "agree", fam)  # cot; a conversation: chat
         return Ladder(
             task,
-            family_of(task, family),
+            fam,
             tuple(
-                LadderRound(Step(b, "cot"), Step(g, "cot"), "agree")
+                LadderRound(Step(b, prompt), Step(g, prompt), "agree")
                 for b, g in zip(self.bases, self.guides, strict=True)
             ),
         )

@@ -18,18 +18,21 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from ccpo.errors import CCPOError
+from ccpo.traces.conversation import ConversationError, conversation_of
 from ccpo.traces.io import cr_only, iter_lines, loads_strict
 
 REQUIRED_COLUMNS = (
@@ -40,7 +43,7 @@ REQUIRED_COLUMNS = (
     "input_tokens",
     "output_tokens",
 )
-OPTIONAL_COLUMNS = ("correct", "logprob", "confidence", "gold", "reasoning", "score")
+OPTIONAL_COLUMNS = ("correct", "logprob", "confidence", "gold", "reasoning", "score", "messages")
 _TRUE = {"true", "1", "yes", "y", "t"}
 _FALSE = {"false", "0", "no", "n", "f"}
 
@@ -54,7 +57,7 @@ class ImportRow(BaseModel):
     question_id: str = Field(min_length=1)
     question: str = Field(min_length=1)
     model: str = Field(min_length=1)
-    answer: str = ""
+    answer: Annotated[str, StringConstraints(strip_whitespace=False)] = ""
     correct: bool | None = None
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
@@ -63,6 +66,29 @@ class ImportRow(BaseModel):
     gold: str | None = None
     reasoning: str = ""
     score: float | None = Field(None, allow_inf_nan=False)  # labels with --accept
+    #: the conversation the answer replies to (OpenAI messages of text; its last user turn is
+    #: the question): a JSON array in a JSONL table, its JSON text in a CSV cell
+    messages: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _question_of_messages(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and not str(data.get("question") or "").strip():
+            try:
+                text = conversation_of(_json_cell(data.get("messages"), info)).text
+            except (ConversationError, ValueError):
+                text = None if data.get("messages") is None else "?"  # the column's check says
+            data = data if text is None else {**data, "question": text}
+        return data
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _conversation(cls, v: Any, info: ValidationInfo) -> Any:
+        v = _json_cell(v, info)
+        try:
+            return None if v is None else conversation_of(v).as_list()
+        except ConversationError as e:
+            raise ValueError(str(e)) from None
 
     @field_validator("correct", mode="before")
     @classmethod
@@ -94,12 +120,30 @@ class ImportRow(BaseModel):
     def _none_is_blank(cls, v: Any) -> Any:
         return "" if v is None else v
 
+    @field_validator("answer")
+    @classmethod
+    def _trimmed_unless_verbatim(cls, v: str, info: ValidationInfo) -> str:
+        """Trimmed like every cell, except a chat reply (kept verbatim: ``verbatim``)."""
+        return v if (info.context or {}).get("verbatim") else v.strip()
+
     def probability(self) -> float | None:
         """The row's probability that its answer is right: ``confidence``, else
         ``exp(logprob)``, else None."""
         if self.confidence is not None:
             return self.confidence
         return None if self.logprob is None else math.exp(self.logprob)
+
+
+def _json_cell(v: Any, info: ValidationInfo) -> Any:
+    """A CSV cell's JSON text parsed (blank: None); a typed table's value as it is."""
+    if not isinstance(v, str) or _typed(info):
+        return v
+    if not v.strip():
+        return None
+    try:
+        return loads_strict(v)
+    except ValueError as e:
+        raise ValueError(f"not JSON ({e})") from None
 
 
 def _typed(info: ValidationInfo) -> bool:
@@ -159,7 +203,8 @@ def _raw_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     reader = csv.DictReader(_text_lines(path, cr))
     try:
         header = reader.fieldnames or []
-        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        needed = [c for c in REQUIRED_COLUMNS if c != "question" or "messages" not in header]
+        missing = [c for c in needed if c not in header]
         if missing:
             raise table_error(
                 path, 1, missing[0], f"missing from the header (found: {', '.join(header)})"
@@ -178,9 +223,10 @@ def _raw_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise table_error(path, max(reader.line_num, 1), None, msg) from None
 
 
-def validated_rows(path: Path) -> Iterator[tuple[Located, bool]]:
+def validated_rows(path: Path, verbatim: bool = False) -> Iterator[tuple[Located, bool]]:
     """Every row of ``path`` parsed and validated, with whether the table has a ``correct``
-    column (the CSV header's, or the first JSONL row's keys)."""
+    column (the CSV header's, or the first JSONL row's keys); ``verbatim``: answers are kept
+    as written (a chat family's replies), not trimmed."""
     typed = _is_jsonl(path)  # JSON values are typed: validated strictly (see the module doc)
     has_correct: bool | None = None
     try:
@@ -188,7 +234,8 @@ def validated_rows(path: Path) -> Iterator[tuple[Located, bool]]:
             if has_correct is None:
                 has_correct = "correct" in rec
             try:
-                row = ImportRow.model_validate(rec, strict=typed, context={"typed": typed})
+                context = {"typed": typed, "verbatim": verbatim}
+                row = ImportRow.model_validate(rec, strict=typed, context=context)
             except ValidationError as e:
                 err = e.errors()[0]
                 column = ".".join(str(x) for x in err["loc"]) or None

@@ -7,6 +7,7 @@ table.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ _COLUMNS = (
 )  # fmt: skip
 _SCHEMA = f"""
 CREATE TABLE questions (qid TEXT PRIMARY KEY, ord INTEGER NOT NULL, question TEXT NOT NULL,
-                        line INTEGER NOT NULL);
+                        line INTEGER NOT NULL, messages TEXT);
 CREATE TABLE rows (qid TEXT NOT NULL, model TEXT NOT NULL, line INTEGER NOT NULL,
                    {", ".join(_COLUMNS)}, PRIMARY KEY (qid, model)) WITHOUT ROWID;
 """
@@ -42,23 +43,25 @@ class Spill:
 
     def add(self, loc: Located) -> None:
         r, db = loc.row, self.db
+        msgs = None if r.messages is None else json.dumps(r.messages, ensure_ascii=False)
         cur = db.execute(
-            "INSERT INTO questions VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (r.question_id, self.questions, r.question, loc.line),
+            "INSERT INTO questions VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (r.question_id, self.questions, r.question, loc.line, msgs),
         )
         if cur.rowcount:
             self.questions += 1
         else:
-            text, first = db.execute(
-                "SELECT question, line FROM questions WHERE qid = ?", (r.question_id,)
+            text, first, had = db.execute(
+                "SELECT question, line, messages FROM questions WHERE qid = ?", (r.question_id,)
             ).fetchone()
-            if text != r.question:
-                raise table_error(
-                    self.path,
-                    loc.line,
-                    "question",
-                    f"differs from row {first} for the same question_id '{r.question_id}'",
-                )
+            for column, here, there in (("question", r.question, text), ("messages", msgs, had)):
+                if here != there:
+                    raise table_error(
+                        self.path,
+                        loc.line,
+                        column,
+                        f"differs from row {first} for the same question_id '{r.question_id}'",
+                    )
         try:
             db.execute(
                 f"INSERT INTO rows VALUES (?, ?, ?, {', '.join('?' * len(_COLUMNS))})",
@@ -107,17 +110,22 @@ class Spill:
     def groups(self) -> Iterator[dict[str, Located]]:
         """Each question's rows (model → row, in table order), questions in first-seen order."""
         cur = self.db.execute(
-            f"SELECT q.qid, q.question, r.model, r.line, {', '.join('r.' + c for c in _COLUMNS)} "
+            f"SELECT q.qid, q.question, q.messages, r.model, r.line, "
+            f"{', '.join('r.' + c for c in _COLUMNS)} "
             "FROM questions q JOIN rows r ON r.qid = q.qid ORDER BY q.ord, r.line"
         )
         for _, rows in groupby(cur, key=lambda rec: rec[0]):
             group: dict[str, Located] = {}
-            for qid, question, model, line, *values in rows:
+            for qid, question, msgs, model, line, *values in rows:
                 fields = dict(zip(_COLUMNS, values, strict=True))
                 if fields["correct"] is not None:
                     fields["correct"] = bool(fields["correct"])
                 row = ImportRow.model_construct(
-                    question_id=qid, question=question, model=model, **fields
+                    question_id=qid,
+                    question=question,
+                    model=model,
+                    messages=None if msgs is None else json.loads(msgs),
+                    **fields,
                 )
                 group[model] = Located(row, line)
             yield group

@@ -116,7 +116,8 @@ def open_table(
     try:
         has_correct = has_gold = has_score = False
         n = 0
-        for loc, has_correct in validated_rows(p):
+        verbatim = family_of(task, family) == "chat"  # a reply is kept as written
+        for loc, has_correct in validated_rows(p, verbatim):
             n += 1
             has_score |= loc.row.score is not None
             if has_correct and reference is None and accept is None and loc.row.correct is None:

@@ -1,0 +1,63 @@
+"""A conversation through ``ccpo serve`` to a real small model (``llama_cpp.server`` +
+SmolLM2-135M on 127.0.0.1, behind a recording proxy): every upstream call receives the app's
+system prompt and both earlier turns byte for byte, and the chat content is one of the model's
+replies, whole. Skipped unless the optional extra ``llama`` is installed. The chat policy is
+trained on the scripted chat world (its three model names all reach the one real model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ccpo.llm.collect import collect
+from ccpo.llm.config import build_config
+from ccpo.testing.llama_server import LlamaServer, find_smollm2_gguf, llama_server_available
+from ccpo.testing.scripted_server import ScriptedServer
+from tests.helpers.chat import RecordingProxy, chat_reply, collect_values, conversation
+from tests.helpers.cli import ccpo_ok
+from tests.helpers.serve import LiveServer, post
+
+pytestmark = pytest.mark.llama
+
+
+def chat_policy(d: Path) -> Path:
+    """A CStop chat policy trained on the scripted chat world's ladder."""
+    with ScriptedServer(fallback=chat_reply) as srv:
+        assert collect(build_config(None, collect_values(srv, d, 120)), progress=False).done
+    ccpo_ok("train", "--traces", str(d / "chat.jsonl"), "--prices", str(d / "prices.json"),
+            "--method", "cstop", "--alpha", "0.2", "--out", str(d / "pol"))  # fmt: skip
+    return d / "pol"
+
+
+def serve_a_conversation(policy: Path, prices: Path, upstream: str) -> None:
+    """Serve ``policy`` with every model at ``upstream`` (through a recording proxy), send a
+    conversation with a system prompt and two earlier turns, and check what each upstream
+    call received and what came back."""
+    from ccpo.runtime.config import load_deploy_config
+    from ccpo.runtime.server import Service
+
+    messages = conversation(3)
+    assert messages[0]["role"] == "system" and len(messages) == 4
+    with RecordingProxy(upstream) as proxy:
+        values = {"endpoints": {"*": {"url": proxy.url}}, "prices": [str(prices)],
+                  "timeout": 300.0, "max_tokens": 48, "server": {"state": None}}  # fmt: skip
+        service = Service.from_artifact(policy, load_deploy_config(None, values))
+        with LiveServer(service) as live:
+            r = post(live.url, "/v1/chat/completions", {"model": "ccpo", "messages": messages})
+    assert r.status_code == 200, r.text
+    s, content = r.json()["ccpo"], r.json()["choices"][0]["message"]["content"]
+    assert len(proxy.requests) == sum(len(lg["models"]) for lg in s["log"]) >= 1
+    for req in proxy.requests:  # the system prompt and both earlier turns, byte for byte
+        assert req["messages"] == messages
+    replies = [rep["choices"][0]["message"]["content"] for rep in proxy.replies]
+    assert content == s["answer"] and content in replies  # one model's reply, whole
+
+
+def test_a_conversation_reaches_the_real_model_whole(tmp_path) -> None:
+    why = llama_server_available()
+    if why:
+        pytest.skip(why)
+    policy = chat_policy(tmp_path)
+    with LlamaServer(find_smollm2_gguf()) as llama:
+        serve_a_conversation(policy, tmp_path / "prices.json", llama.url)
