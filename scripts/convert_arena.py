@@ -14,9 +14,10 @@ GPT-4's reference answer. This script
 2. counts tokens from the texts with one rule for every model, ⌈characters / 4⌉ (no
    tokenizer: the same approximation as the other bundled sets), input = the prompt, output =
    the reply;
-3. writes a compact import table (question_id, question, model, answer, score,
+3. writes a compact import table (question_id, question, messages, model, answer, score,
    input_tokens, output_tokens) and imports it with ``ccpo traces import``'s own code and the
-   acceptance rule :data:`RULE` (docs/decisions.md says why this rule), family ``exact``;
+   acceptance rule :data:`RULE` (docs/decisions.md says why this rule), family ``chat``
+   (each prompt a one-turn conversation in ``messages``; replies kept verbatim);
 4. writes ``arena-public.jsonl.gz`` (deterministic gzip), the data card and the licence.
 
 It reads the shared folder only here, never at package run time. Running it twice gives
@@ -41,7 +42,7 @@ from ccpo.traces.prices import load_prices
 
 NAME = "arena-public"
 TASK = "arena"
-FAMILY = "exact"  # replies compared by exact equality (the chat family's rule)
+FAMILY = "chat"  # a conversation of one user turn; replies verbatim, compared exactly
 RULE = "score>=reference-1"  # accepted: rated at most one point below the reference model's
 
 #: our model name → (answer file, judgment file) in arena-bench-v1, cheapest first
@@ -118,6 +119,7 @@ def table_rows(arena: Path) -> list[dict]:
                 {
                     "question_id": qid,
                     "question": text,
+                    "messages": [{"role": "user", "content": text}],
                     "model": model,
                     "answer": reply,
                     "score": scores[model][qid],
