@@ -7,8 +7,9 @@ as ``http="auto"`` picks it), with the settings of :class:`~ccpo.runtime.config.
 ``header_timeout`` and ``body_timeout`` (a head or body slower than that: 408 and closed),
 ``max_connections`` (one more: 503 and closed; the cap fitted to ``ulimit -n`` by
 :func:`connection_limits`), a head over :data:`MAX_HEAD_BYTES` (431 and closed, whichever
-parser runs); ``keep_alive_timeout`` is uvicorn's own timer. This is a rail, not a fast path:
-it is always on. Its replies are the server's one JSON error body with ``connection: close``,
+parser runs), a request the parser refuses or with both Content-Length and Transfer-Encoding
+(400); ``keep_alive_timeout`` is uvicorn's own timer. This is a rail, not a fast path: it is
+always on. Its replies are the server's one JSON error body with ``connection: close``,
 written to the socket directly. Connections are counted in uvicorn's own set of open
 connections, which every close path leaves through ``connection_lost``.
 """
@@ -59,6 +60,13 @@ def _raw_error(status: int, reason: str, type_: str, message: str) -> bytes:
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     )
     return head.encode() + body
+
+
+def _two_lengths(headers: list[tuple[bytes, bytes]]) -> bool:
+    """A request head with both Content-Length and Transfer-Encoding: two answers to where its
+    body ends, which a proxy in front may read the other way (request smuggling)."""
+    names = {name.lower() for name, _ in headers}
+    return b"content-length" in names and b"transfer-encoding" in names
 
 
 def connection_limits(wanted: int) -> ConnectionLimits:
@@ -119,6 +127,12 @@ def guarded_protocol(
         "head_too_large",
         f"request head over {MAX_HEAD_BYTES} bytes",
     )
+    bad_request = _raw_error(
+        400,
+        "Bad Request",
+        "bad_request",
+        "malformed HTTP request (request line, headers, Content-Length or Transfer-Encoding)",
+    )
     full = [False]  # the cap was reached (warned once until a connection fits again)
 
     class GuardedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
@@ -175,6 +189,12 @@ def guarded_protocol(
             if cycle is not self._cycle_seen:  # a new request head is complete: met
                 self._cycle_seen = cycle
                 self._disarm()
+                if cycle is not None and _two_lengths(cycle.scope["headers"]):
+                    # h11 lets Transfer-Encoding win (httptools refuses it itself): refused
+                    # before the app, whose task has not run yet, reads a body or answers
+                    cycle.disconnected = True
+                    self.send_400_response("")
+                    return
             if cycle is None or cycle.response_complete:
                 want: str | None = "head"  # bytes of a (next) request head have arrived
             elif cycle.more_body:
@@ -228,6 +248,14 @@ def guarded_protocol(
                 log.info(
                     "%s: request head not received within %g s: closed", client, header_timeout
                 )
+            self.transport.close()
+
+        def send_400_response(self, msg: str) -> None:
+            """uvicorn's reply to a request its parser refuses (a garbage request line, a bad
+            Content-Length, both Content-Length and Transfer-Encoding, ...): the JSON error,
+            not uvicorn's text/plain, and the connection closed as uvicorn closes it."""
+            self._disarm()
+            self.transport.write(bad_request)
             self.transport.close()
 
         def connection_lost(self, exc: Exception | None) -> None:
