@@ -47,7 +47,10 @@ class AnswerRequest(BaseModel):
         None, max_length=100, description="paragraphs for the search tool (hotpotqa)"
     )
     max_cost_usd: float | None = Field(
-        None, gt=0, description="per-request budget in USD (can only tighten the server's)"
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="per-request budget in USD (can only tighten the server's)",
     )
 
     @field_validator("question")
