@@ -58,6 +58,7 @@ def test_replay_server_refuses_malformed_requests_in_json(tmp_path):
         )
         assert ok.status_code == 200, ok.text  # the server is alive and still answers
         assert ok.json()["ccpo_replay"]["trace_id"] == traces[0].id
+        assert_raw_400(port, "garbage request line", MALFORMED["garbage request line"])
     finally:
         log = stop_server(proc)
     assert "Traceback" not in log, log
@@ -110,6 +111,24 @@ MALFORMED = {
 }
 
 
+def assert_raw_400(port: int, what: str, raw: bytes) -> None:
+    """``raw`` sent to 127.0.0.1:``port`` gets the JSON 400 (``bad_request``) and the
+    connection closed."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(raw)
+        got = b""
+        while chunk := s.recv(65536):  # until the server closes the connection
+            got += chunk
+    head, _, body = got.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    assert lines[0] == "HTTP/1.1 400 Bad Request", (what, got)
+    assert headers["content-type"] == "application/json", (what, got)
+    assert headers["connection"] == "close" and int(headers["content-length"]) == len(body)
+    error = json.loads(body)["error"]
+    assert error["type"] == "bad_request" and "malformed HTTP request" in error["message"]
+
+
 @pytest.mark.parametrize("parser", ["httptools", "h11"])
 def test_a_request_the_http_parser_refuses_gets_the_json_400(
     parser, world, policy_dir, prices_path, monkeypatch
@@ -126,19 +145,7 @@ def test_a_request_the_http_parser_refuses_gets_the_json_400(
     with LiveServer(make_service(policy_dir, world, prices_path)) as ls:
         asked = world.n_requests
         for what, raw in MALFORMED.items():
-            with socket.create_connection(("127.0.0.1", ls.port), timeout=10) as s:
-                s.sendall(raw)
-                got = b""
-                while chunk := s.recv(65536):  # until the server closes the connection
-                    got += chunk
-            head, _, body = got.partition(b"\r\n\r\n")
-            lines = head.decode().split("\r\n")
-            headers = dict(line.lower().split(": ", 1) for line in lines[1:])
-            assert lines[0] == "HTTP/1.1 400 Bad Request", (what, got)
-            assert headers["content-type"] == "application/json", (what, got)
-            assert headers["connection"] == "close" and int(headers["content-length"]) == len(body)
-            error = json.loads(body)["error"]
-            assert error["type"] == "bad_request" and "malformed HTTP request" in error["message"]
+            assert_raw_400(ls.port, what, raw)
         assert world.n_requests == asked
         r = httpx.post(ls.url + "/v1/answer", json={"question": Q}, timeout=60)
         assert r.status_code == 200, r.text

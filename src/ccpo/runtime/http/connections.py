@@ -69,6 +69,15 @@ def _two_lengths(headers: list[tuple[bytes, bytes]]) -> bool:
     return b"content-length" in names and b"transfer-encoding" in names
 
 
+#: the reply to a request the HTTP parser refuses (see :func:`json_errors_protocol`)
+BAD_REQUEST = _raw_error(
+    400,
+    "Bad Request",
+    "bad_request",
+    "malformed HTTP request (request line, headers, Content-Length or Transfer-Encoding)",
+)
+
+
 def connection_limits(wanted: int) -> ConnectionLimits:
     """``wanted`` connections, or fewer: past the open-file limit (``ulimit -n``) uvicorn
     cannot accept any connection at all. The soft limit is raised first, within the hard one,
@@ -97,6 +106,22 @@ def connection_limits(wanted: int) -> ConnectionLimits:
     return ConnectionLimits(max(1, min(wanted, soft - BASE_FDS - 4 * backlog)), backlog, soft)
 
 
+def json_errors_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol class (as ``http="auto"`` picks it) whose reply to a request its
+    parser refuses (a garbage request line, a bad Content-Length, both Content-Length and
+    Transfer-Encoding, ...) is the JSON error, not uvicorn's text/plain; the connection is
+    closed, as uvicorn closes it. The base of :func:`guarded_protocol`; alone for
+    ``replay-server``."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class JSONErrorsProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+        def send_400_response(self, msg: str) -> None:
+            self.transport.write(BAD_REQUEST)
+            self.transport.close()
+
+    return JSONErrorsProtocol
+
+
 def guarded_protocol(
     header_timeout: float,
     body_timeout: float,
@@ -107,8 +132,6 @@ def guarded_protocol(
     request head and body and at most ``limits.cap`` open connections (see the module doc and
     :func:`connection_limits`). ``on_body_timeout()`` is called for each request refused for a
     slow body (to count it)."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
-
     head_reply = _raw_error(
         408, "Request Timeout", "timeout", f"request head not received within {header_timeout:g} s"
     )
@@ -127,15 +150,9 @@ def guarded_protocol(
         "head_too_large",
         f"request head over {MAX_HEAD_BYTES} bytes",
     )
-    bad_request = _raw_error(
-        400,
-        "Bad Request",
-        "bad_request",
-        "malformed HTTP request (request line, headers, Content-Length or Transfer-Encoding)",
-    )
     full = [False]  # the cap was reached (warned once until a connection fits again)
 
-    class GuardedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+    class GuardedHTTPProtocol(json_errors_protocol()):  # type: ignore[misc]
         """A connection with a deadline for each request head and body and a place among at
         most ``cap`` open connections. The phase is read from uvicorn's request cycle (the same
         attributes in h11 and httptools): no cycle, or its response complete → waiting for a
@@ -251,12 +268,8 @@ def guarded_protocol(
             self.transport.close()
 
         def send_400_response(self, msg: str) -> None:
-            """uvicorn's reply to a request its parser refuses (a garbage request line, a bad
-            Content-Length, both Content-Length and Transfer-Encoding, ...): the JSON error,
-            not uvicorn's text/plain, and the connection closed as uvicorn closes it."""
             self._disarm()
-            self.transport.write(bad_request)
-            self.transport.close()
+            super().send_400_response(msg)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
