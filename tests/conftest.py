@@ -3,6 +3,8 @@ output)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ccpo.traces.episodes import build_episodes
@@ -12,6 +14,12 @@ from ccpo.traces.sim import SimConfig, generate
 
 # assertions in the shared helpers explain their failures as the tests' own do
 pytest.register_assert_rewrite("tests.helpers")
+
+from tests.helpers.cli import cache_env  # noqa: E402 (after the rewrite hook)
+
+# caches start empty, as on a machine that never ran ccpo, in this process and in every process
+# it spawns: matplotlib's font cache, ccpo's response cache, never the developer's ~/.cache
+os.environ.update(cache_env())
 
 
 @pytest.fixture(scope="session")

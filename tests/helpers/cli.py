@@ -4,10 +4,12 @@ without an extra."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from ccpo.testing import free_port, wait_for_http
@@ -18,7 +20,45 @@ ROOT = Path(__file__).resolve().parents[2]
 # the console script installed beside this interpreter (the venv's), else the one on PATH
 _BESIDE = Path(sys.executable).parent / "ccpo"
 CCPO = str(_BESIDE) if _BESIDE.is_file() else (shutil.which("ccpo") or "ccpo")
-ENV = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
+#: this tree's code first (whatever the venv's editable install points at), then tests.helpers
+PYTHONPATH = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+
+
+def fresh_home() -> Path:
+    """A home folder that starts empty, one per test process (removed at its exit): the
+    processes the tests spawn keep their caches (matplotlib's font cache, ...) there, as on a
+    machine that never ran ccpo, never in the developer's ``~/.cache``."""
+    if not _HOME:
+        home = Path(tempfile.mkdtemp(prefix="ccpo-tests-home-"))
+        atexit.register(shutil.rmtree, home, ignore_errors=True)
+        _HOME.append(home)
+    return _HOME[0]
+
+
+_HOME: list[Path] = []
+
+
+def home_env(home: Path) -> dict[str, str]:
+    """The variables that place a process's caches and settings under ``home``."""
+    return {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "MPLCONFIGDIR": str(home / ".config" / "matplotlib")}  # fmt: skip
+
+
+def user_env(home: Path | None = None) -> dict[str, str]:
+    """A user's shell on a fresh machine: only this venv on PATH, a wide terminal (nothing
+    wraps), this tree's code, and caches under ``home`` (default :func:`fresh_home`)."""
+    return {"PATH": str(Path(sys.executable).parent), "COLUMNS": "200",
+            "PYTHONPATH": PYTHONPATH, **home_env(home or fresh_home())}  # fmt: skip
+
+
+def cache_env() -> dict[str, str]:
+    """:func:`home_env` of :func:`fresh_home` but ``HOME``: the caches of a fresh machine for a
+    process that keeps the user's home (the PostgreSQL tools may need it)."""
+    return {k: v for k, v in home_env(fresh_home()).items() if k != "HOME"}
+
+
+ENV = {**os.environ, **cache_env(), "COLUMNS": "200", "PYTHONPATH": PYTHONPATH}
 
 
 # ----------------------------------------------------------------------------- commands
@@ -30,7 +70,7 @@ def ccpo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PATH": str(Path(sys.executable).parent), "COLUMNS": "200", "HOME": "/tmp"},
+        env=user_env(),
     )
 
 
@@ -137,4 +177,4 @@ def without(tmp_path: Path, *modules: str, env: dict | None = None) -> dict:
         "sys.meta_path.insert(0, NotInstalled())\n"
     )
     base = dict(os.environ if env is None else env)
-    return {**base, "COLUMNS": "200", "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    return {**base, "COLUMNS": "200", "PYTHONPATH": os.pathsep.join([str(site), PYTHONPATH])}

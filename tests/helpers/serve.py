@@ -14,6 +14,9 @@ from ccpo.traces.prices import write_price_file
 #: the models a deployed policy calls (base and guide of the scripted world)
 MODELS = ("base-m", "guide-m")
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
+#: ``feedback_per_minute`` that never refuses a test's feedback (None, no limit at all, needs
+#: the bearer token)
+FEEDBACK_UNLIMITED = 1e9
 
 
 def post(url: str, path: str, body, token: str | None = None, **kw) -> httpx.Response:

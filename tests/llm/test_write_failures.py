@@ -7,7 +7,6 @@ tests run as root, so a read-only folder is an output whose parent is a file.)""
 
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 import sys
@@ -17,10 +16,11 @@ import pytest
 import yaml
 
 from ccpo.traces.io import read_traces
+from tests.helpers.cli import ENV as CHILD_ENV
 from tests.helpers.world import make_world
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "COLUMNS": "300", "PYTHONPATH": str(ROOT)}
+ENV = {**CHILD_ENV, "COLUMNS": "300"}
 
 
 def ccpo(*args: str, max_file_bytes: int | None = None) -> subprocess.CompletedProcess:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ccpo.testing import free_port
 from ccpo.traces.prices import write_price_file
-from tests.helpers.cli import CCPO, assert_usage_error, ccpo
+from tests.helpers.cli import CCPO, assert_usage_error, ccpo, user_env
 from tests.helpers.world import MODELS, make_world
 
 
@@ -212,9 +211,12 @@ def test_unwritable_out_is_one_line_exit_2_before_any_work(argv, sim_file, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
-def _ccpo_with_file_size_limit(limit: int, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+def _ccpo_with_file_size_limit(
+    limit: int, *args: str, cwd: Path, home: Path
+) -> subprocess.CompletedProcess:
     """``ccpo`` where no file may grow past ``limit`` bytes (RLIMIT_FSIZE; SIGXFSZ ignored, so a
-    write fails with EFBIG): a full disk that root cannot write past either. No bytecode is
+    write fails with EFBIG): a full disk that root cannot write past either; ``home`` holds its
+    caches (empty: a first run, whose caches cannot be written either). No bytecode is
     written (a truncated .pyc would break later runs)."""
     import resource
     import signal
@@ -223,8 +225,7 @@ def _ccpo_with_file_size_limit(limit: int, *args: str, cwd: Path) -> subprocess.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    env = {"PATH": str(Path(sys.executable).parent), "COLUMNS": "200", "HOME": "/tmp",
-           "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+    env = {**user_env(home), "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run(
         [CCPO, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env,
         preexec_fn=limit_writes, restore_signals=False,
@@ -236,15 +237,20 @@ def _ccpo_with_file_size_limit(limit: int, *args: str, cwd: Path) -> subprocess.
     [["train", "--method", "ccpo", "--steps", "5"], ["evaluate", "--splits", "2"]],
     ids=["train", "evaluate"],
 )
-def test_a_failed_write_is_one_line_and_leaves_no_half_made_folder(argv, sim_file, tmp_path):
+def test_a_failed_write_is_one_line_and_leaves_no_half_made_folder(
+    argv, sim_file, tmp_path, tmp_path_factory
+):
     """Files may not pass 8 kB: policy.json, features.json, prices.json and the results tables
     fit, weights.pt (torch raises a RuntimeError for it) and the plots do not. One line, exit 1
-    (the system refused: not a usage error), and no --out folder with some of the files."""
-    out = tmp_path / "out"
-    r = _ccpo_with_file_size_limit(8000, *argv, "--traces", str(sim_file), "--out", str(out),
-                                   cwd=tmp_path)  # fmt: skip
-    err = r.stderr.strip()
-    assert r.returncode == 1, r.stderr
-    assert "Traceback" not in r.stderr and len(err.splitlines()) == 1, r.stderr
-    assert err.startswith("error: ") and str(out) in err
-    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+    (the system refused: not a usage error), and no --out folder with some of the files. Run
+    twice from an empty home, as on a fresh machine: matplotlib cannot save its font cache
+    either (the first time nothing, then a truncated one), and says nothing of it."""
+    out, home = tmp_path / "out", tmp_path_factory.mktemp("home")
+    for _ in range(2):
+        r = _ccpo_with_file_size_limit(8000, *argv, "--traces", str(sim_file), "--out",
+                                       str(out), cwd=tmp_path, home=home)  # fmt: skip
+        err = r.stderr.strip()
+        assert r.returncode == 1, r.stderr
+        assert "Traceback" not in r.stderr and len(err.splitlines()) == 1, r.stderr
+        assert err.startswith("error: ") and str(out) in err
+        assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())

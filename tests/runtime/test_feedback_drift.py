@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from ccpo.runtime.feedback import DRIFT_MIN
-from tests.helpers.serve import LiveServer, make_service, state_at
+from tests.helpers.serve import FEEDBACK_UNLIMITED, LiveServer, make_service, state_at
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 
@@ -25,7 +25,7 @@ def _answer_and_tell(http: httpx.Client, i: int, feedback: dict) -> dict:
 def test_unanswerable_counts_as_covered_and_moves_kappa_up(
     world, policy_dir, prices_path, tmp_path
 ):
-    conf = {"adapt_kappa": True, "kappa_min_feedback": 0, "feedback_per_minute": None,
+    conf = {"adapt_kappa": True, "kappa_min_feedback": 0, "feedback_per_minute": FEEDBACK_UNLIMITED,
             "state": state_at(tmp_path, "s.db")}  # fmt: skip
     svc = make_service(policy_dir, world, prices_path, conf)
     with LiveServer(svc) as ls, httpx.Client(base_url=ls.url, timeout=30) as http:
@@ -46,7 +46,7 @@ def test_metrics_show_recent_coverage_against_its_target_and_serve_warns(
 ):
     """Every answer missed: drift is judged from DRIFT_MIN = 50 feedbacks on (0 of 50 is far
     below 0.9), warned once in the log, and shown in /metrics."""
-    conf = {"feedback_per_minute": None}
+    conf = {"feedback_per_minute": FEEDBACK_UNLIMITED}
     svc = make_service(policy_dir, world, prices_path, conf)
     with LiveServer(svc) as ls, httpx.Client(base_url=ls.url, timeout=30) as http:
         with caplog.at_level(logging.WARNING, logger="ccpo.serve"):
@@ -93,7 +93,8 @@ def test_a_policy_with_calibration_scores_moves_kappa_along_them(world, prices_p
     assert loaded.calibration.kappa(0.1) == loaded.kappa
 
     conf = {"adapt_kappa": True, "kappa_min_feedback": 0, "kappa_eta0": 0.5,
-            "feedback_per_minute": None, "state": state_at(tmp_path, "s.db")}  # fmt: skip
+            "feedback_per_minute": FEEDBACK_UNLIMITED,
+            "state": state_at(tmp_path, "s.db")}  # fmt: skip
     svc = make_service(folder, world, prices_path, conf)
     told = [{"none_of_them": True}] * 6 + [{"unanswerable": True}] * 4
     with LiveServer(svc) as ls, httpx.Client(base_url=ls.url, timeout=30) as http:

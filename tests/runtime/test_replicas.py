@@ -16,7 +16,7 @@ from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.runtime.state import SCHEMA_VERSION, DuplicateKey, StateStore
 from ccpo.runtime.state.ledger import StoreLedger
-from tests.helpers.serve import LiveServer, burst, make_service
+from tests.helpers.serve import FEEDBACK_UNLIMITED, LiveServer, burst, make_service
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 
@@ -64,7 +64,7 @@ def test_feedback_at_any_replica_moves_one_kappa_once(pg_cluster, world, policy_
     """Answers from replica A, feedback alternately at A and B: both report the same κ and
     counts; a repeated feedback id at the other replica is refused and changes nothing."""
     url = pg_cluster.new_database()
-    conf = {"adapt_kappa": True, "kappa_min_feedback": 0, "feedback_per_minute": None}
+    conf = {"adapt_kappa": True, "kappa_min_feedback": 0, "feedback_per_minute": FEEDBACK_UNLIMITED}
     a, b = _replicas(2, policy_dir, world, prices_path, url, conf)
     k0 = a.agent.kappa
     with LiveServer(a) as la, LiveServer(b) as lb, httpx.Client(timeout=30) as http:

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.serve import LiveServer, make_service, state_at
+from tests.helpers.serve import FEEDBACK_UNLIMITED, LiveServer, make_service, state_at
 from tests.helpers.world import make_world
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
@@ -51,7 +51,11 @@ def test_a_thousand_adversarial_feedbacks_move_kappa_at_most_the_band(
     world, policy_dir, prices_path, tmp_path
 ):
     """22 'none of them' used to take κ from 0.3 to 0; 1,000 now stay within κ̂ − band."""
-    conf = {"adapt_kappa": True, "feedback_per_minute": None, "state": state_at(tmp_path, "s.db")}
+    conf = {
+        "adapt_kappa": True,
+        "feedback_per_minute": FEEDBACK_UNLIMITED,
+        "state": state_at(tmp_path, "s.db"),
+    }
     svc = make_service(policy_dir, world, prices_path, conf)
     b = svc.kappa_bounds
     assert (b.lower, b.upper, b.max_delta, b.min_feedback) == pytest.approx((0.2, 0.4, 0.01, 50))

@@ -11,7 +11,7 @@ import pytest
 
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.server import openapi_spec
-from tests.helpers.serve import LiveServer, Q, make_service, post, state_at
+from tests.helpers.serve import FEEDBACK_UNLIMITED, LiveServer, Q, make_service, post, state_at
 from tests.helpers.world import make_world
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,7 +173,7 @@ def test_feedback_moves_kappa_and_persists(world, policy_dir, prices_path, tmp_p
         "kappa_band": 1.0,
         "kappa_max_delta": 1.0,
         "kappa_min_feedback": 0,
-        "feedback_per_minute": None,
+        "feedback_per_minute": FEEDBACK_UNLIMITED,
     }
     with LiveServer(make_service(policy_dir, world, prices_path, conf)) as ls:
         k0 = httpx.get(ls.url + "/metrics.json").json()["kappa"]

@@ -31,7 +31,7 @@ import yaml
 from ccpo.runtime.state.store import SPARE_IDLE_S, SPARE_IDLE_UNCAPPED_S
 from ccpo.testing import free_port, wait_for_http
 from ccpo.traces.prices import load_prices
-from tests.helpers.serve import LiveServer, deploy_values, make_service
+from tests.helpers.serve import FEEDBACK_UNLIMITED, LiveServer, deploy_values, make_service
 from tests.helpers.world import make_world
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
@@ -140,7 +140,7 @@ def test_database_away_fails_closed_and_recovers(fault, pg, world, policy_dir, p
     acknowledged answer and feedback is in the database; spent ≥ billed."""
     world.latency = 0.05
     url = pg.new_database()
-    server = {"state": url, "state_timeout": 0.5, "feedback_per_minute": None}
+    server = {"state": url, "state_timeout": 0.5, "feedback_per_minute": FEEDBACK_UNLIMITED}
     svc = make_service(policy_dir, world, prices_path, server, max_cost_total=50.0, kappa=0.0)
     health: list[tuple[int, str, float]] = []
     with LiveServer(svc) as ls, Load(ls.url) as load:

@@ -1,7 +1,8 @@
 """The live agent decides without torch: importing ccpo.runtime, loading a policy artifact
 and scoring an observation never import it (weights are read as numpy arrays); ``ccpo serve``
 runs in the slim install (``pip install 'ccpo[serve]'``: no torch, matplotlib or
-OpenTelemetry), and a command that needs the train extra says which pip install brings it."""
+OpenTelemetry), its feedback path never imports scipy (an import on the event loop stalls
+every request), and a command that needs the train extra says which pip install brings it."""
 
 from __future__ import annotations
 
@@ -130,3 +131,29 @@ def test_score_methods_train_without_the_train_extra(sim_file, tmp_path, method)
     assert meta["method"] in ("cstop", "cstop-lr", "depth-k") and meta["kappa_batch"] is not None
     obs = np.random.default_rng(1).normal(size=(2, 4, len(FEATURE_NAMES)))
     assert load_policy(out).probs(obs).shape == (2, 4, 3)
+
+
+def test_the_drift_check_on_feedback_never_imports_scipy(world, policy_dir, prices_path, tmp_path):
+    """The coverage drift check runs on the event loop from the 50th feedback on; it took
+    scipy's import (seconds on a busy machine), and every question and feedback in flight
+    waited past the state deadline: 503 ``state_unavailable`` with no fault at all. ``ccpo
+    serve`` where scipy cannot be imported answers 60 questions and their 60 misses, and
+    reports the shortfall."""
+    from tests.helpers.cli import start_serve, stop_server, write_deploy_config
+    from tests.helpers.serve import Q
+
+    env = without(tmp_path, "scipy", *NOT_IN_SERVE)
+    cfg = write_deploy_config(tmp_path, world, prices_path)
+    proc, url = start_serve(policy_dir, cfg, free_port(), "--feedback-per-minute", "1e9",
+                            "--feedback-burst", "1000", env=env)  # fmt: skip
+    try:
+        with httpx.Client(base_url=url, timeout=30) as http:
+            for i in range(60):
+                assert http.post("/v1/answer", json={"question": Q, "id": f"q{i}"}).is_success
+                r = http.post("/v1/feedback", json={"id": f"q{i}", "none_of_them": True})
+                assert r.status_code == 200, (i, r.text)
+            m = http.get("/metrics.json").json()
+    finally:
+        err = stop_server(proc)
+    assert m["feedback"] == 60 and m["coverage_short"] is True
+    assert "ModuleNotFoundError" not in err

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ccpo.traces.io import MAX_LINE_BYTES, write_traces
+from tests.helpers.cli import user_env
 
 CCPO = str(Path(sys.executable).with_name("ccpo"))
 MB = 2**20
@@ -34,8 +35,7 @@ def ccpo_rss(*args: str, env: dict | None = None) -> tuple[int, str, int]:
     r = subprocess.run(
         [sys.executable, "-c", _WRAPPER, CCPO, *args],
         capture_output=True, text=True, timeout=120,
-        env={"PATH": str(Path(sys.executable).parent), "COLUMNS": "300", "HOME": "/tmp",
-             **(env or {})},
+        env={**user_env(), "COLUMNS": "300", **(env or {})},
     )  # fmt: skip
     return r.returncode, r.stderr, int(r.stdout.split()[-1]) // 1024
 

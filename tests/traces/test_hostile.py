@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from ccpo.cli import main
+from tests.helpers.cli import ENV as CHILD_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "COLUMNS": "300", "PYTHONPATH": str(ROOT)}
+ENV = {**CHILD_ENV, "COLUMNS": "300"}
 
 
 def _dicts(sim_traces, n: int = 60) -> list[dict]:

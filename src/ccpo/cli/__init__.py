@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import logging
 import os
 import re
 import sys
@@ -71,6 +72,8 @@ def _root(
     ] = None,
 ) -> None:
     _state["debug"] = debug
+    if debug:  # matplotlib's own warnings back (see quiet_matplotlib)
+        logging.getLogger("matplotlib").setLevel(logging.NOTSET)
     if max_line_bytes is not None:
         from ccpo.traces.io import MAX_LINE_BYTES_ENV, parse_bytes
 
@@ -117,6 +120,15 @@ def _error(message: str) -> None:
     err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
+def quiet_matplotlib() -> None:
+    """matplotlib's own warnings off (errors stay): on a machine where its font cache cannot
+    be written (a first run under a full disk, a read-only home) it says so on stderr
+    ("Could not save font_manager cache", "building the font cache", "created a temporary
+    cache directory"), which would turn the command's one error line into several. The plots
+    are drawn either way; ``--debug`` shows them."""
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ccpo`` console script; returns the exit code.
 
@@ -130,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     click_error, abort = _click_error_types()
     _state["debug"] = False
+    quiet_matplotlib()
     try:
         code = app(args=argv, standalone_mode=False, prog_name="ccpo")
     except CCPOError as e:

@@ -215,6 +215,7 @@ def replay_server_cmd(
     is not in the file gets HTTP 404, never an invented answer. Needs the serve extra."""
     import uvicorn
 
+    from ccpo.runtime.http.connections import json_errors_protocol
     from ccpo.runtime.replay_server import ReplayIndex, create_replay_app
 
     check_port_free(host, port, None)
@@ -233,7 +234,8 @@ def replay_server_cmd(
             "answers them"
         )
     app = create_replay_app(index, max_body_bytes)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    http = json_errors_protocol()  # uvicorn's own 400s as the JSON error too
+    uvicorn.run(app, host=host, port=port, log_level=log_level, http=http)
 
 
 def dry_run_cmd(

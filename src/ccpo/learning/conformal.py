@@ -18,6 +18,8 @@ Derivation: docs/theory.md, sections "Split-conformal κ̂ (set policies)", "Onl
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,11 +107,31 @@ def coverage_interval(covered: int, n: int, level: float = 0.95) -> tuple[float,
     return lo, hi
 
 
+@functools.lru_cache(maxsize=4096)  # a server asks the same few (k, n) on every feedback
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(Bin(n, p) ≤ k), summed in log space: exact up to rounding, and without scipy (whose
+    import takes seconds on a busy machine, too long for a server's event loop)."""
+    if k >= n or p <= 0.0:
+        return 1.0
+    if k < 0 or p >= 1.0:
+        return 0.0
+    lp, lq, top = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    logs = [top - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+            for i in range(k + 1)]  # fmt: skip
+    m = max(logs)
+    return min(1.0, math.exp(m) * math.fsum(math.exp(x - m) for x in logs))
+
+
 def short_beyond_noise(covered: int, n: int, alpha: float, level: float = 0.95) -> bool:
     """Coverage ``covered`` / ``n`` is below 1 − α beyond noise: the whole Clopper-Pearson
-    interval at ``level`` lies below 1 − α (a one-sided exact binomial test at (1 − level)/2)."""
+    interval at ``level`` lies below 1 − α (a one-sided exact binomial test at (1 − level)/2).
+    The interval's upper end u solves P(Bin(n, u) ≤ covered) = (1 − level)/2 and that
+    probability falls as the rate grows, so u < 1 − α exactly when P(Bin(n, 1 − α) ≤
+    covered) < (1 − level)/2: one binomial sum, no quantile (and no scipy)."""
     check_alpha(alpha)
-    return n > 0 and coverage_interval(covered, n, level)[1] < 1.0 - alpha
+    if n <= 0 or covered >= n:
+        return False
+    return binomial_cdf(covered, n, 1.0 - alpha) < (1.0 - level) / 2.0
 
 
 @dataclass(frozen=True)

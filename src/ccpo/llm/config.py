@@ -59,7 +59,7 @@ def default_cache_path() -> Path:
 class PolicyLLMSpec(BaseModel):
     """One LLM-as-policy model."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     model: str
     url: str | None = None
     key_env: str | None = None
@@ -77,7 +77,7 @@ class PolicyLLMSpec(BaseModel):
 class EndpointSpec(BaseModel):
     """Where one model is served: ``endpoints: {MODEL: {url, key_env}}`` in a config."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     url: str | None = Field(None, description="OpenAI-compatible URL (…/v1); none: OpenAI")
     key_env: str | None = Field(None, description="env var with the API key")
     api_key: SecretStr | None = Field(None, description="API key (config file only)")
@@ -92,7 +92,7 @@ class EndpointSettings(BaseModel):
     (:class:`CollectConfig`) and deployment (:class:`ccpo.runtime.config.DeployConfig`) share,
     declared once (so a deployed agent runs its rounds exactly as they were collected)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     base_model: str | None = Field(None, description="base model name (collect-exit: its model)")
     base_url: str | None = Field(None, description="base OpenAI-compatible URL (…/v1)")
@@ -173,7 +173,7 @@ class LadderRoundSpec(BaseModel):
     judge|agree}`` (a step may be ``{model, prompt}``, and in the chat family ``{model,
     system}``: a system prompt of its own, sent in front of the conversation)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     base: str | dict[str, str]
     guide: str | dict[str, str]
     verdict: str = Field("judge", description="judge | agree")
@@ -328,6 +328,18 @@ def _norm_keys(d: dict[str, Any]) -> dict[str, Any]:
     return {str(k).replace("-", "_"): v for k, v in d.items()}
 
 
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML parser's error as one line: where (line, column: 1-based) and what, without the
+    parser's excerpt of the file."""
+    mark = getattr(e, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = " ".join(str(getattr(e, "problem", None) or e).split())
+    context, at = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context and at is not None:
+        what += f" ({context} from line {at.line + 1})"
+    return f"{where}not valid YAML: {what}"
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
@@ -335,7 +347,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     try:
         obj = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
-        raise CCPOError(f"{p}: malformed YAML ({e})") from None
+        raise CCPOError(
+            f"{p}, {yaml_problem(e)}; check the indentation, colons, quotes and brackets there"
+        ) from None
+    except UnicodeDecodeError:
+        raise CCPOError(f"{p}: not UTF-8 text (save the config file as UTF-8)") from None
     if not isinstance(obj, dict):
         raise CCPOError(f"{p}: expected a mapping of settings")
     return _norm_keys(obj)

@@ -51,7 +51,7 @@ STATE_ENV = "CCPO_SERVE_STATE"
 class ServerConfig(BaseModel):
     """Settings of ``ccpo serve`` only (the ``server:`` section of the YAML config)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     host: str = Field("127.0.0.1", description="interface to bind")
     port: int = Field(8000, ge=0, le=65535, description="TCP port (0: any free port)")
@@ -128,7 +128,10 @@ class ServerConfig(BaseModel):
     )
     rate_burst: int = Field(20, ge=1, description="requests a client may send at once")
     feedback_per_minute: float | None = Field(
-        30, gt=0, description="feedbacks per minute per client address (None: no limit)"
+        30,
+        gt=0,
+        description="feedbacks per minute per client address (None: no limit, only with the "
+        "bearer token on)",
     )
     feedback_burst: int = Field(10, ge=1, description="feedbacks a client may send at once")
     trusted_proxies: list[str] = Field(
@@ -181,16 +184,24 @@ class ServerConfig(BaseModel):
         return v
 
     def token(self) -> str | None:
-        """The bearer token in force (config, else the env var), or None for no auth."""
+        """The bearer token in force (config, else the env var), or None for no auth. Feedback
+        without a rate limit needs one: anyone who can reach the server could flood it."""
         if self.auth_token is not None:
-            return self.auth_token.get_secret_value() or None
-        env = self.auth_token_env or DEFAULT_TOKEN_ENV
-        val = os.environ.get(env)
-        if self.auth_token_env and not val:
+            val = self.auth_token.get_secret_value() or None
+        else:
+            env = self.auth_token_env or DEFAULT_TOKEN_ENV
+            val = os.environ.get(env) or None
+            if self.auth_token_env and not val:
+                raise CCPOError(
+                    f"server.auth_token_env names {env}, but that environment variable is not set"
+                )
+        if val is None and self.feedback_per_minute is None:
             raise CCPOError(
-                f"server.auth_token_env names {env}, but that environment variable is not set"
+                "server.feedback_per_minute: null (feedback without a rate limit) needs the "
+                f"bearer token: set ${DEFAULT_TOKEN_ENV} (or server.auth_token_env), or give a "
+                "limit (feedbacks per minute per client address)"
             )
-        return val or None
+        return val
 
 
 class DeployConfig(EndpointSettings):

@@ -105,7 +105,10 @@ class AnswerRequest(Storable):
         None, max_length=100, description="paragraphs for the search tool (hotpotqa)"
     )
     max_cost_usd: float | None = Field(
-        None, gt=0, description="per-request budget in USD (can only tighten the server's)"
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="per-request budget in USD (can only tighten the server's)",
     )
     messages: list[dict[str, Any]] | None = Field(
         None,

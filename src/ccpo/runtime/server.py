@@ -32,7 +32,8 @@ feedbacks) → 429, keyed by the peer's address (``X-Forwarded-For`` is believed
 ``server.trusted_proxies``; the limiters remember at most ``max_clients`` addresses); bodies
 over ``max_body_bytes`` → 413. Before those, in the connection itself
 (:mod:`ccpo.runtime.http.connections`): a request head slower than ``header_timeout`` or a body
-slower than ``body_timeout`` → 408 and closed; a head over 16 kB → 431 and closed; connections
+slower than ``body_timeout`` → 408 and closed; a head over 16 kB → 431 and closed; what the
+HTTP parser refuses → 400 and closed; connections
 over ``max_connections`` → 503 and closed. Then: questions over ``max_question_chars`` → 422;
 per-request budget → 402; total budget spent → 503; an LLM endpoint that still fails after its
 retries → 502 (the message never shows the upstream URL), with nothing recorded for that

@@ -7,8 +7,9 @@ as ``http="auto"`` picks it), with the settings of :class:`~ccpo.runtime.config.
 ``header_timeout`` and ``body_timeout`` (a head or body slower than that: 408 and closed),
 ``max_connections`` (one more: 503 and closed; the cap fitted to ``ulimit -n`` by
 :func:`connection_limits`), a head over :data:`MAX_HEAD_BYTES` (431 and closed, whichever
-parser runs); ``keep_alive_timeout`` is uvicorn's own timer. This is a rail, not a fast path:
-it is always on. Its replies are the server's one JSON error body with ``connection: close``,
+parser runs), a request the parser refuses or with both Content-Length and Transfer-Encoding
+(400); ``keep_alive_timeout`` is uvicorn's own timer. This is a rail, not a fast path: it is
+always on. Its replies are the server's one JSON error body with ``connection: close``,
 written to the socket directly. Connections are counted in uvicorn's own set of open
 connections, which every close path leaves through ``connection_lost``.
 """
@@ -61,6 +62,22 @@ def _raw_error(status: int, reason: str, type_: str, message: str) -> bytes:
     return head.encode() + body
 
 
+def _two_lengths(headers: list[tuple[bytes, bytes]]) -> bool:
+    """A request head with both Content-Length and Transfer-Encoding: two answers to where its
+    body ends, which a proxy in front may read the other way (request smuggling)."""
+    names = {name.lower() for name, _ in headers}
+    return b"content-length" in names and b"transfer-encoding" in names
+
+
+#: the reply to a request the HTTP parser refuses (see :func:`json_errors_protocol`)
+BAD_REQUEST = _raw_error(
+    400,
+    "Bad Request",
+    "bad_request",
+    "malformed HTTP request (request line, headers, Content-Length or Transfer-Encoding)",
+)
+
+
 def connection_limits(wanted: int) -> ConnectionLimits:
     """``wanted`` connections, or fewer: past the open-file limit (``ulimit -n``) uvicorn
     cannot accept any connection at all. The soft limit is raised first, within the hard one,
@@ -89,6 +106,22 @@ def connection_limits(wanted: int) -> ConnectionLimits:
     return ConnectionLimits(max(1, min(wanted, soft - BASE_FDS - 4 * backlog)), backlog, soft)
 
 
+def json_errors_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol class (as ``http="auto"`` picks it) whose reply to a request its
+    parser refuses (a garbage request line, a bad Content-Length, both Content-Length and
+    Transfer-Encoding, ...) is the JSON error, not uvicorn's text/plain; the connection is
+    closed, as uvicorn closes it. The base of :func:`guarded_protocol`; alone for
+    ``replay-server``."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class JSONErrorsProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+        def send_400_response(self, msg: str) -> None:
+            self.transport.write(BAD_REQUEST)
+            self.transport.close()
+
+    return JSONErrorsProtocol
+
+
 def guarded_protocol(
     header_timeout: float,
     body_timeout: float,
@@ -99,8 +132,6 @@ def guarded_protocol(
     request head and body and at most ``limits.cap`` open connections (see the module doc and
     :func:`connection_limits`). ``on_body_timeout()`` is called for each request refused for a
     slow body (to count it)."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
-
     head_reply = _raw_error(
         408, "Request Timeout", "timeout", f"request head not received within {header_timeout:g} s"
     )
@@ -121,7 +152,7 @@ def guarded_protocol(
     )
     full = [False]  # the cap was reached (warned once until a connection fits again)
 
-    class GuardedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+    class GuardedHTTPProtocol(json_errors_protocol()):  # type: ignore[misc]
         """A connection with a deadline for each request head and body and a place among at
         most ``cap`` open connections. The phase is read from uvicorn's request cycle (the same
         attributes in h11 and httptools): no cycle, or its response complete → waiting for a
@@ -175,6 +206,12 @@ def guarded_protocol(
             if cycle is not self._cycle_seen:  # a new request head is complete: met
                 self._cycle_seen = cycle
                 self._disarm()
+                if cycle is not None and _two_lengths(cycle.scope["headers"]):
+                    # h11 lets Transfer-Encoding win (httptools refuses it itself): refused
+                    # before the app, whose task has not run yet, reads a body or answers
+                    cycle.disconnected = True
+                    self.send_400_response("")
+                    return
             if cycle is None or cycle.response_complete:
                 want: str | None = "head"  # bytes of a (next) request head have arrived
             elif cycle.more_body:
@@ -229,6 +266,10 @@ def guarded_protocol(
                     "%s: request head not received within %g s: closed", client, header_timeout
                 )
             self.transport.close()
+
+        def send_400_response(self, msg: str) -> None:
+            self._disarm()
+            super().send_400_response(msg)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
