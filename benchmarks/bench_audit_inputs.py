@@ -246,7 +246,7 @@ def schema(
 ) -> dict:
     import psycopg
 
-    cfg = config(tmp, llm, prices, "schema", server={"feedback_per_minute": None})
+    cfg = config(tmp, llm, prices, "schema", server={"feedback_per_minute": 1e9})
     url = pg.new_database()
     srv = Serve(tree, policy, cfg, url, "old")
     converted: list[float] = []

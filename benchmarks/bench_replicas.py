@@ -181,7 +181,7 @@ def main() -> None:
         cfg = {"task": "mmlu", "base_model": "bench-base", "base_url": llm_url,
                "guide_model": "bench-guide", "guide_url": llm_url, "prices": [str(prices)],
                "concurrency": 64, "timeout": 30, "kappa": 0.3,
-               "server": {"feedback_per_minute": None, "reservation_expiry": args.expiry,
+               "server": {"feedback_per_minute": 1e9, "reservation_expiry": args.expiry,
                           **kw.pop("server", {})}, **kw}  # fmt: skip
         p = tmp / f"{name}.yaml"
         p.write_text(yaml.safe_dump(cfg))

@@ -137,7 +137,7 @@ class Bench:
         cfg = {"task": "mmlu", "base_model": "bench-base", "base_url": llm,
                "guide_model": "bench-guide", "guide_url": llm, "prices": [str(self.prices)],
                "concurrency": 64, "timeout": 60, "kappa": 0.3,
-               "server": {"feedback_per_minute": None, **kw.pop("server", {})}, **kw}  # fmt: skip
+               "server": {"feedback_per_minute": 1e9, **kw.pop("server", {})}, **kw}  # fmt: skip
         p = self.tmp / f"{name}.yaml"
         p.write_text(yaml.safe_dump(cfg))
         return p

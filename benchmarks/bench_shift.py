@@ -78,7 +78,7 @@ def stream(policy: Path, hard: Path, replay: str, work: Path, name: str, order, 
     setting ``name``; returns per feedback (κ in force after it, covered) and the costs."""
     work.mkdir(parents=True, exist_ok=True)
     cfg = work / "deploy.yaml"
-    server = {**SETTINGS[name], "feedback_per_minute": None, "state": str(cfg) + ".sqlite"}
+    server = {**SETTINGS[name], "feedback_per_minute": 1e9, "state": str(cfg) + ".sqlite"}
     cfg.write_text(yaml.safe_dump({"endpoints": {"*": {"url": replay + "/v1"}},
                                    "server": server}))  # fmt: skip
     sv, url = start("serve", "--policy", str(policy), "--config", str(cfg))
