@@ -5,6 +5,7 @@
   (:func:`run_base_guide`, all T rounds), the deployed agent (:mod:`ccpo.runtime.agent`) and
   so a replay endpoint see the same models, prompts, temperatures and sample indices, hence the
   same requests and cache keys. A step the ladder repeats is copied, not asked (paid once).
+  A ladder with ``signals`` records them after each round (:func:`ccpo.llm.signals.round_signals`).
   In collection LLM-as-policy models may pick an action too; that never changes the run.
 - :func:`labels_for`, :func:`reference_answer`: labels from a reference model (collection
   only). The reference answers alone after the rounds, or its answer is reused; every step is
@@ -44,6 +45,7 @@ from ccpo.llm.roles import (
     exit_decision,
     policy_decision,
 )
+from ccpo.llm.signals import SignalStats, round_signals
 from ccpo.llm.tasks.loaders import Question
 from ccpo.llm.tasks.scoring import score
 from ccpo.llm.tasks.search import BM25Search, SearchBackend, WikipediaSearch, load_corpus
@@ -73,6 +75,7 @@ class Runner:
     shared_search: SearchBackend | None = None
     source: str = ""
     agents: dict[str, CoTAgent | ReActAgent] = field(default_factory=dict)
+    signal_stats: SignalStats = field(default_factory=SignalStats)
 
     @property
     def base(self) -> Endpoint:
@@ -141,6 +144,8 @@ class Runner:
             gold=q.gold,
             rounds=rounds,
             meta=meta,
+            signals=list(self.ladder.signals) or None,
+            embedding_model=self.ladder.embedding_model,
         )
 
     def meta(self, q: Question, kind: str) -> dict[str, Any]:
@@ -175,6 +180,7 @@ def make_runner(
     if ladder is None:
         ladder = cfg.make_ladder() if kind == "base-guide" else cfg.exit_ladder()
     called = [*ladder.models(), *([cfg.reference] if cfg.reference else [])]
+    called += [ladder.embedding_model] if ladder.embedding_model else []
     endpoints = {m: cfg.endpoint_for(m) for m in called}
     policies = [p.endpoint() for p in cfg.policy_llm] if kind == "base-guide" else []
     shared = None
@@ -235,12 +241,17 @@ def live_round(record: dict[str, Any]) -> SimpleNamespace:
     ``model_construct`` of the five models costs several times as much, on the path after an
     LLM call's wait (figures: docs/decisions.md, "The serving stack")."""
     b, g = record["base"], record["guide"]
+    sig = record.get("signals")
+    if sig is not None and sig.get("verdict") is not None:
+        v = sig["verdict"]
+        sig = {**sig, "verdict": SimpleNamespace(**{**v, "usage": SimpleNamespace(**v["usage"])})}
     return SimpleNamespace(
         round=record["round"],
         base=SimpleNamespace(**{**b, "usage": SimpleNamespace(**b["usage"])}),
         guide=SimpleNamespace(**{**g, "usage": SimpleNamespace(**g["usage"])}),
         policy_llm=record.get("policy_llm"),
         verdict_mode=record.get("verdict_mode"),
+        signals=None if sig is None else SimpleNamespace(**sig),
     )
 
 
@@ -253,6 +264,7 @@ class RoundOutput:
     guide: GuideOutput
     spec: LadderRound | None = None  # None: a one-pair judge round (tests build these)
     reused: tuple[str, ...] = ()  # the roles that repeat an earlier call (zero usage)
+    signals: dict[str, Any] | None = None  # the ladder's signals of this round, if it has any
 
     def past(self) -> PastRound:
         """What later rounds' base prompts see of this round."""
@@ -278,6 +290,8 @@ class RoundOutput:
             "guide": guide_record(self.guide, gm, q, family),
             "policy_llm": None,
         }
+        if self.signals is not None:
+            rec["signals"] = self.signals
         if spec is not None:
             rec["verdict_mode"] = spec.verdict
             for role in ("base", "guide"):
@@ -289,7 +303,10 @@ class RoundOutput:
     def models(self) -> list[str]:
         """The models this round paid for (a reused step is not asked again)."""
         assert self.spec is not None
-        return [self.spec.step(ro).model for ro in ("base", "guide") if ro not in self.reused]
+        paid = [self.spec.step(ro).model for ro in ("base", "guide") if ro not in self.reused]
+        if (self.signals or {}).get("verdict") and self.spec.guide.model not in paid:
+            paid.append(self.spec.guide.model)  # the free-text verdict call
+        return paid
 
 
 def _step(t: int, role: str) -> dict[str, str]:
@@ -390,7 +407,24 @@ async def run_round(
     backend: SearchBackend | None,
 ) -> RoundOutput:
     """Round ``t`` (1-based) of the runner's ladder, after the ``earlier`` rounds of the same
-    question (docs/design.md, "Ladders": how a round runs)."""
+    question (docs/design.md, "Ladders": how a round runs), with its signals when the ladder
+    names some."""
+    ro = await _run_round(r, question, t, earlier, backend)
+    if r.ladder.signals:
+        timeout = getattr(r.cfg, "embedding_timeout", None) or 10.0
+        ro.signals = await round_signals(
+            r.client, r.ladder, r.endpoints, question, t, ro.base, ro.guide, r.signal_stats, timeout
+        )
+    return ro
+
+
+async def _run_round(
+    r: Runner,
+    question: str,
+    t: int,
+    earlier: list[RoundOutput],
+    backend: SearchBackend | None,
+) -> RoundOutput:
     lr = r.ladder.round(t)
     if lr.verdict == "judge":
         history = [e.past() for e in earlier]
@@ -430,6 +464,7 @@ async def run_round(
     (b, _), (ga, u_guide) = steps["base"], steps["guide"]
     same = exact_match(ga.answer, [b.answer], r.ladder.task, r.ladder.family)
     g = GuideOutput("yes" if same else "no", ga.answer, ga.reasoning, u_guide, ga.calls)
+    g.recorded = ga.recorded  # a replay endpoint's step (its recorded signals)
     return RoundOutput(t, b, g, lr, tuple(reused))
 
 

@@ -8,7 +8,9 @@ hostile or broken file could use to move results silently: numbers must be physi
 ``MAX_TOKENS`` per call) and types strict (a boolean is ``true``/``false``, a count a JSON
 integer, a number a JSON number). ``logprob_*``, ``uncertainty`` and ``policy_llm`` may be null
 or absent. The optional ladder fields (``verdict_mode``, ``prompt``, ``reused``, ``family``)
-are read by :mod:`ccpo.traces.ladder`; files without them read as a ``judge`` ladder.
+are read by :mod:`ccpo.traces.ladder`; files without them read as a ``judge`` ladder. The
+optional signal fields (a trace's ``signals`` and ``embedding_model``, a round's ``signals``:
+:class:`RoundSignals`) are read by :mod:`ccpo.traces.signals`.
 
 Contract: docs/design.md, section "Trace schema `ccpo.trace/v1`".
 """
@@ -18,6 +20,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ccpo.errors import CCPOError
+from ccpo.traces.signals import normalize_signals
 
 SCHEMA_VERSION = "ccpo.trace/v1"
 
@@ -82,6 +87,28 @@ class GuideStep(_Step):
         return v.strip().lower() if isinstance(v, str) else v
 
 
+class SignalVerdict(_Model):
+    """The free-text verdict of a round: its guide model says Yes/No on the base's reply."""
+
+    model: str
+    verdict: Literal["yes", "no"] | None = None
+    uncertainty: float | None = Field(None, ge=0, le=1, strict=True)
+    usage: Usage
+    prompt: str | None = None  # the verdict prompt's version
+
+
+class RoundSignals(_Model):
+    """What a round recorded of its ladder's signals (:mod:`ccpo.traces.signals`)."""
+
+    sim_words: float | None = Field(None, ge=0, le=1, strict=True)
+    sim_chars: float | None = Field(None, ge=0, le=1, strict=True)
+    base_refusal: bool | None = Field(None, strict=True)
+    guide_refusal: bool | None = Field(None, strict=True)
+    sim_embedding: float | None = Field(None, ge=-1, le=1, strict=True)
+    embedding_error: str | None = None  # why the embedding is missing (lexical only then)
+    verdict: SignalVerdict | None = None
+
+
 class PolicyLLMDecision(_Model):
     """An LLM-as-policy decision for one round (LLM baselines), with the usage it cost."""
 
@@ -97,6 +124,17 @@ class Round(_Model):
     guide: GuideStep
     policy_llm: dict[str, PolicyLLMDecision] | None = None
     verdict_mode: Literal["judge", "agree"] | None = None
+    signals: RoundSignals | None = None
+
+    @model_validator(mode="after")
+    def _verdict_by_guide(self) -> Round:
+        v = self.signals.verdict if self.signals is not None else None
+        if v is not None and v.model != self.guide.model:
+            raise ValueError(
+                f"signals.verdict is made by the round's guide model ({self.guide.model}), "
+                f"not {v.model}"
+            )
+        return self
 
 
 class Trace(_Model):
@@ -110,6 +148,8 @@ class Trace(_Model):
     gold: list[str] = Field(min_length=1)
     rounds: list[Round] = Field(min_length=1)
     meta: dict[str, Any] = Field(default_factory=dict)
+    signals: list[str] | None = None  # the ladder's signals (ccpo.traces.signals)
+    embedding_model: str | None = None  # the model of the ``embedding`` signal
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, allow_inf_nan=False)
 
@@ -123,6 +163,16 @@ class Trace(_Model):
                     f"position {i} holds round {r.round}"
                 )
         return rounds
+
+    @field_validator("signals")
+    @classmethod
+    def _known_signals(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        try:
+            return list(normalize_signals(v, "-"))
+        except CCPOError as e:
+            raise ValueError(str(e)) from None
 
     @property
     def n_rounds(self) -> int:
@@ -140,17 +190,24 @@ class Trace(_Model):
             out.add(r.base.model)
             out.add(r.guide.model)
             out.update((r.policy_llm or {}).keys())
+            if r.signals is not None and r.signals.verdict is not None:
+                out.add(r.signals.verdict.model)
         return out
 
     def to_json_dict(self) -> dict[str, Any]:
         """The wire form: ``schema`` first, nulls kept, as docs/design.md shows it; the optional
         ladder fields only where they are set (so older files round-trip unchanged)."""
         d = self.model_dump(by_alias=True, mode="json")
-        if d.get("family") is None:
-            d.pop("family", None)
+        for k in ("family", "signals", "embedding_model"):
+            if d.get(k) is None:
+                d.pop(k, None)
         for r in d["rounds"]:
             if r.get("verdict_mode") is None:
                 r.pop("verdict_mode", None)
+            if r.get("signals") is None:
+                r.pop("signals", None)
+            else:
+                r["signals"] = {k: v for k, v in r["signals"].items() if v is not None}
             for step in (r["base"], r["guide"]):
                 prompt, reused = step.pop("prompt", None), step.pop("reused", False)
                 if prompt is not None:  # the ladder fields last, after the v1 fields
