@@ -126,6 +126,14 @@ def traces_import(
     ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing --out file.")] = False,
     prices: PricesOpt = None,
+    signals: Annotated[
+        str | None,
+        typer.Option(
+            metavar="LIST",
+            help="Record these ladder signals, computed from the answers (comma-separated: "
+            "similarity, length, refusal, logprob); policies trained on the traces use them.",
+        ),
+    ] = None,
 ) -> None:
     """Import per-question answers of several models (question_id, question, model, answer,
     input_tokens, output_tokens[, correct, logprob, confidence, gold, reasoning]) as a
@@ -137,7 +145,7 @@ def traces_import(
     of the table's models are written beside the output (OUT.prices.json), where stats, train
     and compare find them. The table is streamed (memory: one question at a time)."""
     from ccpo.evaluation.harness import sidecar_path
-    from ccpo.traces.importer import open_table
+    from ccpo.traces.importer import import_signals, open_table, with_text_signals
     from ccpo.traces.io import write_traces
     from ccpo.traces.labels import against_text
     from ccpo.traces.prices import load_prices
@@ -145,6 +153,7 @@ def traces_import(
     if out.exists() and not force:
         raise CCPOError(f"{out} exists; pass --force to overwrite it")
     price_table = load_prices(*(prices or []))
+    chosen = import_signals((signals or "").replace(",", " ").split())
     with open_table(table, task, price_table, guide, family, reference) as imp:
         plan = imp.cascade
         costs = ", ".join(f"{m} {100 * plan.cost_per_question[m]:.4f}" for m in plan.order())
@@ -175,7 +184,9 @@ def traces_import(
             ]
             t.add_row(str(i), *paid, "agree")
         console.print(t)
-        n = write_traces(out, imp.traces())
+        if chosen:
+            console.print(f"signals: {', '.join(chosen)}", highlight=False)
+        n = write_traces(out, (with_text_signals(tr, chosen) for tr in imp.traces()))
         dropped = imp.dropped
     if dropped:
         shown = ", ".join(dropped[:5]) + (" …" if len(dropped) > 5 else "")
