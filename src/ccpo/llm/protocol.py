@@ -399,6 +399,17 @@ async def labels_for(
     return dataclasses.replace(q, gold=[out.answer]), call
 
 
+async def with_signals(r: Runner, question: str, ro: RoundOutput) -> RoundOutput:
+    """``ro`` with its signals recorded when the ladder names some (docs/design.md,
+    "Signals")."""
+    if r.ladder.signals:
+        ro.signals = await round_signals(
+            r.client, r.ladder, r.endpoints, question, ro.round, ro.base, ro.guide,
+            r.signal_stats, r.cfg.embedding_timeout,
+        )  # fmt: skip
+    return ro
+
+
 async def run_round(
     r: Runner,
     question: str,
@@ -407,24 +418,7 @@ async def run_round(
     backend: SearchBackend | None,
 ) -> RoundOutput:
     """Round ``t`` (1-based) of the runner's ladder, after the ``earlier`` rounds of the same
-    question (docs/design.md, "Ladders": how a round runs), with its signals when the ladder
-    names some."""
-    ro = await _run_round(r, question, t, earlier, backend)
-    if r.ladder.signals:
-        timeout = getattr(r.cfg, "embedding_timeout", None) or 10.0
-        ro.signals = await round_signals(
-            r.client, r.ladder, r.endpoints, question, t, ro.base, ro.guide, r.signal_stats, timeout
-        )
-    return ro
-
-
-async def _run_round(
-    r: Runner,
-    question: str,
-    t: int,
-    earlier: list[RoundOutput],
-    backend: SearchBackend | None,
-) -> RoundOutput:
+    question (docs/design.md, "Ladders": how a round runs), with its signals."""
     lr = r.ladder.round(t)
     if lr.verdict == "judge":
         history = [e.past() for e in earlier]
@@ -447,7 +441,7 @@ async def _run_round(
             out.answer,
             step=_step(t, "guide"),
         )
-        return RoundOutput(t, out, g, lr)
+        return await with_signals(r, question, RoundOutput(t, out, g, lr))
     # agree: each step answers alone, or copies the earlier call it repeats (paid once)
     steps: dict[str, tuple[BaseOutput, float | None]] = {}
     reused: list[str] = []
@@ -465,7 +459,7 @@ async def _run_round(
     same = exact_match(ga.answer, [b.answer], r.ladder.task, r.ladder.family)
     g = GuideOutput("yes" if same else "no", ga.answer, ga.reasoning, u_guide, ga.calls)
     g.recorded = ga.recorded  # a replay endpoint's step (its recorded signals)
-    return RoundOutput(t, b, g, lr, tuple(reused))
+    return await with_signals(r, question, RoundOutput(t, b, g, lr, tuple(reused)))
 
 
 async def run_base_guide(r: Runner, q: Question) -> Trace:

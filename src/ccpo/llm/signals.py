@@ -1,8 +1,7 @@
 """The signals of a round that need a call, and the hook that records a round's signals.
 
-:func:`round_signals` runs after a round of a ladder with ``signals``
-(:mod:`ccpo.traces.signals`), at collect and at serve time alike (it is called by
-:func:`ccpo.llm.protocol.run_round`):
+:func:`round_signals` runs after each round of a ladder with ``signals``, at collect and
+serve time alike (:func:`ccpo.llm.protocol.run_round` calls it):
 
 - the pure signals (lexical similarity, refusal markers) from the two replies;
 - ``embedding``: the cosine of the replies' embeddings from an OpenAI-compatible
@@ -12,8 +11,8 @@
 - ``verdict``: the round's guide model says Yes/No on the base's reply with the free-text
   verdict prompt (:func:`ccpo.llm.prompts.free_verdict_messages`), a paid call of the round.
 
-A replay endpoint's recorded signals are taken as recorded (no call), so a dry run equals
-the replay. Contract: docs/design.md, section "Signals".
+A replay endpoint's recorded signals are taken as recorded (no call): a dry run equals the
+replay. Contract: docs/design.md, section "Signals".
 """
 
 from __future__ import annotations
