@@ -32,6 +32,8 @@ def reply(req: dict) -> str:
     n = re.search(r"number (\d+)", q)
     if model == "small-m" and n and int(n.group(1)) % 3 == 0:
         return "I'm sorry, but I can't help with that request.\nAnswer: I can't help"
+    if model == "mid-m" and _h(q) % 2 == 0:
+        model = "big-m"  # the mid model writes the big one's reply on half the questions
     depth = MODELS.index(model) + 1 if model in MODELS else 1
     body = " ".join(f"Point {i} about {q[:20]} from {model}." for i in range(depth))
     return f"{body}\nAnswer: {q[:12]} is explained by {model} in {depth} parts"
