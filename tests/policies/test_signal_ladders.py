@@ -1,7 +1,7 @@
 """A ladder's signals travel with the policy: ``ccpo train`` on traces that record signals
 writes them into the folder's ladder and feature spec, and the loaded policy decides live
-rounds (featurized with those signals) exactly as its replay does. Traces: SYNTHETIC
-(``ccpo.traces.sim``) with signals computed from their answers."""
+rounds (featurized with those signals) exactly as its replay does; a deployment keeps them.
+Traces: SYNTHETIC (``ccpo.traces.sim``) with signals computed from their answers."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pytest
 
 from ccpo.api import ConformalPolicy
 from ccpo.policies import load_policy
+from ccpo.runtime.agent import deployment_ladder
+from ccpo.runtime.config import DeployConfig
 from ccpo.runtime.decision import decide
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.featurize import feature_spec
@@ -58,3 +60,6 @@ def test_signals_round_trip_through_a_policy_folder(tmp_path, sim_traces, prices
         assert t == int(np.asarray(ran[i]).sum()), tr.id
     sets = ConformalPolicy.load(out).predict_set(traces[-5:])
     assert len(sets) == 5
+    # a deployment that names other models for the one-pair ladder keeps the signals
+    lad = deployment_ladder(pol, DeployConfig(base_model="other-base"), horizon, "test")
+    assert lad.rounds[0].base.model == "other-base" and lad.signals == tuple(SIGNALS)
