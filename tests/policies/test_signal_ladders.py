@@ -21,7 +21,7 @@ from ccpo.traces.io import write_traces
 from ccpo.traces.ladder import Ladder
 from ccpo.traces.schema import Trace
 from ccpo.traces.signals import text_signals
-from tests.helpers.cli import ccpo_ok
+from tests.helpers.cli import assert_usage_error, ccpo_ok, run_ccpo
 
 SIGNALS = ["similarity", "length", "refusal", "logprob"]
 
@@ -63,3 +63,8 @@ def test_signals_round_trip_through_a_policy_folder(tmp_path, sim_traces, prices
     # a deployment that names other models for the one-pair ladder keeps the signals
     lad = deployment_ladder(pol, DeployConfig(base_model="other-base"), horizon, "test")
     assert lad.rounds[0].base.model == "other-base" and lad.signals == tuple(SIGNALS)
+    # traces without the signals cannot be scored by it: refused, naming both
+    plain = tmp_path / "plain.jsonl"
+    write_traces(plain, sim_traces)
+    r = run_ccpo("check", "--policy", str(out), "--traces", str(plain))
+    assert_usage_error(r, "the ladder signals", "but the traces record none")

@@ -5,7 +5,6 @@
   (:func:`run_base_guide`, all T rounds), the deployed agent (:mod:`ccpo.runtime.agent`) and
   so a replay endpoint see the same models, prompts, temperatures and sample indices, hence the
   same requests and cache keys. A step the ladder repeats is copied, not asked (paid once).
-  A ladder with ``signals`` records them after each round (:func:`ccpo.llm.signals.round_signals`).
   In collection LLM-as-policy models may pick an action too; that never changes the run.
 - :func:`labels_for`, :func:`reference_answer`: labels from a reference model (collection
   only). The reference answers alone after the rounds, or its answer is reused; every step is

@@ -7,9 +7,8 @@ the guide's verdict is made.
   ``agree`` (each answers alone; ``yes`` iff the answers are the same).
   :meth:`Ladder.reused` names the earlier step a repeated call copies (paid once).
 - :func:`ladder_of`, :func:`ladder_of_trace`: the ladder is data, read from a trace set and
-  copied into every policy trained on it. Files without ladder fields read as a ``judge``
-  ladder of the models their rounds name. Its ``signals`` (and ``embedding_model``) say
-  which signals its rounds record and its policies see (:mod:`ccpo.traces.signals`).
+  copied into every policy trained on it, with its ``signals`` (:mod:`ccpo.traces.signals`).
+  Files without ladder fields read as a ``judge`` ladder of the models their rounds name.
 - :func:`agree_signals` (an ``agree`` step's signals from its answer's probability),
   :func:`transfer_signal` (a repeated step's signal from its original's), :func:`default_prompt`
   (the prompt of a step recorded without one).
