@@ -273,6 +273,7 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     if pol.calibrates:
         pol.calibrate(ep, cal)
     pol.provenance = provenance
+    pol.feature_spec = ep.feature_spec  # the observations it was fitted on (ladder signals)
     cal_ep = ep.subset(cal)
     kappa = pol.threshold
     full = full_set_rate(cal_ep, probs[cal], kappa)
@@ -349,6 +350,7 @@ def _train_single(
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
     pol.provenance = provenance
+    pol.feature_spec = ep.feature_spec
     cal = sp.cal[0]
     cal_ep = ep.subset(cal)
     got = pol.calibrate(cal_ep)

@@ -140,6 +140,14 @@ def traces_import(
     ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing --out file.")] = False,
     prices: PricesOpt = None,
+    signals: Annotated[
+        str | None,
+        typer.Option(
+            metavar="LIST",
+            help="Record these ladder signals, computed from the answers (comma-separated: "
+            "similarity, length, refusal, logprob); policies trained on the traces use them.",
+        ),
+    ] = None,
 ) -> None:
     """Import per-question answers of several models (question_id, question, model, answer,
     input_tokens, output_tokens[, correct, logprob, confidence, gold, reasoning]) as a
@@ -152,7 +160,7 @@ def traces_import(
     and compare find them. The table is streamed (memory: one question at a time)."""
     from ccpo.evaluation.harness import sidecar_path
     from ccpo.traces.accept import parse_rule
-    from ccpo.traces.importer import open_table
+    from ccpo.traces.importer import import_signals, open_table, with_text_signals
     from ccpo.traces.io import write_traces
     from ccpo.traces.labels import against_text
     from ccpo.traces.prices import load_prices
@@ -161,6 +169,7 @@ def traces_import(
         raise CCPOError(f"{out} exists; pass --force to overwrite it")
     rule = None if accept is None else parse_rule(accept)
     price_table = load_prices(*(prices or []))
+    chosen = import_signals((signals or "").replace(",", " ").split())
     with open_table(table, task, price_table, guide, family, reference, rule) as imp:
         plan = imp.cascade
         costs = ", ".join(f"{m} {100 * plan.cost_per_question[m]:.4f}" for m in plan.order())
@@ -193,7 +202,9 @@ def traces_import(
             ]
             t.add_row(str(i), *paid, "agree")
         console.print(t)
-        n = write_traces(out, imp.traces())
+        if chosen:
+            console.print(f"signals: {', '.join(chosen)}", highlight=False)
+        n = write_traces(out, (with_text_signals(tr, chosen) for tr in imp.traces()))
         dropped, unscored = imp.dropped, imp.unscored
     if unscored:
         console.print(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import random
@@ -166,7 +167,7 @@ class LLMClient:
         self.n_retries = 0
 
     # ------------------------------------------------------------------ plumbing
-    def _headers(self, endpoint: Endpoint, request: ChatRequest) -> dict[str, str]:
+    def _headers(self, endpoint: Endpoint, request: ChatRequest | None) -> dict[str, str]:
         """The request's headers: the endpoint's key as a bearer token (remembered, to be
         scrubbed from every message), the OpenAI organisation / project from
         ``$OPENAI_ORG_ID`` / ``$OPENAI_PROJECT_ID`` for the OpenAI API, the ladder step."""
@@ -184,7 +185,7 @@ class LLMClient:
             ):
                 if os.environ.get(env):
                     h[name] = os.environ[env]
-        if request.step:
+        if request is not None and request.step:
             h.update(request.headers())
         return h
 
@@ -233,6 +234,42 @@ class LLMClient:
                 )
                 self._no_logprobs.add((endpoint.base_url, endpoint.model))
             return await self._chat_once(endpoint, self._as_sent(endpoint, request), sample)
+
+    async def embed(
+        self, endpoint: Endpoint, texts: list[str], timeout: float
+    ) -> list[list[float]]:
+        """The embeddings of ``texts`` from ``endpoint``'s ``/embeddings`` (OpenAI-compatible),
+        in order. One attempt within ``timeout`` seconds, neither cached nor priced: the
+        caller falls back to lexical similarity instead of retrying (:mod:`ccpo.llm.signals`).
+        Raises :class:`LLMCallError` (status or transport; never the reply's text)."""
+        url = chat_url(endpoint.base_url).removesuffix("/chat/completions") + "/embeddings"
+        headers = self._headers(endpoint, None)
+        if "@" in url:
+            url = without_userinfo(url)
+        body = json.dumps({"model": endpoint.model, "input": texts}).encode()
+        self.n_attempts += 1
+        try:
+            async with self._sem_for(endpoint):
+                sent = self._http.post(url, headers, body)
+                status, _, raw = await asyncio.wait_for(sent, timeout)
+        except TimeoutError:
+            raise LLMCallError(f"{endpoint.where}: embeddings took over {timeout:g} s") from None
+        except self._http.errors as e:
+            what = transport_error(e, endpoint, self._http.timeouts)
+            raise LLMCallError(f"{endpoint.where}: embeddings {what}") from None
+        if not 200 <= status < 300:
+            raise LLMCallError(f"{endpoint.where}: embeddings HTTP {status}")
+        try:
+            data = sorted(reply_json(raw)["data"], key=lambda d: d["index"])
+            vectors = [[float(x) for x in d["embedding"]] for d in data]
+        except (_Malformed, ValueError, TypeError, KeyError) as e:
+            what = f"malformed embeddings ({type(e).__name__})"
+            raise LLMCallError(f"{endpoint.where}: {what}") from None
+        if len(vectors) != len(texts):
+            what = f"{len(vectors)} embeddings for {len(texts)} texts"
+            raise LLMCallError(f"{endpoint.where}: {what}")
+        self.n_calls += 1
+        return vectors
 
     def worst_cost(self, endpoint: Endpoint, request: ChatRequest) -> float:
         """The most a request can cost (:func:`worst_case_tokens` at the model's price)."""

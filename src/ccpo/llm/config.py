@@ -13,6 +13,7 @@ An example file: docs/cli.md, section "collect".
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import types
@@ -45,6 +46,7 @@ from ccpo.llm.client import (
 from ccpo.traces.answers import family_of
 from ccpo.traces.ladder import VERDICT_MODES, Ladder, LadderRound, Role, Step, default_prompt
 from ccpo.traces.prices import PriceTable
+from ccpo.traces.signals import normalize_signals
 
 
 def default_cache_path() -> Path:
@@ -214,6 +216,17 @@ class CollectConfig(EndpointSettings):
         description="one entry per round {base, guide, verdict: judge|agree} (default: the "
         "base/guide pair in every round, judged)",
     )
+    signals: list[str] | None = Field(
+        None,
+        description="signals the ladder records and its policies see: similarity, embedding, "
+        "length, refusal, logprob, verdict (docs/design.md, Signals)",
+    )
+    embedding_model: str | None = Field(
+        None, description="model of the 'embedding' signal, served at /embeddings (endpoints)"
+    )
+    embedding_timeout: float = Field(
+        10.0, gt=0, description="seconds an embeddings call may take before lexical fallback"
+    )
     data: str | None = Field(None, description="question file/folder; default: bundled subset")
     n: int | None = Field(None, ge=1, description="use only the first N questions")
     shuffle_seed: int | None = Field(None, description="shuffle questions with this seed first")
@@ -253,6 +266,11 @@ class CollectConfig(EndpointSettings):
     @model_validator(mode="after")
     def _family_and_ladder(self) -> CollectConfig:
         family_of(self.task, self.family)  # a ValueError names a bad family
+        if self.signals is not None:
+            try:
+                self.signals = list(normalize_signals(self.signals, self.embedding_model))
+            except CCPOError as e:
+                raise ValueError(str(e).removeprefix("signals: ")) from None
         if self.ladder is not None:
             if not self.ladder:
                 raise ValueError("ladder: needs at least one round")
@@ -263,7 +281,14 @@ class CollectConfig(EndpointSettings):
 
     def make_ladder(self) -> Ladder:
         """The ladder this config runs: its ``ladder:`` rounds, else the base/guide pair in
-        every round with the paper's judge (:meth:`Ladder.one_pair`)."""
+        every round with the paper's judge (:meth:`Ladder.one_pair`), with its signals."""
+        return dataclasses.replace(
+            self._rounds_ladder(),
+            signals=tuple(self.signals or ()),
+            embedding_model=self.embedding_model,
+        )
+
+    def _rounds_ladder(self) -> Ladder:
         if self.ladder is None:
             return Ladder.one_pair(
                 self.task,

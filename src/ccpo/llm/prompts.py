@@ -8,7 +8,9 @@ project's own, written in the style of ReAct (Yao et al. 2023): ``Thought / Acti
 Observation`` lines with ``search[entity]``, ``lookup[keyword]``, ``finish[answer]``.
 
 Bump :data:`PROMPT_VERSION` whenever a template changes (it is written into trace metadata,
-and any change of text changes the cache keys anyway).
+and any change of text changes the cache keys anyway). The free-text verdict prompt of the
+``verdict`` signal (:func:`free_verdict_messages`, our own words) has its own version,
+:data:`FREE_VERDICT_VERSION`, recorded with every verdict it produced.
 """
 
 from __future__ import annotations
@@ -175,6 +177,26 @@ def guide_messages(question: str, reasoning: str, answer: str) -> list[dict[str,
     """The paper's guide template; ``A:`` holds the base reasoning and its final answer."""
     shown = f"{reasoning.strip()}\nFinal answer: {answer}" if reasoning.strip() else answer
     return [{"role": "user", "content": GUIDE_TEMPLATE.format(question=question, answer=shown)}]
+
+
+# ----------------------------------------------------------------------------- free-text verdict
+FREE_VERDICT_VERSION = "ccpo-free-verdict/1"
+
+FREE_VERDICT_TEMPLATE = (
+    "You review a reply written for a user's request. Accept it only if it does what the "
+    "request asks: correct, complete enough to use, and on topic. A refusal or an evasive "
+    "reply is not acceptable unless the request should be refused.\n\n"
+    "Request:\n{question}\n\n"
+    "Reply:\n{reply}\n\n"
+    'Is the reply acceptable? Answer with one word, "Yes" or "No".'
+)
+
+
+def free_verdict_messages(question: str, reply: str) -> list[dict[str, str]]:
+    """The ``verdict`` signal's prompt: a rung's judge says Yes/No on a free-text reply."""
+    return [
+        {"role": "user", "content": FREE_VERDICT_TEMPLATE.format(question=question, reply=reply)}
+    ]
 
 
 # ----------------------------------------------------------------------------- LLM-as-policy

@@ -46,6 +46,7 @@ from ccpo.llm.roles import (
     exit_decision,
     policy_decision,
 )
+from ccpo.llm.signals import SignalStats, round_signals
 from ccpo.llm.tasks.loaders import Question
 from ccpo.llm.tasks.scoring import score
 from ccpo.llm.tasks.search import BM25Search, SearchBackend, WikipediaSearch, load_corpus
@@ -80,6 +81,7 @@ class Runner:
     shared_search: SearchBackend | None = None
     source: str = ""
     agents: dict[tuple[str, str | None], BaseAgent] = field(default_factory=dict)
+    signal_stats: SignalStats = field(default_factory=SignalStats)
 
     @property
     def base(self) -> Endpoint:
@@ -154,6 +156,8 @@ class Runner:
             gold=q.gold,
             rounds=rounds,
             meta=meta,
+            signals=list(self.ladder.signals) or None,
+            embedding_model=self.ladder.embedding_model,
         )
 
     def meta(self, q: Question, kind: str) -> dict[str, Any]:
@@ -206,6 +210,7 @@ def make_runner(
     if ladder.family != CHAT and any(r.step(ro).system for r in ladder.rounds for ro in ROLES):
         raise CCPOError("a step's system: prompt is for the chat family only (its own prompts)")
     called = [*ladder.models(), *([cfg.reference] if cfg.reference else [])]
+    called += [ladder.embedding_model] if ladder.embedding_model else []
     endpoints = {m: cfg.endpoint_for(m) for m in called}
     policies = [p.endpoint() for p in cfg.policy_llm] if kind == "base-guide" else []
     shared = None
@@ -266,12 +271,17 @@ def live_round(record: dict[str, Any]) -> SimpleNamespace:
     ``model_construct`` of the five models costs several times as much, on the path after an
     LLM call's wait (figures: docs/decisions.md, "The serving stack")."""
     b, g = record["base"], record["guide"]
+    sig = record.get("signals")
+    if sig is not None and sig.get("verdict") is not None:
+        v = sig["verdict"]
+        sig = {**sig, "verdict": SimpleNamespace(**{**v, "usage": SimpleNamespace(**v["usage"])})}
     return SimpleNamespace(
         round=record["round"],
         base=SimpleNamespace(**{**b, "usage": SimpleNamespace(**b["usage"])}),
         guide=SimpleNamespace(**{**g, "usage": SimpleNamespace(**g["usage"])}),
         policy_llm=record.get("policy_llm"),
         verdict_mode=record.get("verdict_mode"),
+        signals=None if sig is None else SimpleNamespace(**sig),
     )
 
 
@@ -284,6 +294,7 @@ class RoundOutput:
     guide: GuideOutput
     spec: LadderRound | None = None  # None: a one-pair judge round (tests build these)
     reused: tuple[str, ...] = ()  # the roles that repeat an earlier call (zero usage)
+    signals: dict[str, Any] | None = None  # the ladder's signals of this round, if it has any
 
     def past(self) -> PastRound:
         """What later rounds' base prompts see of this round."""
@@ -309,6 +320,8 @@ class RoundOutput:
             "guide": guide_record(self.guide, gm, q, family),
             "policy_llm": None,
         }
+        if self.signals is not None:
+            rec["signals"] = self.signals
         if spec is not None:
             rec["verdict_mode"] = spec.verdict
             for role in ("base", "guide"):
@@ -322,7 +335,10 @@ class RoundOutput:
     def models(self) -> list[str]:
         """The models this round paid for (a reused step is not asked again)."""
         assert self.spec is not None
-        return [self.spec.step(ro).model for ro in ("base", "guide") if ro not in self.reused]
+        paid = [self.spec.step(ro).model for ro in ("base", "guide") if ro not in self.reused]
+        if (self.signals or {}).get("verdict") and self.spec.guide.model not in paid:
+            paid.append(self.spec.guide.model)  # the free-text verdict call
+        return paid
 
 
 def _step(t: int, role: str) -> dict[str, str]:
@@ -418,6 +434,18 @@ async def labels_for(
     return dataclasses.replace(q, gold=[out.answer]), call
 
 
+async def with_signals(r: Runner, question: str | Conversation, ro: RoundOutput) -> RoundOutput:
+    """``ro`` with its signals recorded when the ladder names some (docs/design.md,
+    "Signals"); a conversation's signals read its last user turn."""
+    if r.ladder.signals:
+        question = question if isinstance(question, str) else question.text
+        ro.signals = await round_signals(
+            r.client, r.ladder, r.endpoints, question, ro.round, ro.base, ro.guide,
+            r.signal_stats, r.cfg.embedding_timeout,
+        )  # fmt: skip
+    return ro
+
+
 async def run_round(
     r: Runner,
     question: str | Conversation,
@@ -428,7 +456,7 @@ async def run_round(
     """Round ``t`` (1-based) of the runner's ladder, after the ``earlier`` rounds of the same
     question (docs/design.md, "Ladders": how a round runs). ``question`` is the question, or
     in the ``chat`` family the conversation (its steps' prompt: docs/design.md,
-    "Conversations")."""
+    "Conversations"). With its signals."""
     lr = r.ladder.round(t)
     if lr.verdict == "judge":
         history = [e.past() for e in earlier]
@@ -451,7 +479,7 @@ async def run_round(
             out.answer,
             step=_step(t, "guide"),
         )
-        return RoundOutput(t, out, g, lr)
+        return await with_signals(r, question, RoundOutput(t, out, g, lr))
     # agree: each step answers alone, or copies the earlier call it repeats (paid once)
     steps: dict[str, tuple[BaseOutput, float | None]] = {}
     reused: list[str] = []
@@ -468,7 +496,8 @@ async def run_round(
     (b, _), (ga, u_guide) = steps["base"], steps["guide"]
     same = exact_match(ga.answer, [b.answer], r.ladder.task, r.ladder.family)
     g = GuideOutput("yes" if same else "no", ga.answer, ga.reasoning, u_guide, ga.calls)
-    return RoundOutput(t, b, g, lr, tuple(reused))
+    g.recorded = ga.recorded  # a replay endpoint's step (its recorded signals)
+    return await with_signals(r, question, RoundOutput(t, b, g, lr, tuple(reused)))
 
 
 async def run_base_guide(r: Runner, q: Question) -> Trace:

@@ -2,8 +2,9 @@
 
 A policy folder records where it came from (task, horizon T, trace file and its sha256,
 base/guide models, whether the traces were synthetic). :func:`check_provenance` compares that
-record with the traces or endpoints a policy is used on: a different task or T is refused, the
-rest is a warning. Folders without provenance load as before and are not checked.
+record with the traces or endpoints a policy is used on: a different task, T or set of ladder
+signals is refused, the rest is a warning. Folders without provenance load as before and are
+not checked.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ def check_provenance(recorded: dict[str, Any], actual: dict[str, Any], where: st
                 f"{where}: the policy was trained with {key} = {recorded[key]!r} but is used "
                 f"with {key} = {actual[key]!r}; train a policy for these traces/endpoints"
             )
+    signals = [_signals(d) for d in (recorded, actual)]
+    if None not in signals and signals[0] != signals[1]:
+        raise CCPOError(
+            f"{where}: the policy sees the ladder signals {signals[0] or 'none'} but the traces "
+            f"record {signals[1] or 'none'}; train a policy on traces with the same signals"
+        )
     notes = {
         "traces_sha256": lambda: (
             f"trained on {recorded.get('traces', 'another file')} (sha256 "
@@ -54,3 +61,9 @@ def check_provenance(recorded: dict[str, Any], actual: dict[str, Any], where: st
         ),
     }
     return [f"{where}: {notes[k]()}" for k in PROVENANCE_SHOULD_MATCH if differs(k)]
+
+
+def _signals(prov: dict[str, Any]) -> list[str] | None:
+    """The signals of a provenance's ladder (None: no ladder recorded, not compared)."""
+    ladder = prov.get("ladder")
+    return None if not isinstance(ladder, dict) else list(ladder.get("signals") or [])

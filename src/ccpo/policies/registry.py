@@ -302,6 +302,15 @@ def fit_policy(
     (``single``), a method fitted on replay (``auto`` included), or an RL method trained by
     :func:`ccpo.learning.training.train` with ``train_config`` (defaults otherwise; its method,
     α, seed and λ are the method's). ``progress(step, entry)``: RL training steps."""
+    pol = _fit_policy(method, ep, train_idx, alpha, seed, single, delta, train_config, settings,
+                      progress)  # fmt: skip
+    pol.feature_spec = ep.feature_spec  # the observations it was fitted on (ladder signals)
+    return pol
+
+
+def _fit_policy(
+    method, ep, train_idx, alpha, seed, single, delta, train_config, settings, progress
+) -> Policy:
     if single:
         return fit_single_method(method, ep, train_idx, alpha, seed, delta, settings=settings)
     found = resolve_method(method)

@@ -20,6 +20,7 @@ budgets: docs/deploy.md, "Budgets" (under "`ccpo serve`").
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 import uuid
@@ -124,7 +125,12 @@ def deployment_ladder(policy: Policy, config: DeployConfig, horizon: int, where:
         if not guide:
             raise CCPOError("no guide model: set guide_model in the config (or --guide-model)")
         family = ladder.family if ladder is not None and ladder.task == task else None
-        return Ladder.one_pair(task, base, guide, horizon, family)
+        pair = Ladder.one_pair(task, base, guide, horizon, family)
+        if ladder is None:
+            return pair
+        return dataclasses.replace(  # the policy's signals stay with the configured pair
+            pair, signals=ladder.signals, embedding_model=ladder.embedding_model
+        )
     return ladder
 
 

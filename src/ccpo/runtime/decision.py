@@ -1,7 +1,8 @@
 """The policy's decision after a live round, and the horizon T a policy was trained on.
 
-o_t is the last row of :func:`ccpo.traces.featurize.featurize_rounds` over rounds 1..t,
-padded to [T, F] so that ``next`` is masked exactly at round T; the policy decides by
+o_t is the last row of :func:`ccpo.traces.featurize.featurize_rounds` over rounds 1..t (with
+the signals of the policy's feature spec), padded to [T, F] so that ``next`` is masked
+exactly at round T; the policy decides by
 :meth:`ccpo.policies.base.Policy.decide`, the rule its replay scores (a set policy: C(o_t) =
 {a : e(a|o_t) ≥ κ} with the empty-set fallback {argmax π}; a single-answer policy: stop at the
 first round that clears λ̂ and return that round's one answer).
@@ -17,7 +18,7 @@ import numpy as np
 from ccpo.errors import CCPOError
 from ccpo.policies.base import Policy, RoundDecision, action_set
 from ccpo.traces.answers import normalizer_for
-from ccpo.traces.featurize import FEATURE_NAMES, featurize_rounds
+from ccpo.traces.featurize import featurize_rounds, spec_signals
 
 __all__ = ["RoundDecision", "action_set", "decide", "policy_horizon"]
 
@@ -35,8 +36,9 @@ def decide(
     t = len(rounds)
     if not 1 <= t <= horizon:
         raise ValueError(f"need 1..{horizon} rounds, got {t}")
-    obs = np.zeros((horizon, len(FEATURE_NAMES)), dtype=np.float32)
-    obs[:t] = featurize_rounds(task, horizon, rounds, family)
+    rows = featurize_rounds(task, horizon, rounds, family, spec_signals(policy.feature_spec))
+    obs = np.zeros((horizon, rows.shape[1]), dtype=np.float32)
+    obs[:t] = rows
 
     def answered() -> tuple[bool, bool]:
         norm, last = normalizer_for(task, family), rounds[-1]

@@ -8,7 +8,8 @@ API cost (and tests run the real HTTP path without inventing answers).
   ``model`` and the ``X-CCPO-Round`` / ``X-CCPO-Role`` headers.
 - :func:`create_replay_app`: the app. The reply is the recorded answer with its usage, plus
   ``ccpo_replay`` (the recorded step, which ccpo's agent takes as recorded), so live answers
-  equal the policy's replay exactly. Anything not in the file gets HTTP 404 saying which.
+  equal the policy's replay exactly (a round's recorded ``signals`` ride along with each of
+  its steps). Anything not in the file gets HTTP 404 saying which.
 
 Needs the serve extra (``pip install 'ccpo[serve]'``). Contract: docs/deploy.md, section "Dry
 run against your own logs: `ccpo replay-server`".
@@ -84,6 +85,8 @@ def recorded_steps(tr: Trace) -> Iterable[Recorded]:
                 extra.update(logprob_mean=s.logprob_mean, logprob_min=s.logprob_min)
             else:
                 extra.update(verdict=s.verdict, uncertainty=s.uncertainty)
+            if r.signals is not None:  # the round's signals, taken as recorded
+                extra["signals"] = r.signals.model_dump(mode="json", exclude_none=True)
             yield Recorded(
                 tr.id,
                 r.round,

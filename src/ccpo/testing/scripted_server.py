@@ -82,6 +82,9 @@ class ScriptedServer:
     - **Usage**: ``usage=False`` leaves ``usage`` out of every reply (the bill is kept all the
       same); ``prompt_tokens(text)`` is how many tokens the server bills for a prompt's text
       (default: its pseudo-tokens, a word with its leading white space).
+    - **Embeddings**: with ``embed`` (a function text → vector) set, ``POST /v1/embeddings``
+      answers OpenAI's embeddings shape after ``embed_latency`` seconds (``n_embeddings``
+      counts them); without it, 404 as an endpoint without embeddings.
     - **Counters**: ``n_requests`` (every request received), ``n_completions`` (successful
       replies), ``n_failures``, and ``requests`` (the parsed JSON bodies, in arrival order).
     """
@@ -110,6 +113,9 @@ class ScriptedServer:
     #: endpoint bills it, whether or not the client is still there to read it); GET
     #: ``/ccpo-billing`` returns it
     billed: dict[str, list[int]] = field(default_factory=dict)
+    embed: Callable[[str], list[float]] | None = None
+    embed_latency: float = 0.0
+    n_embeddings: int = 0
 
     def __post_init__(self) -> None:
         if self.logprobs_mode not in ("ok", "ignore", "reject", "reject500"):
@@ -156,6 +162,9 @@ class ScriptedServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if self.path.rstrip("/").endswith("/embeddings") and server.embed is not None:
+                    server._embeddings(self, json.loads(raw or b"{}"))
+                    return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": "not found"}})
                     return
@@ -213,6 +222,22 @@ class ScriptedServer:
             self.failure_log.clear()
 
     # ------------------------------------------------------------------ replies
+    def _embeddings(self, h: Any, req: dict[str, Any]) -> None:
+        assert self.embed is not None
+        texts = req.get("input")
+        texts = [texts] if isinstance(texts, str) else list(texts or [])
+        with self._lock:
+            self.n_embeddings += 1
+        if self.embed_latency:
+            time.sleep(self.embed_latency)
+        data = [
+            {"object": "embedding", "index": i, "embedding": self.embed(t)}
+            for i, t in enumerate(texts)
+        ]
+        n = sum(len(tokenize(t)) for t in texts)
+        h._send(200, {"object": "list", "data": data, "model": req.get("model"),
+                      "usage": {"prompt_tokens": n, "total_tokens": n}})  # fmt: skip
+
     def reply_for(self, req: dict[str, Any]) -> str:
         text = prompt_text(req, last_only=self.match_last)
         for pat, reply in self._compiled:

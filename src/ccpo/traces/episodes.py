@@ -27,7 +27,7 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.traces.answers import normalizer_for
-from ccpo.traces.featurize import FEATURE_SPEC, featurize_trace
+from ccpo.traces.featurize import FEATURE_SPEC, feature_spec, featurize_trace
 from ccpo.traces.labels import labels_of
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import ACTIONS, Trace
@@ -133,6 +133,13 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
                 f"trace '{tr.id}' has {tr.n_rounds} rounds but '{traces[0].id}' has {T}; "
                 "one trace set must use one number of rounds"
             )
+    signals = tuple(traces[0].signals or ())
+    for tr in traces:
+        if tuple(tr.signals or ()) != signals:
+            raise CCPOError(
+                f"trace '{tr.id}' records the signals {list(tr.signals or [])} but "
+                f"'{traces[0].id}' {list(signals)}; one trace set must use one ladder"
+            )
     models = set().union(*(tr.models() for tr in traces))
     prices.check(models)
     N = len(traces)
@@ -177,6 +184,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         llm_actions=llm_actions,
         llm_cost=llm_cost,
         empty=empty,
+        feature_spec=feature_spec(signals),
         strongest=strongest,
         strongest_cost=s_cost,
         strongest_correct=s_correct,

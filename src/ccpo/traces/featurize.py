@@ -7,7 +7,9 @@ Missing values (null log-probs, null uncertainty, null verdict) are encoded as 0
 explicit ``*_missing`` flag, never crashed on.
 
 The spec (:data:`FEATURE_SPEC`) is versioned and saved with anything trained on it; loading an
-artifact whose spec differs fails loudly instead of feeding a network the wrong columns.
+artifact whose spec differs fails loudly instead of feeding a network the wrong columns. A
+ladder's ``signals`` (:mod:`ccpo.traces.signals`) append their columns after these, and the
+spec then names them (:func:`feature_spec`); without signals it is :data:`FEATURE_SPEC`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.schema import Trace
+from ccpo.traces.signals import normalize_signals, signal_columns, signal_names
 
 FEATURE_VERSION = "ccpo.features/v1"
 
@@ -49,6 +52,20 @@ FEATURE_SPEC: dict[str, Any] = {"version": FEATURE_VERSION, "names": list(FEATUR
 N_FEATURES = len(FEATURE_NAMES)
 
 
+def feature_spec(signals: Sequence[str] = ()) -> dict[str, Any]:
+    """The spec of observations with ``signals``' columns: :data:`FEATURE_SPEC` itself
+    without signals (so folders without signals are written as before)."""
+    if not signals:
+        return dict(FEATURE_SPEC)
+    names = [*FEATURE_NAMES, *signal_names(signals)]
+    return {"version": FEATURE_VERSION, "names": names, "signals": list(signals)}
+
+
+def spec_signals(spec: dict[str, Any] | None) -> tuple[str, ...]:
+    """The signals a feature spec was built with (none for a v1 spec without them)."""
+    return tuple((spec or {}).get("signals") or ())
+
+
 def _share_equal(value: str, earlier: Sequence[str]) -> float:
     return sum(value == e for e in earlier) / len(earlier) if earlier else 0.0
 
@@ -58,11 +75,17 @@ def featurize_trace(trace: Trace) -> np.ndarray:
 
     Row ``t-1`` depends on rounds ``1..t`` only (no peeking at later rounds or at ``correct``).
     """
-    return featurize_rounds(trace.task, trace.n_rounds, trace.rounds, trace.family)
+    return featurize_rounds(
+        trace.task, trace.n_rounds, trace.rounds, trace.family, tuple(trace.signals or ())
+    )
 
 
 def featurize_rounds(
-    task: str, horizon: int, rounds: Sequence[Any], family: str | None = None
+    task: str,
+    horizon: int,
+    rounds: Sequence[Any],
+    family: str | None = None,
+    signals: Sequence[str] = (),
 ) -> np.ndarray:
     """Observations of the rounds run so far, shape ``[len(rounds), N_FEATURES]``.
 
@@ -71,7 +94,8 @@ def featurize_rounds(
     ``guide.answer``, ``guide.verdict``, ``guide.uncertainty``, ``guide.usage``); ``correct``
     is never read, so a live agent can featurize round t as soon as it has run.
     ``horizon`` is T, the round budget (it sets ``round_frac`` and ``is_last_round``);
-    ``family`` the task's answer family (:func:`ccpo.traces.answers.family_of`).
+    ``family`` the task's answer family (:func:`ccpo.traces.answers.family_of`);
+    ``signals`` the ladder's signals, whose columns follow (:func:`feature_spec`).
     """
     norm = normalizer_for(task, family)
     T = horizon
@@ -112,6 +136,9 @@ def featurize_rounds(
         base_norm.append(nb)
         guide_norm.append(ng)
         verdicts.append(g.verdict == "yes")
+    if signals:
+        extra = signal_columns(rounds, signals).astype(np.float32)
+        return np.concatenate([out, extra], axis=1)
     return out
 
 
@@ -119,9 +146,14 @@ def check_spec(spec: dict[str, Any]) -> None:
     """Raise if a saved feature spec is not the one this version computes."""
     from ccpo.errors import CCPOError
 
-    if spec.get("version") != FEATURE_VERSION or list(spec.get("names", [])) != list(FEATURE_NAMES):
+    try:
+        signals = normalize_signals(spec_signals(spec), "-", "features.json")
+    except CCPOError as e:
+        raise CCPOError(f"{e}: the policy was made by a newer ccpo; upgrade ccpo") from None
+    expected = feature_spec(signals)["names"]
+    if spec.get("version") != FEATURE_VERSION or list(spec.get("names", [])) != expected:
         raise CCPOError(
             f"feature spec mismatch: the artifact was trained on {spec.get('version')!r} "
             f"with {len(spec.get('names', []))} features, this ccpo computes {FEATURE_VERSION!r} "
-            f"with {N_FEATURES}. Retrain the policy with this version of ccpo."
+            f"with {len(expected)}. Retrain the policy with this version of ccpo."
         )

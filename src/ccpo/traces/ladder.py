@@ -7,8 +7,8 @@ the guide's verdict is made.
   ``agree`` (each answers alone; ``yes`` iff the answers are the same).
   :meth:`Ladder.reused` names the earlier step a repeated call copies (paid once).
 - :func:`ladder_of`, :func:`ladder_of_trace`: the ladder is data, read from a trace set and
-  copied into every policy trained on it. Files without ladder fields read as a ``judge``
-  ladder of the models their rounds name.
+  copied into every policy trained on it, with its ``signals`` (:mod:`ccpo.traces.signals`).
+  Files without ladder fields read as a ``judge`` ladder of the models their rounds name.
 - :func:`agree_signals` (an ``agree`` step's signals from its answer's probability),
   :func:`transfer_signal` (a repeated step's signal from its original's), :func:`default_prompt`
   (the prompt of a step recorded without one).
@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from ccpo.errors import CCPOError
 from ccpo.traces.answers import family_of
+from ccpo.traces.signals import normalize_signals
 
 VerdictMode = Literal["judge", "agree"]
 VERDICT_MODES: tuple[str, ...] = ("judge", "agree")
@@ -113,6 +114,8 @@ class Ladder:
     task: str
     family: str
     rounds: tuple[LadderRound, ...]
+    signals: tuple[str, ...] = ()  # canonical order (ccpo.traces.signals.SIGNALS)
+    embedding_model: str | None = None  # the ``embedding`` signal's model
 
     @property
     def T(self) -> int:
@@ -148,8 +151,9 @@ class Ladder:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form kept in a policy's provenance (``ladder``)."""
-        return {
+        """The JSON form kept in a policy's provenance (``ladder``); ``signals`` and
+        ``embedding_model`` only when set (so a ladder without signals is written as before)."""
+        d: dict[str, Any] = {
             "task": self.task,
             "family": self.family,
             "rounds": [
@@ -157,6 +161,11 @@ class Ladder:
                 for r in self.rounds
             ],
         }
+        if self.signals:
+            d["signals"] = list(self.signals)
+        if self.embedding_model:
+            d["embedding_model"] = self.embedding_model
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "ladder") -> Ladder:
@@ -172,6 +181,9 @@ class Ladder:
                 for r in d["rounds"]
             )
             family = family_of(task, d.get("family"))
+            embedding = d.get("embedding_model")
+            embedding = None if embedding is None else str(embedding)
+            signals = normalize_signals(d.get("signals") or (), embedding, where)
         except (KeyError, TypeError, ValueError) as e:
             raise CCPOError(f"{where}: malformed ladder ({e})") from None
         for r in rounds:
@@ -179,7 +191,7 @@ class Ladder:
                 raise CCPOError(f"{where}: verdict '{r.verdict}' is not judge or agree")
         if not rounds:
             raise CCPOError(f"{where}: a ladder needs at least one round")
-        return cls(task, family, rounds)
+        return cls(task, family, rounds, signals, embedding)
 
     @classmethod
     def one_pair(cls, task: str, base: str, guide: str, rounds: int, family: str | None = None):
@@ -192,11 +204,12 @@ class Ladder:
         return cls(task, fam, tuple(LadderRound(b, g, verdict) for _ in range(rounds)))
 
     def describe(self) -> str:
-        """One line per round, for messages and ``--help`` output."""
-        return "; ".join(
+        """One line per round, for messages and ``--help`` output (and the signals)."""
+        rounds = "; ".join(
             f"round {t}: {r.base.model} → {r.guide.model} ({r.verdict})"
             for t, r in enumerate(self.rounds, start=1)
         )
+        return f"{rounds}; signals: {', '.join(self.signals)}" if self.signals else rounds
 
 
 def ladder_of_trace(tr: Any) -> Ladder:
@@ -224,7 +237,13 @@ def ladder_of_trace(tr: Any) -> Ladder:
                 verdict,
             )
         )
-    return Ladder(tr.task, family, tuple(rounds))
+    return Ladder(
+        tr.task,
+        family,
+        tuple(rounds),
+        tuple(getattr(tr, "signals", None) or ()),
+        getattr(tr, "embedding_model", None),
+    )
 
 
 def _system(step: Any) -> str | None:

@@ -77,11 +77,13 @@ class PriceTable:
     def round_costs(self, r: Any) -> tuple[float, float]:
         """Dollars of one round (a trace's, or a live one) as (base, guide): the one definition
         of a round's cost (policy-LLM decisions are priced apart, by the policies that use
-        them)."""
-        return (
-            self.usage_cost(r.base.model, r.base.usage),
-            self.usage_cost(r.guide.model, r.guide.usage),
-        )
+        them). A free-text verdict call (the round's ``signals.verdict``, made by the guide's
+        model) is part of the guide's cost."""
+        guide = self.usage_cost(r.guide.model, r.guide.usage)
+        verdict = getattr(getattr(r, "signals", None), "verdict", None)
+        if verdict is not None:
+            guide += self.usage_cost(verdict.model, verdict.usage)
+        return self.usage_cost(r.base.model, r.base.usage), guide
 
     def round_cost(self, r: Any) -> float:
         """Dollars of one round: base + guide (:meth:`round_costs`)."""

@@ -9,7 +9,9 @@ hostile or broken file could use to move results silently: numbers must be physi
 integer, a number a JSON number). ``logprob_*``, ``uncertainty`` and ``policy_llm`` may be null
 or absent. The optional ladder fields (``verdict_mode``, ``prompt``, ``reused``, ``system``,
 ``family``) are read by :mod:`ccpo.traces.ladder`; files without them read as a ``judge``
-ladder. A ``chat`` trace carries its conversation in ``messages``.
+ladder. A ``chat`` trace carries its conversation in ``messages``. The optional signal fields
+(a trace's ``signals`` and ``embedding_model``, a round's ``signals``: :class:`RoundSignals`)
+are read by :mod:`ccpo.traces.signals`.
 
 Contract: docs/design.md, section "Trace schema `ccpo.trace/v1`".
 """
@@ -20,7 +22,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ccpo.errors import CCPOError
 from ccpo.traces.conversation import ConversationError, conversation_of
+from ccpo.traces.signals import normalize_signals
 
 SCHEMA_VERSION = "ccpo.trace/v1"
 
@@ -87,6 +91,28 @@ class GuideStep(_Step):
         return v.strip().lower() if isinstance(v, str) else v
 
 
+class SignalVerdict(_Model):
+    """The free-text verdict of a round: its guide model says Yes/No on the base's reply."""
+
+    model: str
+    verdict: Literal["yes", "no"] | None = None
+    uncertainty: float | None = Field(None, ge=0, le=1, strict=True)
+    usage: Usage
+    prompt: str | None = None  # the verdict prompt's version
+
+
+class RoundSignals(_Model):
+    """What a round recorded of its ladder's signals (:mod:`ccpo.traces.signals`)."""
+
+    sim_words: float | None = Field(None, ge=0, le=1, strict=True)
+    sim_chars: float | None = Field(None, ge=0, le=1, strict=True)
+    base_refusal: bool | None = Field(None, strict=True)
+    guide_refusal: bool | None = Field(None, strict=True)
+    sim_embedding: float | None = Field(None, ge=-1, le=1, strict=True)
+    embedding_error: str | None = None  # why the embedding is missing (lexical only then)
+    verdict: SignalVerdict | None = None
+
+
 class PolicyLLMDecision(_Model):
     """An LLM-as-policy decision for one round (LLM baselines), with the usage it cost."""
 
@@ -102,6 +128,17 @@ class Round(_Model):
     guide: GuideStep
     policy_llm: dict[str, PolicyLLMDecision] | None = None
     verdict_mode: Literal["judge", "agree"] | None = None
+    signals: RoundSignals | None = None
+
+    @model_validator(mode="after")
+    def _verdict_by_guide(self) -> Round:
+        v = self.signals.verdict if self.signals is not None else None
+        if v is not None and v.model != self.guide.model:
+            raise ValueError(
+                f"signals.verdict is made by the round's guide model ({self.guide.model}), "
+                f"not {v.model}"
+            )
+        return self
 
 
 class Trace(_Model):
@@ -117,6 +154,8 @@ class Trace(_Model):
     gold: list[str] = Field(min_length=1)
     rounds: list[Round] = Field(min_length=1)
     meta: dict[str, Any] = Field(default_factory=dict)
+    signals: list[str] | None = None  # the ladder's signals (ccpo.traces.signals)
+    embedding_model: str | None = None  # the model of the ``embedding`` signal
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, allow_inf_nan=False)
 
@@ -139,6 +178,16 @@ class Trace(_Model):
         except ConversationError as e:
             raise ValueError(str(e)) from None
 
+    @field_validator("signals")
+    @classmethod
+    def _known_signals(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        try:
+            return list(normalize_signals(v, "-"))
+        except CCPOError as e:
+            raise ValueError(str(e)) from None
+
     @property
     def n_rounds(self) -> int:
         return len(self.rounds)
@@ -155,18 +204,24 @@ class Trace(_Model):
             out.add(r.base.model)
             out.add(r.guide.model)
             out.update((r.policy_llm or {}).keys())
+            if r.signals is not None and r.signals.verdict is not None:
+                out.add(r.signals.verdict.model)
         return out
 
     def to_json_dict(self) -> dict[str, Any]:
         """The wire form: ``schema`` first, nulls kept, as docs/design.md shows it; the optional
         ladder fields only where they are set (so older files round-trip unchanged)."""
         d = self.model_dump(by_alias=True, mode="json")
-        for optional in ("family", "messages"):
-            if d.get(optional) is None:
-                d.pop(optional, None)
+        for k in ("family", "messages", "signals", "embedding_model"):
+            if d.get(k) is None:
+                d.pop(k, None)
         for r in d["rounds"]:
             if r.get("verdict_mode") is None:
                 r.pop("verdict_mode", None)
+            if r.get("signals") is None:
+                r.pop("signals", None)
+            else:
+                r["signals"] = {k: v for k, v in r["signals"].items() if v is not None}
             for step in (r["base"], r["guide"]):
                 prompt, reused = step.pop("prompt", None), step.pop("reused", False)
                 system = step.pop("system", None)

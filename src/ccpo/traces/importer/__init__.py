@@ -15,7 +15,13 @@ column, or agreement with a reference model. The package, in the order of the da
 The table format, labels and streaming: docs/import.md.
 """
 
-from ccpo.traces.importer.build import NO_GOLD, agreement_labels, build_trace
+from ccpo.traces.importer.build import (
+    NO_GOLD,
+    agreement_labels,
+    build_trace,
+    import_signals,
+    with_text_signals,
+)
 from ccpo.traces.importer.cascade import Cascade, plan_cascade
 from ccpo.traces.importer.rows import (
     OPTIONAL_COLUMNS,
@@ -36,8 +42,10 @@ __all__ = [
     "TableImport",
     "agreement_labels",
     "build_trace",
+    "import_signals",
     "import_table",
     "open_table",
     "plan_cascade",
     "read_table",
+    "with_text_signals",
 ]

@@ -5,19 +5,30 @@ normaliser (an ``agree`` ladder); a step that repeats an earlier step's model is
 ``reused`` with zero usage (paid once, where first asked); the signals come from the row's
 ``confidence`` or ``logprob``. The gold is the ``gold`` cells or the answers marked correct,
 unless the rows are labelled by agreement with a reference model (:func:`agreement_labels`;
-the contract is :mod:`ccpo.traces.labels`).
+the contract is :mod:`ccpo.traces.labels`). :func:`with_text_signals` adds a ladder's pure
+signals (``traces import --signals``; :func:`import_signals`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ccpo.errors import CCPOError
 from ccpo.traces.accept import AcceptRule
 from ccpo.traces.answers import BUILTIN_TASKS, exact_match, normalizer_for
 from ccpo.traces.importer.rows import ImportRow, Located
 from ccpo.traces.labels import GOLD, reference_model
 from ccpo.traces.ladder import Ladder, agree_signals, transfer_signal
-from ccpo.traces.schema import SCHEMA_VERSION, BaseStep, GuideStep, Round, Trace, Usage
+from ccpo.traces.schema import (
+    SCHEMA_VERSION,
+    BaseStep,
+    GuideStep,
+    Round,
+    RoundSignals,
+    Trace,
+    Usage,
+)
+from ccpo.traces.signals import CALLED_SIGNALS, normalize_signals, text_signals
 
 NO_GOLD = "<no gold: no model answered correctly>"
 
@@ -170,3 +181,33 @@ def build_trace(rows: dict[str, Located], ladder: Ladder, source: str, labels: s
         rounds=_rounds(rows, ladder),
         meta=meta,
     )
+
+
+def import_signals(names: list[str]) -> tuple[str, ...]:
+    """The ladder signals an import can record (``--signals``), in canonical order: the pure
+    ones (``similarity``, ``length``, ``refusal``, ``logprob``); a signal that needs a call
+    per round is refused, saying what to do."""
+    signals = normalize_signals(names, "-", "--signals")
+    called = [s for s in signals if s in CALLED_SIGNALS]
+    if called:
+        raise CCPOError(
+            f"--signals {', '.join(called)}: needs a call per round, which an import does not "
+            "make; import with the pure signals (similarity, length, refusal, logprob) or "
+            "collect with the ladder's signals"
+        )
+    return signals
+
+
+def with_text_signals(tr: Trace, signals: tuple[str, ...]) -> Trace:
+    """``tr`` recording the ladder ``signals`` (checked by :func:`import_signals`), each
+    round with its :func:`~ccpo.traces.signals.text_signals` computed from the table's
+    answers. An empty ``signals`` returns ``tr`` unchanged."""
+    if not signals:
+        return tr
+    rounds = [
+        r.model_copy(
+            update={"signals": RoundSignals(**text_signals(r.base.answer, r.guide.answer))}
+        )
+        for r in tr.rounds
+    ]
+    return tr.model_copy(update={"signals": list(import_signals(list(signals))), "rounds": rounds})
