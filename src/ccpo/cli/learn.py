@@ -166,6 +166,7 @@ def train_cmd(
     )
     if not pol.greedy:
         warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
+    _print_yardstick(pol, ep, sp.cal[0], summary["calibration_cost_cents"])
     console.print(f"wrote policy folder {out}")
 
 
@@ -287,6 +288,27 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     return summary, full
 
 
+def _threshold_text(pol, how: str = "") -> str:
+    """ "κ̂ = 0.42", "λ̂ = 0.93 (Learn-then-Test, δ = 0.1)", or what a policy without one does."""
+    if pol.alone is not None:
+        return f"no threshold: {pol.model} answers alone"
+    return f"{pol.threshold_name} = {pol.threshold:.4g}{how}"
+
+
+def _print_yardstick(pol, ep, cal, cost_cents: float) -> dict:
+    """The policy's calibration cost against calling the reference alone (a warning when it
+    is not cheaper); returns the figures for summary.json."""
+    from ccpo.evaluation.yardstick import yardstick
+
+    y = yardstick(pol.variant, ep, cal, cost_cents / 100 / max(len(cal), 1), pol.alone is not None)
+    if y is None:
+        return {}
+    console.print(f"on the calibration questions {y.line()}", highlight=False)
+    if y.warning():
+        warn(y.warning())
+    return {"reference": y.name, "cost_ratio_to_reference": y.ratio}
+
+
 def _print_choice(figures: dict[str, dict[str, float]], picked: str) -> None:
     """auto's candidates with their validation cost and coverage, the pick marked."""
     for name, f in figures.items():
@@ -323,10 +345,12 @@ def _train_stopping(
         _print_choice(sel.figures, sel.method)
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if sel else ''} in {seconds:.1f} s on "
-        f"{count(sizes['train'], 'question')}; κ̂ = {pol.threshold:.4g}; calibration coverage "
+        f"{count(sizes['train'], 'question')}; {_threshold_text(pol)}; calibration coverage "
         f"{summary['calibration_coverage']:.3f} on {count(len(cal), 'question')}"
     )
-    warn_degenerate(full, pol.threshold, alpha, len(cal))
+    _print_yardstick(pol, ep, cal, summary["calibration_cost_cents"])
+    if pol.alone is None:
+        warn_degenerate(full, pol.threshold, alpha, len(cal))
     console.print(f"wrote policy folder {out}")
 
 
@@ -368,10 +392,12 @@ def _train_single(
         _print_choice(auto["validation"], auto["picked"])
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} in {seconds:.1f} s on "
-        f"{sizes['train']} questions; λ̂ = {pol.threshold:.4g} (Learn-then-Test, δ = {delta:g}); "
+        f"{sizes['train']} questions; {_threshold_text(pol, f' (Learn-then-Test, δ = {delta:g})')}"
+        "; "
         f"calibration {what} {summary['calibration_coverage']:.3f}, "
         f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
     )
+    _print_yardstick(pol, ep, cal, summary["calibration_cost_cents"])
     console.print(f"wrote policy folder {out}")
 
 

@@ -329,6 +329,16 @@ async def _answer_alone(
     return out, base_lp if role == "base" else u
 
 
+async def run_step_alone(
+    r: Runner, question: str, t: int, role: str, backend: Any
+) -> tuple[BaseOutput, float | None]:
+    """Step ``role`` of ``agree`` round ``t`` called alone, every other step skipped: the
+    same request (and cache key) as in the full round (``always-<reference>``)."""
+    if r.ladder.round(t).verdict != "agree":
+        raise CCPOError(f"round {t} is a judge round: its {role} cannot be called alone")
+    return await _answer_alone(r, question, t, role, backend)
+
+
 def _answer_of(ro: RoundOutput, role: str) -> tuple[BaseOutput, float | None]:
     """A step of an earlier round as (answer, signal)."""
     if role == "base":

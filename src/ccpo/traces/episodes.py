@@ -28,7 +28,7 @@ import numpy as np
 from ccpo.errors import CCPOError
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.featurize import FEATURE_SPEC, featurize_trace
-from ccpo.traces.labels import labels_of
+from ccpo.traces.labels import labels_of, reference_model
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import ACTIONS, Trace
 
@@ -52,11 +52,15 @@ class Episodes:
     llm_cost: dict[str, np.ndarray] = field(default_factory=dict)  # model -> [N, T] USD
     feature_spec: dict[str, Any] = field(default_factory=lambda: dict(FEATURE_SPEC))
     empty: np.ndarray | None = None  # [N, T, 2] bool: the answer is '' after the normaliser
-    strongest: str = ""  # the ladder's most expensive model ('' when some question lacks it)
+    strongest: str = ""  # the reference of reference labels, else the ladder's most expensive
+    # model ('' when some question lacks it): the model of the ``always-<model>`` row
     strongest_cost: np.ndarray | None = None  # [N] USD of calling only that model
     strongest_correct: np.ndarray | None = None  # [N] bool: its answer is correct
     labels: str = "gold"  # what correct means: "gold" or "reference:<model>" (traces.labels)
     models: tuple[str, ...] = ()  # every model whose usage the traces record (sorted)
+    #: (round t, role) of the call ``always-<strongest>`` pays, when it is the same ``agree``
+    #: step (the model answers the question alone) in every trace; else None
+    strongest_step: tuple[int, str] | None = None
 
     @property
     def n(self) -> int:
@@ -99,6 +103,7 @@ class Episodes:
             else self.strongest_correct[idx],
             labels=self.labels,
             models=self.models,
+            strongest_step=self.strongest_step,
         )
 
     @property
@@ -163,7 +168,10 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
             for m, d in (r.policy_llm or {}).items():
                 llm_actions[m][i, t] = ACTION_INDEX[d.action]
                 llm_cost[m][i, t] = prices.usage_cost(m, d.usage)
-    strongest = strongest_model(traces, prices)
+    labels = labels_of(traces)
+    ref = reference_model(labels)
+    strongest = ref if ref and all(ref in tr.models() for tr in traces) else ""
+    strongest = strongest or strongest_model(traces, prices)
     s_cost, s_correct = strongest_calls(traces, prices, strongest) if strongest else (None, None)
     return Episodes(
         ids=[tr.id for tr in traces],
@@ -180,8 +188,9 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         strongest=strongest,
         strongest_cost=s_cost,
         strongest_correct=s_correct,
-        labels=labels_of(traces),
+        labels=labels,
         models=tuple(sorted(models)),
+        strongest_step=alone_step(traces, strongest) if strongest else None,
     )
 
 
@@ -220,6 +229,27 @@ def strongest_calls(
         cost[i] = prices.usage_cost(model, step.usage)
         correct[i] = step.correct
     return cost, correct
+
+
+def alone_step(traces: Sequence[Trace], model: str) -> tuple[int, str] | None:
+    """(round t, role) of ``model``'s call that :func:`strongest_calls` prices, when it is the
+    same step of every trace and an ``agree`` step (the model answers the question alone, so
+    calling it alone asks exactly that request); ``None`` otherwise (a ``judge`` guide reads
+    the base's answer: it cannot be called alone)."""
+    found: set[tuple[int, str]] = set()
+    for tr in traces:
+        last = [(r, ro) for r in tr.rounds for ro in ("base", "guide") if _alone(r, ro, model)]
+        if not last or last[-1][0].verdict_mode != "agree":
+            return None
+        found.add((last[-1][0].round, last[-1][1]))
+        if len(found) > 1:
+            return None
+    return next(iter(found)) if found else None
+
+
+def _alone(r: Any, role: str, model: str) -> bool:
+    step = getattr(r, role)
+    return step.model == model and not step.reused
 
 
 @dataclass(frozen=True)
