@@ -93,7 +93,8 @@ def always_row(rows: Sequence[ResultRow]) -> ResultRow | None:
 def saving_line(rows: Sequence[ResultRow], alpha: float, labels: str = GOLD) -> str | None:
     """The saving in words: the cheapest method meeting the target as a share of always
     calling the strongest model, with the coverage of both and the oracle ratio beside it,
-    e.g. "auto: 23% of always-gpt-4o at coverage 0.903 (…)"."""
+    e.g. "auto costs 23% of always-gpt-4o at coverage 0.903 (…)": a share of the cost, never
+    called a saving (above 100% it is dearer)."""
     ref = always_row(rows)
     if ref is None:
         return None
@@ -106,7 +107,7 @@ def saving_line(rows: Sequence[ResultRow], alpha: float, labels: str = GOLD) -> 
     floor = oracle_cost(rows)
     oracle = f", {r.cost_cents / floor:.2f}× the oracle floor" if floor else ""
     return (
-        f"{best}: {r.cost_cents / ref.cost_cents:.0%} of {ref.policy} at {what} "
+        f"{best} costs {r.cost_cents / ref.cost_cents:.0%} of {ref.policy} at {what} "
         f"{r.coverage:.3f}{oracle} ({alone})"
     )
 
@@ -236,7 +237,7 @@ def print_results(
     console.print(rich_table(rows, head, alpha, sizes[2], labels))
     saving = saving_line(rows, alpha, labels)
     if saving:
-        console.print(f"saving: {saving}")
+        console.print(f"cheapest at the target: {saving}", highlight=False)
 
 
 def rich_table(
