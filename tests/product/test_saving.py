@@ -83,9 +83,13 @@ def test_evaluate_label_free_says_agreement(tmp_path):
     assert res["against"] == f"reference:{model}"
     by = {x["policy"]: x for x in res["rows"]}
     assert by[f"always-{model}"]["coverage"] == 1.0
+    # every row has an estimated latency beside its cost; one call alone beats a cascade
+    assert all(x["latency_s"] > 0 for x in res["rows"])
+    assert by[f"always-{model}"]["latency_s"] < by["depth-k"]["latency_s"]
     assert by["cstop-single"]["set_size"] == 1.0
     md = (out / "results.md").read_text()
     assert f"Agreement with {model} (target ≥ 0.90)" in md and "Coverage (" not in md
+    assert "Est. latency (s)" in md
     assert md.startswith("**Cheapest at the target:** ")
     assert " costs " in md and f"of always-{model} at agreement with {model}" in md
     # the terminal says what the figure is: a share of the cost, not "saving: pol: 74% of"

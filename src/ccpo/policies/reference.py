@@ -191,7 +191,9 @@ class ReferencePolicy(Policy):
         assert ep.strongest_cost is not None
         cost = ep.strongest_cost if idx is None else ep.strongest_cost[idx]
         ones = np.ones(cost.shape, dtype=np.int64)
-        return Metrics(cost=cost, covered=~_misses(ep, idx), length=ones, set_size=ones)
+        lat = ep.strongest_latency
+        lat = None if lat is None else (lat if idx is None else lat[idx])
+        return Metrics(cost, ~_misses(ep, idx), ones, ones, lat)
 
     def replay_answers(self, ep: Episodes) -> tuple[np.ndarray, np.ndarray]:
         """Round t of its step is the one "run", its role's answer the one returned."""

@@ -84,6 +84,15 @@ def coverage_header(alpha: float | None, labels: str = GOLD) -> str:
     return what + (f" (target ≥ {1 - alpha:.2f})" if alpha is not None else "")
 
 
+#: the latency column: estimated from output tokens at a stated speed (traces.latency)
+LATENCY_HEADER = "Est. latency (s)"
+
+
+def latency_cell(r: ResultRow) -> str:
+    """A row's estimated end-to-end seconds per question ('–' where not known)."""
+    return "–" if r.latency_s is None else f"{r.latency_s:.2f}"
+
+
 def always_row(rows: Sequence[ResultRow]) -> ResultRow | None:
     """The ``always-<model>`` row (calling the strongest model only), if there is one."""
     found = [r for r in rows if r.kind == "reference"]
@@ -156,7 +165,10 @@ def results_table(
     headers = ["Policy", cost_header(n_test)]
     headers += ["Cost / oracle"] if floor else []
     headers += [f"Cost / {ref.policy}"] if ref else []
-    headers += [coverage_header(alpha, labels), "Avg. Len.", "Set Size"]
+    cov_head = coverage_header(alpha, labels)
+    headers += [cov_head, "Avg. Len.", "Set Size"]
+    timed = any(r.latency_s is not None for r in rows)
+    headers += [LATENCY_HEADER] if timed else []
     best = cheapest_at_target(rows, alpha) if alpha is not None else None
     cells, miss = [], []
     for r in rows:
@@ -166,9 +178,10 @@ def results_table(
         noise = alpha is not None and r.kind != "bound" and within_noise(r.coverage, alpha, n_test)
         row += [f"{r.coverage:.3f}" + (" (within noise)" if noise else "")]
         row += [f"{r.avg_len:.2f}", f"{r.set_size:.2f}"]
+        row += [latency_cell(r)] if timed else []
         flag = alpha is not None and r.kind != "bound" and beyond_noise(r.coverage, alpha, n_test)
         cells.append(row)
-        miss.append([flag and h == headers[-3] for h in headers])
+        miss.append([flag and h == cov_head for h in headers])
     marks = [[j == 0 and r.policy == best for j in range(len(headers))] for r in rows]
     return TableData(title, headers, cells, miss, marks)
 

@@ -29,6 +29,7 @@ from ccpo.errors import CCPOError
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.featurize import FEATURE_SPEC, featurize_trace
 from ccpo.traces.labels import labels_of, reference_model
+from ccpo.traces.latency import call_seconds, round_seconds
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import ACTIONS, Trace
 
@@ -61,6 +62,10 @@ class Episodes:
     #: (round t, role) of the call ``always-<strongest>`` pays, when it is the same ``agree``
     #: step (the model answers the question alone) in every trace; else None
     strongest_step: tuple[int, str] | None = None
+    #: [N, T] estimated seconds of each round (:mod:`ccpo.traces.latency`); None: unknown
+    round_latency: np.ndarray | None = None
+    #: [N] estimated seconds of the ``always-<strongest>`` call
+    strongest_latency: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -104,6 +109,10 @@ class Episodes:
             labels=self.labels,
             models=self.models,
             strongest_step=self.strongest_step,
+            round_latency=None if self.round_latency is None else self.round_latency[idx],
+            strongest_latency=None
+            if self.strongest_latency is None
+            else self.strongest_latency[idx],
         )
 
     @property
@@ -147,6 +156,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
     answer_id = np.zeros((N, T, 2), dtype=np.int64)
     empty = np.zeros((N, T, 2), dtype=bool)
     round_cost = np.zeros((N, T))
+    round_latency = np.zeros((N, T))
     verdict = np.full((N, T), np.nan)
     unc = np.full((N, T), np.nan)
     policy_models = sorted({m for tr in traces for r in tr.rounds for m in (r.policy_llm or {})})
@@ -161,6 +171,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
             answer_id[i, t, 1] = ids.setdefault(norm(r.guide.answer), len(ids))
             empty[i, t] = (norm(r.base.answer) == "", norm(r.guide.answer) == "")
             round_cost[i, t] = prices.round_cost(r)
+            round_latency[i, t] = round_seconds(r)
             if r.guide.verdict is not None:
                 verdict[i, t] = float(r.guide.verdict == "yes")
             if r.guide.uncertainty is not None:
@@ -191,6 +202,8 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         labels=labels,
         models=tuple(sorted(models)),
         strongest_step=alone_step(traces, strongest) if strongest else None,
+        round_latency=round_latency,
+        strongest_latency=strongest_seconds(traces, strongest) if strongest else None,
     )
 
 
@@ -231,6 +244,16 @@ def strongest_calls(
     return cost, correct
 
 
+def strongest_seconds(traces: Sequence[Trace], model: str) -> np.ndarray:
+    """[N] estimated seconds of calling only ``model`` (the call :func:`strongest_calls`
+    prices)."""
+    out = np.zeros(len(traces))
+    for i, tr in enumerate(traces):
+        step = [s for s in _steps(tr) if s.model == model and not s.reused][-1]
+        out[i] = call_seconds(step.usage.output_tokens)
+    return out
+
+
 def alone_step(traces: Sequence[Trace], model: str) -> tuple[int, str] | None:
     """(round t, role) of ``model``'s call that :func:`strongest_calls` prices, when it is the
     same step of every trace and an ``agree`` step (the model answers the question alone, so
@@ -260,6 +283,7 @@ class Metrics:
     covered: np.ndarray  # bool
     length: np.ndarray  # rounds run
     set_size: np.ndarray  # distinct answers returned
+    latency: np.ndarray | None = None  # estimated seconds (None: from rounds run)
 
 
 def _gather(arr: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
