@@ -66,6 +66,8 @@ def test_train_says_what_a_policy_costs_against_the_reference_and_warns(hard: Pa
     assert "cstop is not cheaper than calling big-m alone" in flat
     assert "--method auto, which keeps always-big-m" in flat
     assert "saving" not in flat
+    summary = json.loads((hard.parent / "cstop" / "summary.json").read_text())
+    assert summary["reference"] == "always-big-m" and summary["cost_ratio_to_reference"] > 1
 
 
 def test_check_of_a_single_answer_names_lambda_and_proposes_no_refused_value(

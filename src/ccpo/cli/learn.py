@@ -153,6 +153,7 @@ def train_cmd(
     summary, full = _calibrate(pol, ep, sp.cal[0], alpha, provenance, sizes)
     summary = {"variant": variant, "seconds": round(seconds, 2),
                "kappa_online": pol.kappa_online, **summary}  # fmt: skip
+    y = _yardstick(pol, ep, sp.cal[0], summary)
     with staged_folder(out) as tmp:  # all files or none (a full disk)
         pol.save(tmp)
         training_curves({variant: res.log}, alpha, tmp / "training_curves.png")
@@ -166,7 +167,7 @@ def train_cmd(
     )
     if not pol.greedy:
         warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
-    _print_yardstick(pol, ep, sp.cal[0], summary["calibration_cost_cents"])
+    _print_yardstick(y)
     console.print(f"wrote policy folder {out}")
 
 
@@ -295,18 +296,26 @@ def _threshold_text(pol, how: str = "") -> str:
     return f"{pol.threshold_name} = {pol.threshold:.4g}{how}"
 
 
-def _print_yardstick(pol, ep, cal, cost_cents: float) -> dict:
-    """The policy's calibration cost against calling the reference alone (a warning when it
-    is not cheaper); returns the figures for summary.json."""
+def _yardstick(pol, ep, cal, summary: dict):
+    """The policy's calibration cost against calling the reference alone
+    (:mod:`ccpo.evaluation.yardstick`), added to ``summary``; ``None`` without one model."""
     from ccpo.evaluation.yardstick import yardstick
 
-    y = yardstick(pol.variant, ep, cal, cost_cents / 100 / max(len(cal), 1), pol.alone is not None)
+    cost = summary["calibration_cost_cents"] / 100 / max(len(cal), 1)
+    y = yardstick(pol.variant, ep, cal, cost, pol.alone is not None)
+    if y is not None:
+        summary.update(reference=y.name, cost_ratio_to_reference=y.ratio)
+    return y
+
+
+def _print_yardstick(y) -> None:
+    """ "on the calibration questions X costs 74% of always-M (…)", and a warning when the
+    policy is not cheaper than calling the reference alone."""
     if y is None:
-        return {}
+        return
     console.print(f"on the calibration questions {y.line()}", highlight=False)
     if y.warning():
         warn(y.warning())
-    return {"reference": y.name, "cost_ratio_to_reference": y.ratio}
 
 
 def _print_choice(figures: dict[str, dict[str, float]], picked: str) -> None:
@@ -338,6 +347,7 @@ def _train_stopping(
     summary, full = _calibrate(pol, ep, cal, alpha, provenance, sizes)
     summary = {"method": method, "variant": pol.variant, "seconds": round(seconds, 2), **summary,
                **({"auto": sel.to_json()} if sel is not None else {})}  # fmt: skip
+    y = _yardstick(pol, ep, cal, summary)
     with staged_folder(out) as tmp:  # all files or none (a full disk)
         pol.save(tmp)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -348,7 +358,7 @@ def _train_stopping(
         f"{count(sizes['train'], 'question')}; {_threshold_text(pol)}; calibration coverage "
         f"{summary['calibration_coverage']:.3f} on {count(len(cal), 'question')}"
     )
-    _print_yardstick(pol, ep, cal, summary["calibration_cost_cents"])
+    _print_yardstick(y)
     if pol.alone is None:
         warn_degenerate(full, pol.threshold, alpha, len(cal))
     console.print(f"wrote policy folder {out}")
@@ -384,6 +394,7 @@ def _train_single(
         "calibration_cost_cents": float(m.cost.sum() * 100),
         "calibration_rounds": float(m.length.mean()), "sizes": sizes, **pol.info,
     }  # fmt: skip
+    y = _yardstick(pol, ep, cal, summary)
     with staged_folder(out) as tmp:  # all files or none (a full disk)
         pol.save(tmp)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -397,7 +408,7 @@ def _train_single(
         f"calibration {what} {summary['calibration_coverage']:.3f}, "
         f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
     )
-    _print_yardstick(pol, ep, cal, summary["calibration_cost_cents"])
+    _print_yardstick(y)
     console.print(f"wrote policy folder {out}")
 
 
