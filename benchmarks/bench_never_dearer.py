@@ -30,23 +30,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _sweep import sweep_parser
+from _sweep import gold_and_label_free, sweep_parser
 
 from ccpo.evaluation.harness import (
     make_splits,
-    prices_for,
     row_from_metrics,
     split_sizes,
     with_latency,
 )
-from ccpo.evaluation.reproduce import resolve_data
 from ccpo.evaluation.rows import ScoreRow, SingleRow, make_policy
 from ccpo.learning.config import StopConfig
 from ccpo.policies.registry import candidate_fitter
 from ccpo.policies.single import fit_single
-from ccpo.testing.relabel import relabel_against_strongest
 from ccpo.traces.episodes import build_episodes
-from ccpo.traces.io import read_traces
 from ccpo.traces.labels import against_text
 
 SETTINGS = {"auto_ccpo_steps": 0}
@@ -105,44 +101,39 @@ def _ms(xs: list[float]) -> str:
     return f"{statistics.fmean(xs):.2f} ± {sd:.2f}"
 
 
+def print_table(label: str, what: str, alpha: float, runs: list[dict]) -> dict:
+    """One (set, α): a Markdown table of every row, mean ± sd over the seeds."""
+    print(f"\n{label}, α = {alpha:g}")
+    print(f"| row | cost ÷ always | {what} (target {1 - alpha:.2f}) | picked always | "
+          "est. latency (s) |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    table = {}
+    for row in runs[0]:
+        rs = [r[row] for r in runs]
+        table[row] = {k: [r[k] for r in rs] for k in rs[0]}
+        picked = sum(1 for r in rs if (r["picked"] or "").startswith("always-"))
+        shown = f"{picked}/{len(rs)}" if row in ("auto", "auto-single") else ""
+        print(f"| {row} | {_ms(table[row]['rel_always'])} | {_ms(table[row]['coverage'])} | "
+              f"{shown} | {_ms(table[row]['latency'])} |")  # fmt: skip
+    return table
+
+
 def main() -> None:
     ap = sweep_parser(__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/bench_never_dearer.json"))
     args = ap.parse_args()
     alphas = args.alpha or (0.1, 0.2)
     results = {}
-    for name, path in resolve_data(args.data).items():
-        prices = prices_for(path)
-        gold = read_traces(path)
-        free, ref = relabel_against_strongest(gold, prices)
-        sets = ((f"{name} (gold)", gold), (f"{name} (label-free, vs {ref})", free))
-        for label, traces in sets:
-            ep = build_episodes(traces, prices)
-            what = against_text(ep.labels)
-            t0 = time.perf_counter()
-            seeds = [run_seed(ep, alphas, s, args.splits) for s in range(args.seeds)]
-            secs = time.perf_counter() - t0
-            for alpha in alphas:
-                runs = [by[alpha] for by in seeds]
-                key = f"{label}, α = {alpha:g}"
-                print(f"\n{key}: {args.seeds} seeds × {args.splits} splits ({secs:.0f} s all α)")
-                print(f"| row | cost ÷ always | {what} (target {1 - alpha:.2f}) | "
-                      "picked always | est. latency (s) |")  # fmt: skip
-                print("|---|---|---|---|---|")
-                table = {}
-                for row in runs[0]:
-                    rs = [r[row] for r in runs]
-                    picked = sum(1 for r in rs if (r["picked"] or "").startswith("always-"))
-                    table[row] = {k: [r[k] for r in rs] for k in rs[0]}
-                    shown = (
-                        f"{picked}/{len(rs)}" if row.startswith("auto") and "out" not in row else ""
-                    )
-                    print(
-                        f"| {row} | {_ms(table[row]['rel_always'])} | "
-                        f"{_ms(table[row]['coverage'])} | {shown} | "
-                        f"{_ms(table[row]['latency'])} |"
-                    )
-                results[key] = table
+    for label, traces, prices in gold_and_label_free(args.data):
+        ep = build_episodes(traces, prices)
+        t0 = time.perf_counter()
+        seeds = [run_seed(ep, alphas, s, args.splits) for s in range(args.seeds)]
+        print(f"\n{label}: {args.seeds} seeds × {args.splits} splits "
+              f"({time.perf_counter() - t0:.0f} s all α)")  # fmt: skip
+        for alpha in alphas:
+            runs = [by[alpha] for by in seeds]
+            table = print_table(label, against_text(ep.labels), alpha, runs)
+            results[f"{label}, α = {alpha:g}"] = table
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nwrote {args.out}")
