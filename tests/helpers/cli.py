@@ -18,7 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # the console script installed beside this interpreter (the venv's), else the one on PATH
 _BESIDE = Path(sys.executable).parent / "ccpo"
 CCPO = str(_BESIDE) if _BESIDE.is_file() else (shutil.which("ccpo") or "ccpo")
-ENV = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
+ENV = {
+    **os.environ,
+    "COLUMNS": "200",
+    "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+}
 
 
 # ----------------------------------------------------------------------------- commands
@@ -137,4 +141,8 @@ def without(tmp_path: Path, *modules: str, env: dict | None = None) -> dict:
         "sys.meta_path.insert(0, NotInstalled())\n"
     )
     base = dict(os.environ if env is None else env)
-    return {**base, "COLUMNS": "200", "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    return {
+        **base,
+        "COLUMNS": "200",
+        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT / "src"), str(ROOT)]),
+    }
