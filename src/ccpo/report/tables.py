@@ -221,9 +221,9 @@ def render_html(t: TableData) -> str:
 
 def render_rich(t: TableData) -> Table:
     """The same table for the terminal: misses in red, the cheapest at the target bold."""
-    out = Table(title=t.title)
-    for i, h in enumerate(t.headers):
-        out.add_column(h, justify="left" if i == 0 else "right")
+    out = Table(title=t.title, padding=(0, 0), pad_edge=False)
+    for i, h in enumerate(t.headers):  # policy names whole; the figures' headers wrap
+        out.add_column(h, justify="left" if i == 0 else "right", no_wrap=i == 0)
     for row, miss, best in zip(t.rows, t.miss, t.best, strict=True):
         cells = []
         for c, m, b in zip(row, miss, best, strict=True):
