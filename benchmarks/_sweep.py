@@ -17,3 +17,19 @@ def sweep_parser(description: str) -> argparse.ArgumentParser:
 
 
 ALPHAS = (0.05, 0.1, 0.2)
+
+
+def gold_and_label_free(data):
+    """(label, traces, prices) of every set of ``--data``: with gold labels, then relabelled
+    against its strongest model (``correct`` = equals that model's answer)."""
+    from ccpo.evaluation.harness import prices_for
+    from ccpo.evaluation.reproduce import resolve_data
+    from ccpo.testing.relabel import relabel_against_strongest
+    from ccpo.traces.io import read_traces
+
+    for name, path in resolve_data(data).items():
+        prices = prices_for(path)
+        gold = read_traces(path)
+        free, ref = relabel_against_strongest(gold, prices)
+        yield f"{name} (gold)", gold, prices
+        yield f"{name} (label-free, vs {ref})", free, prices

@@ -168,6 +168,7 @@ class ConformalPolicy:
         ep, traces = self._episodes(data)
         assert traces is not None
         reach, included = self.policy.replay_answers(ep)
+        paid = self.policy.replay_costs(ep, reach)
         returned = returned_answers(ep, included)  # an empty answer is never a member
         out = []
         for i, tr in enumerate(traces):
@@ -184,7 +185,7 @@ class ConformalPolicy:
                     id=tr.id,
                     answers=list(answers.values()),
                     rounds=int(reach[i].sum()),
-                    cost_usd=float((ep.round_cost[i] * reach[i]).sum()),
+                    cost_usd=float(paid[i]),
                     covered=bool(hit),
                 )
             )
@@ -205,9 +206,10 @@ class ConformalPolicy:
             None if pol.prices is None else prices_from_mapping(pol.prices, f"{folder}/prices.json")
         )
         prices = load_prices(own)
+        method = "auto" if pol.alone is not None else pol.method  # one model alone: auto's
         if pol.single:
-            obj = cls(pol.method, pol.alpha, prices=prices, answer="single", delta=pol.delta)
+            obj = cls(method, pol.alpha, prices=prices, answer="single", delta=pol.delta)
         else:
-            obj = cls(pol.method, pol.alpha, pol.train_config, prices)
+            obj = cls(method, pol.alpha, pol.train_config, prices)
         obj.policy = pol
         return obj

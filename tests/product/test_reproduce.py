@@ -111,7 +111,8 @@ def test_section_tables_match_results_json(quick_run):
         assert f"| **{best} ★** |" in sec
         always = by[strongest]["cost_cents"]
         for name, r in by.items():
-            cost, rel, rel_always, cov, length, size = table[name]
+            cost, rel, rel_always, cov, length, size, latency = table[name]
+            assert latency == f"{r['latency_s']:.2f}"  # the estimated latency beside the cost
             assert cost == f"{r['cost_cents']:.3f}" and rel == f"{r['cost_cents'] / floor:.2f}×"
             assert rel_always == f"{r['cost_cents'] / always:.2f}×"
             want = (
@@ -264,7 +265,7 @@ def test_report_leads_with_the_saving(quick_run):
         share = by[best]["cost_cents"] / by[strongest]["cost_cents"]
         floor = by["oracle"]["cost_cents"]
         assert (
-            f"hotpotqa-public, α = {a}: {best}: {share:.0%} of {strongest} at coverage "
+            f"hotpotqa-public, α = {a}: {best} costs {share:.0%} of {strongest} at coverage "
             f"{by[best]['coverage']:.3f}, {by[best]['cost_cents'] / floor:.2f}× the oracle floor "
             f"({strongest} alone: coverage {by[strongest]['coverage']:.3f})"
         ) in md

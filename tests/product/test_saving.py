@@ -50,12 +50,12 @@ def test_saving_line_and_agreement_wording():
         _row("oracle", 1.0, 0.90, "bound"),
     ]
     assert saving_line(rows, 0.1) == (
-        "cstop: 23% of always-gpt-4o at coverage 0.910, 2.30× the oracle floor "
+        "cstop costs 23% of always-gpt-4o at coverage 0.910, 2.30× the oracle floor "
         "(always-gpt-4o alone: coverage 0.950)"
     )
     ref = "reference:gpt-4o"
     assert saving_line(rows, 0.1, ref).startswith(
-        "cstop: 23% of always-gpt-4o at agreement with gpt-4o 0.910"
+        "cstop costs 23% of always-gpt-4o at agreement with gpt-4o 0.910"
     )
     assert coverage_header(0.1, ref) == "Agreement with gpt-4o (target ≥ 0.90)"
     assert saving_line(rows[:1], 0.1) is None  # no always row, no saving line
@@ -83,10 +83,18 @@ def test_evaluate_label_free_says_agreement(tmp_path):
     assert res["against"] == f"reference:{model}"
     by = {x["policy"]: x for x in res["rows"]}
     assert by[f"always-{model}"]["coverage"] == 1.0
+    # every row has an estimated latency beside its cost; one call alone beats a cascade
+    assert all(x["latency_s"] > 0 for x in res["rows"])
+    assert by[f"always-{model}"]["latency_s"] < by["depth-k"]["latency_s"]
     assert by["cstop-single"]["set_size"] == 1.0
     md = (out / "results.md").read_text()
     assert f"Agreement with {model} (target ≥ 0.90)" in md and "Coverage (" not in md
-    assert md.startswith("**Saving:** ") and f"of always-{model} at agreement with {model}" in md
+    assert "Est. latency (s)" in md
+    assert md.startswith("**Cheapest at the target:** ")
+    assert " costs " in md and f"of always-{model} at agreement with {model}" in md
+    # the terminal says what the figure is: a share of the cost, not "saving: pol: 74% of"
+    flat = " ".join(r.stdout.split())
+    assert "cheapest at the target: " in flat and "costs " in flat and "saving:" not in flat
 
 
 def test_refusal_notes_name_single_rows_without_a_certified_threshold():

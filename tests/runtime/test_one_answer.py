@@ -57,7 +57,11 @@ def test_one_answer_is_the_highest_pi_then_the_later_round_then_the_guide() -> N
 def test_the_guarantee_names_its_answer_mode_target_and_labels() -> None:
     g = guarantee_of(RulePolicy(None, 4, StopConfig(alpha=0.1)))
     assert (g.answer, g.target, g.against) == ("set", 0.9, "gold")
-    assert "contains a correct answer with probability ≥ 0.9" in g.statement
+    assert g.statement == (
+        "P(the answer set misses every correct answer and some round answers correctly) ≤ 0.1"
+    )
+    g = guarantee_of(SingleAnswerPolicy(None, 4, StopConfig(alpha=0.2)))
+    assert g.statement == "P(the answer is wrong and some round answers correctly) ≤ 0.2"
     g = guarantee_of(
         SingleAnswerPolicy(
             None, 4, StopConfig(alpha=0.2), provenance={"against": "reference:gpt-4o"}
@@ -79,8 +83,8 @@ def test_v1_answer_adds_answer_and_guarantee(world, policy_dir, prices_path) -> 
             "answer": "set",
             "target": 0.9,
             "against": "gold",
-            "statement": "the answer set contains a correct answer with probability ≥ 0.9 on "
-            "questions some round can answer",
+            "statement": "P(the answer set misses every correct answer and some round answers "
+            "correctly) ≤ 0.1",
         }
         assert s["answer"] in s["answers"] and s["answer"] == _most_likely(s)
 

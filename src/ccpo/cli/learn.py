@@ -153,6 +153,7 @@ def train_cmd(
     summary, full = _calibrate(pol, ep, sp.cal[0], alpha, provenance, sizes)
     summary = {"variant": variant, "seconds": round(seconds, 2),
                "kappa_online": pol.kappa_online, **summary}  # fmt: skip
+    y = _yardstick(pol, ep, sp.cal[0], summary)
     with staged_folder(out) as tmp:  # all files or none (a full disk)
         pol.save(tmp)
         training_curves({variant: res.log}, alpha, tmp / "training_curves.png")
@@ -166,6 +167,7 @@ def train_cmd(
     )
     if not pol.greedy:
         warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
+    _print_yardstick(y)
     console.print(f"wrote policy folder {out}")
 
 
@@ -288,6 +290,35 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     return summary, full
 
 
+def _threshold_text(pol, how: str = "") -> str:
+    """ "κ̂ = 0.42", "λ̂ = 0.93 (Learn-then-Test, δ = 0.1)", or what a policy without one does."""
+    if pol.alone is not None:
+        return f"no threshold: {pol.model} answers alone"
+    return f"{pol.threshold_name} = {pol.threshold:.4g}{how}"
+
+
+def _yardstick(pol, ep, cal, summary: dict):
+    """The policy's calibration cost against calling the reference alone
+    (:mod:`ccpo.evaluation.yardstick`), added to ``summary``; ``None`` without one model."""
+    from ccpo.evaluation.yardstick import yardstick
+
+    cost = summary["calibration_cost_cents"] / 100 / max(len(cal), 1)
+    y = yardstick(pol.variant, ep, cal, cost, pol.alone is not None)
+    if y is not None:
+        summary.update(reference=y.name, cost_ratio_to_reference=y.ratio)
+    return y
+
+
+def _print_yardstick(y) -> None:
+    """ "on the calibration questions X costs 74% of always-M (…)", and a warning when the
+    policy is not cheaper than calling the reference alone."""
+    if y is None:
+        return
+    console.print(f"on the calibration questions {y.line()}", highlight=False)
+    if y.warning():
+        warn(y.warning())
+
+
 def _print_choice(figures: dict[str, dict[str, float]], picked: str) -> None:
     """auto's candidates with their validation cost and coverage, the pick marked."""
     for name, f in figures.items():
@@ -317,6 +348,7 @@ def _train_stopping(
     summary, full = _calibrate(pol, ep, cal, alpha, provenance, sizes)
     summary = {"method": method, "variant": pol.variant, "seconds": round(seconds, 2), **summary,
                **({"auto": sel.to_json()} if sel is not None else {})}  # fmt: skip
+    y = _yardstick(pol, ep, cal, summary)
     with staged_folder(out) as tmp:  # all files or none (a full disk)
         pol.save(tmp)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -324,10 +356,12 @@ def _train_stopping(
         _print_choice(sel.figures, sel.method)
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if sel else ''} in {seconds:.1f} s on "
-        f"{count(sizes['train'], 'question')}; κ̂ = {pol.threshold:.4g}; calibration coverage "
+        f"{count(sizes['train'], 'question')}; {_threshold_text(pol)}; calibration coverage "
         f"{summary['calibration_coverage']:.3f} on {count(len(cal), 'question')}"
     )
-    warn_degenerate(full, pol.threshold, alpha, len(cal))
+    _print_yardstick(y)
+    if pol.alone is None:
+        warn_degenerate(full, pol.threshold, alpha, len(cal))
     console.print(f"wrote policy folder {out}")
 
 
@@ -362,6 +396,7 @@ def _train_single(
         "calibration_cost_cents": float(m.cost.sum() * 100),
         "calibration_rounds": float(m.length.mean()), "sizes": sizes, **pol.info,
     }  # fmt: skip
+    y = _yardstick(pol, ep, cal, summary)
     with staged_folder(out) as tmp:  # all files or none (a full disk)
         pol.save(tmp)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -370,10 +405,12 @@ def _train_single(
         _print_choice(auto["validation"], auto["picked"])
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} in {seconds:.1f} s on "
-        f"{sizes['train']} questions; λ̂ = {pol.threshold:.4g} (Learn-then-Test, δ = {delta:g}); "
+        f"{sizes['train']} questions; {_threshold_text(pol, f' (Learn-then-Test, δ = {delta:g})')}"
+        "; "
         f"calibration {what} {summary['calibration_coverage']:.3f}, "
         f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
     )
+    _print_yardstick(y)
     console.print(f"wrote policy folder {out}")
 
 

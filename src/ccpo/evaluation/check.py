@@ -19,10 +19,14 @@ replays the file with the policy's **own** κ̂ (the episode engine every scorer
 The checked policy is any :class:`ccpo.policies.Policy` but a greedy one (no κ to check).
 A **single-answer** policy (:mod:`ccpo.policies.single`) is replayed
 with its own threshold λ̂ by :func:`ccpo.traces.episodes.single_rollout` (one answer per
-question; covered = that answer is right, or no round could answer); its ``kappa_to_restore``
-is Learn-then-Test on this file at the policy's own δ (its risk on traffic like the file's is
-≤ α with probability ≥ 1 − δ), or the most conservative rule (run every round) when no
-threshold is certified here. The interval, verdict and report are the same.
+question; covered = that answer is right, or no round could answer); the report names its
+threshold λ̂, and its ``kappa_to_restore`` (the ``kappa:`` key of the deploy config overrides
+λ̂ too) is Learn-then-Test on this file at the policy's own δ (its risk on traffic like the
+file's is ≤ α with probability ≥ 1 − δ), or ``None`` when no threshold is certified here
+(running every round is not a value ``serve`` takes: retrain or raise α). The interval,
+verdict and report are the same. Beside it, ``always-<reference>`` on the same questions
+(:mod:`ccpo.evaluation.yardstick`): what calling the reference alone costs, and the policy's
+cost as a share of it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError
+from ccpo.evaluation.yardstick import yardstick
 from ccpo.learning.conformal import coverage_interval
 from ccpo.policies.base import Policy
 from ccpo.traces.episodes import Episodes, Metrics
@@ -63,10 +68,14 @@ class CheckReport:
     cost_usd_per_question: float
     set_size: float
     rounds: float
-    kappa_to_restore: float
+    kappa_to_restore: float | None  # None: no threshold serve takes is certified here
     coverage_at_restore: float
     cost_usd_per_question_at_restore: float
     unsolvable: float  # share of questions no round answers correctly (always covered)
+    threshold_name: str = "κ̂"  # "λ̂" for a single answer, "" when the policy has none
+    reference: str | None = None  # always-<model> on the same questions
+    reference_cost_usd_per_question: float | None = None
+    cost_ratio_to_reference: float | None = None
 
     @property
     def verdict(self) -> str:
@@ -95,8 +104,8 @@ def _rollout_and_restore(policy: Policy, ep: Episodes, alpha: float):
     """(the policy's replay at a threshold, the threshold that restores 1 − α on ``ep``):
     calibrated on all of ``ep`` as the policy calibrates (module docstring)."""
     scores = policy.scores(ep.obs)
-    restore, _ = policy.split_thresholds(ep, scores, np.arange(ep.n)[None], alpha)
-    return (lambda k: policy.rollout(ep, scores, k)), float(restore[0])
+    restore, refused = policy.split_thresholds(ep, scores, np.arange(ep.n)[None], alpha)
+    return (lambda k: policy.rollout(ep, scores, k)), float(restore[0]), bool(refused[0])
 
 
 def check_policy(
@@ -112,11 +121,12 @@ def check_policy(
     if ep.n == 0:
         raise CCPOError(f"{traces or 'the trace file'} holds no questions to check on")
     alpha, kappa = float(policy.alpha), float(policy.threshold)
-    rollout, restore = _rollout_and_restore(policy, ep, alpha)
+    rollout, restore, refused = _rollout_and_restore(policy, ep, alpha)
     covered, cost, size, rounds = _means(rollout(kappa))
     cov = covered / ep.n
     lo, hi = coverage_interval(covered, ep.n, LEVEL)
     cov_r, cost_r, _, _ = _means(rollout(restore))
+    y = yardstick(name, ep, np.arange(ep.n), cost, policy.alone is not None)
     return CheckReport(
         policy=name,
         traces=traces,
@@ -133,10 +143,14 @@ def check_policy(
         cost_usd_per_question=cost,
         set_size=size,
         rounds=rounds,
-        kappa_to_restore=restore,
+        kappa_to_restore=None if refused or restore > 1.0 else restore,
         coverage_at_restore=cov_r / ep.n,
         cost_usd_per_question_at_restore=cost_r,
         unsolvable=float((~ep.solvable).mean()),
+        threshold_name=policy.threshold_name,
+        reference=None if y is None else y.name,
+        reference_cost_usd_per_question=None if y is None else y.reference_usd,
+        cost_ratio_to_reference=None if y is None else y.ratio,
     )
 
 
@@ -174,23 +188,46 @@ def run_check(
 
 
 def report_lines(r: CheckReport) -> list[str]:
-    """The human-readable report (one fact a line)."""
+    """The human-readable report (one fact a line). The threshold is named as the policy
+    names it (κ̂ for sets, λ̂ for a single answer); a value is proposed only where one is
+    certified on the file, and it is one ``serve`` takes (``kappa:`` in [0, 1])."""
     lo, hi = r.coverage_ci
+    th = r.threshold_name
+    own = f"its own {th} = {r.kappa:.4g}" if th else "no threshold (one model alone)"
     lines = [
         f"{r.policy} on {r.traces}: {r.questions} questions, α = {r.alpha:g} "
-        f"(target {r.against or 'coverage'} ≥ {r.target:.3f}), its own κ̂ = {r.kappa:.4g}",
+        f"(target {r.against or 'coverage'} ≥ {r.target:.3f}), {own}",
         f"coverage {r.coverage:.3f}  [{lo:.3f}, {hi:.3f}] ({r.interval})",
         f"cost ${r.cost_usd_per_question:.6f} per question; {r.set_size:.2f} answers, "
         f"{r.rounds:.2f} rounds on average; {r.unsolvable:.1%} of questions unanswerable by "
         "any round (counted as covered)",
-        f"κ to restore 1 − α on this file: {r.kappa_to_restore:.4g} (coverage "
-        f"{r.coverage_at_restore:.3f}, ${r.cost_usd_per_question_at_restore:.6f} per question)",
-        f"verdict: {r.verdict}",
     ]
-    if not r.holds:
+    if r.reference is not None and r.cost_ratio_to_reference is not None:
         lines.append(
-            "the guarantee does not hold on this traffic: retrain on traces like these, or "
-            f"set kappa: {r.kappa_to_restore:.4g} in the deploy config, or serve with "
-            "adapt_kappa and honest feedback"
+            f"{r.policy} costs {r.cost_ratio_to_reference:.0%} of {r.reference} on this file "
+            f"(${r.reference_cost_usd_per_question:.6f} per question)"
+        )
+    sym = th.removesuffix("\u0302")  # κ̂ → κ: the value to set, not the estimate
+    if th and r.kappa_to_restore is None:
+        lines.append(
+            f"no {sym} restores 1 − α on this file: even running every round is not certified "
+            f"(coverage {r.coverage_at_restore:.3f}); retrain on traces like these or raise α"
+        )
+    elif th:
+        lines.append(
+            f"{sym} to restore 1 − α on this file: {r.kappa_to_restore:.4g} (coverage "
+            f"{r.coverage_at_restore:.3f}, ${r.cost_usd_per_question_at_restore:.6f} per question)"
+        )
+    lines.append(f"verdict: {r.verdict}")
+    if not r.holds:
+        fix = (
+            f", or set kappa: {r.kappa_to_restore:.4g} in the deploy config (it overrides {th})"
+            if r.kappa_to_restore is not None
+            else ""
+        )
+        online = ", or serve with adapt_kappa and honest feedback" if th == "κ̂" else ""
+        lines.append(
+            f"the guarantee does not hold on this traffic: retrain on traces like these{fix}"
+            f"{online}"
         )
     return lines

@@ -75,7 +75,10 @@ class _ReplayThread:
         self._sock.close()
 
 
-def _paid(trace: Any, rounds: int) -> list[list[str]]:
+def _paid(trace: Any, rounds: int, pol: Policy) -> list[list[str]]:
+    if pol.alone is not None:  # one step called alone, every other skipped
+        t, role = pol.alone
+        return [[getattr(trace.rounds[t - 1], role).model]]
     return [
         [s.model for s in (r.base, r.guide) if not getattr(s, "reused", False)]
         for r in trace.rounds[:rounds]
@@ -167,8 +170,9 @@ def dry_run(
             problems.append(f"answers {got.answers} vs replay {want.answers}")
         if got.rounds != want.rounds:
             problems.append(f"rounds {got.rounds} vs replay {want.rounds}")
-        if paid != _paid(tr, want.rounds):
-            problems.append(f"models paid {paid} vs replay {_paid(tr, want.rounds)}")
+        expected_paid = _paid(tr, want.rounds, replay.policy)
+        if paid != expected_paid:
+            problems.append(f"models paid {paid} vs replay {expected_paid}")
         if abs(got.cost_usd - want.cost_usd) > 1e-12:
             problems.append(f"cost ${got.cost_usd:.8f} vs replay ${want.cost_usd:.8f}")
         if problems:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from ccpo.traces.episodes import Episodes, Metrics, build_episodes, conformal_se
 from ccpo.traces.io import iter_traces, read_traces
 from ccpo.traces.labels import one_label, trace_labels
 from ccpo.traces.ladder import Ladder, ladder_of_trace
+from ccpo.traces.latency import question_latency
 from ccpo.traces.prices import PriceTable, load_prices
 
 PAPER_SIZES = (1000, 200, 200)
@@ -132,6 +133,9 @@ class ResultRow:
     coverage_per_split: list[float] = field(default_factory=list)
     avg_len_per_split: list[float] = field(default_factory=list)
     set_size_per_split: list[float] = field(default_factory=list)
+    #: estimated end-to-end seconds per question (traces.latency); None in older results
+    latency_s: float | None = None
+    latency_s_per_split: list[float] = field(default_factory=list)
     kind: str = "point"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -142,12 +146,21 @@ class ResultRow:
         return d
 
 
+def with_latency(ep: Episodes, m: Metrics, idx: np.ndarray) -> Metrics:
+    """``m`` with its estimated latency per question (:mod:`ccpo.traces.latency`): kept when
+    the row set it (one call alone), else the first ``length`` rounds of each question."""
+    if m.latency is not None or ep.round_latency is None:
+        return m
+    return replace(m, latency=question_latency(ep.round_latency, idx, m.length))
+
+
 def row_from_metrics(name: str, m: Metrics, kind: str = "point", **extra: Any) -> ResultRow:
     """Aggregate [R, n_test] per-question metrics into a result row."""
     cost = m.cost.sum(-1) * 100.0
     cov = m.covered.mean(-1)
     length = m.length.mean(-1)
     size = m.set_size.mean(-1)
+    lat = None if m.latency is None else m.latency.mean(-1)
     return ResultRow(
         policy=name,
         cost_cents=float(cost.mean()),
@@ -158,6 +171,8 @@ def row_from_metrics(name: str, m: Metrics, kind: str = "point", **extra: Any) -
         coverage_per_split=[round(float(x), 6) for x in cov],
         avg_len_per_split=[round(float(x), 6) for x in length],
         set_size_per_split=[round(float(x), 6) for x in size],
+        latency_s=None if lat is None else float(lat.mean()),
+        latency_s_per_split=[] if lat is None else [round(float(x), 6) for x in lat],
         kind=kind,
         extra=extra,
     )
@@ -239,7 +254,7 @@ def evaluate_policies(
     rows = []
     for pol in policies:
         pol.fit(ep, splits.train, alpha, seed)
-        m = pol.evaluate(ep, splits, alpha, seed)
+        m = with_latency(ep, pol.evaluate(ep, splits, alpha, seed), splits.test)
         extra = getattr(pol, "result_extra", lambda: {})()
         rows.append(row_from_metrics(pol.name, m, kind=pol.kind, **extra))
         if progress is not None:

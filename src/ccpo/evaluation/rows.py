@@ -271,6 +271,7 @@ class AlwaysRow(Row):
             covered=ep.strongest_correct[test] | ~ep.solvable[test],
             length=ones,
             set_size=ones,
+            latency=None if ep.strongest_latency is None else ep.strongest_latency[test],
         )
 
 

@@ -178,6 +178,11 @@ class StopConfig:
         300,
         "auto: CCPO training steps per cross-fitting fold (0: CCPO is not a candidate)",
     )
+    auto_reference: bool = knob(
+        True,
+        "auto: calling the reference (or strongest) model alone is a candidate, kept when no "
+        "learned policy is cheaper",
+    )
     eta0: float = knob(
         0.05,
         "online κ tracker of `ccpo serve --adapt-kappa` (κ̂ steps per feedback)",

@@ -19,6 +19,7 @@ Contract: docs/design.md, sections "Ladders" (how a round runs), "Labels from a 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import zlib
@@ -378,6 +379,16 @@ async def _answer_alone(
     return out, base_lp if role == "base" else u
 
 
+async def run_step_alone(
+    r: Runner, question: str | Conversation, t: int, role: str, backend: Any
+) -> tuple[BaseOutput, float | None]:
+    """Step ``role`` of ``agree`` round ``t`` called alone, every other step skipped: the
+    same request (and cache key) as in the full round (``always-<reference>``)."""
+    if r.ladder.round(t).verdict != "agree":
+        raise CCPOError(f"round {t} is a judge round: its {role} cannot be called alone")
+    return await _answer_alone(r, question, t, role, backend)
+
+
 def _answer_of(ro: RoundOutput, role: str) -> tuple[BaseOutput, float | None]:
     """A step of an earlier round as (answer, signal)."""
     if role == "base":
@@ -480,13 +491,23 @@ async def run_round(
             step=_step(t, "guide"),
         )
         return await with_signals(r, question, RoundOutput(t, out, g, lr))
-    # agree: each step answers alone, or copies the earlier call it repeats (paid once)
+    # agree: each step answers alone, or copies the earlier call it repeats (paid once); the
+    # calls of the round depend on nothing of each other, so they are sent at once
     steps: dict[str, tuple[BaseOutput, float | None]] = {}
     reused: list[str] = []
+    fresh = [role for role in ("base", "guide") if r.ladder.reused(t, role) is None]
+    calls = [asyncio.ensure_future(_answer_alone(r, question, t, ro, backend)) for ro in fresh]
+    try:
+        got = await asyncio.gather(*calls)
+    except BaseException:  # one failed (or we were cancelled): the other stops too, settled
+        for c in calls:
+            c.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
+        raise
+    steps.update(zip(fresh, got, strict=True))
     for role in ("base", "guide"):
         src = r.ladder.reused(t, role)
         if src is None:
-            steps[role] = await _answer_alone(r, question, t, role, backend)
             continue
         u, ro = src
         orig, value = _answer_of(earlier[u - 1], ro) if u < t else steps[ro]

@@ -26,6 +26,9 @@ from ccpo.traces.episodes import Episodes
 Fitter = Callable[[Episodes, np.ndarray, float, int], Policy]
 #: (episodes of the training questions, their out-of-fold scores) → (USD/question, coverage)
 Validator = Callable[[Episodes, np.ndarray], tuple[float, float]]
+#: a candidate with nothing to fit (``always-<reference>``): its figures on the training
+#: questions directly, (USD/question, coverage); cost +inf when it is not eligible
+Direct = Callable[[Episodes], tuple[float, float]]
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,12 @@ def cross_fit(
     seed: int = 0,
     folds: int = 5,
     salt: int = 0xA070,
+    direct: Mapping[str, Direct] | None = None,
 ) -> Selection:
-    """The candidate of ``fitters`` of least validation cost on ``train_idx`` (module
-    docstring); ``salt`` seeds the fold split apart from other uses of ``seed``."""
+    """The candidate of ``fitters`` (then of ``direct``, scored on all of ``train_idx``) of
+    least validation cost on ``train_idx`` (module docstring): a ``direct`` candidate wins
+    only when strictly cheaper; ``salt`` seeds the fold split apart from other uses of
+    ``seed``."""
     idx = np.asarray(train_idx)
     if len(fitters) == 0:
         raise CCPOError("auto needs at least one candidate method")
@@ -78,5 +84,8 @@ def cross_fit(
         assert scores is not None
         cost, coverage = validate(sub, scores)
         figures[name] = {"cost_cents_per_question": cost * 100, "coverage": coverage}
-    best = min(fitters, key=lambda n: figures[n]["cost_cents_per_question"])
+    for name, figures_of in (direct or {}).items():
+        cost, coverage = figures_of(sub)
+        figures[name] = {"cost_cents_per_question": cost * 100, "coverage": coverage}
+    best = min(figures, key=lambda n: figures[n]["cost_cents_per_question"])
     return Selection(best, figures, k)

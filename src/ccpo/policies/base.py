@@ -152,14 +152,42 @@ class Policy(ABC):
     #: online tracker moves along; ``None`` when not kept
     calibration: Any = None
 
+    @property
+    def alone(self) -> tuple[int, str] | None:
+        """(round t, role) of the one ladder step it calls alone, skipping every other
+        (``always-<reference>``); ``None``: it runs rounds 1, 2, … as its rule says."""
+        return None
+
+    @property
+    def threshold_name(self) -> str:
+        """How reports name its threshold: κ̂ (sets), λ̂ (single answer), '' (none)."""
+        return "λ̂" if self.answer == "single" else "κ̂"
+
+    def replay_costs(self, ep: Episodes, reach: np.ndarray) -> np.ndarray:
+        """[n] USD its replay pays on each question of ``ep`` having run the rounds ``reach``
+        [n, T] of :meth:`replay_answers`."""
+        return (ep.round_cost * reach).sum(-1)
+
     def guarantee_statement(self) -> str:
         """The guarantee in words, against what its provenance's ``against`` labels say: gold
-        labels, a reference model, scores or a judge (:func:`ccpo.traces.labels.claim`)."""
+        labels, a reference model, scores or a judge (:func:`ccpo.traces.labels.claim`).
+        Against gold labels a question no round can answer counts as covered, so what is
+        controlled is P(wrong and answerable) ≤ α."""
         target = round(1.0 - float(self.alpha), 12)
         against = self.provenance.get("against") or GOLD
-        what = claim(against, self.answer == "single")
-        scope = "" if every_question_solvable(against) else " on questions some round can answer"
-        statement = f"{what} with probability ≥ {target:g}{scope}"
+        if against == GOLD:
+            what = (
+                "the answer is wrong"
+                if self.answer == "single"
+                else "the answer set misses every correct answer"
+            )
+            statement = f"P({what} and some round answers correctly) ≤ {1.0 - target:g}"
+        else:
+            what = claim(against, self.answer == "single")
+            scope = (
+                "" if every_question_solvable(against) else " on questions some round can answer"
+            )
+            statement = f"{what} with probability ≥ {target:g}{scope}"
         if self.greedy:
             return "none: a point policy acts greedily (no calibrated κ); trained for " + statement
         return statement

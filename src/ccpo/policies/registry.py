@@ -24,10 +24,17 @@ import numpy as np
 from ccpo.errors import CCPOError
 from ccpo.learning.config import StopConfig, TrainConfig
 from ccpo.learning.replay import calibrated_cost
-from ccpo.policies.auto import Fitter, Selection, cross_fit
+from ccpo.policies.auto import Direct, Fitter, Selection, cross_fit
 from ccpo.policies.base import Policy
 from ccpo.policies.cstop import STOPPING_METHODS, StoppingPolicy, fit_stopping
 from ccpo.policies.folder import read_meta
+from ccpo.policies.reference import METHOD as REFERENCE_METHOD
+from ccpo.policies.reference import (
+    ReferencePolicy,
+    callable_alone,
+    reference_name,
+    reference_validator,
+)
 from ccpo.policies.rl import RLPolicy
 from ccpo.policies.rules import FIXED_RULES, RulePolicy
 from ccpo.policies.single import (
@@ -147,6 +154,8 @@ def load_policy(folder: str | Path) -> Policy:
     """The policy of a folder, by its policy.json: single-answer (``"answer": "single"``),
     CStop or a fixed rule (``method`` a score method), else CCPO / CPO."""
     meta = read_meta(folder)  # parsed once, handed to the class
+    if meta.get("method") == REFERENCE_METHOD:
+        return ReferencePolicy.load(folder, meta)
     if meta.get("answer") == "single":
         return SingleAnswerPolicy.load(folder, meta)
     if meta.get("method") in FIXED_RULES:
@@ -202,9 +211,11 @@ def select_method(
     fitters: dict[str, Fitter] | None = None,
     folds: int = 5,
     seed: int = 0,
+    direct: dict[str, Direct] | None = None,
 ) -> Selection:
     """The set-valued candidate of least validation calibrated cost (:func:`cross_fit`,
-    validated by :func:`ccpo.learning.replay.calibrated_cost`)."""
+    validated by :func:`ccpo.learning.replay.calibrated_cost`; ``direct``: candidates with
+    nothing to fit)."""
     given = fitters or {}
     chosen = {name: given.get(name) or candidate_fitter(name) for name in candidates}
 
@@ -212,7 +223,15 @@ def select_method(
         got = calibrated_cost(sub, probs, alpha)
         return got.cost, got.coverage
 
-    return cross_fit(ep, train_idx, alpha, chosen, validate, seed, folds)
+    return cross_fit(ep, train_idx, alpha, chosen, validate, seed, folds, direct=direct)
+
+
+def reference_candidate(ep: Episodes, alpha: float, on: bool = True) -> dict[str, Direct]:
+    """``auto``'s ``always-<reference>`` candidate, where these traces can call that model
+    alone (:mod:`ccpo.policies.reference`); none when ``on`` is false."""
+    if not (on and callable_alone(ep)):
+        return {}
+    return {reference_name(ep.strongest): reference_validator(alpha, DELTA)}
 
 
 def fit_auto(
@@ -222,12 +241,19 @@ def fit_auto(
     seed: int = 0,
     candidates: Sequence[str] = AUTO_CANDIDATES,
     fitters: dict[str, Fitter] | None = None,
+    reference: bool = True,
 ) -> tuple[Policy, Selection]:
     """``--method auto``: :func:`select_method`, then the winner refitted on all of
-    ``train_idx``; its ``info`` records the choice and the validation figures."""
-    sel = select_method(ep, train_idx, alpha, candidates, fitters, seed=seed)
-    fit = (fitters or {}).get(sel.method) or candidate_fitter(sel.method)
-    policy = fit(ep, np.asarray(train_idx), alpha, seed)
+    ``train_idx``; its ``info`` records the choice and the validation figures. With
+    ``reference``, calling the reference alone is a candidate (kept when nothing is
+    cheaper)."""
+    direct = reference_candidate(ep, alpha, reference)
+    sel = select_method(ep, train_idx, alpha, candidates, fitters, seed=seed, direct=direct)
+    if sel.method in direct:
+        policy: Policy = ReferencePolicy.fit(ep, "set", StopConfig(alpha=alpha, seed=seed))
+    else:
+        fit = (fitters or {}).get(sel.method) or candidate_fitter(sel.method)
+        policy = fit(ep, np.asarray(train_idx), alpha, seed)
     policy.info = {"auto": sel.to_json()}
     return policy, sel
 
@@ -248,7 +274,8 @@ def fit_method(
         if (settings or {}).get("auto_ccpo_steps", 1) == 0:
             candidates = [c for c in candidates if c != "ccpo"]
         fitters = {name: candidate_fitter(name, settings) for name in candidates}
-        return fit_auto(ep, train_idx, alpha, seed, candidates, fitters)
+        ref = (settings or {}).get("auto_reference", True)
+        return fit_auto(ep, train_idx, alpha, seed, candidates, fitters, ref)
     return stopping_fitter(method, settings)(ep, train_idx, alpha, seed), None
 
 
@@ -262,11 +289,12 @@ def fit_single_method(
     candidates: Sequence[str] = SINGLE_METHODS,
     settings: dict[str, Any] | None = None,
     folds: int = 5,
-) -> SingleAnswerPolicy:
+) -> Policy:
     """The one entry point for ``--answer single``: ``auto`` cross-fits ``candidates`` on the
     training questions, scores each by :func:`~ccpo.policies.single.validation_cost` of its
     out-of-fold scores and refits the cheapest on all of ``train_idx`` (its choice in
-    ``info["auto"]``); any other name is fitted as is."""
+    ``info["auto"]``), or keeps calling the reference alone when nothing is cheaper
+    (:mod:`ccpo.policies.reference`); any other name is fitted as is."""
     kw = {k: v for k, v in (settings or {}).items() if k not in ("alpha", "seed", "learner")}
     cfg = StopConfig(alpha=alpha, seed=seed, **kw)
     if method != "auto":
@@ -279,8 +307,12 @@ def fit_single_method(
         return validation_cost(sub, scores, alpha, delta, seed=seed)
 
     fitters = {name: fitter(name) for name in candidates}
-    sel = cross_fit(ep, train_idx, alpha, fitters, validate, seed, folds, salt=0xA071)
-    policy = fit_single(ep, np.asarray(train_idx), cfg, sel.method, delta)
+    direct = reference_candidate(ep, alpha, cfg.auto_reference)
+    sel = cross_fit(ep, train_idx, alpha, fitters, validate, seed, folds, 0xA071, direct)
+    if sel.method in direct:
+        policy: Policy = ReferencePolicy.fit(ep, "single", cfg, delta)
+    else:
+        policy = fit_single(ep, np.asarray(train_idx), cfg, sel.method, delta)
     policy.info = {"auto": sel.to_json()}
     return policy
 

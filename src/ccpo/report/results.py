@@ -91,7 +91,7 @@ def _write_results(
     md = Doc(out)
     saving = saving_line(rows, alpha, labels)
     if saving:
-        md.para(f"**Saving:** {saving}")
+        md.para(f"**Cheapest at the target:** {saving}")
     md.table(results_table(rows, head, alpha, n_test, labels))
     md.bullets(refusal_notes(rows))
     if meta.get("prices"):

@@ -84,6 +84,15 @@ def coverage_header(alpha: float | None, labels: str = GOLD) -> str:
     return what + (f" (target ≥ {1 - alpha:.2f})" if alpha is not None else "")
 
 
+#: the latency column: estimated from output tokens at a stated speed (traces.latency)
+LATENCY_HEADER = "Est. latency (s)"
+
+
+def latency_cell(r: ResultRow) -> str:
+    """A row's estimated end-to-end seconds per question ('–' where not known)."""
+    return "–" if r.latency_s is None else f"{r.latency_s:.2f}"
+
+
 def always_row(rows: Sequence[ResultRow]) -> ResultRow | None:
     """The ``always-<model>`` row (calling the strongest model only), if there is one."""
     found = [r for r in rows if r.kind == "reference"]
@@ -93,7 +102,8 @@ def always_row(rows: Sequence[ResultRow]) -> ResultRow | None:
 def saving_line(rows: Sequence[ResultRow], alpha: float, labels: str = GOLD) -> str | None:
     """The saving in words: the cheapest method meeting the target as a share of always
     calling the strongest model, with the coverage of both and the oracle ratio beside it,
-    e.g. "auto: 23% of always-gpt-4o at coverage 0.903 (…)"."""
+    e.g. "auto costs 23% of always-gpt-4o at coverage 0.903 (…)": a share of the cost, never
+    called a saving (above 100% it is dearer)."""
     ref = always_row(rows)
     if ref is None:
         return None
@@ -106,7 +116,7 @@ def saving_line(rows: Sequence[ResultRow], alpha: float, labels: str = GOLD) -> 
     floor = oracle_cost(rows)
     oracle = f", {r.cost_cents / floor:.2f}× the oracle floor" if floor else ""
     return (
-        f"{best}: {r.cost_cents / ref.cost_cents:.0%} of {ref.policy} at {what} "
+        f"{best} costs {r.cost_cents / ref.cost_cents:.0%} of {ref.policy} at {what} "
         f"{r.coverage:.3f}{oracle} ({alone})"
     )
 
@@ -155,7 +165,10 @@ def results_table(
     headers = ["Policy", cost_header(n_test)]
     headers += ["Cost / oracle"] if floor else []
     headers += [f"Cost / {ref.policy}"] if ref else []
-    headers += [coverage_header(alpha, labels), "Avg. Len.", "Set Size"]
+    cov_head = coverage_header(alpha, labels)
+    headers += [cov_head, "Avg. Len.", "Set Size"]
+    timed = any(r.latency_s is not None for r in rows)
+    headers += [LATENCY_HEADER] if timed else []
     best = cheapest_at_target(rows, alpha) if alpha is not None else None
     cells, miss = [], []
     for r in rows:
@@ -165,9 +178,10 @@ def results_table(
         noise = alpha is not None and r.kind != "bound" and within_noise(r.coverage, alpha, n_test)
         row += [f"{r.coverage:.3f}" + (" (within noise)" if noise else "")]
         row += [f"{r.avg_len:.2f}", f"{r.set_size:.2f}"]
+        row += [latency_cell(r)] if timed else []
         flag = alpha is not None and r.kind != "bound" and beyond_noise(r.coverage, alpha, n_test)
         cells.append(row)
-        miss.append([flag and h == headers[-3] for h in headers])
+        miss.append([flag and h == cov_head for h in headers])
     marks = [[j == 0 and r.policy == best for j in range(len(headers))] for r in rows]
     return TableData(title, headers, cells, miss, marks)
 
@@ -207,9 +221,9 @@ def render_html(t: TableData) -> str:
 
 def render_rich(t: TableData) -> Table:
     """The same table for the terminal: misses in red, the cheapest at the target bold."""
-    out = Table(title=t.title)
-    for i, h in enumerate(t.headers):
-        out.add_column(h, justify="left" if i == 0 else "right")
+    out = Table(title=t.title, padding=(0, 0), pad_edge=False)
+    for i, h in enumerate(t.headers):  # policy names whole; the figures' headers wrap
+        out.add_column(h, justify="left" if i == 0 else "right", no_wrap=i == 0)
     for row, miss, best in zip(t.rows, t.miss, t.best, strict=True):
         cells = []
         for c, m, b in zip(row, miss, best, strict=True):
@@ -236,7 +250,7 @@ def print_results(
     console.print(rich_table(rows, head, alpha, sizes[2], labels))
     saving = saving_line(rows, alpha, labels)
     if saving:
-        console.print(f"saving: {saving}")
+        console.print(f"cheapest at the target: {saving}", highlight=False)
 
 
 def rich_table(

@@ -27,6 +27,7 @@ import uuid
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,14 @@ from ccpo.llm.client import (
     load_http,
     request_budget,
 )
-from ccpo.llm.protocol import RoundOutput, Runner, live_round, make_runner, run_round
+from ccpo.llm.protocol import (
+    RoundOutput,
+    Runner,
+    live_round,
+    make_runner,
+    run_round,
+    run_step_alone,
+)
 from ccpo.llm.tasks.loaders import Question, parse_context
 from ccpo.policies.base import Policy
 from ccpo.policies.provenance import check_provenance
@@ -393,6 +401,8 @@ class ConformalAgent:
         """The set-valued rollout of one admitted question (see :meth:`aanswer`)."""
         q = Question(qid, self.task, prompt_text(question), [], parse_context(context, "context"))
         backend = runner.backend_for(q)
+        if self.policy.alone is not None:
+            return await self._alone(runner, question, qid, backend, k, t0)
         outs: list[RoundOutput] = []
         rounds: list[Any] = []  # live rounds (protocol.live_round): a Round's attributes
         logs: list[RoundLog] = []
@@ -466,6 +476,49 @@ class ConformalAgent:
             policy=self.policy.variant,
             latency_ms=(time.perf_counter() - t0) * 1000.0,
             ttft_ms=(decided - t0) * 1000.0,
+        )
+
+    async def _alone(
+        self, runner: Runner, question: str, qid: str, backend: Any, k: float | None, t0: float
+    ) -> AnswerSet:
+        """The one step a policy calls alone (``always-<reference>``): one call, its answer."""
+        assert self.policy.alone is not None
+        t, role = self.policy.alone
+        out, signal = await run_step_alone(runner, question, t, role, backend)
+        spec = self.ladder.round(t)
+        model = spec.step(role).model
+        cost = self.prices.usage_cost(model, SimpleNamespace(**out.calls.usage()))
+        text = out.answer if self._norm(out.answer) else ""
+        pi = {a: float(a == role) for a in ACTIONS}
+        log = RoundLog(
+            round=t,
+            base_model=spec.base.model,
+            guide_model=spec.guide.model,
+            models=[model],
+            base_answer=out.answer if role == "base" else "",
+            guide_verdict=None,
+            guide_answer=out.answer if role == "guide" else "",
+            uncertainty=signal if role == "guide" else None,
+            pi=pi,
+            actions=[role],  # type: ignore[list-item]
+            fallback=False,
+            cost_usd=cost,
+        )
+        return AnswerSet(
+            id=qid,
+            question=question,
+            answers=[text] if text else [],
+            answer=text or None,
+            guarantee=self.guarantee,
+            rounds=1,
+            horizon=self.horizon,
+            cost_usd=cost,
+            cost_by_model={**dict.fromkeys(self.ladder.models(), 0.0), model: cost},
+            log=[log],
+            alpha=self.alpha,
+            kappa=k,
+            policy=self.policy.variant,
+            latency_ms=(time.perf_counter() - t0) * 1000.0,
         )
 
     def _round_log(

@@ -25,11 +25,16 @@ LADDER_MODELS = (
 
 
 def write_ladder_table(
-    folder: str | Path, n: int = 300, seed: int = 0, labels: bool = True
+    folder: str | Path,
+    n: int = 300,
+    seed: int = 0,
+    labels: bool = True,
+    strengths: tuple[float, ...] | None = None,
 ) -> tuple[Path, Path]:
     """Write ``table.csv`` (``n`` questions × 4 models, the import format; without the
     ``correct`` column when not ``labels``: logs nobody graded) and ``prices.json`` (the
-    models' prices) into ``folder``; return both paths."""
+    models' prices) into ``folder``; return both paths. ``strengths``: the four models'
+    strengths instead of :data:`LADDER_MODELS`' (e.g. cheap models that are mostly wrong)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -44,7 +49,8 @@ def write_ladder_table(
             gold = rng.choice("ABCD")
             ease = rng.random()
             text = f"Item {i}: which option holds?\nA. a{i}\nB. b{i}\nC. c{i}\nD. d{i}"
-            for model, strength, _, _ in LADDER_MODELS:
+            for k, (model, strength, _, _) in enumerate(LADDER_MODELS):
+                strength = strengths[k] if strengths else strength
                 right = rng.random() < strength * (0.5 + ease)
                 answer = gold if right else rng.choice([c for c in "ABCD" if c != gold])
                 conf = min(1.0, max(0.0, (0.8 if right else 0.45) + rng.gauss(0, 0.15)))

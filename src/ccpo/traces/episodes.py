@@ -28,7 +28,8 @@ import numpy as np
 from ccpo.errors import CCPOError
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.featurize import FEATURE_SPEC, feature_spec, featurize_trace
-from ccpo.traces.labels import labels_of
+from ccpo.traces.labels import labels_of, reference_model
+from ccpo.traces.latency import call_seconds, round_seconds
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import ACTIONS, Trace
 
@@ -52,11 +53,19 @@ class Episodes:
     llm_cost: dict[str, np.ndarray] = field(default_factory=dict)  # model -> [N, T] USD
     feature_spec: dict[str, Any] = field(default_factory=lambda: dict(FEATURE_SPEC))
     empty: np.ndarray | None = None  # [N, T, 2] bool: the answer is '' after the normaliser
-    strongest: str = ""  # the ladder's most expensive model ('' when some question lacks it)
+    strongest: str = ""  # the reference of reference labels, else the ladder's most expensive
+    # model ('' when some question lacks it): the model of the ``always-<model>`` row
     strongest_cost: np.ndarray | None = None  # [N] USD of calling only that model
     strongest_correct: np.ndarray | None = None  # [N] bool: its answer is correct
     labels: str = "gold"  # what correct means: "gold" or "reference:<model>" (traces.labels)
     models: tuple[str, ...] = ()  # every model whose usage the traces record (sorted)
+    #: (round t, role) of the call ``always-<strongest>`` pays, when it is the same ``agree``
+    #: step (the model answers the question alone) in every trace; else None
+    strongest_step: tuple[int, str] | None = None
+    #: [N, T] estimated seconds of each round (:mod:`ccpo.traces.latency`); None: unknown
+    round_latency: np.ndarray | None = None
+    #: [N] estimated seconds of the ``always-<strongest>`` call
+    strongest_latency: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -99,6 +108,11 @@ class Episodes:
             else self.strongest_correct[idx],
             labels=self.labels,
             models=self.models,
+            strongest_step=self.strongest_step,
+            round_latency=None if self.round_latency is None else self.round_latency[idx],
+            strongest_latency=None
+            if self.strongest_latency is None
+            else self.strongest_latency[idx],
         )
 
     @property
@@ -149,6 +163,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
     answer_id = np.zeros((N, T, 2), dtype=np.int64)
     empty = np.zeros((N, T, 2), dtype=bool)
     round_cost = np.zeros((N, T))
+    round_latency = np.zeros((N, T))
     verdict = np.full((N, T), np.nan)
     unc = np.full((N, T), np.nan)
     policy_models = sorted({m for tr in traces for r in tr.rounds for m in (r.policy_llm or {})})
@@ -163,6 +178,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
             answer_id[i, t, 1] = ids.setdefault(norm(r.guide.answer), len(ids))
             empty[i, t] = (norm(r.base.answer) == "", norm(r.guide.answer) == "")
             round_cost[i, t] = prices.round_cost(r)
+            round_latency[i, t] = round_seconds(r)
             if r.guide.verdict is not None:
                 verdict[i, t] = float(r.guide.verdict == "yes")
             if r.guide.uncertainty is not None:
@@ -170,7 +186,10 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
             for m, d in (r.policy_llm or {}).items():
                 llm_actions[m][i, t] = ACTION_INDEX[d.action]
                 llm_cost[m][i, t] = prices.usage_cost(m, d.usage)
-    strongest = strongest_model(traces, prices)
+    labels = labels_of(traces)
+    ref = reference_model(labels)
+    strongest = ref if ref and all(ref in tr.models() for tr in traces) else ""
+    strongest = strongest or strongest_model(traces, prices)
     s_cost, s_correct = strongest_calls(traces, prices, strongest) if strongest else (None, None)
     return Episodes(
         ids=[tr.id for tr in traces],
@@ -188,8 +207,11 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         strongest=strongest,
         strongest_cost=s_cost,
         strongest_correct=s_correct,
-        labels=labels_of(traces),
+        labels=labels,
         models=tuple(sorted(models)),
+        strongest_step=alone_step(traces, strongest) if strongest else None,
+        round_latency=round_latency,
+        strongest_latency=strongest_seconds(traces, strongest) if strongest else None,
     )
 
 
@@ -230,6 +252,37 @@ def strongest_calls(
     return cost, correct
 
 
+def strongest_seconds(traces: Sequence[Trace], model: str) -> np.ndarray:
+    """[N] estimated seconds of calling only ``model`` (the call :func:`strongest_calls`
+    prices)."""
+    out = np.zeros(len(traces))
+    for i, tr in enumerate(traces):
+        step = [s for s in _steps(tr) if s.model == model and not s.reused][-1]
+        out[i] = call_seconds(step.usage.output_tokens)
+    return out
+
+
+def alone_step(traces: Sequence[Trace], model: str) -> tuple[int, str] | None:
+    """(round t, role) of ``model``'s call that :func:`strongest_calls` prices, when it is the
+    same step of every trace and an ``agree`` step (the model answers the question alone, so
+    calling it alone asks exactly that request); ``None`` otherwise (a ``judge`` guide reads
+    the base's answer: it cannot be called alone)."""
+    found: set[tuple[int, str]] = set()
+    for tr in traces:
+        last = [(r, ro) for r in tr.rounds for ro in ("base", "guide") if _alone(r, ro, model)]
+        if not last or last[-1][0].verdict_mode != "agree":
+            return None
+        found.add((last[-1][0].round, last[-1][1]))
+        if len(found) > 1:
+            return None
+    return next(iter(found)) if found else None
+
+
+def _alone(r: Any, role: str, model: str) -> bool:
+    step = getattr(r, role)
+    return step.model == model and not step.reused
+
+
 @dataclass(frozen=True)
 class Metrics:
     """Per-question outcomes; every array has the same shape (e.g. [N] or [K, n])."""
@@ -238,6 +291,7 @@ class Metrics:
     covered: np.ndarray  # bool
     length: np.ndarray  # rounds run
     set_size: np.ndarray  # distinct answers returned
+    latency: np.ndarray | None = None  # estimated seconds (None: from rounds run)
 
 
 def _gather(arr: np.ndarray, idx: np.ndarray | None) -> np.ndarray:

@@ -135,7 +135,11 @@ def open_table(
         models = spill.check_complete()
         prices.check(models)
         cost = {m: prices.cost(m, *spill.tokens[m]) / spill.questions for m in models}
-        cascade = plan_cascade(cost, guide)
+        unit = {
+            m: prices.price(m).input_usd_per_mtok + prices.price(m).output_usd_per_mtok
+            for m in models
+        }
+        cascade = plan_cascade(cost, guide, unit)
         if reference is not None and reference not in models:
             raise CCPOError(
                 f"--reference '{reference}' is not a model of the table ({', '.join(models)})"
