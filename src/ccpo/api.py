@@ -52,6 +52,7 @@ class PredictedSet:
     rounds: int  # rounds run (the deepest branch)
     cost_usd: float
     covered: bool | None  # whether a returned answer is correct (None if unknown)
+    first_round: int = 1  # the round it started at (later than 1 when a router skipped some)
 
 
 #: what ``ConformalPolicy(method=…)`` takes: every set-valued method (``cpo`` is CPO-batch)
@@ -169,6 +170,7 @@ class ConformalPolicy:
         assert traces is not None
         reach, included = self.policy.replay_answers(ep)
         returned = returned_answers(ep, included)  # an empty answer is never a member
+        paid = self.policy.round_costs(ep)  # a routed start pays a skipped round's call
         out = []
         for i, tr in enumerate(traces):
             norm = normalizer_for(tr.task, tr.family)
@@ -184,8 +186,9 @@ class ConformalPolicy:
                     id=tr.id,
                     answers=list(answers.values()),
                     rounds=int(reach[i].sum()),
-                    cost_usd=float((ep.round_cost[i] * reach[i]).sum()),
+                    cost_usd=float((paid[i] * reach[i]).sum()),
                     covered=bool(hit),
+                    first_round=int(np.argmax(reach[i])) + 1,
                 )
             )
         return out

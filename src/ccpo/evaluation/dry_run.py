@@ -75,7 +75,13 @@ class _ReplayThread:
         self._sock.close()
 
 
-def _paid(trace: Any, rounds: int) -> list[list[str]]:
+def _paid(trace: Any, rounds: int, first: int = 1) -> list[list[str]]:
+    """The models a replay pays in ``rounds`` rounds from round ``first`` (routing may skip
+    the ones before it: a call of theirs that a later step repeats is paid there)."""
+    if first > 1:
+        from ccpo.traces.routing import paid_steps
+
+        return [[m for m, _ in steps] for steps in paid_steps(trace, first - 1)[:rounds]]
     return [
         [s.model for s in (r.base, r.guide) if not getattr(s, "reused", False)]
         for r in trace.rounds[:rounds]
@@ -158,8 +164,9 @@ def dry_run(
             problems.append(f"answers {got.answers} vs replay {want.answers}")
         if got.rounds != want.rounds:
             problems.append(f"rounds {got.rounds} vs replay {want.rounds}")
-        if paid != _paid(tr, want.rounds):
-            problems.append(f"models paid {paid} vs replay {_paid(tr, want.rounds)}")
+        if paid != _paid(tr, want.rounds, want.first_round):
+            replay_paid = _paid(tr, want.rounds, want.first_round)
+            problems.append(f"models paid {paid} vs replay {replay_paid}")
         if abs(got.cost_usd - want.cost_usd) > 1e-12:
             problems.append(f"cost ${got.cost_usd:.8f} vs replay ${want.cost_usd:.8f}")
         if problems:

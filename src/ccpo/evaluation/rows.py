@@ -137,6 +137,12 @@ def conformal_metrics(
     return conformal_rollout(ep, probs, kappas, splits.test), kappas
 
 
+def last_threshold(thresholds: np.ndarray) -> np.ndarray:
+    """κ̂ or λ̂ of each split: a routed policy's split thresholds are (τ̂, λ̂) pairs."""
+    t = np.asarray(thresholds)
+    return t.reshape(len(t), -1)[:, -1]
+
+
 class PolicyRow(Row):
     """A row backed by a :class:`ccpo.policies.Policy` (``self.policy``, set by ``fit``):
     scored on every test split at the threshold it calibrates on the matching calibration
@@ -151,7 +157,7 @@ class PolicyRow(Row):
         pol = self.policy
         if pol is None:
             raise CCPOError(f"policy '{self.name}' was evaluated before it was fitted")
-        scores = pol.scores(ep.obs)
+        scores = pol.episode_scores(ep)
         if pol.greedy:
             return pol.rollout(ep, scores, None, splits.test)
         self._thresholds, self._refused = pol.split_thresholds(ep, scores, splits.cal, alpha)
@@ -160,7 +166,7 @@ class PolicyRow(Row):
     def result_extra(self) -> dict[str, Any]:
         if self._thresholds is None:
             return {}
-        return {"kappa_mean": float(self._thresholds.mean())}
+        return {"kappa_mean": float(last_threshold(self._thresholds).mean())}
 
     def auto_pick(self) -> dict[str, Any]:
         """``{"picked": name}`` when ``auto`` chose this row's technique, else ``{}``."""
@@ -244,7 +250,7 @@ class SingleRow(PolicyRow):
         out: dict[str, Any] = {"answer": "single", "delta": self.delta, **self.auto_pick()}
         if self._thresholds is not None and self._refused is not None:
             out["refused_share"] = float(self._refused.mean())
-            out["threshold_mean"] = float(self._thresholds.mean())
+            out["threshold_mean"] = float(last_threshold(self._thresholds).mean())
         return out
 
 

@@ -388,9 +388,12 @@ async def run_round(
     t: int,
     earlier: list[RoundOutput],
     backend: SearchBackend | None,
+    start: int = 1,
 ) -> RoundOutput:
     """Round ``t`` (1-based) of the runner's ladder, after the ``earlier`` rounds of the same
-    question (docs/design.md, "Ladders": how a round runs)."""
+    question (docs/design.md, "Ladders": how a round runs). ``start``: the first round run
+    (``earlier`` holds rounds start..t − 1; a routed question skipped the rounds before it,
+    so a step repeating one of their calls is asked here)."""
     lr = r.ladder.round(t)
     if lr.verdict == "judge":
         history = [e.past() for e in earlier]
@@ -418,12 +421,12 @@ async def run_round(
     steps: dict[str, tuple[BaseOutput, float | None]] = {}
     reused: list[str] = []
     for role in ("base", "guide"):
-        src = r.ladder.reused(t, role)
+        src = r.ladder.reused(t, role, start)
         if src is None:
             steps[role] = await _answer_alone(r, question, t, role, backend)
             continue
         u, ro = src
-        orig, value = _answer_of(earlier[u - 1], ro) if u < t else steps[ro]
+        orig, value = _answer_of(earlier[u - start], ro) if u < t else steps[ro]
         sig = transfer_signal(value, ro, role)
         steps[role] = (BaseOutput(orig.answer, orig.reasoning, Calls(), (sig, sig)), sig)
         reused.append(role)

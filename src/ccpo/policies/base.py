@@ -177,6 +177,21 @@ class Policy(ABC):
         """The policy's scores of observations [..., T, F]: membership scores [..., T, 3]
         (set) or stopping scores [..., T] (single). Row t depends on rows ≤ t only."""
 
+    def episode_scores(self, ep: Episodes) -> Any:
+        """The scores the replay of ``ep`` uses (``split_thresholds``, ``rollout``): by default
+        :meth:`scores` of its observations; a routed policy's also hold each start's view."""
+        return self.scores(ep.obs)
+
+    def round_costs(self, ep: Episodes) -> np.ndarray:
+        """[N, T] USD of round t of each question as this policy runs it (a routed policy
+        pays a call of a skipped round where first needed); by default ``ep.round_cost``."""
+        return ep.round_cost
+
+    def start_rung(self, question: str) -> int:
+        """The 0-based round to start at, decided from the question alone before any call
+        (rounds before it are neither called nor paid); 0 for a policy without a router."""
+        return 0
+
     @abstractmethod
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
         """Calibrate the threshold at :attr:`alpha` on the questions ``cal`` of ``ep`` (all

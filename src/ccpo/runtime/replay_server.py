@@ -32,6 +32,7 @@ except ImportError as e:  # pragma: no cover - only without the extra
 
 from ccpo.runtime.rails import BodyLimit, error_response
 from ccpo.traces.io import iter_traces, loads_strict
+from ccpo.traces.ladder import ladder_of_trace
 from ccpo.traces.schema import Trace
 
 #: where ccpo's prompts put the question: (prefix, what ends it)
@@ -66,11 +67,16 @@ def _step_text(role: str, step: Any, verdict_mode: str) -> str:
 
 
 def recorded_steps(tr: Trace) -> Iterable[Recorded]:
-    """Every step of a trace as a :class:`Recorded` reply."""
+    """Every step of a trace as a :class:`Recorded` reply. A step stored as a repeat of an
+    earlier call is asked only when that call was skipped (a routed question): it is billed
+    at the original call's usage, as the replay prices it (:mod:`ccpo.traces.routing`)."""
+    ladder = ladder_of_trace(tr)
     for r in tr.rounds:
         mode = r.verdict_mode or "judge"
         for role in ("base", "guide"):
             s = getattr(r, role)
+            src = ladder.reused(r.round, role) if getattr(s, "reused", False) else None
+            usage = s.usage if src is None else getattr(tr.rounds[src[0] - 1], src[1]).usage
             extra: dict[str, Any] = {"answer": s.answer}
             if role == "base":
                 extra.update(logprob_mean=s.logprob_mean, logprob_min=s.logprob_min)
@@ -83,8 +89,8 @@ def recorded_steps(tr: Trace) -> Iterable[Recorded]:
                 s.model,
                 s.answer,
                 _step_text(role, s, mode),
-                s.usage.input_tokens,
-                s.usage.output_tokens,
+                usage.input_tokens,
+                usage.output_tokens,
                 extra,
             )
 

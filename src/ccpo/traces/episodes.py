@@ -30,6 +30,7 @@ from ccpo.traces.answers import normalizer_for
 from ccpo.traces.featurize import FEATURE_SPEC, featurize_trace
 from ccpo.traces.labels import labels_of
 from ccpo.traces.prices import PriceTable
+from ccpo.traces.routing import RouteViews, route_views
 from ccpo.traces.schema import ACTIONS, Trace
 
 BASE, GUIDE, NEXT = 0, 1, 2
@@ -57,6 +58,7 @@ class Episodes:
     strongest_correct: np.ndarray | None = None  # [N] bool: its answer is correct
     labels: str = "gold"  # what correct means: "gold" or "reference:<model>" (traces.labels)
     models: tuple[str, ...] = ()  # every model whose usage the traces record (sorted)
+    routes: RouteViews | None = None  # every start round's view (traces.routing); agree only
 
     @property
     def n(self) -> int:
@@ -99,6 +101,7 @@ class Episodes:
             else self.strongest_correct[idx],
             labels=self.labels,
             models=self.models,
+            routes=None if self.routes is None else self.routes.subset(idx),
         )
 
     @property
@@ -182,6 +185,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         strongest_correct=s_correct,
         labels=labels_of(traces),
         models=tuple(sorted(models)),
+        routes=route_views(traces, prices),
     )
 
 
