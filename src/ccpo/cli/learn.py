@@ -344,7 +344,7 @@ def _train_stopping(
 def _train_single(
     method, ep, sp, sizes, alpha, seed, delta, price_table, out: Path, provenance, settings,
     routed: bool = False,
-) -> None:
+) -> None:  # fmt: skip
     """``train --answer single``: fit the stopping score on the training split (auto: choose
     by cross-fitted validation cost), λ̂ by Learn-then-Test on the calibration split
     (:mod:`ccpo.policies.single`), write the policy folder and summary.json. Refuses with the

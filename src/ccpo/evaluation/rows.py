@@ -35,6 +35,7 @@ from ccpo.policies.registry import (
     variant_name,
 )
 from ccpo.policies.rl import RLPolicy
+from ccpo.policies.route import SUFFIX as ROUTED
 from ccpo.policies.single import DELTA, SUFFIX
 from ccpo.traces.episodes import Episodes, Metrics, conformal_rollout
 
@@ -238,13 +239,17 @@ class SingleRow(PolicyRow):
 
     def __init__(self, name: str, delta: float = DELTA, policy: Policy | None = None) -> None:
         """``policy``: a trained single-answer policy (a folder's), kept as it is by fit."""
-        self.name, self.method, self.delta = name, name.removesuffix(SUFFIX), delta
+        self.routed = name.endswith(ROUTED)  # ``…-single+route``: behind a router
+        self.name, self.delta = name, delta
+        self.method = name.removesuffix(ROUTED).removesuffix(SUFFIX)
         self.policy = policy
         self._given = policy is not None
 
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
         if not self._given:
-            self.policy = fit_single_method(self.method, ep, train_idx, alpha, seed, self.delta)
+            self.policy = fit_single_method(
+                self.method, ep, train_idx, alpha, seed, self.delta, routed=self.routed
+            )
 
     def result_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {"answer": "single", "delta": self.delta, **self.auto_pick()}
@@ -295,7 +300,8 @@ def available_policies(ep: Episodes, trained: bool = True) -> list[str]:
 
 def make_policy(name: str, cache: TrainingCache) -> Row:
     """A row: a method of :mod:`ccpo.policies.registry`, a policy folder, or a baseline."""
-    if name.endswith(SUFFIX) and single_form_of(name.removesuffix(SUFFIX)):
+    single = name.removesuffix(ROUTED)
+    if single.endswith(SUFFIX) and single_form_of(single.removesuffix(SUFFIX)):
         return SingleRow(name)
     if name.startswith(ALWAYS):
         return AlwaysRow(name)

@@ -17,7 +17,7 @@ Main names: :class:`Router`, :func:`fit_router`, :class:`RoutedPolicy`, :func:`r
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ class Router:
 
     coef: np.ndarray  # [T − 1, D]
     intercept: np.ndarray  # [T − 1]
+    start_cost: np.ndarray  # [T] mean USD of round s's calls when started at s (training)
     spec: dict[str, Any] = field(default_factory=lambda: dict(TEXT_FEATURE_SPEC))
 
     @property
@@ -68,8 +69,17 @@ class Router:
     def question_probs(self, questions: tuple[str, ...] | list[str]) -> np.ndarray:
         return self.probs(text_matrix(list(questions), int(self.spec["dim"])))
 
+    def start(self, probs: np.ndarray, tau: Any) -> np.ndarray:
+        """:func:`starts` with this router's start costs."""
+        return starts(probs, tau, self.start_cost)
+
     def to_json(self) -> dict[str, Any]:
-        return {"spec": self.spec, "coef": self.coef.tolist(), "intercept": self.intercept.tolist()}
+        return {
+            "spec": self.spec,
+            "coef": self.coef.tolist(),
+            "intercept": self.intercept.tolist(),
+            "start_cost": self.start_cost.tolist(),
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Router:
@@ -78,15 +88,22 @@ class Router:
                 f"the router was fitted on text features {d.get('spec')}, this ccpo computes "
                 f"{TEXT_FEATURE_SPEC}; retrain the policy with --route"
             )
-        return cls(np.asarray(d["coef"], dtype=np.float64), np.asarray(d["intercept"]), d["spec"])
+        return cls(
+            np.asarray(d["coef"], dtype=np.float64),
+            np.asarray(d["intercept"], dtype=np.float64),
+            np.asarray(d["start_cost"], dtype=np.float64),
+            d["spec"],
+        )
 
 
-def starts(probs: np.ndarray, tau: Any) -> np.ndarray:
-    """The 0-based start round of each question: the first s with r̂_s ≥ τ; 0 where τ >
-    1 (:data:`NO_ROUTE`). ``probs`` [..., T]; ``tau`` a scalar or broadcasting on [...]."""
+def starts(probs: np.ndarray, tau: Any, cost: np.ndarray) -> np.ndarray:
+    """The 0-based start round of each question: of the rounds s with r̂_s ≥ τ (round T
+    always is), the one whose own calls cost least on the training questions (``cost`` [T];
+    ties to the earliest: on a ladder ordered by price, the first such round); 0 where τ > 1
+    (:data:`NO_ROUTE`). ``probs`` [..., T]; ``tau`` a scalar or broadcasting on [...]."""
     tau = np.asarray(tau, dtype=np.float64)
-    first = np.argmax(probs >= tau[..., None], axis=-1)
-    return np.where(tau > 1.0, 0, first)
+    priced = np.where(probs >= tau[..., None], np.asarray(cost, dtype=np.float64), np.inf)
+    return np.where(tau > 1.0, 0, np.argmin(priced, axis=-1))
 
 
 def fit_router(ep: Episodes, train_idx: np.ndarray, c: float = 1.0, seed: int = 0) -> Router:
@@ -112,7 +129,8 @@ def fit_router(ep: Episodes, train_idx: np.ndarray, c: float = 1.0, seed: int = 
             continue
         lr = LogisticRegression(C=c, max_iter=2000, random_state=seed).fit(x, ys)
         coef[s], icpt[s] = lr.coef_[0], lr.intercept_[0]
-    return Router(coef, icpt)
+    own = np.stack([sub.routes.cost[s, :, s] for s in range(T)], axis=1)  # [n, T]
+    return Router(coef, icpt, own.mean(axis=0))
 
 
 # ----------------------------------------------------------------------------- replay
@@ -124,15 +142,16 @@ class RoutedScores:
     probs: np.ndarray
     stops: np.ndarray
     cost: np.ndarray  # [S, N, T]
+    router: Router
 
     def take(self, idx: np.ndarray) -> RoutedScores:
-        return RoutedScores(self.probs[idx], self.stops[:, idx], self.cost[:, idx])
+        return RoutedScores(self.probs[idx], self.stops[:, idx], self.cost[:, idx], self.router)
 
     def at(self, tau: Any, sel: Any = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start [...], stopping scores [..., T], round costs [..., T]) of questions ``sel``
         (an index array of any shape) at τ (a scalar or broadcasting on ``sel``'s shape)."""
         q = np.arange(self.probs.shape[0])[sel]
-        s = starts(self.probs[q], tau)
+        s = self.router.start(self.probs[q], tau)
         return s, self.stops[s, q], self.cost[s, q]
 
 
@@ -190,6 +209,7 @@ class RoutedPolicy(Policy):
     inner: SingleAnswerPolicy
     router: Router
     tau: float | None = None  # τ̂ (NO_ROUTE: never skips); None: not calibrated
+    taus: tuple[float, ...] = TAUS  # the τ calibration may choose (one: chosen on training)
 
     answer = "single"
 
@@ -289,7 +309,8 @@ class RoutedPolicy(Policy):
         stops = self.inner.stop_scores(views.obs)  # [S, N, T]
         for s in range(1, stops.shape[0]):
             stops[s, :, :s] = -np.inf
-        return RoutedScores(self.router.question_probs(views.questions), stops, views.cost)
+        probs = self.router.question_probs(views.questions)
+        return RoutedScores(probs, stops, views.cost, self.router)
 
     def round_costs(self, ep: Episodes) -> np.ndarray:
         sc = self.episode_scores(ep)
@@ -303,7 +324,8 @@ class RoutedPolicy(Policy):
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
         """(τ̂, λ̂) by :func:`joint_ltt` on the calibration questions (sets both)."""
         sub = ep if cal is None else ep.subset(cal)
-        tau, found = joint_ltt(sub, self.episode_scores(sub), self.alpha, self.inner.delta)
+        sc = self.episode_scores(sub)
+        tau, found = joint_ltt(sub, sc, self.alpha, self.inner.delta, self.taus)
         self.tau = tau
         self.inner.lam = found.threshold
         return found
@@ -317,7 +339,8 @@ class RoutedPolicy(Policy):
         refused = np.zeros(len(cal), dtype=bool)
         for k, c in enumerate(cal):
             try:
-                tau, found = joint_ltt(ep.subset(c), scores.take(c), alpha, self.inner.delta)
+                sub, sc = ep.subset(c), scores.take(c)
+                tau, found = joint_ltt(sub, sc, alpha, self.inner.delta, self.taus)
                 out[k] = (tau, found.threshold)
             except Unreachable:
                 refused[k] = True
@@ -356,7 +379,7 @@ class RoutedPolicy(Policy):
     def start_rung(self, question: str) -> int:
         """The first round (0-based) whose r̂ clears τ̂, from the question text alone."""
         x = text_features(question, int(self.router.spec["dim"]))[None]
-        return int(starts(self.router.probs(x), self._tau())[0])
+        return int(self.router.start(self.router.probs(x), self._tau())[0])
 
     def decide(
         self, obs: np.ndarray, t: int, threshold: float | None, answered: Answered
@@ -370,7 +393,7 @@ class RoutedPolicy(Policy):
         out = self.inner.save(folder)
         path = Path(folder) / "policy.json"
         meta = json.loads(path.read_text())
-        meta["route"] = {"tau": self.tau, "file": ROUTE_FILE}
+        meta["route"] = {"tau": self.tau, "taus": list(self.taus), "file": ROUTE_FILE}
         path.write_text(json.dumps(meta, indent=1) + "\n")
         (Path(folder) / ROUTE_FILE).write_text(json.dumps(self.router.to_json()) + "\n")
         return out
@@ -382,16 +405,94 @@ class RoutedPolicy(Policy):
             router = Router.from_json(json.loads((Path(folder) / ROUTE_FILE).read_text()))
         except (OSError, ValueError, KeyError) as e:
             raise CCPOError(f"{folder}: cannot read its router {ROUTE_FILE} ({e})") from None
-        tau = meta["route"].get("tau")
-        return cls(inner, router, None if tau is None else float(tau))
+        tau, taus = meta["route"].get("tau"), meta["route"].get("taus", TAUS)
+        return cls(inner, router, None if tau is None else float(tau), tuple(map(float, taus)))
 
 
-def route(inner: Policy, ep: Episodes, train_idx: np.ndarray, seed: int = 0) -> RoutedPolicy:
+def route(
+    inner: Policy, ep: Episodes, train_idx: np.ndarray, seed: int = 0, folds: int = 5
+) -> RoutedPolicy:
     """``inner`` (a single-answer policy fitted on ``train_idx``) behind a router fitted on
-    the same training questions; not calibrated yet (call :meth:`RoutedPolicy.calibrate`)."""
+    the same training questions, its stopping classifier refitted on every start
+    (:func:`started_stopper`), and τ chosen on the training questions alone
+    (:func:`choose_tau`); not calibrated yet (call :meth:`RoutedPolicy.calibrate`)."""
     if not isinstance(inner, SingleAnswerPolicy):
         raise CCPOError(
             "--route applies to single-answer policies (--answer single): routing a set "
             "policy is not built yet (docs/theory.md, 'Routing before the first call')"
         )
-    return RoutedPolicy(inner, fit_router(ep, train_idx, seed=seed))
+    idx = np.asarray(train_idx)
+    pol = RoutedPolicy(started_stopper(inner, ep, idx), fit_router(ep, idx, seed=seed))
+    tau, figures = choose_tau(pol, ep, idx, seed, folds)
+    pol.taus = (tau,)
+    costs = {f"route/cost@{t:g}": c for t, c in figures.items() if np.isfinite(c)}
+    pol.log.append({"route/tau": tau, **costs})
+    return pol
+
+
+def choose_tau(
+    pol: RoutedPolicy, ep: Episodes, train_idx: np.ndarray, seed: int = 0, folds: int = 5,
+    splits: int = 20,
+) -> tuple[float, dict[float, float]]:  # fmt: skip
+    """The τ of :data:`TAUS` of least validation cost on the training questions alone:
+    out-of-fold router and stopping scores (``folds`` folds, each fitted as ``pol`` was on the
+    others), λ̂ by Learn-then-Test at δ on random halves, cost on the other halves; a τ that
+    some half cannot certify costs +∞; ties go to the earlier τ (no routing first)."""
+    from ccpo.policies.single import fit_single
+
+    rng = np.random.default_rng([seed, 0x7A0])
+    perm = rng.permutation(np.asarray(train_idx))
+    k = folds if perm.size >= 10 * folds else 2
+    parts = np.array_split(perm, k)
+    sub = ep.subset(perm)
+    probs = np.zeros((sub.n, ep.horizon))
+    stops = np.zeros((ep.horizon, sub.n, ep.horizon))
+    at = 0
+    for j, held in enumerate(parts):
+        rest = np.concatenate([p for i, p in enumerate(parts) if i != j])
+        inner = fit_single(ep, rest, pol.inner.config, pol.inner.method, pol.inner.delta)
+        fold = RoutedPolicy(started_stopper(inner, ep, rest), fit_router(ep, rest, seed=seed))
+        sc = fold.episode_scores(ep.subset(held))
+        probs[at : at + held.size], stops[:, at : at + held.size] = sc.probs, sc.stops
+        at += held.size
+    assert sub.routes is not None
+    sc = RoutedScores(probs, stops, sub.routes.cost, pol.router)
+    halves = np.stack([rng.permutation(sub.n) for _ in range(splits)])
+    cal, test = halves[:, : sub.n // 2], halves[:, sub.n // 2 :]
+    figures: dict[float, float] = {}
+    for tau in TAUS:
+        costs = []
+        for c, t in zip(cal, test, strict=True):
+            try:
+                found = ltt_threshold(sub.subset(c), sc.take(c).at(tau)[1], pol.alpha, pol.delta)
+            except Unreachable:
+                costs = [float("inf")]
+                break
+            costs.append(float(routed_outcomes(sub, sc, tau, found.threshold, t)[2].cost.mean()))
+        figures[float(tau)] = float(np.mean(costs))
+    best = min(figures, key=lambda t: (figures[t], TAUS.index(t)))
+    return best, figures
+
+
+def started_stopper(
+    inner: SingleAnswerPolicy, ep: Episodes, train_idx: np.ndarray
+) -> SingleAnswerPolicy:
+    """``inner`` with its stopping classifier refitted on the training questions' rows of
+    every start s (rounds s..T − 1 of the view started at s: what it will score once routed);
+    a fixed rule (``depth-k``) or a constant score is kept as it is."""
+    from ccpo.learning.config import StopConfig
+    from ccpo.policies.classifier import fit_classifier, stop_features
+    from ccpo.policies.cstop import STOPPING_METHODS
+
+    if inner.model is None or isinstance(inner.model, float) or ep.routes is None:
+        return inner
+    sub = ep.subset(np.asarray(train_idx))
+    y = reached_labels(sub)
+    T = ep.horizon
+    xs, ys = [], []
+    for s in range(T - 1):
+        x = stop_features(sub.routes.obs[s])
+        xs.append(x[:, s : T - 1].reshape(-1, x.shape[-1]))
+        ys.append(y[:, s : T - 1].reshape(-1))
+    learner = StopConfig(**{**asdict(inner.config), "learner": STOPPING_METHODS[inner.method]})
+    return replace(inner, model=fit_classifier(np.concatenate(xs), np.concatenate(ys), learner))
