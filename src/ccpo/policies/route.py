@@ -2,16 +2,16 @@
 
 A :class:`Router` holds one logistic classifier per round s < T on features of the question
 text alone (:mod:`ccpo.traces.text_features`), predicting "round s's answer is correct"; at a
-threshold τ the question starts at the first round whose prediction clears τ (:data:`NO_ROUTE`:
-round 1). The cascade goes on from there with the wrapped single-answer policy's stopping
-rule; skipped rounds are neither called nor paid (:mod:`ccpo.traces.routing`).
-:class:`RoutedPolicy` calibrates the pair (τ, λ) jointly on the calibration questions
-(:func:`joint_ltt`: Bonferroni over the fixed grid :data:`TAUS`, fixed-sequence
-Learn-then-Test over λ within each), so that P_cal(P(wrong answer on a solvable question) ≤ α)
-≥ 1 − δ holds with routing in play (docs/theory.md, "Routing before the first call").
+threshold τ the question starts at the cheapest round whose prediction clears τ
+(:data:`NO_ROUTE`: round 1). The wrapped single-answer policy's stopping rule goes on from
+there; skipped rounds are neither called nor paid (:mod:`ccpo.traces.routing`). :func:`route`
+fits it on the training split and picks τ there (:func:`choose_tau`, cross-fitted);
+:func:`joint_ltt` certifies λ̂ (and τ̂ among ``taus``, Bonferroni) by Learn-then-Test, so
+P_cal(P(wrong answer on a solvable question) ≤ α) ≥ 1 − δ holds with routing in play
+(docs/theory.md, "Routing before the first call").
 
 Main names: :class:`Router`, :func:`fit_router`, :class:`RoutedPolicy`, :func:`route`,
-:func:`joint_ltt`.
+:func:`choose_tau`, :func:`joint_ltt`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from ccpo.traces.text_features import TEXT_FEATURE_SPEC, text_features, text_mat
 NO_ROUTE = 2.0
 """τ above every prediction: start at round 1 (the unrouted policy)."""
 TAUS = (NO_ROUTE, 0.25, 0.5, 0.75)
-"""The router thresholds, fixed before calibration (m = 4: each λ sequence runs at δ/4)."""
+"""The router thresholds τ may take, fixed before any data: :func:`choose_tau` picks one on
+the training split (or :func:`joint_ltt` certifies all four at δ/4 each)."""
 ROUTE_FILE = "route.json"
 SUFFIX = "+route"
 
