@@ -17,3 +17,28 @@ def sweep_parser(description: str) -> argparse.ArgumentParser:
 
 
 ALPHAS = (0.05, 0.1, 0.2)
+
+
+def gold_and_label_free(data):
+    """(label, episodes) of every set of ``--data``: with its gold labels, then label-free
+    (``correct`` = equals its strongest model's answer, as ``traces import`` labels a table)."""
+    from ccpo.evaluation.harness import prices_for
+    from ccpo.evaluation.reproduce import resolve_data
+    from ccpo.testing.relabel import relabel_against_strongest
+    from ccpo.traces.episodes import build_episodes
+    from ccpo.traces.io import read_traces
+
+    for name, path in resolve_data(data).items():
+        prices = prices_for(path)
+        gold = read_traces(path)
+        free, ref = relabel_against_strongest(gold, prices)
+        for label, traces in ((name, gold), (f"{name} (label-free, vs {ref})", free)):
+            yield label, build_episodes(traces, prices)
+
+
+def mean_sd(xs: list[float]) -> str:
+    """``mean ± sd`` of a list (sd 0 for one value)."""
+    import statistics
+
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.fmean(xs):.3f} ± {sd:.3f}"
