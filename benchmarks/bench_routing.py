@@ -2,10 +2,10 @@
 
 For each bundled set (gold labels, and the same set made label-free: ``correct`` = equals the
 strongest model's answer, :mod:`ccpo.testing.relabel`, as ``traces import --reference`` labels
-a table), α ∈ {0.1, 0.2} and seeds 0..4 (each seed: its own training split, fits and 100
-evaluation splits), it scores ``auto-single`` and ``cstop-single`` with and without the router
-(``…+route``: the router fitted on the training split, (τ, λ) certified together by
-Learn-then-Test on each calibration split; docs/theory.md, "Routing before the first call"),
+a table), α ∈ {0.1, 0.2} and seeds 0..4 (each seed: its own training split, fits and
+``--splits`` evaluation splits), it scores ``auto-single`` with and without the router
+(``…+route``: router and τ̂ chosen on the training split, λ̂ by Learn-then-Test on each
+calibration split; docs/theory.md, "Routing before the first call"),
 ``always-<strongest>`` and the oracle floor, and prints per (set, α) and row, mean ± sd over
 the seeds of coverage (agreement for the label-free sets), cost ÷ always-<strongest>, cost ÷
 oracle, rounds run, the share of refused calibration splits and, for routed rows, the share of
@@ -27,7 +27,7 @@ from bench_single import run_seed
 
 from ccpo.traces.labels import against_text
 
-ROWS = ("auto-single", "auto-single+route", "cstop-single", "cstop-single+route")
+ROWS = ("auto-single", "auto-single+route")
 
 
 def _routing_figures(p, ep, sp, row) -> dict:
