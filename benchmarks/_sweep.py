@@ -33,3 +33,20 @@ def gold_and_label_free(data):
         free, ref = relabel_against_strongest(gold, prices)
         yield f"{name} (gold)", gold, prices
         yield f"{name} (label-free, vs {ref})", free, prices
+
+
+def gold_and_label_free_episodes(data):
+    """(label, episodes) of every set of ``--data``: with its gold labels (labelled by the
+    set's name), then label-free, as :func:`gold_and_label_free`."""
+    from ccpo.traces.episodes import build_episodes
+
+    for label, traces, prices in gold_and_label_free(data):
+        yield label.removesuffix(" (gold)"), build_episodes(traces, prices)
+
+
+def mean_sd(xs: list[float]) -> str:
+    """``mean ± sd`` of a list (sd 0 for one value)."""
+    import statistics
+
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.fmean(xs):.3f} ± {sd:.3f}"

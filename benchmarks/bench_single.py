@@ -29,30 +29,27 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _sweep import sweep_parser
+from _sweep import gold_and_label_free_episodes, mean_sd, sweep_parser
 
-from ccpo.evaluation.harness import make_splits, prices_for, row_from_metrics, split_sizes
-from ccpo.evaluation.reproduce import resolve_data
+from ccpo.evaluation.harness import make_splits, row_from_metrics, split_sizes
 from ccpo.evaluation.rows import make_policy
-from ccpo.testing.relabel import relabel_against_strongest
-from ccpo.traces.episodes import build_episodes
-from ccpo.traces.io import read_traces
 from ccpo.traces.labels import against_text
 
 ROWS = ("cstop", "auto", "depth-k", "cstop-single", "auto-single", "depth-k-single")
 
 
-def run_seed(ep, alphas, seed: int, splits: int) -> dict[float, dict]:
+def run_seed(ep, alphas, seed: int, splits: int, rows=ROWS, extra=None) -> dict[float, dict]:
     """Every row at every α for one seed (its training split and evaluation splits). A fit
-    that does not depend on α (every row but ``auto*``: the classifiers and fixed rules only
-    store α) is made once and calibrated per α."""
+    that does not depend on α (every row but ``auto*`` and the routed ``…+route``, whose τ is
+    chosen at α: the classifiers and fixed rules only store α) is made once and calibrated per
+    α. ``extra(row, ep, splits, result)``: more figures of a row (a dict)."""
     sp = make_splits(ep.n, split_sizes(ep.n), splits, seed)
     always = f"always-{ep.strongest}"
     out: dict[float, dict] = {a: {} for a in alphas}
-    for name in (*ROWS, always, "oracle"):
+    for name in (*rows, always, "oracle"):
         p = make_policy(name, None)  # no RL rows here: no training cache needed
         for k, alpha in enumerate(alphas):
-            if k == 0 or name.startswith("auto"):
+            if k == 0 or name.startswith("auto") or name.endswith("+route"):
                 p.fit(ep, sp.train, alpha, seed)
             m = p.evaluate(ep, sp, alpha, seed)
             row = row_from_metrics(name, m, **getattr(p, "result_extra", dict)())
@@ -61,6 +58,7 @@ def run_seed(ep, alphas, seed: int, splits: int) -> dict[float, dict]:
                 "coverage": row.coverage,
                 "set_size": row.set_size,
                 "refused": row.extra.get("refused_share"),
+                **(extra(p, ep, sp, row) if extra else {}),
             }
     for rows in out.values():
         floor, yardstick = rows["oracle"]["cost"].mean(), rows[always]["cost"].mean()
@@ -71,54 +69,44 @@ def run_seed(ep, alphas, seed: int, splits: int) -> dict[float, dict]:
     return out
 
 
-def _ms(xs: list[float]) -> str:
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{statistics.fmean(xs):.3f} ± {sd:.3f}"
-
-
 def main() -> None:
     ap = sweep_parser(__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/bench_single.json"))
     args = ap.parse_args()
     alphas = args.alpha or (0.1, 0.2)
     results = {}
-    for name, path in resolve_data(args.data).items():
-        prices = prices_for(path)
-        gold = read_traces(path)
-        free, ref = relabel_against_strongest(gold, prices)
-        for label, traces in ((name, gold), (f"{name} (label-free, vs {ref})", free)):
-            ep = build_episodes(traces, prices)
-            what = against_text(ep.labels)
-            t0 = time.perf_counter()
-            seeds = [run_seed(ep, alphas, s, args.splits) for s in range(args.seeds)]
-            secs = time.perf_counter() - t0
-            for alpha in alphas:
-                runs = [by[alpha] for by in seeds]
-                key = f"{label}, α = {alpha:g}"
-                print(f"\n{key}: {args.seeds} seeds × {args.splits} splits ({secs:.0f} s all α)")
+    for label, ep in gold_and_label_free_episodes(args.data):
+        what = against_text(ep.labels)
+        t0 = time.perf_counter()
+        seeds = [run_seed(ep, alphas, s, args.splits) for s in range(args.seeds)]
+        secs = time.perf_counter() - t0
+        for alpha in alphas:
+            runs = [by[alpha] for by in seeds]
+            key = f"{label}, α = {alpha:g}"
+            print(f"\n{key}: {args.seeds} seeds × {args.splits} splits ({secs:.0f} s all α)")
+            print(
+                f"{'row':32s} {what + ' (target ' + f'{1 - alpha:.2f})':>34s} "
+                f"{'cost/oracle':>16s} {'cost/always':>16s} {'set size':>8s} {'refused':>8s}"
+            )
+            table = {}
+            for row in runs[0]:
+                rs = [r[row] for r in runs]
+                cov = [r["coverage"] for r in rs]
+                ref_share = [r["refused"] for r in rs if r["refused"] is not None]
+                table[row] = {
+                    "coverage": cov,
+                    "rel_oracle": [r["rel_oracle"] for r in rs],
+                    "rel_always": [r["rel_always"] for r in rs],
+                    "set_size": [r["set_size"] for r in rs],
+                    "refused": ref_share,
+                }
                 print(
-                    f"{'row':32s} {what + ' (target ' + f'{1 - alpha:.2f})':>34s} "
-                    f"{'cost/oracle':>16s} {'cost/always':>16s} {'set size':>8s} {'refused':>8s}"
+                    f"{row:32s} {mean_sd(cov):>34s} {mean_sd(table[row]['rel_oracle']):>16s} "
+                    f"{mean_sd(table[row]['rel_always']):>16s} "
+                    f"{statistics.fmean(table[row]['set_size']):8.2f} "
+                    f"{(f'{statistics.fmean(ref_share):.2f}' if ref_share else '–'):>8s}"
                 )
-                table = {}
-                for row in runs[0]:
-                    rs = [r[row] for r in runs]
-                    cov = [r["coverage"] for r in rs]
-                    ref_share = [r["refused"] for r in rs if r["refused"] is not None]
-                    table[row] = {
-                        "coverage": cov,
-                        "rel_oracle": [r["rel_oracle"] for r in rs],
-                        "rel_always": [r["rel_always"] for r in rs],
-                        "set_size": [r["set_size"] for r in rs],
-                        "refused": ref_share,
-                    }
-                    print(
-                        f"{row:32s} {_ms(cov):>34s} {_ms(table[row]['rel_oracle']):>16s} "
-                        f"{_ms(table[row]['rel_always']):>16s} "
-                        f"{statistics.fmean(table[row]['set_size']):8.2f} "
-                        f"{(f'{statistics.fmean(ref_share):.2f}' if ref_share else '–'):>8s}"
-                    )
-                results[key] = table
+            results[key] = table
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nwrote {args.out}")

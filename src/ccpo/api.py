@@ -52,6 +52,7 @@ class PredictedSet:
     rounds: int  # rounds run (the deepest branch)
     cost_usd: float
     covered: bool | None  # whether a returned answer is correct (None if unknown)
+    first_round: int = 1  # the round it started at (later than 1 when a router skipped some)
 
 
 #: what ``ConformalPolicy(method=…)`` takes: every set-valued method (``cpo`` is CPO-batch)
@@ -187,6 +188,7 @@ class ConformalPolicy:
                     rounds=int(reach[i].sum()),
                     cost_usd=float(paid[i]),
                     covered=bool(hit),
+                    first_round=int(np.argmax(reach[i])) + 1,
                 )
             )
         return out

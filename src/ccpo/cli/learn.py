@@ -75,6 +75,15 @@ def train_cmd(
             help="--answer single: the guarantee holds w.p. ≥ 1 − δ over the calibration questions."
         ),
     ] = 0.1,
+    route: Annotated[
+        bool,
+        typer.Option(
+            "--route",
+            help="--answer single: decide from the question text alone, before any call, "
+            "which round to start at (skipped rounds are neither called nor paid); the "
+            "router's and the stopping thresholds are certified together (Learn-then-Test).",
+        ),
+    ] = False,
     prices: PricesOpt = None,
     force: ForceOpt = False,
     config: dict | None = None,
@@ -102,6 +111,8 @@ def train_cmd(
     if found is None:
         raise CCPOError(f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'")
     check_answer(answer, method, delta)
+    if route and answer != "single":
+        raise CCPOError("--route works with --answer single (set policies are not routed yet)")
     settings = config or {}
     spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
     if not spec.fitted_on_replay:
@@ -127,7 +138,7 @@ def train_cmd(
     if answer == "single":
         _train_single(
             method, ep, sp, sizes, alpha, seed, delta, price_table, out, provenance,
-            stop_settings,
+            stop_settings, routed=route,
         )  # fmt: skip
         return
     if spec.fitted_on_replay:
@@ -366,8 +377,9 @@ def _train_stopping(
 
 
 def _train_single(
-    method, ep, sp, sizes, alpha, seed, delta, price_table, out: Path, provenance, settings
-) -> None:
+    method, ep, sp, sizes, alpha, seed, delta, price_table, out: Path, provenance, settings,
+    routed: bool = False,
+) -> None:  # fmt: skip
     """``train --answer single``: fit the stopping score on the training split (auto: choose
     by cross-fitted validation cost), λ̂ by Learn-then-Test on the calibration split
     (:mod:`ccpo.policies.single`), write the policy folder and summary.json. Refuses with the
@@ -380,7 +392,9 @@ def _train_single(
 
     t0 = time.perf_counter()
     with console.status(f"fitting {method} (single answer) on {sizes['train']} questions …"):
-        pol = fit_single_method(method, ep, sp.train, alpha, seed, delta, settings=settings)
+        pol = fit_single_method(
+            method, ep, sp.train, alpha, seed, delta, settings=settings, routed=routed
+        )
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
     pol.provenance = provenance
@@ -388,13 +402,14 @@ def _train_single(
     cal = sp.cal[0]
     cal_ep = ep.subset(cal)
     got = pol.calibrate(cal_ep)
-    m = pol.rollout(cal_ep, pol.scores(cal_ep.obs), pol.threshold)
+    m = pol.rollout(cal_ep, pol.episode_scores(cal_ep), pol.threshold)
     summary = {
         "method": method, "variant": pol.variant, "answer": "single", "seconds": round(seconds, 2),
         "threshold": pol.threshold, "delta": delta, "calibration_misses": got.misses,
         "calibration_coverage": float(m.covered.mean()),
         "calibration_cost_cents": float(m.cost.sum() * 100),
         "calibration_rounds": float(m.length.mean()), "sizes": sizes, **pol.info,
+        **({"route_tau": pol.tau} if routed else {}),
     }  # fmt: skip
     y = _yardstick(pol, ep, cal, summary)
     with staged_folder(out) as tmp:  # all files or none (a full disk)

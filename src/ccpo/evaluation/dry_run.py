@@ -75,10 +75,16 @@ class _ReplayThread:
         self._sock.close()
 
 
-def _paid(trace: Any, rounds: int, pol: Policy) -> list[list[str]]:
+def _paid(trace: Any, rounds: int, pol: Policy, first: int = 1) -> list[list[str]]:
+    """The models a replay pays in ``rounds`` rounds from round ``first`` (routing may skip
+    the ones before it: a call of theirs that a later step repeats is paid there)."""
     if pol.alone is not None:  # one step called alone, every other skipped
         t, role = pol.alone
         return [[getattr(trace.rounds[t - 1], role).model]]
+    if first > 1:
+        from ccpo.traces.routing import paid_steps
+
+        return [[m for m, _ in steps] for steps in paid_steps(trace, first - 1)[:rounds]]
     return [
         [s.model for s in (r.base, r.guide) if not getattr(s, "reused", False)]
         for r in trace.rounds[:rounds]
@@ -170,7 +176,7 @@ def dry_run(
             problems.append(f"answers {got.answers} vs replay {want.answers}")
         if got.rounds != want.rounds:
             problems.append(f"rounds {got.rounds} vs replay {want.rounds}")
-        expected_paid = _paid(tr, want.rounds, replay.policy)
+        expected_paid = _paid(tr, want.rounds, replay.policy, want.first_round)
         if paid != expected_paid:
             problems.append(f"models paid {paid} vs replay {expected_paid}")
         if abs(got.cost_usd - want.cost_usd) > 1e-12:

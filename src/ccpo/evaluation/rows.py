@@ -35,6 +35,7 @@ from ccpo.policies.registry import (
     variant_name,
 )
 from ccpo.policies.rl import RLPolicy
+from ccpo.policies.route import SUFFIX as ROUTED
 from ccpo.policies.single import DELTA, SUFFIX
 from ccpo.traces.episodes import Episodes, Metrics, conformal_rollout
 
@@ -137,6 +138,12 @@ def conformal_metrics(
     return conformal_rollout(ep, probs, kappas, splits.test), kappas
 
 
+def last_threshold(thresholds: np.ndarray) -> np.ndarray:
+    """κ̂ or λ̂ of each split: a routed policy's split thresholds are (τ̂, λ̂) pairs."""
+    t = np.asarray(thresholds)
+    return t.reshape(len(t), -1)[:, -1]
+
+
 class PolicyRow(Row):
     """A row backed by a :class:`ccpo.policies.Policy` (``self.policy``, set by ``fit``):
     scored on every test split at the threshold it calibrates on the matching calibration
@@ -151,7 +158,7 @@ class PolicyRow(Row):
         pol = self.policy
         if pol is None:
             raise CCPOError(f"policy '{self.name}' was evaluated before it was fitted")
-        scores = pol.scores(ep.obs)
+        scores = pol.episode_scores(ep)
         if pol.greedy:
             return pol.rollout(ep, scores, None, splits.test)
         self._thresholds, self._refused = pol.split_thresholds(ep, scores, splits.cal, alpha)
@@ -160,7 +167,7 @@ class PolicyRow(Row):
     def result_extra(self) -> dict[str, Any]:
         if self._thresholds is None:
             return {}
-        return {"kappa_mean": float(self._thresholds.mean())}
+        return {"kappa_mean": float(last_threshold(self._thresholds).mean())}
 
     def auto_pick(self) -> dict[str, Any]:
         """``{"picked": name}`` when ``auto`` chose this row's technique, else ``{}``."""
@@ -232,19 +239,23 @@ class SingleRow(PolicyRow):
 
     def __init__(self, name: str, delta: float = DELTA, policy: Policy | None = None) -> None:
         """``policy``: a trained single-answer policy (a folder's), kept as it is by fit."""
-        self.name, self.method, self.delta = name, name.removesuffix(SUFFIX), delta
+        self.routed = name.endswith(ROUTED)  # ``…-single+route``: behind a router
+        self.name, self.delta = name, delta
+        self.method = name.removesuffix(ROUTED).removesuffix(SUFFIX)
         self.policy = policy
         self._given = policy is not None
 
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
         if not self._given:
-            self.policy = fit_single_method(self.method, ep, train_idx, alpha, seed, self.delta)
+            self.policy = fit_single_method(
+                self.method, ep, train_idx, alpha, seed, self.delta, routed=self.routed
+            )
 
     def result_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {"answer": "single", "delta": self.delta, **self.auto_pick()}
         if self._thresholds is not None and self._refused is not None:
             out["refused_share"] = float(self._refused.mean())
-            out["threshold_mean"] = float(self._thresholds.mean())
+            out["threshold_mean"] = float(last_threshold(self._thresholds).mean())
         return out
 
 
@@ -290,7 +301,8 @@ def available_policies(ep: Episodes, trained: bool = True) -> list[str]:
 
 def make_policy(name: str, cache: TrainingCache) -> Row:
     """A row: a method of :mod:`ccpo.policies.registry`, a policy folder, or a baseline."""
-    if name.endswith(SUFFIX) and single_form_of(name.removesuffix(SUFFIX)):
+    single = name.removesuffix(ROUTED)
+    if single.endswith(SUFFIX) and single_form_of(single.removesuffix(SUFFIX)):
         return SingleRow(name)
     if name.startswith(ALWAYS):
         return AlwaysRow(name)

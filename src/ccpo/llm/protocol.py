@@ -463,11 +463,14 @@ async def run_round(
     t: int,
     earlier: list[RoundOutput],
     backend: SearchBackend | None,
+    start: int = 1,
 ) -> RoundOutput:
     """Round ``t`` (1-based) of the runner's ladder, after the ``earlier`` rounds of the same
     question (docs/design.md, "Ladders": how a round runs). ``question`` is the question, or
     in the ``chat`` family the conversation (its steps' prompt: docs/design.md,
-    "Conversations"). With its signals."""
+    "Conversations"). ``start``: the first round run (``earlier`` holds rounds start..t − 1;
+    a routed question skipped the rounds before it, so a step repeating one of their calls is
+    asked here). With its signals."""
     lr = r.ladder.round(t)
     if lr.verdict == "judge":
         history = [e.past() for e in earlier]
@@ -495,7 +498,7 @@ async def run_round(
     # calls of the round depend on nothing of each other, so they are sent at once
     steps: dict[str, tuple[BaseOutput, float | None]] = {}
     reused: list[str] = []
-    fresh = [role for role in ("base", "guide") if r.ladder.reused(t, role) is None]
+    fresh = [role for role in ("base", "guide") if r.ladder.reused(t, role, start) is None]
     calls = [asyncio.ensure_future(_answer_alone(r, question, t, ro, backend)) for ro in fresh]
     try:
         got = await asyncio.gather(*calls)
@@ -506,11 +509,11 @@ async def run_round(
         raise
     steps.update(zip(fresh, got, strict=True))
     for role in ("base", "guide"):
-        src = r.ladder.reused(t, role)
+        src = r.ladder.reused(t, role, start)
         if src is None:
             continue
         u, ro = src
-        orig, value = _answer_of(earlier[u - 1], ro) if u < t else steps[ro]
+        orig, value = _answer_of(earlier[u - start], ro) if u < t else steps[ro]
         sig = transfer_signal(value, ro, role)
         steps[role] = (BaseOutput(orig.answer, orig.reasoning, Calls(), (sig, sig)), sig)
         reused.append(role)

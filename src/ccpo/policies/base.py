@@ -165,8 +165,8 @@ class Policy(ABC):
 
     def replay_costs(self, ep: Episodes, reach: np.ndarray) -> np.ndarray:
         """[n] USD its replay pays on each question of ``ep`` having run the rounds ``reach``
-        [n, T] of :meth:`replay_answers`."""
-        return (ep.round_cost * reach).sum(-1)
+        [n, T] of :meth:`replay_answers` (:meth:`round_costs` of the rounds it ran)."""
+        return (self.round_costs(ep) * reach).sum(-1)
 
     def guarantee_statement(self) -> str:
         """The guarantee in words, against what its provenance's ``against`` labels say: gold
@@ -197,6 +197,21 @@ class Policy(ABC):
     def scores(self, obs: np.ndarray) -> np.ndarray:
         """The policy's scores of observations [..., T, F]: membership scores [..., T, 3]
         (set) or stopping scores [..., T] (single). Row t depends on rows ≤ t only."""
+
+    def episode_scores(self, ep: Episodes) -> Any:
+        """The scores the replay of ``ep`` uses (``split_thresholds``, ``rollout``): by default
+        :meth:`scores` of its observations; a routed policy's also hold each start's view."""
+        return self.scores(ep.obs)
+
+    def round_costs(self, ep: Episodes) -> np.ndarray:
+        """[N, T] USD of round t of each question as this policy runs it (a routed policy
+        pays a call of a skipped round where first needed); by default ``ep.round_cost``."""
+        return ep.round_cost
+
+    def start_rung(self, question: str) -> int:
+        """The 0-based round to start at, decided from the question alone before any call
+        (rounds before it are neither called nor paid); 0 for a policy without a router."""
+        return 0
 
     @abstractmethod
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:

@@ -36,6 +36,7 @@ from ccpo.policies.reference import (
     reference_validator,
 )
 from ccpo.policies.rl import RLPolicy
+from ccpo.policies.route import RoutedPolicy, route
 from ccpo.policies.rules import FIXED_RULES, RulePolicy
 from ccpo.policies.single import (
     DELTA,
@@ -156,6 +157,8 @@ def load_policy(folder: str | Path) -> Policy:
     meta = read_meta(folder)  # parsed once, handed to the class
     if meta.get("method") == REFERENCE_METHOD:
         return ReferencePolicy.load(folder, meta)
+    if meta.get("route"):
+        return RoutedPolicy.load(folder, meta)
     if meta.get("answer") == "single":
         return SingleAnswerPolicy.load(folder, meta)
     if meta.get("method") in FIXED_RULES:
@@ -289,12 +292,17 @@ def fit_single_method(
     candidates: Sequence[str] = SINGLE_METHODS,
     settings: dict[str, Any] | None = None,
     folds: int = 5,
+    routed: bool = False,
 ) -> Policy:
     """The one entry point for ``--answer single``: ``auto`` cross-fits ``candidates`` on the
     training questions, scores each by :func:`~ccpo.policies.single.validation_cost` of its
     out-of-fold scores and refits the cheapest on all of ``train_idx`` (its choice in
     ``info["auto"]``), or keeps calling the reference alone when nothing is cheaper
-    (:mod:`ccpo.policies.reference`); any other name is fitted as is."""
+    (:mod:`ccpo.policies.reference`); any other name is fitted as is. ``routed``: behind a
+    router fitted on the same questions (:mod:`ccpo.policies.route`)."""
+    if routed:
+        inner = fit_single_method(method, ep, train_idx, alpha, seed, delta, candidates, settings)
+        return route(inner, ep, train_idx, seed)
     kw = {k: v for k, v in (settings or {}).items() if k not in ("alpha", "seed", "learner")}
     cfg = StopConfig(alpha=alpha, seed=seed, **kw)
     if method != "auto":
@@ -329,22 +337,27 @@ def fit_policy(
     train_config: TrainConfig | None = None,
     settings: dict[str, Any] | None = None,
     progress: Any = None,
+    routed: bool = False,
 ) -> Policy:
     """Fit any method by name on ``train_idx``, not calibrated yet: its single-answer form
     (``single``), a method fitted on replay (``auto`` included), or an RL method trained by
     :func:`ccpo.learning.training.train` with ``train_config`` (defaults otherwise; its method,
     α, seed and λ are the method's). ``progress(step, entry)``: RL training steps."""
     pol = _fit_policy(method, ep, train_idx, alpha, seed, single, delta, train_config, settings,
-                      progress)  # fmt: skip
+                      progress, routed)  # fmt: skip
     pol.feature_spec = ep.feature_spec  # the observations it was fitted on (ladder signals)
     return pol
 
 
 def _fit_policy(
-    method, ep, train_idx, alpha, seed, single, delta, train_config, settings, progress
+    method, ep, train_idx, alpha, seed, single, delta, train_config, settings, progress, routed
 ) -> Policy:
     if single:
-        return fit_single_method(method, ep, train_idx, alpha, seed, delta, settings=settings)
+        return fit_single_method(
+            method, ep, train_idx, alpha, seed, delta, settings=settings, routed=routed
+        )
+    if routed:
+        route(None, ep, train_idx)  # type: ignore[arg-type]  # refuses: sets are not routed
     found = resolve_method(method)
     if found is None:
         raise CCPOError(f"unknown method '{method}' (methods: {method_names()}, ccpo-lam<λ>)")

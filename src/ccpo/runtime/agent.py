@@ -65,6 +65,7 @@ from ccpo.traces.answers import normalizer_for
 from ccpo.traces.conversation import Conversation, prompt_text
 from ccpo.traces.ladder import CHAT, Ladder
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
+from ccpo.traces.routing import routed_rounds
 from ccpo.traces.schema import ACTIONS
 
 __all__ = [
@@ -412,11 +413,13 @@ class ConformalAgent:
         total = worst = costliest = worst_round = 0.0
         nxt: asyncio.Future[RoundOutput] | None = None  # the next round, already sent
         before = before_worst = 0.0
+        first = self.policy.start_rung(q.question) + 1  # decided before any call (routing)
+        rounds.extend(routed_rounds([], first - 1))  # skipped rounds: blank, as in replay
         try:
-            for t in range(1, self.horizon + 1):
+            for t in range(first, self.horizon + 1):
                 if nxt is None:
                     before, before_worst = env.spent, env.worst
-                    ro = await run_round(runner, question, t, outs, backend)
+                    ro = await run_round(runner, question, t, outs, backend, first)
                 else:
                     ro = await nxt
                     nxt = None
@@ -440,7 +443,9 @@ class ConformalAgent:
                         )
                     # round t + 1 sends its first call before round t's log is written
                     before, before_worst = env.spent, env.worst
-                    nxt = asyncio.ensure_future(run_round(runner, question, t + 1, outs, backend))
+                    nxt = asyncio.ensure_future(
+                        run_round(runner, question, t + 1, outs, backend, first)
+                    )
                     await asyncio.sleep(0)  # (it runs up to its first wait for the network)
                 logs.append(self._round_log(t, ro, lr, d, cb + cg, answers, joined))
                 if not d.go_on:
@@ -466,7 +471,7 @@ class ConformalAgent:
             answers=list(answers.values()),
             answer=None if best is None else answers[best],
             guarantee=self.guarantee,
-            rounds=len(rounds),
+            rounds=len(outs),
             horizon=self.horizon,
             cost_usd=total,
             cost_by_model=by_model,

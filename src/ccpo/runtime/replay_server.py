@@ -36,6 +36,7 @@ from ccpo.runtime.rails import BodyLimit, error_response
 from ccpo.traces.answers import family_of
 from ccpo.traces.conversation import ConversationError, conversation_key, conversation_of
 from ccpo.traces.io import iter_traces, loads_strict
+from ccpo.traces.ladder import ladder_of_trace
 from ccpo.traces.schema import Trace
 
 _CONVERSATION = "\x00conversation:"  # a recorded conversation's key: never in a prompt's text
@@ -74,12 +75,17 @@ def _step_text(role: str, step: Any, verdict_mode: str, chat: bool = False) -> s
 
 
 def recorded_steps(tr: Trace) -> Iterable[Recorded]:
-    """Every step of a trace as a :class:`Recorded` reply."""
+    """Every step of a trace as a :class:`Recorded` reply. A step stored as a repeat of an
+    earlier call is asked only when that call was skipped (a routed question): it is billed
+    at the original call's usage, as the replay prices it (:mod:`ccpo.traces.routing`)."""
     chat = family_of(tr.task, tr.family) == "chat"
+    ladder = ladder_of_trace(tr)
     for r in tr.rounds:
         mode = r.verdict_mode or "judge"
         for role in ("base", "guide"):
             s = getattr(r, role)
+            src = ladder.reused(r.round, role) if getattr(s, "reused", False) else None
+            usage = s.usage if src is None else getattr(tr.rounds[src[0] - 1], src[1]).usage
             extra: dict[str, Any] = {"answer": s.answer}
             if role == "base":
                 extra.update(logprob_mean=s.logprob_mean, logprob_min=s.logprob_min)
@@ -94,8 +100,8 @@ def recorded_steps(tr: Trace) -> Iterable[Recorded]:
                 s.model,
                 s.answer,
                 _step_text(role, s, mode, chat),
-                s.usage.input_tokens,
-                s.usage.output_tokens,
+                usage.input_tokens,
+                usage.output_tokens,
                 extra,
             )
 

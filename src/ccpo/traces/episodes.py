@@ -31,6 +31,7 @@ from ccpo.traces.featurize import FEATURE_SPEC, feature_spec, featurize_trace
 from ccpo.traces.labels import labels_of, reference_model
 from ccpo.traces.latency import call_seconds, round_seconds
 from ccpo.traces.prices import PriceTable
+from ccpo.traces.routing import RouteViews, route_views
 from ccpo.traces.schema import ACTIONS, Trace
 
 BASE, GUIDE, NEXT = 0, 1, 2
@@ -66,6 +67,7 @@ class Episodes:
     round_latency: np.ndarray | None = None
     #: [N] estimated seconds of the ``always-<strongest>`` call
     strongest_latency: np.ndarray | None = None
+    routes: RouteViews | None = None  # every start round's view (traces.routing); agree only
 
     @property
     def n(self) -> int:
@@ -113,6 +115,7 @@ class Episodes:
             strongest_latency=None
             if self.strongest_latency is None
             else self.strongest_latency[idx],
+            routes=None if self.routes is None else self.routes.subset(idx),
         )
 
     @property
@@ -212,6 +215,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         strongest_step=alone_step(traces, strongest) if strongest else None,
         round_latency=round_latency,
         strongest_latency=strongest_seconds(traces, strongest) if strongest else None,
+        routes=route_views(traces, prices),
     )
 
 

@@ -137,14 +137,15 @@ class Ladder:
         """Round ``t`` (1-based)."""
         return self.rounds[t - 1]
 
-    def reused(self, t: int, role: str) -> tuple[int, str] | None:
+    def reused(self, t: int, role: str, start: int = 1) -> tuple[int, str] | None:
         """The earlier step (round, role) whose call step (``t``, ``role``) repeats, or None
-        (docs/design.md, "Ladders": only ``agree`` rounds repeat calls)."""
+        (docs/design.md, "Ladders": only ``agree`` rounds repeat calls). ``start``: the first
+        round run (a routed question skips rounds before it: their calls were not made)."""
         r = self.round(t)
         if r.verdict != "agree":
             return None
         me = r.step(role)
-        order = [(u, ro) for u in range(1, t + 1) for ro in ("base", "guide")]
+        order = [(u, ro) for u in range(start, t + 1) for ro in ("base", "guide")]
         for u, ro in order[: order.index((t, role))]:
             if self.round(u).verdict == "agree" and self.round(u).step(ro) == me:
                 return u, ro

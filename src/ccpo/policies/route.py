@@ -1,0 +1,503 @@
+"""Routing before the first call: a single-answer policy that may start at a later round.
+
+A :class:`Router` holds one logistic classifier per round s < T on features of the question
+text alone (:mod:`ccpo.traces.text_features`), predicting "round s's answer is correct"; at a
+threshold τ the question starts at the cheapest round whose prediction clears τ
+(:data:`NO_ROUTE`: round 1). The wrapped single-answer policy's stopping rule goes on from
+there; skipped rounds are neither called nor paid (:mod:`ccpo.traces.routing`). :func:`route`
+fits it on the training split and picks τ there (:func:`choose_tau`, cross-fitted);
+:func:`joint_ltt` certifies λ̂ (and τ̂ among ``taus``, Bonferroni) by Learn-then-Test, so
+P_cal(P(wrong answer on a solvable question) ≤ α) ≥ 1 − δ holds with routing in play
+(docs/theory.md, "Routing before the first call").
+
+Main names: :class:`Router`, :func:`fit_router`, :class:`RoutedPolicy`, :func:`route`,
+:func:`choose_tau`, :func:`joint_ltt`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ccpo.errors import CCPOError
+from ccpo.policies.base import Answered, Calibration, Policy, RoundDecision
+from ccpo.policies.single import (
+    RUN_ALL,
+    SingleAnswerPolicy,
+    Unreachable,
+    ltt_threshold,
+    reached_labels,
+)
+from ccpo.traces.episodes import Episodes, Metrics, answer_actions, single_losses, single_stops
+from ccpo.traces.text_features import TEXT_FEATURE_SPEC, text_features, text_matrix
+
+NO_ROUTE = 2.0
+"""τ above every prediction: start at round 1 (the unrouted policy)."""
+TAUS = (NO_ROUTE, 0.25, 0.5, 0.75)
+"""The router thresholds τ may take, fixed before any data: :func:`choose_tau` picks one on
+the training split (or :func:`joint_ltt` certifies all four at δ/4 each)."""
+ROUTE_FILE = "route.json"
+SUFFIX = "+route"
+
+
+# ----------------------------------------------------------------------------- the router
+@dataclass
+class Router:
+    """Per round s < T a logistic classifier w_s·x + b_s on text features x (round T: 1)."""
+
+    coef: np.ndarray  # [T − 1, D]
+    intercept: np.ndarray  # [T − 1]
+    start_cost: np.ndarray  # [T] mean USD of round s's calls when started at s (training)
+    spec: dict[str, Any] = field(default_factory=lambda: dict(TEXT_FEATURE_SPEC))
+
+    @property
+    def horizon(self) -> int:
+        return self.coef.shape[0] + 1
+
+    def probs(self, x: np.ndarray) -> np.ndarray:
+        """r̂_s for text features [N, D]: [N, T] (column T is 1). Summed row by row, so a
+        question's value does not depend on its batch (live = replay, bit for bit)."""
+        from scipy.special import expit
+
+        x = np.asarray(x, dtype=np.float64)
+        z = (x[:, None, :] * self.coef[None]).sum(-1) + self.intercept[None]
+        return np.concatenate([expit(z), np.ones((x.shape[0], 1))], axis=1)
+
+    def question_probs(self, questions: tuple[str, ...] | list[str]) -> np.ndarray:
+        return self.probs(text_matrix(list(questions), int(self.spec["dim"])))
+
+    def start(self, probs: np.ndarray, tau: Any) -> np.ndarray:
+        """:func:`starts` with this router's start costs."""
+        return starts(probs, tau, self.start_cost)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec,
+            "coef": self.coef.tolist(),
+            "intercept": self.intercept.tolist(),
+            "start_cost": self.start_cost.tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Router:
+        if d.get("spec") != TEXT_FEATURE_SPEC:
+            raise CCPOError(
+                f"the router was fitted on text features {d.get('spec')}, this ccpo computes "
+                f"{TEXT_FEATURE_SPEC}; retrain the policy with --route"
+            )
+        return cls(
+            np.asarray(d["coef"], dtype=np.float64),
+            np.asarray(d["intercept"], dtype=np.float64),
+            np.asarray(d["start_cost"], dtype=np.float64),
+            d["spec"],
+        )
+
+
+def starts(probs: np.ndarray, tau: Any, cost: np.ndarray) -> np.ndarray:
+    """The 0-based start round of each question: of the rounds s with r̂_s ≥ τ (round T
+    always is), the one whose own calls cost least on the training questions (``cost`` [T];
+    ties to the earliest: on a ladder ordered by price, the first such round); 0 where τ > 1
+    (:data:`NO_ROUTE`). ``probs`` [..., T]; ``tau`` a scalar or broadcasting on [...]."""
+    tau = np.asarray(tau, dtype=np.float64)
+    priced = np.where(probs >= tau[..., None], np.asarray(cost, dtype=np.float64), np.inf)
+    return np.where(tau > 1.0, 0, np.argmin(priced, axis=-1))
+
+
+def fit_router(ep: Episodes, train_idx: np.ndarray, c: float = 1.0, seed: int = 0) -> Router:
+    """The router fitted on the training questions only: for each round s < T, labels
+    "stopping at s returns a correct answer (or q is unsolvable)" on their text features."""
+    from sklearn.linear_model import LogisticRegression
+
+    if ep.routes is None:
+        raise CCPOError(
+            "--route needs a ladder of agree rounds (an import or a bundled set): a judge "
+            "round's base reads the earlier rounds, which routing would skip"
+        )
+    sub = ep.subset(np.asarray(train_idx))
+    x = text_matrix(list(sub.routes.questions))
+    y = reached_labels(sub)
+    T = ep.horizon
+    coef, icpt = np.zeros((T - 1, x.shape[1])), np.zeros(T - 1)
+    for s in range(T - 1):
+        ys = y[:, s]
+        if ys.all() or not ys.any():
+            rate = min(max(float(ys.mean()), 1e-6), 1 - 1e-6)
+            icpt[s] = np.log(rate / (1 - rate))
+            continue
+        lr = LogisticRegression(C=c, max_iter=2000, random_state=seed).fit(x, ys)
+        coef[s], icpt[s] = lr.coef_[0], lr.intercept_[0]
+    own = np.stack([sub.routes.cost[s, :, s] for s in range(T)], axis=1)  # [n, T]
+    return Router(coef, icpt, own.mean(axis=0))
+
+
+# ----------------------------------------------------------------------------- replay
+@dataclass(frozen=True)
+class RoutedScores:
+    """What a routed replay needs: r̂ [N, T] and the stopping scores of every start [S, N, T]
+    (−∞ before the start: a skipped round never stops the episode)."""
+
+    probs: np.ndarray
+    stops: np.ndarray
+    cost: np.ndarray  # [S, N, T]
+    router: Router
+
+    def take(self, idx: np.ndarray) -> RoutedScores:
+        return RoutedScores(self.probs[idx], self.stops[:, idx], self.cost[:, idx], self.router)
+
+    def at(self, tau: Any, sel: Any = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(start [...], stopping scores [..., T], round costs [..., T]) of questions ``sel``
+        (an index array of any shape) at τ (a scalar or broadcasting on ``sel``'s shape)."""
+        q = np.arange(self.probs.shape[0])[sel]
+        s = self.router.start(self.probs[q], tau)
+        return s, self.stops[s, q], self.cost[s, q]
+
+
+def routed_outcomes(
+    ep: Episodes, sc: RoutedScores, tau: Any, lam: Any, sel: Any = slice(None)
+) -> tuple[np.ndarray, np.ndarray, Metrics]:
+    """(start, stop, metrics) of the routed episodes of questions ``sel`` at (τ, λ)."""
+    s, h, cost = sc.at(tau, sel)
+    stop = single_stops(h, lam)
+    t = np.arange(ep.horizon)
+    ran = (t >= s[..., None]) & (t <= stop[..., None])
+    q = np.arange(ep.n)[sel]
+    act = np.take_along_axis(answer_actions(ep.answered[q]), stop[..., None], -1)[..., 0]
+    corr = np.take_along_axis(ep.correct[q], stop[..., None, None], -2)[..., 0, :]
+    hit = np.take_along_axis(corr, act[..., None], -1)[..., 0]
+    m = Metrics(
+        cost=(cost * ran).sum(-1),
+        covered=hit | ~ep.solvable[q],
+        length=stop - s + 1,
+        set_size=np.ones_like(stop),
+    )
+    return s, stop, m
+
+
+def joint_ltt(
+    ep: Episodes, sc: RoutedScores, alpha: float, delta: float, taus=TAUS
+) -> tuple[float, Calibration]:
+    """(τ̂, the calibration of λ̂) on the calibration questions ``ep``: for each τ of ``taus``
+    fixed-sequence LTT over λ at δ/m; the certified pair of least calibration cost. Raises
+    :class:`Unreachable` when no τ certifies λ_0."""
+    m = len(taus)
+    best: tuple[float, float, Calibration] | None = None
+    last_error: Unreachable | None = None
+    for tau in taus:
+        _, h, _ = sc.at(tau)
+        try:
+            cal = ltt_threshold(ep, h, alpha, delta / m)
+        except Unreachable as e:
+            last_error = e
+            continue
+        cost = float(routed_outcomes(ep, sc, tau, cal.threshold)[2].cost.sum())
+        if best is None or cost < best[0]:
+            best = (cost, float(tau), cal)
+    if best is None:
+        assert last_error is not None
+        raise last_error
+    return best[1], best[2]
+
+
+# ----------------------------------------------------------------------------- the policy
+@dataclass
+class RoutedPolicy(Policy):
+    """A single-answer policy (``inner``) behind a :class:`Router` at threshold ``tau``."""
+
+    inner: SingleAnswerPolicy
+    router: Router
+    tau: float | None = None  # τ̂ (NO_ROUTE: never skips); None: not calibrated
+    taus: tuple[float, ...] = TAUS  # the τ calibration may choose (one: chosen on training)
+
+    answer = "single"
+
+    def __post_init__(self) -> None:
+        if self.router.horizon != self.inner.horizon:
+            raise CCPOError("the router and the stopping rule were fitted on different T")
+
+    # the wrapped policy's attributes, read (and some written) through
+    @property
+    def horizon(self) -> int:  # type: ignore[override]
+        return self.inner.horizon
+
+    @property
+    def feature_spec(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.inner.feature_spec
+
+    @feature_spec.setter
+    def feature_spec(self, spec: dict[str, Any]) -> None:
+        self.inner.feature_spec = spec
+
+    @property
+    def log(self) -> list[dict[str, float]]:  # type: ignore[override]
+        return self.inner.log
+
+    @property
+    def config(self) -> Any:  # type: ignore[override]
+        return self.inner.config
+
+    @property
+    def delta(self) -> float:  # type: ignore[override]
+        return self.inner.delta
+
+    @property
+    def variant(self) -> str:  # type: ignore[override]
+        return self.inner.variant + SUFFIX
+
+    @property
+    def prices(self) -> dict[str, Any] | None:  # type: ignore[override]
+        return self.inner.prices
+
+    @prices.setter
+    def prices(self, value: dict[str, Any] | None) -> None:
+        self.inner.prices = value
+
+    @property
+    def provenance(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.inner.provenance
+
+    @provenance.setter
+    def provenance(self, value: dict[str, Any]) -> None:
+        self.inner.provenance = value
+
+    @property
+    def info(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.inner.info
+
+    @info.setter
+    def info(self, value: dict[str, Any]) -> None:
+        self.inner.info = value
+
+    @property
+    def method(self) -> str:
+        return self.inner.method
+
+    @property
+    def alpha(self) -> float:
+        return self.inner.alpha
+
+    @property
+    def threshold(self) -> float:
+        """λ̂ (τ̂ is :attr:`tau`)."""
+        return self.inner.threshold
+
+    def set_threshold(self, value: float) -> None:
+        self.inner.set_threshold(value)
+
+    @property
+    def is_calibrated(self) -> bool:
+        return self.inner.is_calibrated and self.tau is not None
+
+    @property
+    def tracks_online(self) -> bool:
+        return False
+
+    @property
+    def online_step(self) -> tuple[float, float]:
+        return self.inner.online_step
+
+    def trained_horizon(self) -> int | None:
+        return self.inner.horizon
+
+    # ------------------------------------------------------------------ replay
+    def scores(self, obs: np.ndarray) -> np.ndarray:
+        """The stopping scores of observations (any start's view)."""
+        return self.inner.stop_scores(obs)
+
+    def episode_scores(self, ep: Episodes) -> RoutedScores:
+        if ep.routes is None:
+            raise CCPOError("a routed policy needs traces of an agree ladder (see --route)")
+        views = ep.routes
+        stops = self.inner.stop_scores(views.obs)  # [S, N, T]
+        for s in range(1, stops.shape[0]):
+            stops[s, :, :s] = -np.inf
+        probs = self.router.question_probs(views.questions)
+        return RoutedScores(probs, stops, views.cost, self.router)
+
+    def round_costs(self, ep: Episodes) -> np.ndarray:
+        sc = self.episode_scores(ep)
+        return sc.at(self._tau())[2]
+
+    def _tau(self) -> float:
+        if self.tau is None:
+            raise CCPOError(f"the {self.variant} policy is not calibrated yet (no τ̂)")
+        return self.tau
+
+    def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
+        """(τ̂, λ̂) by :func:`joint_ltt` on the calibration questions (sets both)."""
+        sub = ep if cal is None else ep.subset(cal)
+        sc = self.episode_scores(sub)
+        tau, found = joint_ltt(sub, sc, self.alpha, self.inner.delta, self.taus)
+        self.tau = tau
+        self.inner.lam = found.threshold
+        return found
+
+    def split_thresholds(
+        self, ep: Episodes, scores: RoutedScores, cal: np.ndarray, alpha: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(τ̂, λ̂) of every calibration split as [K, 2]; a refused split gets (no routing,
+        run every round)."""
+        out = np.tile([NO_ROUTE, RUN_ALL], (len(cal), 1))
+        refused = np.zeros(len(cal), dtype=bool)
+        for k, c in enumerate(cal):
+            try:
+                sub, sc = ep.subset(c), scores.take(c)
+                tau, found = joint_ltt(sub, sc, alpha, self.inner.delta, self.taus)
+                out[k] = (tau, found.threshold)
+            except Unreachable:
+                refused[k] = True
+        return out, refused
+
+    def rollout(
+        self, ep: Episodes, scores: RoutedScores, thresholds: Any, idx: np.ndarray | None = None
+    ) -> Metrics:
+        """``thresholds``: (τ, λ), or [K, 2] with ``idx`` [K, n]; a float is λ at τ̂."""
+        th = np.asarray(thresholds, dtype=np.float64)
+        if th.ndim == 0:
+            th = np.array([self._tau(), float(th)])
+        if idx is None:
+            return routed_outcomes(ep, scores, th[0], th[1])[2]
+        idx = np.asarray(idx)
+        if th.ndim == 1:
+            th = np.tile(th, (idx.shape[0], 1))
+        return routed_outcomes(ep, scores, th[:, :1], th[:, 1:], idx)[2]
+
+    def replay_answers(self, ep: Episodes) -> tuple[np.ndarray, np.ndarray]:
+        """Rounds start..stop run, and the one answer action of the stop round."""
+        s, stop, _ = routed_outcomes(ep, self.episode_scores(ep), self._tau(), self.threshold)
+        t = np.arange(ep.horizon)
+        reach = (t >= s[:, None]) & (t <= stop[:, None])
+        rows = np.arange(ep.n)
+        included = np.zeros((ep.n, ep.horizon, 2), dtype=bool)
+        included[rows, stop, answer_actions(ep.answered)[rows, stop]] = True
+        return reach, included
+
+    def losses(self, ep: Episodes, tau: float, lams: np.ndarray) -> np.ndarray:
+        """L_i(τ, λ) [M, N] for every λ of ``lams`` (tests and diagnostics)."""
+        _, h, _ = self.episode_scores(ep).at(tau)
+        return single_losses(ep, h, lams)
+
+    # ------------------------------------------------------------------ live
+    def start_rung(self, question: str) -> int:
+        """The first round (0-based) whose r̂ clears τ̂, from the question text alone."""
+        x = text_features(question, int(self.router.spec["dim"]))[None]
+        return int(self.router.start(self.router.probs(x), self._tau())[0])
+
+    def decide(
+        self, obs: np.ndarray, t: int, threshold: float | None, answered: Answered
+    ) -> RoundDecision:
+        """The wrapped rule on o_t computed with the skipped rounds blank
+        (:func:`ccpo.traces.routing.routed_rounds`), as the replay's view of that start."""
+        return self.inner.decide(obs, t, threshold, answered)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder: str | Path) -> Path:
+        out = self.inner.save(folder)
+        path = Path(folder) / "policy.json"
+        meta = json.loads(path.read_text())
+        meta["route"] = {"tau": self.tau, "taus": list(self.taus), "file": ROUTE_FILE}
+        path.write_text(json.dumps(meta, indent=1) + "\n")
+        (Path(folder) / ROUTE_FILE).write_text(json.dumps(self.router.to_json()) + "\n")
+        return out
+
+    @classmethod
+    def load(cls, folder: str | Path, meta: dict[str, Any]) -> RoutedPolicy:
+        inner = SingleAnswerPolicy.load(folder, meta)
+        try:
+            router = Router.from_json(json.loads((Path(folder) / ROUTE_FILE).read_text()))
+        except (OSError, ValueError, KeyError) as e:
+            raise CCPOError(f"{folder}: cannot read its router {ROUTE_FILE} ({e})") from None
+        tau, taus = meta["route"].get("tau"), meta["route"].get("taus", TAUS)
+        return cls(inner, router, None if tau is None else float(tau), tuple(map(float, taus)))
+
+
+def route(
+    inner: Policy, ep: Episodes, train_idx: np.ndarray, seed: int = 0, folds: int = 5
+) -> RoutedPolicy:
+    """``inner`` (a single-answer policy fitted on ``train_idx``) behind a router fitted on
+    the same training questions, its stopping classifier refitted on every start
+    (:func:`started_stopper`), and τ chosen on the training questions alone
+    (:func:`choose_tau`); not calibrated yet (call :meth:`RoutedPolicy.calibrate`)."""
+    if not isinstance(inner, SingleAnswerPolicy):
+        raise CCPOError(
+            "--route applies to single-answer policies (--answer single): routing a set "
+            "policy is not built yet (docs/theory.md, 'Routing before the first call')"
+        )
+    idx = np.asarray(train_idx)
+    pol = RoutedPolicy(started_stopper(inner, ep, idx), fit_router(ep, idx, seed=seed))
+    tau, figures = choose_tau(pol, ep, idx, seed, folds)
+    pol.taus = (tau,)
+    costs = {f"route/cost@{t:g}": c for t, c in figures.items() if np.isfinite(c)}
+    pol.log.append({"route/tau": tau, **costs})
+    return pol
+
+
+def choose_tau(
+    pol: RoutedPolicy, ep: Episodes, train_idx: np.ndarray, seed: int = 0, folds: int = 5,
+    splits: int = 20,
+) -> tuple[float, dict[float, float]]:  # fmt: skip
+    """The τ of :data:`TAUS` of least validation cost on the training questions alone:
+    out-of-fold router and stopping scores (``folds`` folds, each fitted as ``pol`` was on the
+    others), λ̂ by Learn-then-Test at δ on random halves, cost on the other halves; a τ that
+    some half cannot certify costs +∞; ties go to the earlier τ (no routing first)."""
+    from ccpo.policies.single import fit_single
+
+    rng = np.random.default_rng([seed, 0x7A0])
+    perm = rng.permutation(np.asarray(train_idx))
+    k = folds if perm.size >= 10 * folds else 2
+    parts = np.array_split(perm, k)
+    sub = ep.subset(perm)
+    probs = np.zeros((sub.n, ep.horizon))
+    stops = np.zeros((ep.horizon, sub.n, ep.horizon))
+    at = 0
+    for j, held in enumerate(parts):
+        rest = np.concatenate([p for i, p in enumerate(parts) if i != j])
+        inner = fit_single(ep, rest, pol.inner.config, pol.inner.method, pol.inner.delta)
+        fold = RoutedPolicy(started_stopper(inner, ep, rest), fit_router(ep, rest, seed=seed))
+        sc = fold.episode_scores(ep.subset(held))
+        probs[at : at + held.size], stops[:, at : at + held.size] = sc.probs, sc.stops
+        at += held.size
+    assert sub.routes is not None
+    sc = RoutedScores(probs, stops, sub.routes.cost, pol.router)
+    halves = np.stack([rng.permutation(sub.n) for _ in range(splits)])
+    cal, test = halves[:, : sub.n // 2], halves[:, sub.n // 2 :]
+    figures: dict[float, float] = {}
+    for tau in TAUS:
+        costs = []
+        for c, t in zip(cal, test, strict=True):
+            try:
+                found = ltt_threshold(sub.subset(c), sc.take(c).at(tau)[1], pol.alpha, pol.delta)
+            except Unreachable:
+                costs = [float("inf")]
+                break
+            costs.append(float(routed_outcomes(sub, sc, tau, found.threshold, t)[2].cost.mean()))
+        figures[float(tau)] = float(np.mean(costs))
+    best = min(figures, key=lambda t: (figures[t], TAUS.index(t)))
+    return best, figures
+
+
+def started_stopper(
+    inner: SingleAnswerPolicy, ep: Episodes, train_idx: np.ndarray
+) -> SingleAnswerPolicy:
+    """``inner`` with its stopping classifier refitted on the training questions' rows of
+    every start s (rounds s..T − 1 of the view started at s: what it will score once routed);
+    a fixed rule (``depth-k``) or a constant score is kept as it is."""
+    from ccpo.learning.config import StopConfig
+    from ccpo.policies.classifier import fit_classifier, stop_features
+    from ccpo.policies.cstop import STOPPING_METHODS
+
+    if inner.model is None or isinstance(inner.model, float) or ep.routes is None:
+        return inner
+    sub = ep.subset(np.asarray(train_idx))
+    y = reached_labels(sub)
+    T = ep.horizon
+    xs, ys = [], []
+    for s in range(T - 1):
+        x = stop_features(sub.routes.obs[s])
+        xs.append(x[:, s : T - 1].reshape(-1, x.shape[-1]))
+        ys.append(y[:, s : T - 1].reshape(-1))
+    learner = StopConfig(**{**asdict(inner.config), "learner": STOPPING_METHODS[inner.method]})
+    return replace(inner, model=fit_classifier(np.concatenate(xs), np.concatenate(ys), learner))

@@ -1,0 +1,60 @@
+"""The single-answer guarantee with routing in play, on held-out splits.
+
+A routed policy (router and stopping classifier fitted on 300 training questions of the
+label-free 4-model import, seed 0; τ fixed before calibration so that a third of the
+questions or more skip a rung) is calibrated by Learn-then-Test on 350 questions and scored
+on the 350 others, over 200 random splits (seed 1). Learn-then-Test promises
+P_cal(R(λ̂) ≤ α) ≥ 1 − δ with α = 0.2, δ = 0.1. Each split's test miss rate estimates R(λ̂)
+with standard error ≤ √(α(1 − α)/350) ≈ 0.021; slack: a split counts as over only past
+α + 2 SE, and at most δ + 0.05 of the splits may be over. The same splits at a λ that
+ignores calibration (stop at the first round run) must break it, so the test can fail.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ccpo.evaluation.harness import load_episodes
+from ccpo.policies.registry import fit_single_method
+from tests.helpers.routing import imported_ladder
+
+ALPHA, DELTA, N_TRAIN, SPLITS = 0.2, 0.1, 300, 200
+
+
+@pytest.fixture(scope="module")
+def setting(tmp_path_factory):
+    traces, prices = imported_ladder(tmp_path_factory.mktemp("guarantee"), n=1000, seed=3)
+    ep, _ = load_episodes(traces, [str(prices)])
+    order = np.random.default_rng(0).permutation(ep.n)
+    pol = fit_single_method("cstop-lr", ep, order[:N_TRAIN], ALPHA, 0, DELTA, routed=True)
+    pol.taus = (0.6,)  # fixed before calibration
+    rest = order[N_TRAIN:]
+    rng = np.random.default_rng(1)
+    perms = np.stack([rng.permutation(rest) for _ in range(SPLITS)])
+    half = rest.size // 2
+    return ep, pol, perms[:, :half], perms[:, half:]
+
+
+def _over(miss: np.ndarray) -> float:
+    n = miss.shape[1]
+    return float((miss.mean(1) > ALPHA + 2 * np.sqrt(ALPHA * (1 - ALPHA) / n)).mean())
+
+
+def test_the_guarantee_holds_with_routing_in_play(setting) -> None:
+    ep, pol, cal, test = setting
+    scores = pol.episode_scores(ep)
+    th, refused = pol.split_thresholds(ep, scores, cal, ALPHA)
+    assert not refused.any()
+    starts = pol.router.start(scores.probs[test], th[:, :1])
+    assert (starts > 0).mean() > 0.3  # routing is in play
+    m = pol.rollout(ep, scores, th, test)
+    assert _over(~m.covered) <= DELTA + 0.05
+    assert m.covered.mean() >= 1 - ALPHA
+
+
+def test_an_uncalibrated_threshold_breaks_it(setting) -> None:
+    ep, pol, _, test = setting
+    scores = pol.episode_scores(ep)
+    m = pol.rollout(ep, scores, np.tile([0.6, 0.0], (len(test), 1)), test)
+    assert _over(~m.covered) > 0.5

@@ -1,0 +1,46 @@
+"""``ccpo train --route`` through the real entry point: a routed single-answer folder (router
+file, τ̂ beside λ̂, loaded back as a routed policy); one-line usage errors for a set policy and
+for a judge ladder, which cannot be routed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from ccpo.policies.registry import load_policy
+from ccpo.policies.route import ROUTE_FILE, TAUS, RoutedPolicy
+from tests.helpers.cli import assert_usage_error
+from tests.helpers.routing import imported_ladder
+
+
+def _ccpo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ccpo", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_train_route_writes_a_routed_folder(tmp_path) -> None:
+    traces, prices = imported_ladder(tmp_path, n=200)
+    out = tmp_path / "policy"
+    r = _ccpo("train", "--traces", str(traces), "--answer", "single", "--route",
+              "--alpha", "0.2", "--prices", str(prices), "--out", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((out / "policy.json").read_text())
+    assert (out / ROUTE_FILE).is_file() and meta["route"]["tau"] in TAUS
+    assert json.loads((out / "summary.json").read_text())["route_tau"] == meta["route"]["tau"]
+    pol = load_policy(out)
+    assert isinstance(pol, RoutedPolicy) and pol.is_calibrated and pol.variant.endswith("+route")
+
+
+def test_route_refuses_sets_and_judge_ladders(tmp_path) -> None:
+    traces, prices = imported_ladder(tmp_path, n=60)
+    r = _ccpo("train", "--traces", str(traces), "--route", "--out", str(tmp_path / "a"),
+              "--prices", str(prices))  # fmt: skip
+    assert_usage_error(r, "--route works with --answer single")
+    sim = tmp_path / "sim.jsonl"
+    assert _ccpo("sim", "--n", "200", "--out", str(sim)).returncode == 0
+    r = _ccpo("train", "--traces", str(sim), "--answer", "single", "--route", "--alpha", "0.3",
+              "--out", str(tmp_path / "b"))  # fmt: skip
+    assert_usage_error(r, "agree rounds")
+    assert not (tmp_path / "b").exists()
