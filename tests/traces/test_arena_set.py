@@ -24,8 +24,9 @@ from ccpo.traces.prices import read_price_file
 TRACES = Path(ccpo.__file__).parent / "data" / "traces"
 REPO = Path(__file__).resolve().parents[2]
 RAW = Path(os.environ.get("CCPO_PUBLIC_DATA", "/work/shared/data")) / "arena-bench-v1"
+# by list price per token, cheapest first
 MODELS = ("mistral-7b-instruct-v0.1", "mixtral-8x7b-instruct-v0.1", "gpt-3.5-turbo-1106",
-          "claude-instant-1", "gpt-4-1106-preview")  # fmt: skip  (by list price per token)
+          "claude-instant-1", "gpt-4-1106-preview")  # fmt: skip
 SIGNALS = ["similarity", "length", "refusal"]
 
 
