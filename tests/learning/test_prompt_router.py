@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from ccpo.cli import main
+from ccpo.errors import CCPOError
 from ccpo.evaluation.harness import make_splits, prices_for, split_sizes
 from ccpo.evaluation.prompt_router import rung_arrays
 from ccpo.evaluation.reproduce import bundled_sets
@@ -44,3 +46,11 @@ def test_every_answer_is_one_models_call() -> None:
         rung = np.argmax(np.isclose(cost[test], m.cost[k][:, None]), axis=1)
         assert np.allclose(cost[test, rung], m.cost[k])
         assert (ok[test, rung] == m.covered[k]).all()
+
+
+def test_a_ladder_with_one_guide_for_every_round_is_refused() -> None:
+    path = bundled_sets()["mmlu-public"]  # its guide answers in every round: no single calls
+    ep = build_episodes(read_traces(path), prices_for(path))
+    sp = make_splits(ep.n, split_sizes(ep.n), 2, seed=0)
+    with pytest.raises(CCPOError, match="needs a cascade ladder"):
+        make_policy("prompt-router", None).fit(ep, sp.train, 0.2, 0)

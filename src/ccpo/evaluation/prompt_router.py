@@ -30,7 +30,8 @@ NAME = "prompt-router"
 def rung_arrays(ep: Episodes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(cost [N, T + 1] USD, accepted [N, T + 1] bool, latency [N, T + 1] s or None) of
     calling each rung alone. A later round's base repeats the earlier guide, so round k ≥ 2
-    (1-based) pays only its guide; round 1's two calls split by the view started at round 2."""
+    (1-based) pays only its guide; round 1's two calls split by the view started at round 2.
+    Any other ladder (one guide for every round) is refused."""
     if ep.routes is None:
         raise CCPOError(
             f"'{NAME}' needs the traces of an agree ladder (an import or a bundled set)"
@@ -40,6 +41,12 @@ def rung_arrays(ep: Episodes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None
     cost[:, 2:] = rc[:, 1:]
     cost[:, 1] = ep.routes.cost[1, :, 1] - rc[:, 1]
     cost[:, 0] = rc[:, 0] - cost[:, 1]
+    started = np.stack([ep.routes.cost[k, :, k] for k in range(T)], axis=1)
+    if not np.allclose(started, cost[:, :-1] + cost[:, 1:], rtol=1e-9, atol=1e-15):
+        raise CCPOError(
+            f"'{NAME}' needs a cascade ladder (each round's guide the next round's base, as "
+            "`traces import` builds without --guide)"
+        )
     ok = np.concatenate([ep.correct[:, :1, BASE], ep.correct[:, :, GUIDE]], axis=1)
     ok |= ~ep.solvable[:, None]
     lat = None
