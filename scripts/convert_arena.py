@@ -17,7 +17,9 @@ GPT-4's reference answer. This script
 3. writes a compact import table (question_id, question, messages, model, answer, score,
    input_tokens, output_tokens) and imports it with ``ccpo traces import``'s own code and the
    acceptance rule :data:`RULE` (docs/decisions.md says why this rule), family ``chat``
-   (each prompt a one-turn conversation in ``messages``; replies kept verbatim);
+   (each prompt a one-turn conversation in ``messages``; replies kept verbatim), with the
+   lexical ladder signals :data:`SIGNALS` computed from the replies, as ``ccpo traces import
+   --signals`` does (no call, no download);
 4. writes ``arena-public.jsonl.gz`` (deterministic gzip), the data card and the licence.
 
 It reads the shared folder only here, never at package run time. Running it twice gives
@@ -36,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 from ccpo.traces.accept import parse_rule
-from ccpo.traces.importer import open_table
+from ccpo.traces.importer import import_signals, open_table, with_text_signals
 from ccpo.traces.io import dumps_trace
 from ccpo.traces.prices import load_prices
 
@@ -44,6 +46,8 @@ NAME = "arena-public"
 TASK = "arena"
 FAMILY = "chat"  # a conversation of one user turn; replies verbatim, compared exactly
 RULE = "score>=reference-1"  # accepted: rated at most one point below the reference model's
+#: the ladder's signals (``traces import --signals``): pure functions of the replies
+SIGNALS = ("similarity", "length", "refusal")
 
 #: our model name → (answer file, judgment file) in arena-bench-v1, cheapest first
 LADDER = {
@@ -154,7 +158,8 @@ def convert(arena: Path, out: Path, table_out: Path | None = None) -> dict:
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
         prices = load_prices(out / f"{NAME}.prices.json")
         with open_table(table, TASK, prices, family=FAMILY, accept=parse_rule(RULE)) as imp:
-            traces = list(imp.traces())
+            chosen = import_signals(list(SIGNALS))
+            traces = [with_text_signals(tr, chosen) for tr in imp.traces()]
             unscored = list(imp.unscored)
             order = imp.cascade.order()
     path = out / f"{NAME}.jsonl.gz"
@@ -194,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     got = convert(args.arena, args.out, args.table)
     n = got["questions"]
     print(f"{NAME}: {n} questions ({len(got['left_out'])} left out: a score is missing), "
-          f"{got['bytes']} bytes; rule {RULE}")  # fmt: skip
+          f"{got['bytes']} bytes; rule {RULE}; signals {', '.join(SIGNALS)}")  # fmt: skip
     for m in got["order"]:
         print(f"  {m}: accepted on {got['accepted'][m]}/{n} ({got['accepted'][m] / n:.3f})")
     return 0

@@ -24,8 +24,10 @@ from ccpo.traces.prices import read_price_file
 TRACES = Path(ccpo.__file__).parent / "data" / "traces"
 REPO = Path(__file__).resolve().parents[2]
 RAW = Path(os.environ.get("CCPO_PUBLIC_DATA", "/work/shared/data")) / "arena-bench-v1"
-MODELS = ("mistral-7b-instruct-v0.1", "mixtral-8x7b-instruct-v0.1", "claude-instant-1",
-          "gpt-3.5-turbo-1106", "gpt-4-1106-preview")  # fmt: skip
+# by list price per token, cheapest first
+MODELS = ("mistral-7b-instruct-v0.1", "mixtral-8x7b-instruct-v0.1", "gpt-3.5-turbo-1106",
+          "claude-instant-1", "gpt-4-1106-preview")  # fmt: skip
+SIGNALS = ["similarity", "length", "refusal"]
 
 
 def test_the_set_loads_with_its_rule_prices_and_licence() -> None:
@@ -39,6 +41,9 @@ def test_the_set_loads_with_its_rule_prices_and_licence() -> None:
     assert all(t.solvable for t in traces)  # the reference's own reply meets the rule
     ladder = [traces[0].rounds[0].base.model] + [r.guide.model for r in traces[0].rounds]
     assert tuple(ladder) == MODELS
+    assert all(t.signals == SIGNALS for t in traces)  # the lexical signals, recorded per round
+    assert all(r.signals is not None and r.signals.sim_chars is not None
+               for t in traces for r in t.rounds)  # fmt: skip
     for t in traces:  # each label is the rule applied to the kept scores
         ref = t.rounds[-1].guide.model_extra["score"]
         for r in t.rounds:

@@ -1,8 +1,9 @@
 """Resolve policy names (and trained policy folders) into the harness's rows (:class:`Row`).
 
 Names (docs/design.md, "Results file"): ``random``, ``base``, ``guide``, ``uala``, ``oracle``,
-``llm-policy:<model>``, ``cpo``, ``cpo-batch``, ``cpo-online``, ``ccpo``, ``ccpo-lam<λ>``, or the
-path of a folder written by ``ccpo train``. Trained rows share one training run per
+``llm-policy:<model>``, ``cpo``, ``cpo-batch``, ``cpo-online``, ``ccpo``, ``ccpo-lam<λ>``,
+``prompt-router`` (no guarantee: :mod:`ccpo.evaluation.prompt_router`), or the path of a
+folder written by ``ccpo train``. Trained rows share one training run per
 (method, λ): ``cpo``, ``cpo-batch`` and ``cpo-online`` are the same CPO π scored three ways.
 """
 
@@ -18,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError
+from ccpo.evaluation.prompt_router import NAME as PROMPT_ROUTER
+from ccpo.evaluation.prompt_router import PromptRouterRow
 from ccpo.learning.baselines import BASELINES, Row, Splits, make_baseline
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.replay import calibrate_kappa
@@ -306,6 +309,8 @@ def make_policy(name: str, cache: TrainingCache) -> Row:
         return SingleRow(name)
     if name.startswith(ALWAYS):
         return AlwaysRow(name)
+    if name == PROMPT_ROUTER:
+        return PromptRouterRow()
     found = resolve_method(name)
     if found is not None:
         spec, lam = found
