@@ -50,7 +50,7 @@ def test_the_postgresql_quick_start_of_deploy_md_works(world, policy_dir, prices
     import shutil
     import tempfile
 
-    from ccpo.testing.postgres import find_pg_bin
+    from ccpo.testing.postgres import find_pg_bin, runuser
 
     pg_bin = find_pg_bin()
     if pg_bin is None or shutil.which("psql") is None:
@@ -62,7 +62,7 @@ def test_the_postgresql_quick_start_of_deploy_md_works(world, policy_dir, prices
     home = Path(tempfile.mkdtemp(prefix="ccpo-quick-start-"))  # outside pytest's 0700 tree
     as_user: list[str] = []
     if os.geteuid() == 0:  # initdb refuses root, as the doc says
-        as_user = ["runuser", "-u", "postgres", "--"]
+        as_user = [runuser(), "-u", "postgres", "--"]
         shutil.chown(home, "postgres")
     env = {"PATH": f"{pg_bin}:/usr/bin:/bin", "HOME": str(home)}
     setup = subprocess.run([*as_user, "env", *(f"{k}={v}" for k, v in env.items()),

@@ -48,7 +48,7 @@ class PostgresCluster:
         self.log = self.root / "server.log"
         self._as: list[str] = []
         if os.geteuid() == 0:  # PostgreSQL will not run as root
-            self._as = ["runuser", "-u", "postgres", "--"]
+            self._as = [runuser(), "-u", "postgres", "--"]
             shutil.chown(self.root, "postgres")
             self.root.chmod(0o700)
 
@@ -132,3 +132,11 @@ class PostgresCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def runuser() -> str:
+    """``runuser`` (util-linux), also where PATH lacks the sbin folders (a minimal shell)."""
+    for found in (shutil.which("runuser"), "/usr/sbin/runuser", "/sbin/runuser"):
+        if found and Path(found).is_file():
+            return found
+    raise RuntimeError("running PostgreSQL as root needs runuser (util-linux): install it")
