@@ -50,3 +50,12 @@ def mean_sd(xs: list[float]) -> str:
 
     sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
     return f"{statistics.fmean(xs):.3f} ± {sd:.3f}"
+
+
+def write_results(out, results, suffix: str = "") -> None:
+    """``results`` as indented JSON at ``out`` (its folder made), and a line saying so."""
+    import json
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"\nwrote {out}{suffix}")

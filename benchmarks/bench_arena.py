@@ -28,14 +28,13 @@ calls, so it counts the longer of its base's and guide's).
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from _sweep import mean_sd, sweep_parser
+from _sweep import mean_sd, sweep_parser, write_results
 
 from ccpo.evaluation.harness import make_splits, prices_for, split_sizes, with_latency
 from ccpo.evaluation.reproduce import resolve_data
@@ -121,9 +120,7 @@ def main() -> None:
                 f"{statistics.fmean(t['latency']):.1f} | {statistics.fmean(t['set_size']):.2f} |"
             )
         results[f"α = {alpha:g}"] = table
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"\nwrote {args.out} ({time.perf_counter() - t0:.0f} s)")
+    write_results(args.out, results, f" ({time.perf_counter() - t0:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -24,13 +24,12 @@ relabelled set stands for it.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
-from _sweep import gold_and_label_free, sweep_parser
+from _sweep import gold_and_label_free, sweep_parser, write_results
 
 from ccpo.evaluation.harness import (
     make_splits,
@@ -134,9 +133,7 @@ def main() -> None:
             runs = [by[alpha] for by in seeds]
             table = print_table(label, against_text(ep.labels), alpha, runs)
             results[f"{label}, α = {alpha:g}"] = table
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"\nwrote {args.out}")
+    write_results(args.out, results)
 
 
 if __name__ == "__main__":

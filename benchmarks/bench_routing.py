@@ -17,12 +17,11 @@ questions started after round 1 at the chosen τ̂ (mean over splits).
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
 
-from _sweep import gold_and_label_free_episodes, mean_sd, sweep_parser
+from _sweep import gold_and_label_free_episodes, mean_sd, sweep_parser, write_results
 from bench_single import run_seed
 
 from ccpo.traces.labels import against_text
@@ -81,9 +80,7 @@ def main() -> None:
                     f"{_opt(t['refused'])} | {_opt(t['skipped'])} |"
                 )
             results[key] = table
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"\nwrote {args.out}")
+    write_results(args.out, results)
 
 
 if __name__ == "__main__":

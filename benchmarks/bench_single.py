@@ -23,13 +23,12 @@ them beside the single rows. Results also go to ``--out`` (JSON).
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
-from _sweep import gold_and_label_free_episodes, mean_sd, sweep_parser
+from _sweep import gold_and_label_free_episodes, mean_sd, sweep_parser, write_results
 
 from ccpo.evaluation.harness import make_splits, row_from_metrics, split_sizes
 from ccpo.evaluation.rows import make_policy
@@ -107,9 +106,7 @@ def main() -> None:
                     f"{(f'{statistics.fmean(ref_share):.2f}' if ref_share else '–'):>8s}"
                 )
             results[key] = table
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"\nwrote {args.out}")
+    write_results(args.out, results)
 
 
 if __name__ == "__main__":
