@@ -169,7 +169,7 @@ class ConformalPolicy:
         ep, traces = self._episodes(data)
         assert traces is not None
         reach, included = self.policy.replay_answers(ep)
-        paid = self.policy.replay_costs(ep, reach)
+        paid = (self.policy.round_costs(ep) * reach).sum(-1)
         returned = returned_answers(ep, included)  # an empty answer is never a member
         out = []
         for i, tr in enumerate(traces):

@@ -163,11 +163,6 @@ class Policy(ABC):
         """How reports name its threshold: κ̂ (sets), λ̂ (single answer), '' (none)."""
         return "λ̂" if self.answer == "single" else "κ̂"
 
-    def replay_costs(self, ep: Episodes, reach: np.ndarray) -> np.ndarray:
-        """[n] USD its replay pays on each question of ``ep`` having run the rounds ``reach``
-        [n, T] of :meth:`replay_answers` (:meth:`round_costs` of the rounds it ran)."""
-        return (self.round_costs(ep) * reach).sum(-1)
-
     def guarantee_statement(self) -> str:
         """The guarantee in words, against what its provenance's ``against`` labels say: gold
         labels, a reference model, scores or a judge (:func:`ccpo.traces.labels.claim`).
@@ -205,7 +200,9 @@ class Policy(ABC):
 
     def round_costs(self, ep: Episodes) -> np.ndarray:
         """[N, T] USD of round t of each question as this policy runs it (a routed policy
-        pays a call of a skipped round where first needed); by default ``ep.round_cost``."""
+        pays a call of a skipped round where first needed; ``always-<reference>`` its one call
+        in its round); by default ``ep.round_cost``. Its replay pays these over the rounds
+        :meth:`replay_answers` reaches."""
         return ep.round_cost
 
     def start_rung(self, question: str) -> int:

@@ -205,10 +205,13 @@ class ReferencePolicy(Policy):
         included[:, t - 1, ACTIONS.index(role)] = True
         return reach, included
 
-    def replay_costs(self, ep: Episodes, reach: np.ndarray) -> np.ndarray:
+    def round_costs(self, ep: Episodes) -> np.ndarray:
+        """Its one call's cost in its step's round, nothing in the other rounds."""
         self._check(ep)
         assert ep.strongest_cost is not None
-        return ep.strongest_cost
+        costs = np.zeros((ep.n, ep.horizon))
+        costs[:, self.step[0] - 1] = ep.strongest_cost
+        return costs
 
     # ------------------------------------------------------------------ live
     def decide(
