@@ -83,3 +83,30 @@ def test_imported_chat_logs_serve_whole_replies_against_their_replay(tmp_path) -
     finally:
         stop_server(serve)
         stop_server(replay)
+
+
+def test_calling_the_reference_alone_serves_a_conversation_as_it_replays(tmp_path) -> None:
+    """``always-<reference>`` on a chat ladder: the live agent calls the one step alone with the
+    whole conversation, and its answers, models paid and cost equal the replay's."""
+    from ccpo.evaluation.harness import trace_provenance
+    from ccpo.learning.config import StopConfig
+    from ccpo.policies.reference import ReferencePolicy
+    from ccpo.traces.episodes import build_episodes
+    from ccpo.traces.prices import load_prices
+
+    with ScriptedServer(fallback=chat_reply) as srv:
+        values = collect_values(srv, tmp_path, 20)
+        cfg = tmp_path / "collect.yaml"
+        cfg.write_text(yaml.safe_dump(values))
+        ccpo_ok("collect", "--config", str(cfg), "--quiet")
+    traces, prices = tmp_path / "chat.jsonl", tmp_path / "prices.json"
+    ep = build_episodes(read_traces(traces), load_prices(prices))
+    pol = ReferencePolicy.fit(ep, "single", StopConfig(alpha=0.2))
+    pol.calibrate(ep)
+    pol.provenance = {**trace_provenance(traces), "alpha": 0.2}  # as ``train`` records it
+    pol.save(tmp_path / "pol")
+    res = ccpo_ok("dry-run", "--policy", str(tmp_path / "pol"), "--traces", str(traces),
+                  "--prices", str(prices))  # fmt: skip
+    assert "20/20 answer sets equal the policy's replay; 20 LLM calls" in " ".join(
+        res.stdout.split()
+    )

@@ -484,7 +484,13 @@ class ConformalAgent:
         )
 
     async def _alone(
-        self, runner: Runner, question: str, qid: str, backend: Any, k: float | None, t0: float
+        self,
+        runner: Runner,
+        question: str | Conversation,
+        qid: str,
+        backend: Any,
+        k: float | None,
+        t0: float,
     ) -> AnswerSet:
         """The one step a policy calls alone (``always-<reference>``): one call, its answer."""
         assert self.policy.alone is not None
@@ -511,7 +517,8 @@ class ConformalAgent:
         )
         return AnswerSet(
             id=qid,
-            question=question,
+            question=prompt_text(question),
+            conversation=question.key() if isinstance(question, Conversation) else None,
             answers=[text] if text else [],
             answer=text or None,
             guarantee=self.guarantee,
@@ -524,6 +531,7 @@ class ConformalAgent:
             kappa=k,
             policy=self.policy.variant,
             latency_ms=(time.perf_counter() - t0) * 1000.0,
+            ttft_ms=(time.perf_counter() - t0) * 1000.0,  # chosen as its one call returns
         )
 
     def _round_log(
