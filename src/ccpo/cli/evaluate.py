@@ -164,7 +164,7 @@ def reproduce_cmd(
     quick: Annotated[
         bool,
         typer.Option(
-            "--quick", help="20 splits, 200 steps: a quick tour (32 s measured on 2 cores)."
+            "--quick", help="20 splits, 200 steps: a quick tour (113 s measured on 2 cores)."
         ),
     ] = False,
     seed: Annotated[
