@@ -63,8 +63,9 @@ def test_imported_chat_logs_serve_whole_replies_against_their_replay(tmp_path) -
     ccpo_ok("traces", "import", str(table), "--task", "support", "--family", "chat",
             "--prices", prices, "--out", str(traces))  # fmt: skip
     policy = tmp_path / "pol"
-    ccpo_ok("train", "--traces", str(traces), "--prices", prices, "--method", "cstop",
-            "--alpha", "0.2", "--out", str(policy))  # fmt: skip
+    res = ccpo_ok("train", "--traces", str(traces), "--prices", prices, "--method", "cstop",
+                  "--alpha", "0.2", "--out", str(policy))  # fmt: skip
+    assert "training a single-reply policy" in " ".join(res.stdout.split())  # chat's default
     chosen = read_traces(traces)[::20]
     want = {p.id: p for p in ConformalPolicy.load(policy).predict_set(chosen)}
     replay, replay_url = start_server("replay-server", "--traces", str(traces))
@@ -79,6 +80,7 @@ def test_imported_chat_logs_serve_whole_replies_against_their_replay(tmp_path) -
             content, s = r.choices[0].message.content, r.model_extra["ccpo"]
             logged = {st.answer for rd in tr.rounds for st in (rd.base, rd.guide)}
             assert content in logged and content == s["answer"]  # one model's whole output
+            assert s["guarantee"]["answer"] == "single"  # the guarantee is on that reply
             assert s["answers"] == want[tr.id].answers and s["rounds"] == want[tr.id].rounds
     finally:
         stop_server(serve)

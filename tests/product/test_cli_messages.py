@@ -54,7 +54,8 @@ def test_training_on_tiny_data_says_it_is_too_small_and_what_it_takes(tmp_path):
     tiny = tmp_path / "tiny.jsonl"
     write_traces(tiny, generate(SimConfig(n=5, seed=1)))
     for alpha, need, total in (("0.1", 9, 35), ("0.2", 4, 14)):
-        r = ccpo("train", "--traces", str(tiny), "--alpha", alpha, "--out", str(tmp_path / alpha))
+        r = ccpo("train", "--traces", str(tiny), "--alpha", alpha, "--auto-ccpo-steps", "20",
+                 "--out", str(tmp_path / alpha))  # fmt: skip
         assert r.returncode == 0, r.stderr
         err = " ".join(r.stderr.split())
         assert "too small" in err and "2 calibration questions" in err, err
@@ -63,7 +64,8 @@ def test_training_on_tiny_data_says_it_is_too_small_and_what_it_takes(tmp_path):
         out = " ".join(r.stdout.split())
         assert "on 3 questions" in out and "on 2 questions" in out, out
     # at α = 0.5 two calibration questions are enough: ⌊0.5 · 3⌋ = 1
-    r = ccpo("train", "--traces", str(tiny), "--alpha", "0.5", "--out", str(tmp_path / "ok"))
+    r = ccpo("train", "--traces", str(tiny), "--alpha", "0.5", "--auto-ccpo-steps", "20",
+             "--out", str(tmp_path / "ok"))  # fmt: skip
     assert r.returncode == 0 and "too small" not in r.stderr, r.stderr
 
 

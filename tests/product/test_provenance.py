@@ -55,7 +55,8 @@ def test_auto_records_provenance_too(sim_file, tmp_path):
 
 
 def test_train_refuses_to_replace_a_policy(trained, sim_file, capsys, tmp_path):
-    argv = ["train", "--traces", str(sim_file), "--steps", "2", "--out", str(trained)]
+    argv = ["train", "--traces", str(sim_file), "--steps", "2", "--auto-ccpo-steps", "10",
+            "--out", str(trained)]  # fmt: skip
     before = {f.name: f.read_bytes() for f in trained.iterdir()}
     err = _err_of(capsys, argv, 2)
     assert "already holds policy.json" in err and "--force" in err

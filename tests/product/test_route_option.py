@@ -35,9 +35,11 @@ def test_train_route_writes_a_routed_folder(tmp_path) -> None:
 
 def test_route_refuses_sets_and_judge_ladders(tmp_path) -> None:
     traces, prices = imported_ladder(tmp_path, n=60)
-    r = _ccpo("train", "--traces", str(traces), "--route", "--out", str(tmp_path / "a"),
-              "--prices", str(prices))  # fmt: skip
-    assert_usage_error(r, "--route works with --answer single")
+    for extra in (["--answer", "set"], ["--method", "ccpo"]):
+        r = _ccpo("train", "--traces", str(traces), "--route", *extra,
+                  "--out", str(tmp_path / "a"), "--prices", str(prices))  # fmt: skip
+        assert_usage_error(r, "--route works with single-answer policies")
+        assert not (tmp_path / "a").exists()
     sim = tmp_path / "sim.jsonl"
     assert _ccpo("sim", "--n", "200", "--out", str(sim)).returncode == 0
     r = _ccpo("train", "--traces", str(sim), "--answer", "single", "--route", "--alpha", "0.3",

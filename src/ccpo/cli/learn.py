@@ -24,6 +24,7 @@ from ccpo.cli.options import (
 from ccpo.errors import CCPOError
 from ccpo.learning.config import StopConfig, TrainConfig
 from ccpo.policies.registry import method_help, method_names, resolve_method, variant_name
+from ccpo.traces.ladder import CHAT
 
 console = Console()
 
@@ -61,14 +62,16 @@ def train_cmd(
     alpha: AlphaOpt = 0.1,
     seed: Annotated[int, typer.Option(help="Seed of the split and of training.")] = 0,
     answer: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="set: return an answer set covering a correct answer w.p. ≥ 1 − α (the "
             "paper's policies); single: return exactly one answer, correct w.p. ≥ 1 − α on "
             "solvable questions (methods auto, cstop, cstop-lr, depth-k; calibrated by "
-            "Learn-then-Test, guarantee with probability ≥ 1 − δ)."
+            "Learn-then-Test, guarantee with probability ≥ 1 − δ). Default: single on chat "
+            "traces (a reply is one reply), set otherwise.",
+            show_default=False,
         ),
-    ] = "set",
+    ] = None,
     delta: Annotated[
         float,
         typer.Option(
@@ -110,9 +113,7 @@ def train_cmd(
     found = resolve_method(method)
     if found is None:
         raise CCPOError(f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'")
-    check_answer(answer, method, delta)
-    if route and answer != "single":
-        raise CCPOError("--route works with --answer single (set policies are not routed yet)")
+    check_answer(answer, method, delta, route)
     settings = config or {}
     spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
     if not spec.fitted_on_replay:
@@ -126,6 +127,12 @@ def train_cmd(
          "seed": seed, "lam": lam},
     )  # fmt: skip
     ep, price_table = load_episodes(traces, prices or [])
+    answer = answer or default_answer(ep.family, method, route)
+    if answer == "set" and ep.family == CHAT:
+        warn(
+            "a set policy on chat traces: the app is shown one reply of the set, and the "
+            "guarantee covers the set, not that reply (--answer single guarantees the reply)"
+        )
     from ccpo.policies.rl import RLPolicy
     from ccpo.report.plots import training_curves
     from ccpo.report.results import staged_folder
@@ -229,10 +236,34 @@ def compare_cmd(
     )
 
 
-def check_answer(answer: str, method: str, delta: float) -> None:
-    """``--answer`` and ``--delta`` of ``train``: a one-line usage error before any work."""
+def default_answer(family: str, method: str, route: bool) -> str:
+    """``train``'s answer kind without ``--answer``: ``single`` on a chat ladder (an app shows
+    one reply, and a guarantee on a set of replies says nothing about the one it shows) or
+    with ``--route``, when the method has a single form; ``set`` otherwise (the paper's)."""
+    from ccpo.policies.registry import single_form_of
+
+    if (family == CHAT or route) and single_form_of(method):
+        if family == CHAT and not route:
+            console.print(
+                "chat traces: training a single-reply policy (--answer single; "
+                "--answer set for sets of replies)"
+            )
+        return "single"
+    return "set"
+
+
+def check_answer(answer: str | None, method: str, delta: float, route: bool = False) -> None:
+    """``--answer``, ``--delta`` and ``--route`` of ``train``: a one-line usage error before
+    any work (``answer`` None: the default, :func:`default_answer`)."""
     from ccpo.policies.registry import SINGLE_METHODS, single_form_of
 
+    if route and (answer == "set" or not single_form_of(method)):
+        raise CCPOError(
+            "--route works with single-answer policies (--method auto, "
+            f"{', '.join(SINGLE_METHODS)}); set policies are not routed yet"
+        )
+    if answer is None:
+        return
     if answer not in ("set", "single"):
         raise CCPOError(f"--answer must be 'set' or 'single', got '{answer}'")
     if answer == "single" and not single_form_of(method):

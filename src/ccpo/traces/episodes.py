@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError
-from ccpo.traces.answers import normalizer_for
+from ccpo.traces.answers import family_of, normalizer_for
 from ccpo.traces.featurize import FEATURE_SPEC, feature_spec, featurize_trace
 from ccpo.traces.labels import labels_of, reference_model
 from ccpo.traces.latency import call_seconds, round_seconds
@@ -68,6 +68,7 @@ class Episodes:
     #: [N] estimated seconds of the ``always-<strongest>`` call
     strongest_latency: np.ndarray | None = None
     routes: RouteViews | None = None  # every start round's view (traces.routing); agree only
+    family: str = ""  # the task's answer family (traces.answers.family_of); '' unknown
 
     @property
     def n(self) -> int:
@@ -116,6 +117,7 @@ class Episodes:
             if self.strongest_latency is None
             else self.strongest_latency[idx],
             routes=None if self.routes is None else self.routes.subset(idx),
+            family=self.family,
         )
 
     @property
@@ -216,6 +218,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         round_latency=round_latency,
         strongest_latency=strongest_seconds(traces, strongest) if strongest else None,
         routes=route_views(traces, prices),
+        family=family_of(task, traces[0].family),
     )
 
 
