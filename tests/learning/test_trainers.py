@@ -235,7 +235,9 @@ def test_set_size_shrinks_as_lambda_grows(big_sim, splits):
     """λ does what it says: on fixed traces, the calibrated answer sets of CCPO get smaller as λ
     (the price of an answer, in mean-round costs) grows. One seed's run is one draw of the
     initial weights, so the claim is on the mean over seeds 0–2, and λ = 4 must beat λ = 0 on
-    every seed (keep_best scores checkpoints by cost + λ c̄ · size, the objective trained)."""
+    every seed (keep_best scores checkpoints by cost + λ c̄ · size, the objective trained).
+    200 steps a run (measured on seeds 0–4: mean sizes 1.49 > 1.22 > 1.12 over seeds 0–2;
+    λ = 4 below λ = 0 on all five)."""
     from ccpo.evaluation.rows import conformal_metrics
 
     ep = big_sim[1]
@@ -243,7 +245,7 @@ def test_set_size_shrinks_as_lambda_grows(big_sim, splits):
     sizes = np.zeros((3, len(lams)))
     for seed in range(3):
         for j, lam in enumerate(lams):
-            res = train(ep, splits.train, TrainConfig(alpha=0.1, lam=lam, steps=400, seed=seed))
+            res = train(ep, splits.train, TrainConfig(alpha=0.1, lam=lam, steps=200, seed=seed))
             m, _ = conformal_metrics(ep, res.probs(ep.obs), splits, 0.1, None)
             sizes[seed, j] = m.set_size.mean()
     assert (sizes[:, 0] > 1.2).all(), sizes  # at λ = 0 the sets hold several answers

@@ -57,12 +57,12 @@ def test_id_order_ignores_positions_and_depends_on_the_seed():
 
 
 def test_shuffled_file_trains_the_same_auto_policy_bit_for_bit(tmp_path):
-    """auto with every candidate, CCPO too (100 steps a fold here, to stay fast)."""
-    a = _train(BUNDLED, tmp_path / "a", "--auto-ccpo-steps", "100")
+    """auto with every candidate, CCPO too (30 steps a fold here, to stay fast)."""
+    a = _train(BUNDLED, tmp_path / "a", "--auto-ccpo-steps", "30")
     meta_b = []
     for s in (1, 2):
         f = _shuffled(BUNDLED, tmp_path / f"shuffled{s}.jsonl", s)
-        meta_b.append(_train(f, tmp_path / f"b{s}", "--auto-ccpo-steps", "100"))
+        meta_b.append(_train(f, tmp_path / f"b{s}", "--auto-ccpo-steps", "30"))
         assert _without_file(meta_b[-1]) == _without_file(a)  # κ̂, method, choice, figures
         model = next(n for n in ("model.pkl", "weights.pt") if (tmp_path / "a" / n).exists())
         assert (tmp_path / f"b{s}" / model).read_bytes() == (tmp_path / "a" / model).read_bytes()
