@@ -1,11 +1,13 @@
 """A conversation through ``ccpo serve`` to a real small model (``llama_cpp.server`` +
 SmolLM2-135M on 127.0.0.1, behind a recording proxy): every upstream call receives the app's
 system prompt and both earlier turns byte for byte, and the chat content is one of the model's
-replies, whole. Skipped unless the optional extra ``llama`` is installed. The chat policy is
-trained on the scripted chat world (its three model names all reach the one real model)."""
+replies, whole; then the same local model judges chat replies through ``ccpo traces judge``.
+Skipped unless the optional extra ``llama`` is installed. The chat policy is trained on the
+scripted chat world (its three model names all reach the one real model)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,8 @@ from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
 from ccpo.testing.llama_server import LlamaServer, find_smollm2_gguf, llama_server_available
 from ccpo.testing.scripted_server import ScriptedServer
+from ccpo.traces.io import read_traces
+from ccpo.traces.prices import write_price_file
 from tests.helpers.chat import RecordingProxy, chat_reply, collect_values, conversation
 from tests.helpers.cli import ccpo_ok
 from tests.helpers.serve import LiveServer, post
@@ -61,3 +65,44 @@ def test_a_conversation_reaches_the_real_model_whole(tmp_path) -> None:
     policy = chat_policy(tmp_path)
     with LlamaServer(find_smollm2_gguf()) as llama:
         serve_a_conversation(policy, tmp_path / "prices.json", llama.url)
+
+
+def test_the_real_model_judges_chat_replies_and_a_rerun_pays_nothing(tmp_path) -> None:
+    """Four conversations of the scripted chat ladder, judged by SmolLM2 (a 1-10 rating
+    against big-m's reply): every judge call reaches the real model at temperature 0 with the
+    conversation in its prompt; each reply is rated 1-10 and labelled by the rule, or its
+    question is left out as unjudged (a 135M model often writes no rating; never guessed);
+    a second run with the same cache makes no call."""
+    why = llama_server_available()
+    if why:
+        pytest.skip(why)
+    with ScriptedServer(fallback=chat_reply) as srv:
+        assert collect(build_config(None, collect_values(srv, tmp_path, 4)), progress=False).done
+    traces, judged = tmp_path / "chat.jsonl", tmp_path / "judged.jsonl"
+    judge_prices = write_price_file(tmp_path / "judge.json", {"smollm2": (0.1, 0.1)}, "test")
+    argv = ["traces", "judge", str(traces), "--out", str(judged), "--judge-model", "smollm2",
+            "--prices", str(tmp_path / "prices.json"), "--prices", str(judge_prices),
+            "--cache", str(tmp_path / "cache.sqlite"), "--concurrency", "1", "--quiet"]  # fmt: skip
+    gguf = find_smollm2_gguf()
+    with LlamaServer(gguf, logits_all=False) as llama, RecordingProxy(llama.url) as proxy:
+        res = ccpo_ok(*argv, "--judge-url", proxy.url, timeout=900)
+        asked = list(proxy.requests)
+        again = ccpo_ok(*argv, "--judge-url", proxy.url, "--force", timeout=900)
+        assert len(proxy.requests) == len(asked)  # the rerun is served by the cache
+    flat = " ".join(res.stdout.split())
+    calls = re.search(r"on (\d+) judge calls, 0 served by the cache", flat)
+    assert calls and int(calls.group(1)) == len(asked) >= 4, flat  # two replies a question
+    assert f"0 judge calls, {len(asked)} served by the cache" in " ".join(again.stdout.split())
+    assert {r["temperature"] for r in asked} == {0.0}
+    for req in asked:
+        prompt = "\n".join(m["content"] for m in req["messages"])
+        assert "Same options." in prompt and "is late. Options?" in prompt
+    unjudged = re.search(r"(\d+) unjudged \(never guessed\)", flat)
+    kept = read_traces(judged)
+    assert unjudged and len(kept) + int(unjudged.group(1)) == 4, flat
+    for tr in kept:
+        for r in tr.rounds:
+            for st in (r.base, r.guide):
+                rating = (st.model_extra or {}).get("judge", {}).get("rating")
+                if st.model != "big-m" and rating is not None:
+                    assert 1 <= rating <= 10 and st.correct == (rating >= 8), (st, rating)
