@@ -17,8 +17,8 @@ of the held-out questions, the sizes of ``ccpo compare``), it scores
 and prints per α and row, mean ± sd over seeds of the mean over splits: judged acceptance on
 the held-out questions, cost ÷ always-the-strongest, cost ÷ oracle floor, rounds run and the
 estimated end-to-end latency (:mod:`ccpo.traces.latency`: 0.5 s to the first token, 50
-tokens/s, an agree round's two calls at once; a routed question's first round pays both its
-calls, so it counts the longer of its base's and guide's).
+tokens/s, an agree round's two calls at once; a routed question counts the rounds it runs,
+its first round's calls at once: ``RouteViews.latency``).
 
 ``--data FILE`` scores another build of the set instead (e.g. the one without signals).
 
@@ -33,33 +33,18 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 from _sweep import mean_sd, sweep_parser, write_results
 
 from ccpo.evaluation.harness import make_splits, prices_for, split_sizes, with_latency
 from ccpo.evaluation.reproduce import resolve_data
 from ccpo.evaluation.rows import TrainingCache, make_policy
 from ccpo.learning.config import TrainConfig
-from ccpo.policies.route import routed_outcomes
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.io import read_traces
 
 ROWS = ("cstop-single", "auto-single", "cstop-single+route", "cstop", "prompt-router")
 #: rows whose fit depends on α (the others store α only, and are calibrated per α)
 PER_ALPHA = ("auto-single", "cstop-single+route", "prompt-router", "ccpo")
-
-
-def routed_latency(ep, p, sp) -> np.ndarray:
-    """[R, n_test] seconds of a routed row: rounds start..stop, the start round at the longer
-    of its two calls (its base repeats the previous round's guide, called here)."""
-    th = np.asarray(p._thresholds)
-    s, stop, _ = routed_outcomes(ep, p.policy.episode_scores(ep), th[:, :1], th[:, 1:], sp.test)
-    lat = ep.round_latency[sp.test]  # [R, n, T]
-    prev = np.concatenate([lat[..., :1], lat[..., :-1]], axis=-1)
-    first = np.maximum(lat, prev)
-    t = np.arange(ep.horizon)
-    per_round = np.where(t == s[..., None], first, lat)
-    return (per_round * ((t >= s[..., None]) & (t <= stop[..., None]))).sum(-1)
 
 
 def run_seed(ep, alphas, seed: int, splits: int, rows=ROWS) -> dict[float, dict]:
@@ -72,7 +57,7 @@ def run_seed(ep, alphas, seed: int, splits: int, rows=ROWS) -> dict[float, dict]
                 p = make_policy(name, TrainingCache(replace(TrainConfig(), seed=seed)))
                 p.fit(ep, sp.train, alpha, seed)
             m = with_latency(ep, p.evaluate(ep, sp, alpha, seed), sp.test)
-            lat = routed_latency(ep, p, sp) if name.endswith("+route") else m.latency
+            lat = m.latency
             out[alpha][name] = {
                 "cost": float(m.cost.sum(-1).mean()),
                 "acceptance": float(m.covered.mean()),

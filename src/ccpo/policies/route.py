@@ -144,9 +144,13 @@ class RoutedScores:
     stops: np.ndarray
     cost: np.ndarray  # [S, N, T]
     router: Router
+    latency: np.ndarray | None = None  # [S, N, T] estimated seconds (RouteViews.latency)
 
     def take(self, idx: np.ndarray) -> RoutedScores:
-        return RoutedScores(self.probs[idx], self.stops[:, idx], self.cost[:, idx], self.router)
+        lat = None if self.latency is None else self.latency[:, idx]
+        return RoutedScores(
+            self.probs[idx], self.stops[:, idx], self.cost[:, idx], self.router, lat
+        )
 
     def at(self, tau: Any, sel: Any = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start [...], stopping scores [..., T], round costs [..., T]) of questions ``sel``
@@ -168,11 +172,13 @@ def routed_outcomes(
     act = np.take_along_axis(answer_actions(ep.answered[q]), stop[..., None], -1)[..., 0]
     corr = np.take_along_axis(ep.correct[q], stop[..., None, None], -2)[..., 0, :]
     hit = np.take_along_axis(corr, act[..., None], -1)[..., 0]
+    lat = None if sc.latency is None else (sc.latency[s, q] * ran).sum(-1)
     m = Metrics(
         cost=(cost * ran).sum(-1),
         covered=hit | ~ep.solvable[q],
         length=stop - s + 1,
         set_size=np.ones_like(stop),
+        latency=lat,  # rounds s..stop, as run: the start round's calls at once
     )
     return s, stop, m
 
@@ -315,7 +321,7 @@ class RoutedPolicy(Policy):
         for s in range(1, stops.shape[0]):
             stops[s, :, :s] = -np.inf
         probs = self.router.question_probs(views.questions)
-        return RoutedScores(probs, stops, views.cost, self.router)
+        return RoutedScores(probs, stops, views.cost, self.router, views.latency)
 
     def round_costs(self, ep: Episodes) -> np.ndarray:
         sc = self.episode_scores(ep)
@@ -461,7 +467,7 @@ def choose_tau(
         probs[at : at + held.size], stops[:, at : at + held.size] = sc.probs, sc.stops
         at += held.size
     assert sub.routes is not None
-    sc = RoutedScores(probs, stops, sub.routes.cost, pol.router)
+    sc = RoutedScores(probs, stops, sub.routes.cost, pol.router, sub.routes.latency)
     halves = np.stack([rng.permutation(sub.n) for _ in range(splits)])
     cal, test = halves[:, : sub.n // 2], halves[:, sub.n // 2 :]
     figures: dict[float, float] = {}

@@ -10,8 +10,9 @@ replay's view of each trace, shared with the live agent so that both compute the
 - :func:`paid_steps`, :func:`started_rounds`: which steps of rounds ≥ s are paid and at what
   usage (a step that repeats a call of a skipped round is called where first needed: an
   ``agree`` ladder's base of round s is round s − 1's guide), and the rounds o_t is made of;
-- :class:`RouteViews` (:func:`route_views`): observations [S, N, T, F] and round costs [S, N, T]
-  of every start, and the question texts; ``None`` unless every round is an ``agree`` round.
+- :class:`RouteViews` (:func:`route_views`): observations [S, N, T, F], round costs and
+  estimated round seconds [S, N, T] of every start, and the question texts; ``None`` unless
+  every round is an ``agree`` round.
 
 Derivation: docs/theory.md, "Routing before the first call".
 """
@@ -27,6 +28,7 @@ import numpy as np
 
 from ccpo.traces.featurize import featurize_rounds
 from ccpo.traces.ladder import ladder_of_trace
+from ccpo.traces.latency import call_seconds
 from ccpo.traces.prices import PriceTable
 
 _ZERO = SimpleNamespace(input_tokens=0, output_tokens=0)
@@ -101,16 +103,20 @@ def started_rounds(trace: Any, start: int) -> list[Any]:
 @dataclass(frozen=True)
 class RouteViews:
     """Every start's view of a trace set: ``obs`` [S, N, T, F] (float32), ``cost`` [S, N, T]
-    (USD of round t when started at s; 0 before s) and the question texts [N]."""
+    (USD of round t when started at s; 0 before s), the question texts [N] and ``latency``
+    [S, N, T] (estimated seconds of round t when started at s: the longest of the calls it
+    pays, sent at once; 0 before s; :mod:`ccpo.traces.latency`)."""
 
     obs: np.ndarray
     cost: np.ndarray
     questions: tuple[str, ...]
+    latency: np.ndarray | None = None
 
     def subset(self, idx: np.ndarray) -> RouteViews:
         idx = np.asarray(idx)
+        lat = None if self.latency is None else self.latency[:, idx]
         return RouteViews(
-            self.obs[:, idx], self.cost[:, idx], tuple(self.questions[i] for i in idx)
+            self.obs[:, idx], self.cost[:, idx], tuple(self.questions[i] for i in idx), lat
         )
 
 
@@ -122,6 +128,7 @@ def route_views(traces: Sequence[Any], prices: PriceTable) -> RouteViews | None:
     T, N = traces[0].n_rounds, len(traces)
     obs = np.zeros((T, N, T, 0), dtype=np.float32)
     cost = np.zeros((T, N, T))
+    latency = np.zeros((T, N, T))
     for i, tr in enumerate(traces):
         for s in range(T):
             rows = featurize_rounds(tr.task, T, started_rounds(tr, s), tr.family)
@@ -130,4 +137,7 @@ def route_views(traces: Sequence[Any], prices: PriceTable) -> RouteViews | None:
             obs[s, i] = rows
             for k, steps in enumerate(paid_steps(tr, s)):
                 cost[s, i, s + k] = sum(prices.usage_cost(m, u) for m, u in steps)
-    return RouteViews(obs, cost, tuple(tr.question for tr in traces))
+                latency[s, i, s + k] = max(
+                    (call_seconds(u.output_tokens) for _, u in steps), default=0.0
+                )
+    return RouteViews(obs, cost, tuple(tr.question for tr in traces), latency)
