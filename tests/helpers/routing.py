@@ -23,15 +23,38 @@ def imported_ladder(folder: Path, n: int = 300, seed: int = 0) -> tuple[Path, Pa
     return traces, prices
 
 
-def routed_policy(folder: Path, traces: Path, prices: Path, tau: float, alpha=0.2) -> Path:
+def routed_policy(
+    folder: Path, traces: Path, prices: Path, tau: float, alpha=0.2, embeddings: bool = False
+) -> Path:
     """A ``cstop-lr-single+route`` policy fitted on the first half of ``traces``, calibrated
-    at τ = ``tau`` (λ̂ by Learn-then-Test) on the other half, saved in ``folder``."""
+    at τ = ``tau`` (λ̂ by Learn-then-Test) on the other half, saved in ``folder``; with
+    ``embeddings``, its router reads the traces' question embeddings (a text fallback)."""
     ep, table = load_episodes(traces, [str(prices)])
     order = np.arange(ep.n)
-    pol = fit_single_method("cstop-lr", ep, order[::2], alpha, 0, routed=True)
+    pol = fit_single_method("cstop-lr", ep, order[::2], alpha, 0, routed=True,
+                            route_embeddings=embeddings)  # fmt: skip
     pol.taus = (tau,)
     pol.calibrate(ep, order[1::2])
     pol.provenance = {**trace_provenance(traces), "alpha": alpha}
     pol.prices = table.to_price_file()
     pol.save(folder)
     return folder
+
+
+EMBED_MODEL = "emb-m"
+
+
+def difficulty_embedder(traces: Path, noise: float = 0.15, seed: int = 0):
+    """A text → vector function for a scripted ``/embeddings`` endpoint that knows each
+    question's difficulty: its first number is the share of the cheaper models that agree
+    with big-m on it (plus Gaussian noise), the rest is noise. An embedding that carries what
+    the text does not (the synthetic questions' texts differ only in their numbers)."""
+    from ccpo.traces.io import read_traces
+
+    rng = np.random.default_rng(seed)
+    vec = {}
+    for tr in read_traces(traces):
+        share = np.mean([r.base.correct for r in tr.rounds])
+        vec[tr.question] = [float(share + rng.normal(0, noise)), 1.0,
+                            *rng.normal(0, 0.3, 6).round(6).tolist()]  # fmt: skip
+    return lambda text: vec.get(text, [0.0] * 8)

@@ -87,6 +87,15 @@ def train_cmd(
             "router's and the stopping thresholds are certified together (Learn-then-Test).",
         ),
     ] = False,
+    route_embeddings: Annotated[
+        bool,
+        typer.Option(
+            "--route-embeddings",
+            help="With --route: the router reads each question's recorded embedding too "
+            "(`ccpo traces embed`); a text-only router stands in where the embedding is "
+            "missing when served, and the guarantee covers both.",
+        ),
+    ] = False,
     prices: PricesOpt = None,
     force: ForceOpt = False,
     config: dict | None = None,
@@ -114,6 +123,8 @@ def train_cmd(
     if found is None:
         raise CCPOError(f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'")
     check_answer(answer, method, delta, route)
+    if route_embeddings and not route:
+        raise CCPOError("--route-embeddings works with --route")
     settings = config or {}
     spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
     if not spec.fitted_on_replay:
@@ -145,7 +156,7 @@ def train_cmd(
     if answer == "single":
         _train_single(
             method, ep, sp, sizes, alpha, seed, delta, price_table, out, provenance,
-            stop_settings, routed=route,
+            stop_settings, routed=route, route_embeddings=route_embeddings,
         )  # fmt: skip
         return
     if spec.fitted_on_replay:
@@ -409,7 +420,7 @@ def _train_stopping(
 
 def _train_single(
     method, ep, sp, sizes, alpha, seed, delta, price_table, out: Path, provenance, settings,
-    routed: bool = False,
+    routed: bool = False, route_embeddings: bool = False,
 ) -> None:  # fmt: skip
     """``train --answer single``: fit the stopping score on the training split (auto: choose
     by cross-fitted validation cost), λ̂ by Learn-then-Test on the calibration split
@@ -424,8 +435,9 @@ def _train_single(
     t0 = time.perf_counter()
     with console.status(f"fitting {method} (single answer) on {sizes['train']} questions …"):
         pol = fit_single_method(
-            method, ep, sp.train, alpha, seed, delta, settings=settings, routed=routed
-        )
+            method, ep, sp.train, alpha, seed, delta, settings=settings, routed=routed,
+            route_embeddings=route_embeddings,
+        )  # fmt: skip
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
     pol.provenance = provenance

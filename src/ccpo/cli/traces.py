@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ccpo.cli.config import build_config, config_options
@@ -435,6 +436,68 @@ def sim(
     console.print(f"wrote {k} [yellow]synthetic[/yellow] traces to {out}")
 
 
+def traces_embed(
+    traces: Annotated[Path, typer.Argument(help="A .jsonl or .jsonl.gz trace file.")],
+    out: Annotated[Path, typer.Option("--out", help="Output .jsonl or .jsonl.gz trace file.")],
+    embedding_model: Annotated[
+        str, typer.Option(help="The embedding model's name at --embedding-url.")
+    ],
+    embedding_url: Annotated[
+        str | None,
+        typer.Option(help="Its OpenAI-compatible base URL (default: the OpenAI API)."),
+    ] = None,
+    embedding_key_env: Annotated[
+        str | None, typer.Option(help="Environment variable holding its API key.")
+    ] = None,
+    batch: Annotated[int, typer.Option(min=1, help="Questions per /embeddings call.")] = 32,
+    timeout: Annotated[
+        float, typer.Option(min=0.001, help="Seconds one /embeddings call may take.")
+    ] = 60.0,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing --out file.")] = False,
+) -> None:
+    """Record each trace's question embedding (a chat trace's last user turn) from an
+    OpenAI-compatible /embeddings endpoint, for `train --route --route-embeddings`. A batch
+    that fails is asked once more, then nothing is written. Serve asks the same model (the
+    deployment's endpoint for it) per question; a failure there falls back to the text."""
+    import asyncio
+
+    from ccpo.llm.client import Endpoint, LLMClient
+    from ccpo.llm.question_embed import embed_traces
+    from ccpo.traces.io import read_traces, write_traces
+
+    if out.exists() and not force:
+        raise CCPOError(f"{out} exists; pass --force to overwrite it")
+    rows = read_traces(traces)
+    if not rows:
+        raise CCPOError(f"{traces}: holds no traces")
+    endpoint = Endpoint(embedding_model, embedding_url, embedding_key_env)
+    endpoint.resolve_key()  # a missing key variable is said before any call
+    client = LLMClient(None, None, 1)
+    progress = Progress(
+        TextColumn("[bold]embed"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, disable=quiet, transient=True,
+    )  # fmt: skip
+
+    async def run():
+        try:
+            task = progress.add_task("embed", total=len(rows))
+            tick = lambda k: progress.advance(task, k)  # noqa: E731
+            return await embed_traces(client, endpoint, rows, batch, timeout, tick)
+        finally:
+            await client.aclose()
+
+    with progress:
+        embedded = asyncio.run(run())
+    n = write_traces(out, embedded)
+    dim = len(embedded[0].question_embedding.vector)  # type: ignore[union-attr]
+    console.print(
+        f"[green]wrote[/green] {n} traces to {out}: each question's embedding by "
+        f"{embedding_model} ({dim} numbers)",
+        highlight=False,
+    )
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``traces`` and ``prices`` groups and ``sim`` to ``app``."""
     traces_app = CCPOTyper(
@@ -444,6 +507,7 @@ def register(app: typer.Typer) -> None:
     traces_app.command("stats")(traces_stats)
     traces_app.command("import")(traces_import)
     traces_app.command("judge")(traces_judge)
+    traces_app.command("embed")(traces_embed)
     prices_app = CCPOTyper(help="Show the price table in force.", no_args_is_help=True)
     prices_app.command("show")(prices_show)
     app.add_typer(traces_app, name="traces")

@@ -132,7 +132,9 @@ def dry_run(
     step = max(1, len(all_traces) // n) if n else 1
     chosen = all_traces[::step][: n or len(all_traces)]
     with _ReplayThread(create_replay_app(ReplayIndex(all_traces, str(traces_path)))) as rs:
-        models = sorted({m for tr in all_traces for m in tr.models()})
+        models = {m for tr in all_traces for m in tr.models()}
+        models |= {tr.question_embedding.model for tr in all_traces if tr.question_embedding}
+        models = sorted(models)
         values = {
             **(config or {}),
             "endpoints": {m: {"url": rs.url} for m in models},

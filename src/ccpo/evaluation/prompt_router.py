@@ -1,6 +1,6 @@
 """``prompt-router``: the routers teams use today, as a comparison row. No guarantee.
 
-Before any call, a text classifier per cheaper model (the :class:`ccpo.policies.route.Router`
+Before any call, a text classifier per cheaper model (the :class:`ccpo.policies.router.Router`
 of ``--route``: one logistic classifier per round on hashed n-grams of the question) predicts
 whether that model's reply is accepted; the question goes to the cheapest model (by mean call
 cost on the training questions) whose prediction clears a threshold τ, else to the strongest,
@@ -20,7 +20,7 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.baselines import Row, Splits
-from ccpo.policies.route import Router, fit_router, starts
+from ccpo.policies.router import Router, fit_router, starts
 from ccpo.policies.single import reached_labels
 from ccpo.traces.episodes import BASE, GUIDE, Episodes, Metrics
 

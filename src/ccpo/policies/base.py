@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -205,9 +205,15 @@ class Policy(ABC):
         :meth:`replay_answers` reaches."""
         return ep.round_cost
 
-    def start_rung(self, question: str) -> int:
+    @property
+    def route_embedding_model(self) -> str | None:
+        """The model whose embedding of the question :meth:`start_rung` reads (None: none)."""
+        return None
+
+    def start_rung(self, question: str, embedding: Sequence[float] | None = None) -> int:
         """The 0-based round to start at, decided from the question alone before any call
-        (rounds before it are neither called nor paid); 0 for a policy without a router."""
+        (rounds before it are neither called nor paid); 0 for a policy without a router.
+        ``embedding``: the question's, by :attr:`route_embedding_model` (None: missing)."""
         return 0
 
     @abstractmethod

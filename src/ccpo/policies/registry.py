@@ -293,16 +293,18 @@ def fit_single_method(
     settings: dict[str, Any] | None = None,
     folds: int = 5,
     routed: bool = False,
+    route_embeddings: bool = False,
 ) -> Policy:
     """The one entry point for ``--answer single``: ``auto`` cross-fits ``candidates`` on the
     training questions, scores each by :func:`~ccpo.policies.single.validation_cost` of its
     out-of-fold scores and refits the cheapest on all of ``train_idx`` (its choice in
     ``info["auto"]``), or keeps calling the reference alone when nothing is cheaper
     (:mod:`ccpo.policies.reference`); any other name is fitted as is. ``routed``: behind a
-    router fitted on the same questions (:mod:`ccpo.policies.route`)."""
+    router fitted on the same questions (:mod:`ccpo.policies.route`), reading their recorded
+    embeddings too with ``route_embeddings``."""
     if routed:
         inner = fit_single_method(method, ep, train_idx, alpha, seed, delta, candidates, settings)
-        return route(inner, ep, train_idx, seed)
+        return route(inner, ep, train_idx, seed, embedded=route_embeddings)
     kw = {k: v for k, v in (settings or {}).items() if k not in ("alpha", "seed", "learner")}
     cfg = StopConfig(alpha=alpha, seed=seed, **kw)
     if method != "auto":

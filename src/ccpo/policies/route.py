@@ -1,23 +1,24 @@
 """Routing before the first call: a single-answer policy that may start at a later round.
 
-A :class:`Router` holds one logistic classifier per round s < T on features of the question
-text alone (:mod:`ccpo.traces.text_features`), predicting "round s's answer is correct"; at a
-threshold τ the question starts at the cheapest round whose prediction clears τ
-(:data:`NO_ROUTE`: round 1). The wrapped single-answer policy's stopping rule goes on from
-there; skipped rounds are neither called nor paid (:mod:`ccpo.traces.routing`). :func:`route`
-fits it on the training split and picks τ there (:func:`choose_tau`, cross-fitted);
-:func:`joint_ltt` certifies λ̂ (and τ̂ among ``taus``, Bonferroni) by Learn-then-Test, so
-P_cal(P(wrong answer on a solvable question) ≤ α) ≥ 1 − δ holds with routing in play
-(docs/theory.md, "Routing before the first call").
+A :class:`~ccpo.policies.router.Router` predicts from the question alone whether each round's
+answer is correct; at a threshold τ the question starts at the cheapest round whose
+prediction clears τ (:data:`NO_ROUTE`: round 1); a router that reads question embeddings has
+a text-only fallback for a question whose embedding is missing. The wrapped single-answer
+policy's stopping rule goes on from there; skipped rounds are neither called nor paid
+(:mod:`ccpo.traces.routing`). :func:`route` fits it on the training split and picks τ there
+(:func:`choose_tau`, cross-fitted); :func:`joint_ltt` certifies λ̂ (and τ̂ among ``taus``,
+Bonferroni) by Learn-then-Test, each question at its worse of with and without its
+embedding, so P_cal(P(wrong answer on a solvable question) ≤ α) ≥ 1 − δ holds with routing in
+play (docs/theory.md, "Routing before the first call").
 
-Main names: :class:`Router`, :func:`fit_router`, :class:`RoutedPolicy`, :func:`route`,
-:func:`choose_tau`, :func:`joint_ltt`.
+Main names: :class:`RoutedPolicy`, :func:`route`, :func:`choose_tau`, :func:`joint_ltt`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.policies.base import Answered, Calibration, Policy, RoundDecision
+from ccpo.policies.router import Router, fit_router
 from ccpo.policies.single import (
+    GRID,
     RUN_ALL,
     SingleAnswerPolicy,
     Unreachable,
@@ -33,7 +36,6 @@ from ccpo.policies.single import (
     reached_labels,
 )
 from ccpo.traces.episodes import Episodes, Metrics, answer_actions, single_losses, single_stops
-from ccpo.traces.text_features import TEXT_FEATURE_SPEC, text_features, text_matrix
 
 NO_ROUTE = 2.0
 """τ above every prediction: start at round 1 (the unrouted policy)."""
@@ -42,96 +44,6 @@ TAUS = (NO_ROUTE, 0.25, 0.5, 0.75)
 the training split (or :func:`joint_ltt` certifies all four at δ/4 each)."""
 ROUTE_FILE = "route.json"
 SUFFIX = "+route"
-
-
-# ----------------------------------------------------------------------------- the router
-@dataclass
-class Router:
-    """Per round s < T a logistic classifier w_s·x + b_s on text features x (round T: 1)."""
-
-    coef: np.ndarray  # [T − 1, D]
-    intercept: np.ndarray  # [T − 1]
-    start_cost: np.ndarray  # [T] mean USD of round s's calls when started at s (training)
-    spec: dict[str, Any] = field(default_factory=lambda: dict(TEXT_FEATURE_SPEC))
-
-    @property
-    def horizon(self) -> int:
-        return self.coef.shape[0] + 1
-
-    def probs(self, x: np.ndarray) -> np.ndarray:
-        """r̂_s for text features [N, D]: [N, T] (column T is 1). Summed row by row, so a
-        question's value does not depend on its batch (live = replay, bit for bit)."""
-        from scipy.special import expit
-
-        x = np.asarray(x, dtype=np.float64)
-        z = (x[:, None, :] * self.coef[None]).sum(-1) + self.intercept[None]
-        return np.concatenate([expit(z), np.ones((x.shape[0], 1))], axis=1)
-
-    def question_probs(self, questions: tuple[str, ...] | list[str]) -> np.ndarray:
-        return self.probs(text_matrix(list(questions), int(self.spec["dim"])))
-
-    def start(self, probs: np.ndarray, tau: Any) -> np.ndarray:
-        """:func:`starts` with this router's start costs."""
-        return starts(probs, tau, self.start_cost)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "spec": self.spec,
-            "coef": self.coef.tolist(),
-            "intercept": self.intercept.tolist(),
-            "start_cost": self.start_cost.tolist(),
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Router:
-        if d.get("spec") != TEXT_FEATURE_SPEC:
-            raise CCPOError(
-                f"the router was fitted on text features {d.get('spec')}, this ccpo computes "
-                f"{TEXT_FEATURE_SPEC}; retrain the policy with --route"
-            )
-        return cls(
-            np.asarray(d["coef"], dtype=np.float64),
-            np.asarray(d["intercept"], dtype=np.float64),
-            np.asarray(d["start_cost"], dtype=np.float64),
-            d["spec"],
-        )
-
-
-def starts(probs: np.ndarray, tau: Any, cost: np.ndarray) -> np.ndarray:
-    """The 0-based start round of each question: of the rounds s with r̂_s ≥ τ (round T
-    always is), the one whose own calls cost least on the training questions (``cost`` [T];
-    ties to the earliest: on a ladder ordered by price, the first such round); 0 where τ > 1
-    (:data:`NO_ROUTE`). ``probs`` [..., T]; ``tau`` a scalar or broadcasting on [...]."""
-    tau = np.asarray(tau, dtype=np.float64)
-    priced = np.where(probs >= tau[..., None], np.asarray(cost, dtype=np.float64), np.inf)
-    return np.where(tau > 1.0, 0, np.argmin(priced, axis=-1))
-
-
-def fit_router(ep: Episodes, train_idx: np.ndarray, c: float = 1.0, seed: int = 0) -> Router:
-    """The router fitted on the training questions only: for each round s < T, labels
-    "stopping at s returns a correct answer (or q is unsolvable)" on their text features."""
-    from sklearn.linear_model import LogisticRegression
-
-    if ep.routes is None:
-        raise CCPOError(
-            "--route needs a ladder of agree rounds (an import or a bundled set): a judge "
-            "round's base reads the earlier rounds, which routing would skip"
-        )
-    sub = ep.subset(np.asarray(train_idx))
-    x = text_matrix(list(sub.routes.questions))
-    y = reached_labels(sub)
-    T = ep.horizon
-    coef, icpt = np.zeros((T - 1, x.shape[1])), np.zeros(T - 1)
-    for s in range(T - 1):
-        ys = y[:, s]
-        if ys.all() or not ys.any():
-            rate = min(max(float(ys.mean()), 1e-6), 1 - 1e-6)
-            icpt[s] = np.log(rate / (1 - rate))
-            continue
-        lr = LogisticRegression(C=c, max_iter=2000, random_state=seed).fit(x, ys)
-        coef[s], icpt[s] = lr.coef_[0], lr.intercept_[0]
-    own = np.stack([sub.routes.cost[s, :, s] for s in range(T)], axis=1)  # [n, T]
-    return Router(coef, icpt, own.mean(axis=0))
 
 
 # ----------------------------------------------------------------------------- replay
@@ -145,26 +57,38 @@ class RoutedScores:
     cost: np.ndarray  # [S, N, T]
     router: Router
     latency: np.ndarray | None = None  # [S, N, T] estimated seconds (RouteViews.latency)
+    fallback_probs: np.ndarray | None = None  # [N, T] r̂ of the text-only fallback router
 
     def take(self, idx: np.ndarray) -> RoutedScores:
         lat = None if self.latency is None else self.latency[:, idx]
+        fb = None if self.fallback_probs is None else self.fallback_probs[idx]
         return RoutedScores(
-            self.probs[idx], self.stops[:, idx], self.cost[:, idx], self.router, lat
+            self.probs[idx], self.stops[:, idx], self.cost[:, idx], self.router, lat, fb
         )
 
-    def at(self, tau: Any, sel: Any = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def at(
+        self, tau: Any, sel: Any = slice(None), fallback: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start [...], stopping scores [..., T], round costs [..., T]) of questions ``sel``
-        (an index array of any shape) at τ (a scalar or broadcasting on ``sel``'s shape)."""
+        (an index array of any shape) at τ (a scalar or broadcasting on ``sel``'s shape);
+        ``fallback``: as routed without the question's embedding."""
         q = np.arange(self.probs.shape[0])[sel]
-        s = self.router.start(self.probs[q], tau)
+        probs = self.fallback_probs if fallback and self.fallback_probs is not None else self.probs
+        s = self.router.start(probs[q], tau)
         return s, self.stops[s, q], self.cost[s, q]
 
 
 def routed_outcomes(
-    ep: Episodes, sc: RoutedScores, tau: Any, lam: Any, sel: Any = slice(None)
+    ep: Episodes,
+    sc: RoutedScores,
+    tau: Any,
+    lam: Any,
+    sel: Any = slice(None),
+    fallback: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, Metrics]:
-    """(start, stop, metrics) of the routed episodes of questions ``sel`` at (τ, λ)."""
-    s, h, cost = sc.at(tau, sel)
+    """(start, stop, metrics) of the routed episodes of questions ``sel`` at (τ, λ)
+    (``fallback``: every question routed without its embedding)."""
+    s, h, cost = sc.at(tau, sel, fallback)
     stop = single_stops(h, lam)
     t = np.arange(ep.horizon)
     ran = (t >= s[..., None]) & (t <= stop[..., None])
@@ -187,15 +111,18 @@ def joint_ltt(
     ep: Episodes, sc: RoutedScores, alpha: float, delta: float, taus=TAUS
 ) -> tuple[float, Calibration]:
     """(τ̂, the calibration of λ̂) on the calibration questions ``ep``: for each τ of ``taus``
-    fixed-sequence LTT over λ at δ/m; the certified pair of least calibration cost. Raises
-    :class:`Unreachable` when no τ certifies λ_0."""
+    fixed-sequence LTT over λ at δ/m; the certified pair of least calibration cost. With a
+    fallback router, a question's loss is its worse with or without its embedding, so the
+    pair holds whichever each question meets. Raises :class:`Unreachable` when no τ
+    certifies λ_0."""
     m = len(taus)
     best: tuple[float, float, Calibration] | None = None
     last_error: Unreachable | None = None
     for tau in taus:
         _, h, _ = sc.at(tau)
+        also = () if sc.fallback_probs is None else (sc.at(tau, fallback=True)[1],)
         try:
-            cal = ltt_threshold(ep, h, alpha, delta / m)
+            cal = ltt_threshold(ep, h, alpha, delta / m, GRID, *also)
         except Unreachable as e:
             last_error = e
             continue
@@ -217,6 +144,9 @@ class RoutedPolicy(Policy):
     router: Router
     tau: float | None = None  # τ̂ (NO_ROUTE: never skips); None: not calibrated
     taus: tuple[float, ...] = TAUS  # the τ calibration may choose (one: chosen on training)
+    #: the text-only router used when a question's embedding is missing (``router`` reads
+    #: embeddings); None when ``router`` reads the text alone
+    fallback: Router | None = None
 
     answer = "single"
 
@@ -320,8 +250,15 @@ class RoutedPolicy(Policy):
         stops = self.inner.stop_scores(views.obs)  # [S, N, T]
         for s in range(1, stops.shape[0]):
             stops[s, :, :s] = -np.inf
-        probs = self.router.question_probs(views.questions)
-        return RoutedScores(probs, stops, views.cost, self.router, views.latency)
+        if self.router.embedding_model not in (None, views.embedding_model):
+            raise CCPOError(
+                f"the {self.variant} policy routes by question embeddings of "
+                f"{self.router.embedding_model}; these traces record "
+                f"{views.embedding_model or 'none'} (run `ccpo traces embed`)"
+            )
+        probs = self.router.question_probs(views.questions, views.embeddings)
+        fb = None if self.fallback is None else self.fallback.question_probs(views.questions)
+        return RoutedScores(probs, stops, views.cost, self.router, views.latency, fb)
 
     def round_costs(self, ep: Episodes) -> np.ndarray:
         sc = self.episode_scores(ep)
@@ -387,10 +324,18 @@ class RoutedPolicy(Policy):
         return single_losses(ep, h, lams)
 
     # ------------------------------------------------------------------ live
-    def start_rung(self, question: str) -> int:
-        """The first round (0-based) whose r̂ clears τ̂, from the question text alone."""
-        x = text_features(question, int(self.router.spec["dim"]))[None]
-        return int(self.router.start(self.router.probs(x), self._tau())[0])
+    @property
+    def route_embedding_model(self) -> str | None:
+        return self.router.embedding_model
+
+    def start_rung(self, question: str, embedding: Sequence[float] | None = None) -> int:
+        """The first round (0-based) whose r̂ clears τ̂, from the question alone: its text
+        and, when the router reads one and it is given, its embedding (else the fallback)."""
+        router = self.router
+        if self.fallback is not None and embedding is None:
+            router = self.fallback
+        x = router.features([question], None if embedding is None else [embedding])
+        return int(router.start(router.probs(x), self._tau())[0])
 
     def decide(
         self, obs: np.ndarray, t: int, threshold: float | None, answered: Answered
@@ -406,34 +351,49 @@ class RoutedPolicy(Policy):
         meta = json.loads(path.read_text())
         meta["route"] = {"tau": self.tau, "taus": list(self.taus), "file": ROUTE_FILE}
         path.write_text(json.dumps(meta, indent=1) + "\n")
-        (Path(folder) / ROUTE_FILE).write_text(json.dumps(self.router.to_json()) + "\n")
+        d = self.router.to_json()
+        if self.fallback is not None:
+            d["fallback"] = self.fallback.to_json()
+        (Path(folder) / ROUTE_FILE).write_text(json.dumps(d) + "\n")
         return out
 
     @classmethod
     def load(cls, folder: str | Path, meta: dict[str, Any]) -> RoutedPolicy:
         inner = SingleAnswerPolicy.load(folder, meta)
         try:
-            router = Router.from_json(json.loads((Path(folder) / ROUTE_FILE).read_text()))
+            d = json.loads((Path(folder) / ROUTE_FILE).read_text())
+            router = Router.from_json(d)
+            fallback = None if d.get("fallback") is None else Router.from_json(d["fallback"])
         except (OSError, ValueError, KeyError) as e:
             raise CCPOError(f"{folder}: cannot read its router {ROUTE_FILE} ({e})") from None
         tau, taus = meta["route"].get("tau"), meta["route"].get("taus", TAUS)
-        return cls(inner, router, None if tau is None else float(tau), tuple(map(float, taus)))
+        tau = None if tau is None else float(tau)
+        return cls(inner, router, tau, tuple(map(float, taus)), fallback)
 
 
 def route(
-    inner: Policy, ep: Episodes, train_idx: np.ndarray, seed: int = 0, folds: int = 5
+    inner: Policy,
+    ep: Episodes,
+    train_idx: np.ndarray,
+    seed: int = 0,
+    folds: int = 5,
+    embedded: bool = False,
 ) -> RoutedPolicy:
     """``inner`` (a single-answer policy fitted on ``train_idx``) behind a router fitted on
     the same training questions, its stopping classifier refitted on every start
     (:func:`started_stopper`), and τ chosen on the training questions alone
-    (:func:`choose_tau`); not calibrated yet (call :meth:`RoutedPolicy.calibrate`)."""
+    (:func:`choose_tau`); not calibrated yet (call :meth:`RoutedPolicy.calibrate`).
+    ``embedded``: the router reads the recorded question embeddings too, with a text-only
+    fallback router for questions whose embedding is missing at serve time."""
     if not isinstance(inner, SingleAnswerPolicy):
         raise CCPOError(
             "--route applies to single-answer policies (--answer single): routing a set "
             "policy is not built yet (docs/theory.md, 'Routing before the first call')"
         )
     idx = np.asarray(train_idx)
-    pol = RoutedPolicy(started_stopper(inner, ep, idx), fit_router(ep, idx, seed=seed))
+    router = fit_router(ep, idx, seed=seed, embedded=embedded)
+    fallback = fit_router(ep, idx, seed=seed) if embedded else None
+    pol = RoutedPolicy(started_stopper(inner, ep, idx), router, fallback=fallback)
     tau, figures = choose_tau(pol, ep, idx, seed, folds)
     pol.taus = (tau,)
     costs = {f"route/cost@{t:g}": c for t, c in figures.items() if np.isfinite(c)}
@@ -462,7 +422,8 @@ def choose_tau(
     for j, held in enumerate(parts):
         rest = np.concatenate([p for i, p in enumerate(parts) if i != j])
         inner = fit_single(ep, rest, pol.inner.config, pol.inner.method, pol.inner.delta)
-        fold = RoutedPolicy(started_stopper(inner, ep, rest), fit_router(ep, rest, seed=seed))
+        router = fit_router(ep, rest, seed=seed, embedded=pol.fallback is not None)
+        fold = RoutedPolicy(started_stopper(inner, ep, rest), router)
         sc = fold.episode_scores(ep.subset(held))
         probs[at : at + held.size], stops[:, at : at + held.size] = sc.probs, sc.stops
         at += held.size

@@ -93,16 +93,26 @@ def reachable_alpha(k: int, n: int, delta: float) -> float:
 
 
 def ltt_threshold(
-    ep: Episodes, scores: np.ndarray, alpha: float, delta: float = DELTA, grid: int = GRID
+    ep: Episodes,
+    scores: np.ndarray,
+    alpha: float,
+    delta: float = DELTA,
+    grid: int = GRID,
+    *also: np.ndarray,
 ) -> Calibration:
     """λ̂ by fixed-sequence testing on the calibration questions ``ep`` with stopping scores
-    ``scores`` [n, T] (module docstring). Raises :class:`Unreachable` when λ_0 is not
-    certified."""
+    ``scores`` [n, T] (module docstring). With ``also`` (more score arrays of the same
+    questions), a question's loss is its worst under any of them, so λ̂ holds whichever one
+    each question meets (a router's fallback: docs/theory.md). Raises :class:`Unreachable`
+    when λ_0 is not certified."""
     n = ep.n
     if n < 1:
         raise CCPOError("cannot calibrate a single-answer policy on zero questions")
     lams = candidate_thresholds(grid)
-    k = single_losses(ep, scores, lams).sum(-1)  # [M]
+    loss = single_losses(ep, scores, lams)
+    for other in also:
+        loss = loss | single_losses(ep, other, lams)
+    k = loss.sum(-1)  # [M]
     p = binomial_pvalues(k, n, alpha)
     fails = np.flatnonzero(p > delta)
     last = (fails[0] if fails.size else lams.size) - 1

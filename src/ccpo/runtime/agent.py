@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 import time
 import uuid
 import warnings
@@ -67,6 +68,8 @@ from ccpo.traces.ladder import CHAT, Ladder
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.traces.routing import routed_rounds
 from ccpo.traces.schema import ACTIONS
+
+log = logging.getLogger("ccpo.route")
 
 __all__ = [
     "AnswerSet",
@@ -193,6 +196,10 @@ class ConformalAgent:
         self._runners: dict[int, tuple[asyncio.AbstractEventLoop, Runner, ResponseCache]] = {}
         self._closed_spent = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: question embeddings asked before routing, and of them the ones that fell back
+        self.route_embeddings = self.route_fallbacks = 0
+        model = policy.route_embedding_model
+        self._route_endpoint = None if model is None else self.collect_config.endpoint_for(model)
         load_http()  # now, not on the first question (import ccpo.runtime does not load it)
 
     # ------------------------------------------------------------------ construction
@@ -413,7 +420,7 @@ class ConformalAgent:
         total = worst = costliest = worst_round = 0.0
         nxt: asyncio.Future[RoundOutput] | None = None  # the next round, already sent
         before = before_worst = 0.0
-        first = self.policy.start_rung(q.question) + 1  # decided before any call (routing)
+        first = await self._start_rung(runner, q.question) + 1  # before any call (routing)
         rounds.extend(routed_rounds([], first - 1))  # skipped rounds: blank, as in replay
         try:
             for t in range(first, self.horizon + 1):
@@ -482,6 +489,23 @@ class ConformalAgent:
             latency_ms=(time.perf_counter() - t0) * 1000.0,
             ttft_ms=(decided - t0) * 1000.0,
         )
+
+    async def _start_rung(self, runner: Runner, question: str) -> int:
+        """The round to start at (0-based), from the question alone: with a router that reads
+        question embeddings, one ``/embeddings`` call within ``route_embedding_timeout``; a
+        failed, slow or malformed one falls back to the text-only router (counted, logged):
+        it never blocks an answer, and the guarantee holds either way."""
+        if self._route_endpoint is None:
+            return self.policy.start_rung(question)
+        self.route_embeddings += 1
+        timeout = self.config.route_embedding_timeout
+        try:
+            vectors = await runner.client.embed(self._route_endpoint, [question], timeout)
+            return self.policy.start_rung(question, vectors[0])
+        except (LLMCallError, CCPOError) as e:
+            self.route_fallbacks += 1
+            log.warning("routing without the question's embedding: %s", e)
+            return self.policy.start_rung(question)
 
     async def _alone(
         self,

@@ -221,6 +221,12 @@ class DeployConfig(EndpointSettings):
     max_cost_per_request: float | None = Field(None, gt=0, description="USD cap per question")
     max_cost_total: float | None = Field(None, ge=0, description="USD cap over all questions")
     server: ServerConfig = Field(default_factory=ServerConfig, description="ccpo serve")
+    route_embedding_timeout: float = Field(
+        1.0,
+        gt=0,
+        description="seconds a routed policy waits for a question's embedding before it "
+        "routes by the text alone",
+    )
 
     @field_validator("task")
     @classmethod

@@ -117,7 +117,12 @@ class ReplayIndex:
         n = 0
         self.duplicates = 0  # question texts met again (the first record answers them)
         self.conversations: set[str] = set()
+        #: (model, question text) → the recorded question embedding (``traces embed``)
+        self.embeddings: dict[tuple[str, str], list[float]] = {}
         for tr in traces:
+            if tr.question_embedding is not None:
+                key = (tr.question_embedding.model, tr.question)
+                self.embeddings.setdefault(key, tr.question_embedding.vector)
             q = tr.question.strip()
             if tr.messages is not None and family_of(tr.task, tr.family) == "chat":
                 # a conversation is found by all of it, not by its last turn
@@ -316,6 +321,25 @@ def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) 
                 },
             }
         )
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> JSONResponse:
+        """The recorded question embeddings (``traces embed``) of the texts asked, by the
+        model that made them; a text without one is a 404 (a router then falls back)."""
+        try:
+            body = loads_strict((await request.body()).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            return _error(400, f"the body is not JSON ({e})", "invalid_request_error")
+        texts = body.get("input") if isinstance(body, dict) else None
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return _error(400, "input: a text or a list of texts", "invalid_request_error")
+        model = str(body.get("model", ""))
+        found = [index.embeddings.get((model, t)) for t in texts]
+        if any(v is None for v in found):
+            return _error(404, f"no recorded embedding by {model!r} of that text", "not_found")
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(found)]
+        return JSONResponse({"object": "list", "model": model, "data": data})
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -242,6 +242,14 @@ class ServerMetrics(BaseModel):
         description="of those, committed on the event loop itself: a lone question's answer "
         "on a SQLite file, where the commit only appends to the log and never waits",
     )
+    route_embeddings: int = Field(
+        0, description="question embeddings this replica asked for before routing"
+    )
+    route_fallbacks: int = Field(
+        0,
+        description="of them, those missing (failed, slow or malformed): routed by the text "
+        "alone, as calibrated",
+    )
     uptime_s: float
 
 

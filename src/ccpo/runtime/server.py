@@ -150,6 +150,8 @@ _COUNTERS = {  # Metrics field -> (Prometheus name, help)
     "state_commits": ("ccpo_state_commits", "write transactions this replica committed"),
     "state_commits_whole": ("ccpo_state_commits_whole", "of them, sent whole (one statement)"),
     "state_commits_here": ("ccpo_state_commits_here", "of those, committed on the event loop"),
+    "route_embeddings": ("ccpo_route_embeddings", "question embeddings asked before routing"),
+    "route_fallbacks": ("ccpo_route_fallbacks", "of them, missing: routed by the text alone"),
 }
 _GAUGES = {
     "mean_set_size": ("ccpo_mean_set_size", "mean number of answers returned"),

@@ -411,6 +411,8 @@ class Service:
             state_commits=self.store.commits,
             state_commits_whole=self.store.commits_whole,
             state_commits_here=self.store.commits_here,
+            route_embeddings=self.agent.route_embeddings,
+            route_fallbacks=self.agent.route_fallbacks,
             uptime_s=time.monotonic() - self.started,
         )
 

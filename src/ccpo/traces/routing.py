@@ -111,13 +111,31 @@ class RouteViews:
     cost: np.ndarray
     questions: tuple[str, ...]
     latency: np.ndarray | None = None
+    #: [N, D] the questions' recorded embeddings (:func:`question_embeddings`), else None
+    embeddings: np.ndarray | None = None
+    embedding_model: str | None = None
 
     def subset(self, idx: np.ndarray) -> RouteViews:
         idx = np.asarray(idx)
         lat = None if self.latency is None else self.latency[:, idx]
+        emb = None if self.embeddings is None else self.embeddings[idx]
         return RouteViews(
-            self.obs[:, idx], self.cost[:, idx], tuple(self.questions[i] for i in idx), lat
-        )
+            self.obs[:, idx], self.cost[:, idx], tuple(self.questions[i] for i in idx), lat,
+            emb, self.embedding_model,
+        )  # fmt: skip
+
+
+def question_embeddings(traces: Sequence[Any]) -> tuple[np.ndarray | None, str | None]:
+    """([N, D] the traces' question embeddings, their model) when every trace records one by
+    the same model with the same length (``ccpo traces embed``); else (None, None)."""
+    got = [getattr(tr, "question_embedding", None) for tr in traces]
+    if not got or any(e is None for e in got):
+        return None, None
+    models = {e.model for e in got}
+    dims = {len(e.vector) for e in got}
+    if len(models) != 1 or len(dims) != 1:
+        return None, None
+    return np.asarray([e.vector for e in got], dtype=np.float64), models.pop()
 
 
 def route_views(traces: Sequence[Any], prices: PriceTable) -> RouteViews | None:
@@ -140,4 +158,5 @@ def route_views(traces: Sequence[Any], prices: PriceTable) -> RouteViews | None:
                 latency[s, i, s + k] = max(
                     (call_seconds(u.output_tokens) for _, u in steps), default=0.0
                 )
-    return RouteViews(obs, cost, tuple(tr.question for tr in traces), latency)
+    emb, model = question_embeddings(traces)
+    return RouteViews(obs, cost, tuple(tr.question for tr in traces), latency, emb, model)

@@ -141,6 +141,14 @@ class Round(_Model):
         return self
 
 
+class QuestionEmbedding(_Model):
+    """The embedding of a trace's question (its conversation's text, for chat) by ``model``
+    (``ccpo traces embed``): what a router reads before any call (policies.route)."""
+
+    model: str = Field(min_length=1)
+    vector: list[float] = Field(min_length=1)
+
+
 class Trace(_Model):
     """One question with all rounds that were run. ``schema`` must equal ``ccpo.trace/v1``."""
 
@@ -156,6 +164,7 @@ class Trace(_Model):
     meta: dict[str, Any] = Field(default_factory=dict)
     signals: list[str] | None = None  # the ladder's signals (ccpo.traces.signals)
     embedding_model: str | None = None  # the model of the ``embedding`` signal
+    question_embedding: QuestionEmbedding | None = None  # for a router (traces embed)
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, allow_inf_nan=False)
 
@@ -212,7 +221,7 @@ class Trace(_Model):
         """The wire form: ``schema`` first, nulls kept, as docs/design.md shows it; the optional
         ladder fields only where they are set (so older files round-trip unchanged)."""
         d = self.model_dump(by_alias=True, mode="json")
-        for k in ("family", "messages", "signals", "embedding_model"):
+        for k in ("family", "messages", "signals", "embedding_model", "question_embedding"):
             if d.get(k) is None:
                 d.pop(k, None)
         for r in d["rounds"]:
