@@ -92,14 +92,18 @@ def test_the_real_model_judges_chat_replies_and_a_rerun_pays_nothing(tmp_path) -
     flat = " ".join(res.stdout.split())
     calls = re.search(r"on (\d+) judge calls, 0 served by the cache", flat)
     assert calls and int(calls.group(1)) == len(asked) >= 4, flat  # two replies a question
-    assert f"0 judge calls, {len(asked)} served by the cache" in " ".join(again.stdout.split())
+    rerun = re.search(
+        r"on 0 judge calls, (\d+) served by the cache", " ".join(again.stdout.split())
+    )
+    assert rerun and int(rerun.group(1)) >= len(asked), again.stdout  # identical asks share one
     assert {r["temperature"] for r in asked} == {0.0}
     for req in asked:
         prompt = "\n".join(m["content"] for m in req["messages"])
         assert "Same options." in prompt and "is late. Options?" in prompt
     unjudged = re.search(r"(\d+) unjudged \(never guessed\)", flat)
     kept = read_traces(judged)
-    assert unjudged and len(kept) + int(unjudged.group(1)) == 4, flat
+    left_out = 4 - len(kept)  # each question left out holds one or two unjudged replies
+    assert unjudged and left_out <= int(unjudged.group(1)) <= 2 * left_out, flat
     for tr in kept:
         for r in tr.rounds:
             for st in (r.base, r.guide):
