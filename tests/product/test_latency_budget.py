@@ -132,3 +132,15 @@ def test_check_reports_the_latency_against_the_recorded_budget(
     assert got and float(got.group(1)) > 1.6, there
     before = ccpo("check", "--policy", str(cstop_free), "--traces", str(ladder))
     assert before.returncode == 0 and "budget" not in before.stdout
+
+
+def test_a_routed_auto_held_to_the_reference_alone_is_written_unrouted(ladder: Path) -> None:
+    """Only always-big-m is fast enough: with --route, auto keeps it (one model alone has no
+    rung to skip) instead of refusing to route it."""
+    out = ladder.parent / "routed"
+    r = _train(ladder, out, "--answer", "single", "--route", "--latency-budget", "0.9")
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((out / "policy.json").read_text())
+    assert (meta["method"], meta["model"]) == ("always", "big-m") and "route" not in meta
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["calibration_latency_s"] <= 0.9 and "route_tau" not in summary
