@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Annotated
@@ -23,6 +24,7 @@ from ccpo.cli.options import (
 )
 from ccpo.errors import CCPOError
 from ccpo.learning.config import StopConfig, TrainConfig
+from ccpo.policies.budget import LATENCY, budget_line, check_budget, check_budget_value, within
 from ccpo.policies.registry import method_help, method_names, resolve_method, variant_name
 from ccpo.traces.ladder import CHAT
 
@@ -96,6 +98,17 @@ def train_cmd(
             "missing when served, and the guarantee covers both.",
         ),
     ] = False,
+    latency_budget: Annotated[
+        float | None,
+        typer.Option(
+            "--latency-budget",
+            metavar="SECONDS",
+            help="The policy's mean estimated latency per question must be ≤ SECONDS (a mean "
+            "over questions): auto keeps the cheapest candidate within it; another method is "
+            "refused when its calibrated policy exceeds it (its threshold is never moved).",
+            show_default=False,
+        ),
+    ] = None,
     prices: PricesOpt = None,
     force: ForceOpt = False,
     config: dict | None = None,
@@ -119,6 +132,7 @@ def train_cmd(
     )
 
     check_alpha(alpha)
+    check_budget_value(latency_budget)
     found = resolve_method(method)
     if found is None:
         raise CCPOError(f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'")
@@ -153,16 +167,20 @@ def train_cmd(
     if short is not None and spec.calibrates:  # κ̂ by split conformal
         warn(short)
     provenance = {**trace_provenance(traces), "alpha": alpha}
+    if latency_budget is not None:
+        provenance["latency_budget_s"] = latency_budget
     if answer == "single":
         _train_single(
             method, ep, sp, sizes, alpha, seed, delta, price_table, out, provenance,
             stop_settings, routed=route, route_embeddings=route_embeddings,
+            budget=latency_budget,
         )  # fmt: skip
         return
     if spec.fitted_on_replay:
         _train_stopping(
-            method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings
-        )
+            method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings,
+            latency_budget,
+        )  # fmt: skip
         return
     from ccpo.learning.training import train  # torch: only for CCPO / CPO, once data is read
 
@@ -182,6 +200,7 @@ def train_cmd(
     summary, full = _calibrate(pol, ep, sp.cal[0], alpha, provenance, sizes)
     summary = {"variant": variant, "seconds": round(seconds, 2),
                "kappa_online": pol.kappa_online, **summary}  # fmt: skip
+    _hold_budget(summary, latency_budget, variant)
     y = _yardstick(pol, ep, sp.cal[0], summary)
     with staged_folder(out) as tmp:  # all files or none (a full disk)
         pol.save(tmp)
@@ -197,6 +216,7 @@ def train_cmd(
     if not pol.greedy:
         warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
     _print_yardstick(y)
+    _print_latency(summary)
     console.print(f"wrote policy folder {out}")
 
 
@@ -339,8 +359,33 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
         "calibration_cost_cents": float(cal_m.cost.sum() * 100),
         "calibration_full_set_rate": full,
         "sizes": sizes,
+        **_latency_fields(cal_ep, cal_m, provenance),
     }
     return summary, full
+
+
+def _latency_fields(cal_ep, m, provenance: dict) -> dict:
+    """summary.json's estimated latency on the calibration questions (``calibration_latency_s``,
+    seconds per question) and the budget it is held to (``latency_budget_s``), if any."""
+    from ccpo.traces.latency import mean_latency
+
+    out = {"calibration_latency_s": mean_latency(cal_ep.round_latency, None, m)}
+    budget = provenance.get("latency_budget_s")
+    return out if budget is None else {**out, "latency_budget_s": budget}
+
+
+def _hold_budget(summary: dict, budget: float | None, variant: str) -> None:
+    """Refuse (nothing written) a calibrated policy over ``--latency-budget``
+    (:func:`ccpo.policies.budget.check_budget`)."""
+    check_budget(summary["calibration_latency_s"], budget, variant, "auto" in summary)
+
+
+def _print_latency(summary: dict) -> None:
+    """ "calibration latency 1.23 s per question (budget 1.5 s): holds", with a budget."""
+    budget = summary.get("latency_budget_s")
+    if budget is not None:
+        line = budget_line(summary["calibration_latency_s"], budget)
+        console.print(f"on the calibration questions {line}", highlight=False)
 
 
 def _threshold_text(pol, how: str = "") -> str:
@@ -372,19 +417,28 @@ def _print_yardstick(y) -> None:
         warn(y.warning())
 
 
-def _print_choice(figures: dict[str, dict[str, float]], picked: str) -> None:
-    """auto's candidates with their validation cost and coverage, the pick marked."""
+def _print_choice(
+    figures: dict[str, dict[str, float]], picked: str, budget: float | None = None
+) -> None:
+    """auto's candidates with their validation cost and coverage, the pick marked; with a
+    latency budget, their estimated latency too, those over it marked."""
     for name, f in figures.items():
         mark = "  ← picked" if name == picked else ""
+        lat = None if budget is None else f.get(LATENCY, math.nan)
+        if lat is not None and not within(lat, budget):
+            mark = "  not eligible" if math.isnan(lat) else "  over the latency budget"
         console.print(
             f"  {name:10s} validation cost {f['cost_cents_per_question']:.4f}¢/question, "
-            f"coverage {f['coverage']:.3f}{mark}"
+            f"coverage {f['coverage']:.3f}"
+            + ("" if lat is None else f", latency {lat:.2f} s")
+            + mark
         )
 
 
 def _train_stopping(
-    method, ep, sp, sizes, alpha, seed, price_table, out: Path, provenance: dict, settings: dict
-) -> None:
+    method, ep, sp, sizes, alpha, seed, price_table, out: Path, provenance: dict, settings: dict,
+    budget: float | None = None,
+) -> None:  # fmt: skip
     """``train --method`` of a method fitted on replay (:mod:`ccpo.policies.registry`): fit on
     the training split (auto: choose by cross-fitted validation calibrated cost),
     split-conformal κ̂ on the calibration split, write the policy folder and summary.json
@@ -394,25 +448,29 @@ def _train_stopping(
 
     t0 = time.perf_counter()
     with console.status(f"fitting {method} on {count(sizes['train'], 'question')} …"):
-        pol, sel = fit_method(method, ep, sp.train, alpha, seed, settings=settings)
+        pol, sel = fit_method(
+            method, ep, sp.train, alpha, seed, settings=settings, latency_budget=budget
+        )
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
     cal = sp.cal[0]
     summary, full = _calibrate(pol, ep, cal, alpha, provenance, sizes)
     summary = {"method": method, "variant": pol.variant, "seconds": round(seconds, 2), **summary,
                **({"auto": sel.to_json()} if sel is not None else {})}  # fmt: skip
+    _hold_budget(summary, budget, pol.variant)
     y = _yardstick(pol, ep, cal, summary)
     with staged_folder(out) as tmp:  # all files or none (a full disk)
         pol.save(tmp)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     if sel is not None:
-        _print_choice(sel.figures, sel.method)
+        _print_choice(sel.figures, sel.method, budget)
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if sel else ''} in {seconds:.1f} s on "
         f"{count(sizes['train'], 'question')}; {_threshold_text(pol)}; calibration coverage "
         f"{summary['calibration_coverage']:.3f} on {count(len(cal), 'question')}"
     )
     _print_yardstick(y)
+    _print_latency(summary)
     if pol.alone is None:
         warn_degenerate(full, pol.threshold, alpha, len(cal))
     console.print(f"wrote policy folder {out}")
@@ -420,7 +478,7 @@ def _train_stopping(
 
 def _train_single(
     method, ep, sp, sizes, alpha, seed, delta, price_table, out: Path, provenance, settings,
-    routed: bool = False, route_embeddings: bool = False,
+    routed: bool = False, route_embeddings: bool = False, budget: float | None = None,
 ) -> None:  # fmt: skip
     """``train --answer single``: fit the stopping score on the training split (auto: choose
     by cross-fitted validation cost), λ̂ by Learn-then-Test on the calibration split
@@ -436,7 +494,7 @@ def _train_single(
     with console.status(f"fitting {method} (single answer) on {sizes['train']} questions …"):
         pol = fit_single_method(
             method, ep, sp.train, alpha, seed, delta, settings=settings, routed=routed,
-            route_embeddings=route_embeddings,
+            route_embeddings=route_embeddings, latency_budget=budget,
         )  # fmt: skip
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
@@ -452,15 +510,17 @@ def _train_single(
         "calibration_coverage": float(m.covered.mean()),
         "calibration_cost_cents": float(m.cost.sum() * 100),
         "calibration_rounds": float(m.length.mean()), "sizes": sizes, **pol.info,
-        **({"route_tau": pol.tau} if routed else {}),
+        **({"route_tau": pol.tau} if routed and pol.alone is None else {}),
+        **_latency_fields(cal_ep, m, provenance),
     }  # fmt: skip
+    _hold_budget(summary, budget, pol.variant)
     y = _yardstick(pol, ep, cal, summary)
     with staged_folder(out) as tmp:  # all files or none (a full disk)
         pol.save(tmp)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     auto = pol.info.get("auto")
     if auto:
-        _print_choice(auto["validation"], auto["picked"])
+        _print_choice(auto["validation"], auto["picked"], budget)
     console.print(
         f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} in {seconds:.1f} s on "
         f"{sizes['train']} questions; {_threshold_text(pol, f' (Learn-then-Test, δ = {delta:g})')}"
@@ -469,6 +529,7 @@ def _train_single(
         f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
     )
     _print_yardstick(y)
+    _print_latency(summary)
     console.print(f"wrote policy folder {out}")
 
 

@@ -26,11 +26,14 @@ file's is ≤ α with probability ≥ 1 − δ), or ``None`` when no threshold i
 (running every round is not a value ``serve`` takes: retrain or raise α). The interval,
 verdict and report are the same. Beside it, ``always-<reference>`` on the same questions
 (:mod:`ccpo.evaluation.yardstick`): what calling the reference alone costs, and the policy's
-cost as a share of it.
+cost as a share of it; and its mean estimated latency (:mod:`ccpo.traces.latency`) against
+the latency budget it was trained with, if any (:mod:`ccpo.policies.budget`; the verdict and
+the exit code stay the coverage's).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,7 +45,9 @@ from ccpo.errors import CCPOError
 from ccpo.evaluation.yardstick import yardstick
 from ccpo.learning.conformal import coverage_interval
 from ccpo.policies.base import Policy
+from ccpo.policies.budget import budget_line
 from ccpo.traces.episodes import Episodes, Metrics
+from ccpo.traces.latency import mean_latency
 
 LEVEL = 0.95
 """Confidence level of the coverage interval (two-sided)."""
@@ -76,6 +81,8 @@ class CheckReport:
     reference: str | None = None  # always-<model> on the same questions
     reference_cost_usd_per_question: float | None = None
     cost_ratio_to_reference: float | None = None
+    latency_s_per_question: float | None = None  # estimated (None: the traces give none)
+    latency_budget_s: float | None = None  # the policy's --latency-budget, if trained with one
 
     @property
     def verdict(self) -> str:
@@ -124,7 +131,9 @@ def check_policy(
         raise CCPOError(f"{traces or 'the trace file'} holds no questions to check on")
     alpha, kappa = float(policy.alpha), float(policy.threshold)
     rollout, restore, refused = _rollout_and_restore(policy, ep, alpha)
-    covered, cost, size, rounds = _means(rollout(kappa))
+    own = rollout(kappa)
+    covered, cost, size, rounds = _means(own)
+    latency = mean_latency(ep.round_latency, None, own)
     cov = covered / ep.n
     lo, hi = coverage_interval(covered, ep.n, LEVEL)
     cov_r, cost_r, _, _ = _means(rollout(restore))
@@ -153,6 +162,8 @@ def check_policy(
         reference=None if y is None else y.name,
         reference_cost_usd_per_question=None if y is None else y.reference_usd,
         cost_ratio_to_reference=None if y is None else y.ratio,
+        latency_s_per_question=None if math.isnan(latency) else latency,
+        latency_budget_s=policy.provenance.get("latency_budget_s"),
     )
 
 
@@ -220,6 +231,9 @@ def report_lines(r: CheckReport) -> list[str]:
             f"{sym} to restore 1 − α on this file: {r.kappa_to_restore:.4g} (coverage "
             f"{r.coverage_at_restore:.3f}, ${r.cost_usd_per_question_at_restore:.6f} per question)"
         )
+    if r.latency_budget_s is not None:
+        lat = math.nan if r.latency_s_per_question is None else r.latency_s_per_question
+        lines.append(budget_line(lat, r.latency_budget_s))
     lines.append(f"verdict: {r.verdict}")
     if not r.holds:
         fix = (

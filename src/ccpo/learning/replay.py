@@ -26,7 +26,7 @@ import numpy as np
 
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.learning.heads import log_pi
-from ccpo.traces.episodes import NEXT, Episodes, conformal_rollout, covering_scores
+from ccpo.traces.episodes import NEXT, Episodes, Metrics, conformal_rollout, covering_scores
 
 
 @dataclass(frozen=True)
@@ -147,16 +147,23 @@ def calibrated_cost(
     over ``splits`` random halves, κ̂ split-conformal on one half, measured on the other.
     Used to compare scores on validation questions (averaging over splits smooths the
     α-quantile, which on a few hundred questions rests on a handful of them)."""
+    m, _ = calibrated_rollout(ep, probs, alpha, splits, seed)
+    return Calibrated(float(m.cost.mean()), float(m.covered.mean()), float(m.set_size.mean()))
+
+
+def calibrated_rollout(
+    ep: Episodes, probs: np.ndarray, alpha: float, splits: int = 50, seed: int = 0
+) -> tuple[Metrics, np.ndarray | None]:
+    """The per-question outcomes behind :func:`calibrated_cost` and the questions they are
+    of ([splits, n − n/2] indices into ``ep``; None: all of ``ep``, below 4 questions)."""
     rng = np.random.default_rng([seed, 0xCA1])
     n = ep.n
     if n < 4:
         kappa = float(calibrate_kappa(ep, probs, alpha))
-        m = conformal_rollout(ep, probs, kappa)
-    else:
-        draws = np.stack([rng.permutation(n) for _ in range(splits)])
-        cal, test = draws[:, : n // 2], draws[:, n // 2 :]
-        m = conformal_rollout(ep, probs, calibrate_kappa(ep, probs, alpha, cal), test)
-    return Calibrated(float(m.cost.mean()), float(m.covered.mean()), float(m.set_size.mean()))
+        return conformal_rollout(ep, probs, kappa), None
+    draws = np.stack([rng.permutation(n) for _ in range(splits)])
+    cal, test = draws[:, : n // 2], draws[:, n // 2 :]
+    return conformal_rollout(ep, probs, calibrate_kappa(ep, probs, alpha, cal), test), test
 
 
 def point_rollout_expectations(

@@ -6,6 +6,8 @@ fold; the out-of-fold scores are then scored as the harness would (a *validator*
 on random halves, measured on the others). Ties go to the earlier candidate. Only training
 questions are used, so the calibration split never sees the choice and the guarantee of the
 calibrated winner is untouched (docs/theory.md, "auto: cross-fitting keeps the guarantee").
+With a latency budget only candidates whose validation latency is within it are eligible
+(:mod:`ccpo.policies.budget`).
 
 Main names: :func:`cross_fit`, :class:`Selection`. Which candidates exist and how each is
 fitted is :mod:`ccpo.policies.registry`'s business.
@@ -21,14 +23,16 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.policies.base import Policy
+from ccpo.policies.budget import COST, LATENCY, pick
 from ccpo.traces.episodes import Episodes
 
 Fitter = Callable[[Episodes, np.ndarray, float, int], Policy]
 #: (episodes of the training questions, their out-of-fold scores) → (USD/question, coverage)
-Validator = Callable[[Episodes, np.ndarray], tuple[float, float]]
+#: or (USD/question, coverage, estimated seconds/question)
+Validator = Callable[[Episodes, np.ndarray], tuple[float, ...]]
 #: a candidate with nothing to fit (``always-<reference>``): its figures on the training
-#: questions directly, (USD/question, coverage); cost +inf when it is not eligible
-Direct = Callable[[Episodes], tuple[float, float]]
+#: questions directly, as a validator's; cost +inf when it is not eligible
+Direct = Callable[[Episodes], tuple[float, ...]]
 
 
 @dataclass(frozen=True)
@@ -36,11 +40,21 @@ class Selection:
     """What ``auto`` chose and the validation figures behind the choice."""
 
     method: str
-    figures: dict[str, dict[str, float]]  # candidate → validation cost (cents/question), cov
+    figures: dict[str, dict[str, float]]  # candidate → validation cost (cents/question), cov, s
     folds: int
+    latency_budget: float | None = None  # seconds per question; None: no budget
 
     def to_json(self) -> dict[str, Any]:
-        return {"picked": self.method, "folds": self.folds, "validation": self.figures}
+        out: dict[str, Any] = {"picked": self.method, "folds": self.folds}
+        if self.latency_budget is not None:
+            out["latency_budget_s"] = self.latency_budget
+        return {**out, "validation": self.figures}
+
+
+def _figures(got: tuple[float, ...]) -> dict[str, float]:
+    """A validator's tuple as the figures of one candidate (latency when it gives one)."""
+    out = {COST: got[0] * 100, "coverage": got[1]}
+    return {**out, LATENCY: got[2]} if len(got) > 2 else out
 
 
 def fold_count(n: int, folds: int) -> int:
@@ -58,11 +72,13 @@ def cross_fit(
     folds: int = 5,
     salt: int = 0xA070,
     direct: Mapping[str, Direct] | None = None,
+    latency_budget: float | None = None,
 ) -> Selection:
     """The candidate of ``fitters`` (then of ``direct``, scored on all of ``train_idx``) of
     least validation cost on ``train_idx`` (module docstring): a ``direct`` candidate wins
     only when strictly cheaper; ``salt`` seeds the fold split apart from other uses of
-    ``seed``."""
+    ``seed``. ``latency_budget``: only candidates within it are eligible
+    (:func:`ccpo.policies.budget.pick`, which raises when none is)."""
     idx = np.asarray(train_idx)
     if len(fitters) == 0:
         raise CCPOError("auto needs at least one candidate method")
@@ -82,10 +98,7 @@ def cross_fit(
             scores[start : start + held.size] = got
             start += held.size
         assert scores is not None
-        cost, coverage = validate(sub, scores)
-        figures[name] = {"cost_cents_per_question": cost * 100, "coverage": coverage}
+        figures[name] = _figures(validate(sub, scores))
     for name, figures_of in (direct or {}).items():
-        cost, coverage = figures_of(sub)
-        figures[name] = {"cost_cents_per_question": cost * 100, "coverage": coverage}
-    best = min(figures, key=lambda n: figures[n]["cost_cents_per_question"])
-    return Selection(best, figures, k)
+        figures[name] = _figures(figures_of(sub))
+    return Selection(pick(figures, latency_budget), figures, k, latency_budget)

@@ -23,7 +23,7 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.config import StopConfig, TrainConfig
-from ccpo.learning.replay import calibrated_cost
+from ccpo.learning.replay import calibrated_rollout
 from ccpo.policies.auto import Direct, Fitter, Selection, cross_fit
 from ccpo.policies.base import Policy
 from ccpo.policies.cstop import STOPPING_METHODS, StoppingPolicy, fit_stopping
@@ -43,9 +43,10 @@ from ccpo.policies.single import (
     SINGLE_METHODS,
     SingleAnswerPolicy,
     fit_single,
-    validation_cost,
+    validation_figures,
 )
 from ccpo.traces.episodes import Episodes
+from ccpo.traces.latency import mean_latency
 
 #: the methods fitted on replayed traces (membership scores of a set policy)
 SCORE_METHODS = (*STOPPING_METHODS, *FIXED_RULES)
@@ -215,18 +216,21 @@ def select_method(
     folds: int = 5,
     seed: int = 0,
     direct: dict[str, Direct] | None = None,
+    latency_budget: float | None = None,
 ) -> Selection:
     """The set-valued candidate of least validation calibrated cost (:func:`cross_fit`,
     validated by :func:`ccpo.learning.replay.calibrated_cost`; ``direct``: candidates with
-    nothing to fit)."""
+    nothing to fit; ``latency_budget``: only candidates within it are eligible)."""
     given = fitters or {}
     chosen = {name: given.get(name) or candidate_fitter(name) for name in candidates}
 
-    def validate(sub: Episodes, probs: np.ndarray) -> tuple[float, float]:
-        got = calibrated_cost(sub, probs, alpha)
-        return got.cost, got.coverage
+    def validate(sub: Episodes, probs: np.ndarray) -> tuple[float, float, float]:
+        m, test = calibrated_rollout(sub, probs, alpha)
+        latency = mean_latency(sub.round_latency, test, m)
+        return float(m.cost.mean()), float(m.covered.mean()), latency
 
-    return cross_fit(ep, train_idx, alpha, chosen, validate, seed, folds, direct=direct)
+    return cross_fit(ep, train_idx, alpha, chosen, validate, seed, folds,
+                     direct=direct, latency_budget=latency_budget)  # fmt: skip
 
 
 def reference_candidate(ep: Episodes, alpha: float, on: bool = True) -> dict[str, Direct]:
@@ -234,7 +238,13 @@ def reference_candidate(ep: Episodes, alpha: float, on: bool = True) -> dict[str
     alone (:mod:`ccpo.policies.reference`); none when ``on`` is false."""
     if not (on and callable_alone(ep)):
         return {}
-    return {reference_name(ep.strongest): reference_validator(alpha, DELTA)}
+    figures = reference_validator(alpha, DELTA)
+
+    def with_latency(sub: Episodes) -> tuple[float, ...]:
+        known = sub.strongest_latency is not None and sub.n > 0
+        return (*figures(sub), float(np.mean(sub.strongest_latency)) if known else float("nan"))
+
+    return {reference_name(ep.strongest): with_latency}
 
 
 def fit_auto(
@@ -245,13 +255,15 @@ def fit_auto(
     candidates: Sequence[str] = AUTO_CANDIDATES,
     fitters: dict[str, Fitter] | None = None,
     reference: bool = True,
+    latency_budget: float | None = None,
 ) -> tuple[Policy, Selection]:
     """``--method auto``: :func:`select_method`, then the winner refitted on all of
     ``train_idx``; its ``info`` records the choice and the validation figures. With
     ``reference``, calling the reference alone is a candidate (kept when nothing is
-    cheaper)."""
+    cheaper); with ``latency_budget``, only candidates within it are eligible."""
     direct = reference_candidate(ep, alpha, reference)
-    sel = select_method(ep, train_idx, alpha, candidates, fitters, seed=seed, direct=direct)
+    sel = select_method(ep, train_idx, alpha, candidates, fitters, seed=seed, direct=direct,
+                        latency_budget=latency_budget)  # fmt: skip
     if sel.method in direct:
         policy: Policy = ReferencePolicy.fit(ep, "set", StopConfig(alpha=alpha, seed=seed))
     else:
@@ -269,16 +281,18 @@ def fit_method(
     seed: int = 0,
     candidates: Sequence[str] = AUTO_CANDIDATES,
     settings: dict[str, Any] | None = None,
+    latency_budget: float | None = None,
 ) -> tuple[Policy, Selection | None]:
     """Fit ``auto`` (with its :class:`Selection`) or one of :data:`SCORE_METHODS` (selection
     ``None``): the one entry point of the CLI, the API and the harness for set policies
-    fitted on replay. ``settings``: :class:`StopConfig` fields other than α, seed, learner."""
+    fitted on replay. ``settings``: :class:`StopConfig` fields other than α, seed, learner;
+    ``latency_budget``: ``auto`` chooses among the candidates within it."""
     if method == "auto":
         if (settings or {}).get("auto_ccpo_steps", 1) == 0:
             candidates = [c for c in candidates if c != "ccpo"]
         fitters = {name: candidate_fitter(name, settings) for name in candidates}
         ref = (settings or {}).get("auto_reference", True)
-        return fit_auto(ep, train_idx, alpha, seed, candidates, fitters, ref)
+        return fit_auto(ep, train_idx, alpha, seed, candidates, fitters, ref, latency_budget)
     return stopping_fitter(method, settings)(ep, train_idx, alpha, seed), None
 
 
@@ -294,6 +308,7 @@ def fit_single_method(
     folds: int = 5,
     routed: bool = False,
     route_embeddings: bool = False,
+    latency_budget: float | None = None,
 ) -> Policy:
     """The one entry point for ``--answer single``: ``auto`` cross-fits ``candidates`` on the
     training questions, scores each by :func:`~ccpo.policies.single.validation_cost` of its
@@ -301,9 +316,13 @@ def fit_single_method(
     ``info["auto"]``), or keeps calling the reference alone when nothing is cheaper
     (:mod:`ccpo.policies.reference`); any other name is fitted as is. ``routed``: behind a
     router fitted on the same questions (:mod:`ccpo.policies.route`), reading their recorded
-    embeddings too with ``route_embeddings``."""
+    embeddings too with ``route_embeddings``. ``latency_budget``: ``auto`` chooses among the
+    candidates within it (unrouted validation latency)."""
     if routed:
-        inner = fit_single_method(method, ep, train_idx, alpha, seed, delta, candidates, settings)
+        inner = fit_single_method(method, ep, train_idx, alpha, seed, delta, candidates, settings,
+                                  latency_budget=latency_budget)  # fmt: skip
+        if isinstance(inner, ReferencePolicy):  # one model alone: no rung to skip
+            return inner
         return route(inner, ep, train_idx, seed, embedded=route_embeddings)
     kw = {k: v for k, v in (settings or {}).items() if k not in ("alpha", "seed", "learner")}
     cfg = StopConfig(alpha=alpha, seed=seed, **kw)
@@ -313,12 +332,13 @@ def fit_single_method(
     def fitter(name: str) -> Fitter:
         return lambda e, idx, _alpha, _seed: fit_single(e, idx, cfg, name, delta)
 
-    def validate(sub: Episodes, scores: np.ndarray) -> tuple[float, float]:
-        return validation_cost(sub, scores, alpha, delta, seed=seed)
+    def validate(sub: Episodes, scores: np.ndarray) -> tuple[float, float, float]:
+        return validation_figures(sub, scores, alpha, delta, seed=seed)
 
     fitters = {name: fitter(name) for name in candidates}
     direct = reference_candidate(ep, alpha, cfg.auto_reference)
-    sel = cross_fit(ep, train_idx, alpha, fitters, validate, seed, folds, 0xA071, direct)
+    sel = cross_fit(ep, train_idx, alpha, fitters, validate, seed, folds, 0xA071, direct,
+                    latency_budget)  # fmt: skip
     if sel.method in direct:
         policy: Policy = ReferencePolicy.fit(ep, "single", cfg, delta)
     else:
@@ -340,24 +360,26 @@ def fit_policy(
     settings: dict[str, Any] | None = None,
     progress: Any = None,
     routed: bool = False,
+    latency_budget: float | None = None,
 ) -> Policy:
     """Fit any method by name on ``train_idx``, not calibrated yet: its single-answer form
     (``single``), a method fitted on replay (``auto`` included), or an RL method trained by
     :func:`ccpo.learning.training.train` with ``train_config`` (defaults otherwise; its method,
-    α, seed and λ are the method's). ``progress(step, entry)``: RL training steps."""
+    α, seed and λ are the method's). ``progress(step, entry)``: RL training steps.
+    ``latency_budget``: ``auto`` chooses among the candidates within it."""
     pol = _fit_policy(method, ep, train_idx, alpha, seed, single, delta, train_config, settings,
-                      progress, routed)  # fmt: skip
+                      progress, routed, latency_budget)  # fmt: skip
     pol.feature_spec = ep.feature_spec  # the observations it was fitted on (ladder signals)
     return pol
 
 
 def _fit_policy(
-    method, ep, train_idx, alpha, seed, single, delta, train_config, settings, progress, routed
-) -> Policy:
+    method, ep, train_idx, alpha, seed, single, delta, train_config, settings, progress, routed,
+    latency_budget=None,
+) -> Policy:  # fmt: skip
     if single:
-        return fit_single_method(
-            method, ep, train_idx, alpha, seed, delta, settings=settings, routed=routed
-        )
+        return fit_single_method(method, ep, train_idx, alpha, seed, delta, settings=settings,
+                                 routed=routed, latency_budget=latency_budget)  # fmt: skip
     if routed:
         route(None, ep, train_idx)  # type: ignore[arg-type]  # refuses: sets are not routed
     found = resolve_method(method)
@@ -365,7 +387,9 @@ def _fit_policy(
         raise CCPOError(f"unknown method '{method}' (methods: {method_names()}, ccpo-lam<λ>)")
     spec, lam = found
     if spec.fitted_on_replay:
-        return fit_method(method, ep, train_idx, alpha, seed, settings=settings)[0]
+        got = fit_method(method, ep, train_idx, alpha, seed, settings=settings,
+                         latency_budget=latency_budget)  # fmt: skip
+        return got[0]
     from ccpo.learning.training import train  # torch: only for CCPO / CPO
 
     base = train_config or TrainConfig()

@@ -13,7 +13,7 @@ P_cal(P(wrong answer on a solvable question) ≤ α) ≥ 1 − δ (docs/theory.m
 refuses with :class:`Unreachable`, naming the least α that is.
 
 Main names: :class:`SingleAnswerPolicy`, :func:`fit_single`, :func:`ltt_threshold`,
-:func:`validation_cost`.
+:func:`validation_cost` (:func:`validation_figures`: with the estimated latency).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from ccpo.traces.episodes import (
     single_stops,
 )
 from ccpo.traces.featurize import FEATURE_SPEC
+from ccpo.traces.latency import mean_latency
 from ccpo.traces.schema import ACTIONS
 
 GRID = 1000
@@ -312,11 +313,21 @@ def validation_cost(
     """(cost USD per question, coverage) of the calibrated rule on ``ep`` as the harness
     measures it: λ̂ by LTT on random halves, scored on the others; (inf, nan) when some half
     cannot be calibrated. Used by ``auto`` on out-of-fold scores of training questions."""
+    cost, coverage, _ = validation_figures(ep, scores, alpha, delta, splits, seed)
+    return cost, coverage
+
+
+def validation_figures(
+    ep: Episodes, scores: np.ndarray, alpha: float, delta: float, splits: int = 20, seed=0
+) -> tuple[float, float, float]:
+    """:func:`validation_cost` and the estimated seconds per question of the same replay
+    (:mod:`ccpo.traces.latency`); (inf, nan, nan) when some half cannot be calibrated."""
     rng = np.random.default_rng([seed, 0x5146])
     perms = np.stack([rng.permutation(ep.n) for _ in range(splits)])
     cal, test = perms[:, : ep.n // 2], perms[:, ep.n // 2 :]
     lams, refused = calibrate_splits(ep, scores, alpha, delta, cal)
     if refused.any():
-        return float("inf"), float("nan")
+        return float("inf"), float("nan"), float("nan")
     m = single_rollout(ep, scores, lams, test)
-    return float(m.cost.mean()), float(m.covered.mean())
+    latency = mean_latency(ep.round_latency, test, m)
+    return float(m.cost.mean()), float(m.covered.mean()), latency

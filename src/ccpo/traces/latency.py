@@ -9,7 +9,8 @@ time follows how it runs (:func:`ccpo.llm.protocol.run_round`): an ``agree`` rou
 calls at once (the longer one counts), a ``judge`` round's guide waits for its base (the two
 add up); a reused step costs no time. A question's latency is the sum over the rounds run.
 
-Main names: :func:`call_seconds`, :func:`round_seconds`, :func:`question_latency`.
+Main names: :func:`call_seconds`, :func:`round_seconds`, :func:`question_latency`,
+:func:`mean_latency`.
 Docs: docs/design.md, "How evaluation works"; docs/glossary.md, "estimated latency".
 """
 
@@ -48,3 +49,14 @@ def question_latency(round_latency: np.ndarray, idx: Any, length: np.ndarray) ->
     rows = cum if idx is None else cum[np.asarray(idx)]
     last = np.clip(np.asarray(length, dtype=np.int64), 1, round_latency.shape[-1]) - 1
     return np.take_along_axis(rows, last[..., None], -1)[..., 0]
+
+
+def mean_latency(round_latency: np.ndarray | None, idx: Any, m: Any) -> float:
+    """Mean seconds per question of the outcomes ``m`` (a :class:`~ccpo.traces.episodes.Metrics`
+    of the questions ``idx``): its own latency when the rollout set one, else its rounds run;
+    nan when the traces give no estimate."""
+    if m.latency is not None:
+        return float(np.mean(m.latency))
+    if round_latency is None:
+        return float("nan")
+    return float(np.mean(question_latency(round_latency, idx, m.length)))
