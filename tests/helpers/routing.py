@@ -58,3 +58,28 @@ def difficulty_embedder(traces: Path, noise: float = 0.15, seed: int = 0):
         vec[tr.question] = [float(share + rng.normal(0, noise)), 1.0,
                             *rng.normal(0, 0.3, 6).round(6).tolist()]  # fmt: skip
     return lambda text: vec.get(text, [0.0] * 8)
+
+
+def routed_on_held_out(
+    traces: Path, prices: Path, n_train: int, alpha: float, delta: float, tau: float,
+    splits: int, embeddings: bool = False,
+):  # fmt: skip
+    """(episodes, a ``cstop-lr`` routed policy fitted on ``n_train`` questions (seed 0) with τ
+    fixed at ``tau`` before calibration, calibration halves [splits, n], test halves) of the
+    other questions, drawn with seed 1: the setting of the held-out guarantee tests."""
+    ep, _ = load_episodes(traces, [str(prices)])
+    order = np.random.default_rng(0).permutation(ep.n)
+    pol = fit_single_method("cstop-lr", ep, order[:n_train], alpha, 0, delta, routed=True,
+                            route_embeddings=embeddings)  # fmt: skip
+    pol.taus = (tau,)
+    rest = order[n_train:]
+    rng = np.random.default_rng(1)
+    perms = np.stack([rng.permutation(rest) for _ in range(splits)])
+    half = rest.size // 2
+    return ep, pol, perms[:, :half], perms[:, half:]
+
+
+def over_share(miss: np.ndarray, alpha: float) -> float:
+    """The share of splits (rows of ``miss`` [K, n]) whose miss rate passes α + 2 SE."""
+    n = miss.shape[1]
+    return float((miss.mean(1) > alpha + 2 * np.sqrt(alpha * (1 - alpha) / n)).mean())

@@ -17,12 +17,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ccpo.evaluation.harness import load_episodes
-from ccpo.policies.registry import fit_single_method
 from ccpo.policies.route import routed_outcomes
 from ccpo.traces.io import read_traces, write_traces
 from ccpo.traces.schema import QuestionEmbedding
-from tests.helpers.routing import EMBED_MODEL, difficulty_embedder, imported_ladder
+from tests.helpers.routing import (
+    EMBED_MODEL,
+    difficulty_embedder,
+    imported_ladder,
+    over_share,
+    routed_on_held_out,
+)
 
 ALPHA, DELTA, N_TRAIN, SPLITS, TAU = 0.2, 0.1, 300, 200, 0.6
 
@@ -37,21 +41,9 @@ def setting(tmp_path_factory):
         emb = QuestionEmbedding(model=EMBED_MODEL, vector=embed(tr.question))
         rows.append(tr.model_copy(update={"question_embedding": emb}))
     write_traces(folder / "embedded.jsonl", rows)
-    ep, _ = load_episodes(folder / "embedded.jsonl", [str(prices)])
-    order = np.random.default_rng(0).permutation(ep.n)
-    pol = fit_single_method("cstop-lr", ep, order[:N_TRAIN], ALPHA, 0, DELTA, routed=True,
-                            route_embeddings=True)  # fmt: skip
-    pol.taus = (TAU,)
-    rest = order[N_TRAIN:]
-    rng = np.random.default_rng(1)
-    perms = np.stack([rng.permutation(rest) for _ in range(SPLITS)])
-    half = rest.size // 2
-    return ep, pol, perms[:, :half], perms[:, half:]
-
-
-def _over(miss: np.ndarray) -> float:
-    n = miss.shape[1]
-    return float((miss.mean(1) > ALPHA + 2 * np.sqrt(ALPHA * (1 - ALPHA) / n)).mean())
+    return routed_on_held_out(
+        folder / "embedded.jsonl", prices, N_TRAIN, ALPHA, DELTA, TAU, SPLITS, embeddings=True
+    )
 
 
 def test_the_guarantee_holds_with_or_without_each_embedding(setting) -> None:
@@ -67,7 +59,7 @@ def test_the_guarantee_holds_with_or_without_each_embedding(setting) -> None:
     assert (s_emb != s_txt).mean() > 0.1  # and the fallback routes otherwise
     worst = with_emb.covered & without.covered  # an adversary picks which embeddings fail
     for covered in (with_emb.covered, without.covered, worst):
-        assert _over(~covered) <= DELTA + 0.05
+        assert over_share(~covered, ALPHA) <= DELTA + 0.05
         assert covered.mean() >= 1 - ALPHA
 
 
@@ -77,4 +69,4 @@ def test_an_uncalibrated_threshold_breaks_it(setting) -> None:
     first = np.tile([0.25, 0.0], (len(test), 1))  # a loose τ, then stop at once
     for fallback in (False, True):
         m = routed_outcomes(ep, scores, first[:, :1], first[:, 1:], test, fallback)[2]
-        assert _over(~m.covered) > 0.5
+        assert over_share(~m.covered, ALPHA) > 0.5

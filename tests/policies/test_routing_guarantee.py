@@ -15,9 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ccpo.evaluation.harness import load_episodes
-from ccpo.policies.registry import fit_single_method
-from tests.helpers.routing import imported_ladder
+from tests.helpers.routing import (
+    imported_ladder,
+    over_share,
+    routed_on_held_out,
+)
 
 ALPHA, DELTA, N_TRAIN, SPLITS = 0.2, 0.1, 300, 200
 
@@ -25,20 +27,8 @@ ALPHA, DELTA, N_TRAIN, SPLITS = 0.2, 0.1, 300, 200
 @pytest.fixture(scope="module")
 def setting(tmp_path_factory):
     traces, prices = imported_ladder(tmp_path_factory.mktemp("guarantee"), n=1000, seed=3)
-    ep, _ = load_episodes(traces, [str(prices)])
-    order = np.random.default_rng(0).permutation(ep.n)
-    pol = fit_single_method("cstop-lr", ep, order[:N_TRAIN], ALPHA, 0, DELTA, routed=True)
-    pol.taus = (0.6,)  # fixed before calibration
-    rest = order[N_TRAIN:]
-    rng = np.random.default_rng(1)
-    perms = np.stack([rng.permutation(rest) for _ in range(SPLITS)])
-    half = rest.size // 2
-    return ep, pol, perms[:, :half], perms[:, half:]
-
-
-def _over(miss: np.ndarray) -> float:
-    n = miss.shape[1]
-    return float((miss.mean(1) > ALPHA + 2 * np.sqrt(ALPHA * (1 - ALPHA) / n)).mean())
+    # τ fixed before calibration
+    return routed_on_held_out(traces, prices, N_TRAIN, ALPHA, DELTA, 0.6, SPLITS)
 
 
 def test_the_guarantee_holds_with_routing_in_play(setting) -> None:
@@ -49,7 +39,7 @@ def test_the_guarantee_holds_with_routing_in_play(setting) -> None:
     starts = pol.router.start(scores.probs[test], th[:, :1])
     assert (starts > 0).mean() > 0.3  # routing is in play
     m = pol.rollout(ep, scores, th, test)
-    assert _over(~m.covered) <= DELTA + 0.05
+    assert over_share(~m.covered, ALPHA) <= DELTA + 0.05
     assert m.covered.mean() >= 1 - ALPHA
 
 
@@ -57,4 +47,4 @@ def test_an_uncalibrated_threshold_breaks_it(setting) -> None:
     ep, pol, _, test = setting
     scores = pol.episode_scores(ep)
     m = pol.rollout(ep, scores, np.tile([0.6, 0.0], (len(test), 1)), test)
-    assert _over(~m.covered) > 0.5
+    assert over_share(~m.covered, ALPHA) > 0.5
