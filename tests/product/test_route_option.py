@@ -33,16 +33,35 @@ def test_train_route_writes_a_routed_folder(tmp_path) -> None:
     assert isinstance(pol, RoutedPolicy) and pol.is_calibrated and pol.variant.endswith("+route")
 
 
-def test_route_refuses_sets_and_judge_ladders(tmp_path) -> None:
+def test_route_refuses_unroutable_methods_and_judge_ladders(tmp_path) -> None:
     traces, prices = imported_ladder(tmp_path, n=60)
-    for extra in (["--answer", "set"], ["--method", "ccpo"]):
+    for extra in (["--answer", "set", "--method", "depth-k"], ["--method", "ccpo"]):
         r = _ccpo("train", "--traces", str(traces), "--route", *extra,
                   "--out", str(tmp_path / "a"), "--prices", str(prices))  # fmt: skip
-        assert_usage_error(r, "--route works with single-answer policies")
+        assert_usage_error(r, "--route works with --method auto, cstop or cstop-lr")
         assert not (tmp_path / "a").exists()
+    r = _ccpo("train", "--traces", str(traces), "--route", "--answer", "set",
+              "--route-embeddings", "--out", str(tmp_path / "a"),
+              "--prices", str(prices))  # fmt: skip
+    assert_usage_error(r, "--route-embeddings works with --route and single answers")
     sim = tmp_path / "sim.jsonl"
     assert _ccpo("sim", "--n", "200", "--out", str(sim)).returncode == 0
     r = _ccpo("train", "--traces", str(sim), "--answer", "single", "--route", "--alpha", "0.3",
               "--out", str(tmp_path / "b"))  # fmt: skip
     assert_usage_error(r, "agree rounds")
     assert not (tmp_path / "b").exists()
+
+
+def test_train_route_writes_a_routed_set_folder(tmp_path) -> None:
+    from ccpo.policies.route_sets import RoutedSetPolicy
+
+    traces, prices = imported_ladder(tmp_path, n=200)
+    out = tmp_path / "sets"
+    r = _ccpo("train", "--traces", str(traces), "--answer", "set", "--route", "--method",
+              "cstop", "--alpha", "0.2", "--prices", str(prices), "--out", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "fitted cstop+route" in " ".join(r.stdout.split())
+    meta = json.loads((out / "policy.json").read_text())
+    assert meta["answer"] == "set" and meta["route"]["tau"] in TAUS
+    pol = load_policy(out)
+    assert isinstance(pol, RoutedSetPolicy) and pol.is_calibrated

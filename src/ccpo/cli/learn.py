@@ -137,8 +137,8 @@ def train_cmd(
     if found is None:
         raise CCPOError(f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'")
     check_answer(answer, method, delta, route)
-    if route_embeddings and not route:
-        raise CCPOError("--route-embeddings works with --route")
+    if route_embeddings and (not route or answer == "set"):
+        raise CCPOError("--route-embeddings works with --route and single answers")
     settings = config or {}
     spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
     if not spec.fitted_on_replay:
@@ -179,7 +179,7 @@ def train_cmd(
     if spec.fitted_on_replay:
         _train_stopping(
             method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings,
-            latency_budget,
+            latency_budget, routed=route,
         )  # fmt: skip
         return
     from ccpo.learning.training import train  # torch: only for CCPO / CPO, once data is read
@@ -288,10 +288,11 @@ def check_answer(answer: str | None, method: str, delta: float, route: bool = Fa
     any work (``answer`` None: the default, :func:`default_answer`)."""
     from ccpo.policies.registry import SINGLE_METHODS, single_form_of
 
-    if route and (answer == "set" or not single_form_of(method)):
+    sets = ("auto", "cstop", "cstop-lr")
+    if route and not (single_form_of(method) if answer != "set" else method in sets):
         raise CCPOError(
-            "--route works with single-answer policies (--method auto, "
-            f"{', '.join(SINGLE_METHODS)}); set policies are not routed yet"
+            "--route works with --method auto, cstop or cstop-lr (answer sets), or "
+            f"auto, {', '.join(SINGLE_METHODS)} (--answer single)"
         )
     if answer is None:
         return
@@ -343,16 +344,18 @@ def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
     """Split-conformal κ̂ on the calibration questions (batch scoring) and the provenance, set
     on ``pol``; returns the calibration figures for summary.json and the full-set rate."""
     from ccpo.evaluation.harness import full_set_rate
+    from ccpo.policies.route_sets import StartedView
 
-    probs = pol.scores(ep.obs)
     if pol.calibrates:
         pol.calibrate(ep, cal)
     pol.provenance = provenance
     pol.feature_spec = ep.feature_spec  # the observations it was fitted on (ladder signals)
     cal_ep = ep.subset(cal)
     kappa = pol.threshold
-    full = full_set_rate(cal_ep, probs[cal], kappa)
-    cal_m = pol.rollout(cal_ep, probs[cal], kappa)
+    sc = pol.episode_scores(cal_ep)  # a routed set's: each question's started view
+    view_ep, probs = (sc.ep, sc.probs) if isinstance(sc, StartedView) else (cal_ep, sc)
+    full = full_set_rate(view_ep, probs, kappa)
+    cal_m = pol.rollout(cal_ep, sc, kappa)
     summary = {
         "kappa": kappa,
         "calibration_coverage": float(cal_m.covered.mean()),
@@ -437,7 +440,7 @@ def _print_choice(
 
 def _train_stopping(
     method, ep, sp, sizes, alpha, seed, price_table, out: Path, provenance: dict, settings: dict,
-    budget: float | None = None,
+    budget: float | None = None, routed: bool = False,
 ) -> None:  # fmt: skip
     """``train --method`` of a method fitted on replay (:mod:`ccpo.policies.registry`): fit on
     the training split (auto: choose by cross-fitted validation calibrated cost),
@@ -451,6 +454,8 @@ def _train_stopping(
         pol, sel = fit_method(
             method, ep, sp.train, alpha, seed, settings=settings, latency_budget=budget
         )
+        if routed:
+            pol = _route_set(pol, ep, sp.train, seed)
     seconds = time.perf_counter() - t0
     pol.prices = price_table.to_price_file()
     cal = sp.cal[0]
@@ -474,6 +479,18 @@ def _train_stopping(
     if pol.alone is None:
         warn_degenerate(full, pol.threshold, alpha, len(cal))
     console.print(f"wrote policy folder {out}")
+
+
+def _route_set(pol, ep, train_idx, seed: int):
+    """A CStop set policy behind a router (:mod:`ccpo.policies.route_sets`); any other pick
+    of ``auto`` is kept unrouted, and said so."""
+    from ccpo.policies.cstop import STOPPING_METHODS, StoppingPolicy
+    from ccpo.policies.route_sets import route_sets
+
+    if isinstance(pol, StoppingPolicy) and pol.method in STOPPING_METHODS:
+        return route_sets(pol, ep, train_idx, seed)
+    console.print(f"{pol.variant} is not routed (set routing applies to cstop and cstop-lr)")
+    return pol
 
 
 def _train_single(

@@ -37,6 +37,7 @@ from ccpo.policies.reference import (
 )
 from ccpo.policies.rl import RLPolicy
 from ccpo.policies.route import RoutedPolicy, route
+from ccpo.policies.route_sets import RoutedSetPolicy, route_sets
 from ccpo.policies.rules import FIXED_RULES, RulePolicy
 from ccpo.policies.single import (
     DELTA,
@@ -159,7 +160,8 @@ def load_policy(folder: str | Path) -> Policy:
     if meta.get("method") == REFERENCE_METHOD:
         return ReferencePolicy.load(folder, meta)
     if meta.get("route"):
-        return RoutedPolicy.load(folder, meta)
+        routed = RoutedPolicy if meta.get("answer") == "single" else RoutedSetPolicy
+        return routed.load(folder, meta)
     if meta.get("answer") == "single":
         return SingleAnswerPolicy.load(folder, meta)
     if meta.get("method") in FIXED_RULES:
@@ -380,8 +382,11 @@ def _fit_policy(
     if single:
         return fit_single_method(method, ep, train_idx, alpha, seed, delta, settings=settings,
                                  routed=routed, latency_budget=latency_budget)  # fmt: skip
-    if routed:
-        route(None, ep, train_idx)  # type: ignore[arg-type]  # refuses: sets are not routed
+    if routed:  # a CStop set behind a router; any other pick is kept unrouted
+        got = _fit_policy(method, ep, train_idx, alpha, seed, single, delta, train_config,
+                          settings, progress, False, latency_budget)  # fmt: skip
+        routable = isinstance(got, StoppingPolicy) and got.method in STOPPING_METHODS
+        return route_sets(got, ep, train_idx, seed) if routable else got
     found = resolve_method(method)
     if found is None:
         raise CCPOError(f"unknown method '{method}' (methods: {method_names()}, ccpo-lam<λ>)")

@@ -16,8 +16,6 @@ Main names: :class:`RoutedPolicy`, :func:`route`, :func:`choose_tau`, :func:`joi
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError
-from ccpo.policies.base import Answered, Calibration, Policy, RoundDecision
+from ccpo.policies.base import Calibration, Policy
+from ccpo.policies.routed import NO_ROUTE, ROUTE_FILE, SUFFIX, TAUS, RouterHolder
 from ccpo.policies.router import Router, fit_router
 from ccpo.policies.single import (
     GRID,
@@ -36,14 +35,6 @@ from ccpo.policies.single import (
     reached_labels,
 )
 from ccpo.traces.episodes import Episodes, Metrics, answer_actions, single_losses, single_stops
-
-NO_ROUTE = 2.0
-"""τ above every prediction: start at round 1 (the unrouted policy)."""
-TAUS = (NO_ROUTE, 0.25, 0.5, 0.75)
-"""The router thresholds τ may take, fixed before any data: :func:`choose_tau` picks one on
-the training split (or :func:`joint_ltt` certifies all four at δ/4 each)."""
-ROUTE_FILE = "route.json"
-SUFFIX = "+route"
 
 
 # ----------------------------------------------------------------------------- replay
@@ -137,7 +128,7 @@ def joint_ltt(
 
 # ----------------------------------------------------------------------------- the policy
 @dataclass
-class RoutedPolicy(Policy):
+class RoutedPolicy(RouterHolder, Policy):
     """A single-answer policy (``inner``) behind a :class:`Router` at threshold ``tau``."""
 
     inner: SingleAnswerPolicy
@@ -149,94 +140,6 @@ class RoutedPolicy(Policy):
     fallback: Router | None = None
 
     answer = "single"
-
-    def __post_init__(self) -> None:
-        if self.router.horizon != self.inner.horizon:
-            raise CCPOError("the router and the stopping rule were fitted on different T")
-
-    # the wrapped policy's attributes, read (and some written) through
-    @property
-    def horizon(self) -> int:  # type: ignore[override]
-        return self.inner.horizon
-
-    @property
-    def feature_spec(self) -> dict[str, Any]:  # type: ignore[override]
-        return self.inner.feature_spec
-
-    @feature_spec.setter
-    def feature_spec(self, spec: dict[str, Any]) -> None:
-        self.inner.feature_spec = spec
-
-    @property
-    def log(self) -> list[dict[str, float]]:  # type: ignore[override]
-        return self.inner.log
-
-    @property
-    def config(self) -> Any:  # type: ignore[override]
-        return self.inner.config
-
-    @property
-    def delta(self) -> float:  # type: ignore[override]
-        return self.inner.delta
-
-    @property
-    def variant(self) -> str:  # type: ignore[override]
-        return self.inner.variant + SUFFIX
-
-    @property
-    def prices(self) -> dict[str, Any] | None:  # type: ignore[override]
-        return self.inner.prices
-
-    @prices.setter
-    def prices(self, value: dict[str, Any] | None) -> None:
-        self.inner.prices = value
-
-    @property
-    def provenance(self) -> dict[str, Any]:  # type: ignore[override]
-        return self.inner.provenance
-
-    @provenance.setter
-    def provenance(self, value: dict[str, Any]) -> None:
-        self.inner.provenance = value
-
-    @property
-    def info(self) -> dict[str, Any]:  # type: ignore[override]
-        return self.inner.info
-
-    @info.setter
-    def info(self, value: dict[str, Any]) -> None:
-        self.inner.info = value
-
-    @property
-    def method(self) -> str:
-        return self.inner.method
-
-    @property
-    def alpha(self) -> float:
-        return self.inner.alpha
-
-    @property
-    def threshold(self) -> float:
-        """λ̂ (τ̂ is :attr:`tau`)."""
-        return self.inner.threshold
-
-    def set_threshold(self, value: float) -> None:
-        self.inner.set_threshold(value)
-
-    @property
-    def is_calibrated(self) -> bool:
-        return self.inner.is_calibrated and self.tau is not None
-
-    @property
-    def tracks_online(self) -> bool:
-        return False
-
-    @property
-    def online_step(self) -> tuple[float, float]:
-        return self.inner.online_step
-
-    def trained_horizon(self) -> int | None:
-        return self.inner.horizon
 
     # ------------------------------------------------------------------ replay
     def scores(self, obs: np.ndarray) -> np.ndarray:
@@ -263,11 +166,6 @@ class RoutedPolicy(Policy):
     def round_costs(self, ep: Episodes) -> np.ndarray:
         sc = self.episode_scores(ep)
         return sc.at(self._tau())[2]
-
-    def _tau(self) -> float:
-        if self.tau is None:
-            raise CCPOError(f"the {self.variant} policy is not calibrated yet (no τ̂)")
-        return self.tau
 
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
         """(τ̂, λ̂) by :func:`joint_ltt` on the calibration questions (sets both)."""
@@ -323,52 +221,11 @@ class RoutedPolicy(Policy):
         _, h, _ = self.episode_scores(ep).at(tau)
         return single_losses(ep, h, lams)
 
-    # ------------------------------------------------------------------ live
-    @property
-    def route_embedding_model(self) -> str | None:
-        return self.router.embedding_model
-
-    def start_rung(self, question: str, embedding: Sequence[float] | None = None) -> int:
-        """The first round (0-based) whose r̂ clears τ̂, from the question alone: its text
-        and, when the router reads one and it is given, its embedding (else the fallback)."""
-        router = self.router
-        if self.fallback is not None and embedding is None:
-            router = self.fallback
-        x = router.features([question], None if embedding is None else [embedding])
-        return int(router.start(router.probs(x), self._tau())[0])
-
-    def decide(
-        self, obs: np.ndarray, t: int, threshold: float | None, answered: Answered
-    ) -> RoundDecision:
-        """The wrapped rule on o_t computed with the skipped rounds blank
-        (:func:`ccpo.traces.routing.routed_rounds`), as the replay's view of that start."""
-        return self.inner.decide(obs, t, threshold, answered)
-
     # ------------------------------------------------------------------ persistence
-    def save(self, folder: str | Path) -> Path:
-        out = self.inner.save(folder)
-        path = Path(folder) / "policy.json"
-        meta = json.loads(path.read_text())
-        meta["route"] = {"tau": self.tau, "taus": list(self.taus), "file": ROUTE_FILE}
-        path.write_text(json.dumps(meta, indent=1) + "\n")
-        d = self.router.to_json()
-        if self.fallback is not None:
-            d["fallback"] = self.fallback.to_json()
-        (Path(folder) / ROUTE_FILE).write_text(json.dumps(d) + "\n")
-        return out
-
     @classmethod
     def load(cls, folder: str | Path, meta: dict[str, Any]) -> RoutedPolicy:
-        inner = SingleAnswerPolicy.load(folder, meta)
-        try:
-            d = json.loads((Path(folder) / ROUTE_FILE).read_text())
-            router = Router.from_json(d)
-            fallback = None if d.get("fallback") is None else Router.from_json(d["fallback"])
-        except (OSError, ValueError, KeyError) as e:
-            raise CCPOError(f"{folder}: cannot read its router {ROUTE_FILE} ({e})") from None
-        tau, taus = meta["route"].get("tau"), meta["route"].get("taus", TAUS)
-        tau = None if tau is None else float(tau)
-        return cls(inner, router, tau, tuple(map(float, taus)), fallback)
+        router, fallback, tau, taus = RouterHolder.load_router(folder, meta)
+        return cls(SingleAnswerPolicy.load(folder, meta), router, tau, taus, fallback)
 
 
 def route(
@@ -468,3 +325,9 @@ def started_stopper(
         ys.append(y[:, s : T - 1].reshape(-1))
     learner = StopConfig(**{**asdict(inner.config), "learner": STOPPING_METHODS[inner.method]})
     return replace(inner, model=fit_classifier(np.concatenate(xs), np.concatenate(ys), learner))
+
+
+__all__ = [
+    "NO_ROUTE", "ROUTE_FILE", "SUFFIX", "TAUS", "RoutedPolicy", "RoutedScores", "choose_tau",
+    "joint_ltt", "route", "routed_outcomes", "started_stopper",
+]  # fmt: skip
