@@ -175,10 +175,10 @@ def test_save_load_round_trip_and_version_check(sim_episodes, fitted, tmp_path):
 
 
 def test_auto_picks_the_least_validation_cost_and_records_it(sim_episodes):
-    """Every default candidate, CCPO included (100 steps a fold here, to stay fast), is
+    """Every default candidate, CCPO included (30 steps a fold here, to stay fast), is
     cross-fitted on the training questions and the cheapest is kept."""
     ep = sim_episodes
-    fitters = {"ccpo": candidate_fitter("ccpo", {"auto_ccpo_steps": 100})}
+    fitters = {"ccpo": candidate_fitter("ccpo", {"auto_ccpo_steps": 30})}
     sel = select_method(ep, np.arange(200), 0.1, fitters=fitters)
     costs = {k: v["cost_cents_per_question"] for k, v in sel.figures.items()}
     assert set(costs) == set(AUTO_CANDIDATES) >= {"cstop", "cstop-lr", "depth-k", "ccpo"}

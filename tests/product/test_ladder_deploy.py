@@ -37,7 +37,7 @@ def imported(tmp_path_factory) -> dict[str, Path]:
     ccpo_ok("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
          "--prices", str(prices), "--out", str(traces))  # fmt: skip
     out = {"traces": traces, "prices": prices}
-    for method, extra in (("auto", ()), ("ccpo", ("--steps", "300"))):
+    for method, extra in (("auto", ("--auto-ccpo-steps", "20")), ("ccpo", ("--steps", "300"))):
         out[method] = d / method
         ccpo_ok("train", "--traces", str(traces), "--method", method, "--alpha", "0.1",
              "--prices", str(prices), "--out", str(out[method]), *extra)  # fmt: skip
@@ -142,7 +142,17 @@ def test_the_replay_endpoint_refuses_what_it_has_not_recorded(imported, replay):
 def test_served_answers_equal_the_replay_on_a_bundled_ladder(tmp_path):
     data = bundled_sets()["mmlu-public"]
     policy = tmp_path / "mmlu-auto"
-    ccpo_ok("train", "--traces", str(data), "--alpha", "0.1", "--out", str(policy))
+    ccpo_ok(
+        "train",
+        "--traces",
+        str(data),
+        "--alpha",
+        "0.1",
+        "--auto-ccpo-steps",
+        "20",
+        "--out",
+        str(policy),
+    )  # auto with every candidate; the pick need not be the best
     proc, url = start_server("replay-server", "--traces", str(data))
     try:
         depth = _serve_and_compare(policy, data, url, tmp_path, 30)
@@ -234,6 +244,6 @@ def test_a_collected_judge_ladder_answers_live_as_it_replays(tmp_path):
     }
     policy = tmp_path / "pol"
     ccpo_ok("train", "--traces", str(out), "--prices", str(prices), "--alpha", "0.1",
-         "--out", str(policy))  # fmt: skip
+         "--auto-ccpo-steps", "20", "--out", str(policy))  # fmt: skip
     res = ccpo_ok("dry-run", "--policy", str(policy), "--traces", str(out), "--prices", str(prices))
     assert "240/240 answer sets equal the policy's replay" in res.stdout

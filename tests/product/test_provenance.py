@@ -47,7 +47,8 @@ def test_train_records_provenance(trained, sim_file):
 
 def test_auto_records_provenance_too(sim_file, tmp_path):
     """The default method (auto: a stopping policy) records the same provenance."""
-    assert main(["train", "--traces", str(sim_file), "--out", str(tmp_path / "a")]) == 0
+    argv = ["train", "--traces", str(sim_file), "--auto-ccpo-steps", "10"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
     meta = json.loads((tmp_path / "a" / "policy.json").read_text())
     assert meta["method"] != "ccpo"
     assert meta["provenance"]["traces_sha256"] == file_sha256(sim_file)

@@ -19,7 +19,7 @@ from tests.helpers.cli import ccpo_ok, run_ccpo
 from tests.helpers.routing import EMBED_MODEL, difficulty_embedder, imported_ladder, routed_policy
 from tests.helpers.serve import LiveServer, post
 
-N_ASKED = 30
+N_ASKED = 20
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_serve_counts_fallbacks_in_metrics(embedded) -> None:
 
 def test_dry_run_against_the_replay_serves_the_recorded_embeddings(embedded) -> None:
     traces, prices, folder, _ = embedded
-    report = dry_run(folder, traces, {"prices": [str(prices)]})
+    report = dry_run(folder, traces, {"prices": [str(prices)]}, n=100)
     assert report.ok, report.differences[:3]
 
 
