@@ -144,9 +144,10 @@ class Policy(ABC):
         return not self.greedy
 
     @property
-    @abstractmethod
     def online_step(self) -> tuple[float, float]:
-        """(η₀ per question, ξ) of the online κ tracker (docs/theory.md, "Online κ (ACI)")."""
+        """(η₀ per question, ξ) of the online κ tracker (docs/theory.md, "Online κ (ACI)"):
+        the training η₀ over its batch size, and ξ, from :attr:`config`."""
+        return self.config.eta0 / self.config.batch_size, self.config.xi
 
     #: κ̂'s calibration scores (:class:`ccpo.learning.conformal.CalibrationScores`), which the
     #: online tracker moves along; ``None`` when not kept

@@ -123,10 +123,6 @@ class ReferencePolicy(Policy):
     def tracks_online(self) -> bool:
         return False
 
-    @property
-    def online_step(self) -> tuple[float, float]:
-        return self.config.eta0 / self.config.batch_size, self.config.xi
-
     def _by_reference(self) -> bool:
         return reference_model(self.provenance.get("against") or self.labels) == self.model
 

@@ -46,10 +46,6 @@ class SetPolicy(Policy):
         return self.config.alpha
 
     @property
-    def online_step(self) -> tuple[float, float]:
-        return self.config.eta0 / self.config.batch_size, self.config.xi
-
-    @property
     def threshold(self) -> float | None:
         return None if self.greedy else self.kappa
 

@@ -181,10 +181,6 @@ class SingleAnswerPolicy(Policy):
         """No: λ̂ is certified by Learn-then-Test, which the online κ tracker does not keep."""
         return False
 
-    @property
-    def online_step(self) -> tuple[float, float]:
-        return self.config.eta0 / self.config.batch_size, self.config.xi
-
     def stop_scores(self, obs: np.ndarray) -> np.ndarray:
         """h_t for observations [..., T, F] (1 at round T, where the episode stops anyway).
         Row t depends on observation rows t and t − 1 only (live = replay)."""
