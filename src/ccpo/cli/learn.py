@@ -484,13 +484,12 @@ def _train_stopping(
 def _route_set(pol, ep, train_idx, seed: int):
     """A CStop set policy behind a router (:mod:`ccpo.policies.route_sets`); any other pick
     of ``auto`` is kept unrouted, and said so."""
-    from ccpo.policies.cstop import STOPPING_METHODS, StoppingPolicy
-    from ccpo.policies.route_sets import route_sets
+    from ccpo.policies.route_sets import route_set_policy
 
-    if isinstance(pol, StoppingPolicy) and pol.method in STOPPING_METHODS:
-        return route_sets(pol, ep, train_idx, seed)
-    console.print(f"{pol.variant} is not routed (set routing applies to cstop and cstop-lr)")
-    return pol
+    routed = route_set_policy(pol, ep, train_idx, seed)
+    if routed is pol:
+        console.print(f"{pol.variant} is not routed (set routing applies to cstop and cstop-lr)")
+    return routed
 
 
 def _train_single(

@@ -37,7 +37,7 @@ from ccpo.policies.reference import (
 )
 from ccpo.policies.rl import RLPolicy
 from ccpo.policies.route import RoutedPolicy, route
-from ccpo.policies.route_sets import RoutedSetPolicy, route_sets
+from ccpo.policies.route_sets import RoutedSetPolicy, route_set_policy
 from ccpo.policies.rules import FIXED_RULES, RulePolicy
 from ccpo.policies.single import (
     DELTA,
@@ -385,8 +385,7 @@ def _fit_policy(
     if routed:  # a CStop set behind a router; any other pick is kept unrouted
         got = _fit_policy(method, ep, train_idx, alpha, seed, single, delta, train_config,
                           settings, progress, False, latency_budget)  # fmt: skip
-        routable = isinstance(got, StoppingPolicy) and got.method in STOPPING_METHODS
-        return route_sets(got, ep, train_idx, seed) if routable else got
+        return route_set_policy(got, ep, train_idx, seed)
     found = resolve_method(method)
     if found is None:
         raise CCPOError(f"unknown method '{method}' (methods: {method_names()}, ccpo-lam<λ>)")

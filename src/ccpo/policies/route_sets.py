@@ -47,9 +47,6 @@ class StartedView:
     probs: np.ndarray
     start: np.ndarray
 
-    def take(self, idx: np.ndarray) -> StartedView:
-        return StartedView(self.ep.subset(idx), self.probs[idx], self.start[idx])
-
 
 def started_view(ep: Episodes, start: np.ndarray, probs_of: Any) -> StartedView:
     """The view of each question started at ``start`` [N] (0-based): o_t, round costs and
@@ -68,14 +65,14 @@ def started_view(ep: Episodes, start: np.ndarray, probs_of: Any) -> StartedView:
     return StartedView(view, probs, np.asarray(start))
 
 
-def _kappa(view: StartedView, alpha: float) -> float | None:
-    """Split-conformal κ̂ of the started views, or None when more than α of the questions
-    are covered at no κ (their only right answers were skipped): no κ̂ is valid then."""
-    s = covering_scores(view.ep, view.probs)
-    k = int(np.floor(alpha * (s.size + 1)))
-    if k and np.partition(s, k - 1)[k - 1] == -np.inf:
+def _kappa(scores: np.ndarray, alpha: float) -> float | None:
+    """Split-conformal κ̂ of the started views' covering ``scores``, or None when more than
+    α of the questions are covered at no κ (their only right answers were skipped): no κ̂
+    is valid then."""
+    k = int(np.floor(alpha * (scores.size + 1)))
+    if k and np.partition(scores, k - 1)[k - 1] == -np.inf:
         return None
-    return float(split_conformal_threshold(s, alpha))
+    return float(split_conformal_threshold(scores, alpha))
 
 
 @dataclass
@@ -118,14 +115,14 @@ class RoutedSetPolicy(RouterHolder, Policy):
 
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
         view = self.episode_scores(ep if cal is None else ep.subset(cal))
-        kappa = _kappa(view, self.alpha)
+        scores = covering_scores(view.ep, view.probs)
+        kappa = _kappa(scores, self.alpha)
         if kappa is None:
             raise CCPOError(
                 f"routing at τ = {self._tau():g} skips the only right answers of more than "
                 f"α = {self.alpha:g} of the calibration questions: train without --route"
             )
         self.inner.kappa_batch = kappa
-        scores = covering_scores(view.ep, view.probs)
         self.inner.calibration = CalibrationScores.from_scores(scores)
         return Calibration(kappa, None, view.ep.n)
 
@@ -135,8 +132,9 @@ class RoutedSetPolicy(RouterHolder, Policy):
         """κ̂ of every calibration split; a split where none is valid gets 0 (every round
         from the start, every answer), marked refused."""
         out, refused = np.zeros(len(cal)), np.zeros(len(cal), dtype=bool)
+        covering = covering_scores(scores.ep, scores.probs)
         for k, c in enumerate(cal):
-            got = _kappa(scores.take(c), alpha)
+            got = _kappa(covering[c], alpha)
             refused[k] = got is None
             out[k] = 0.0 if got is None else got
         return out, refused
@@ -146,10 +144,7 @@ class RoutedSetPolicy(RouterHolder, Policy):
     ) -> Metrics:
         m = conformal_rollout(scores.ep, scores.probs, thresholds, idx)
         start = scores.start if idx is None else scores.start[np.asarray(idx)]
-        lat = None
-        if scores.ep.round_latency is not None:
-            lat = _reached_latency(scores, thresholds, idx)
-        return replace(m, length=m.length - start, latency=lat)
+        return replace(m, length=m.length - start)  # latency: the skipped rounds cost 0 s
 
     def replay_answers(self, ep: Episodes) -> tuple[np.ndarray, np.ndarray]:
         view = self.episode_scores(ep)
@@ -163,17 +158,6 @@ class RoutedSetPolicy(RouterHolder, Policy):
         inner = StoppingPolicy.load(folder, meta)
         router, fallback, tau, taus = RouterHolder.load_router(folder, meta)
         return cls(inner, router, tau, taus, fallback)
-
-
-def _reached_latency(view: StartedView, thresholds: Any, idx: np.ndarray | None) -> np.ndarray:
-    """Estimated seconds of the rounds each question runs (from its start) at ``thresholds``."""
-    from ccpo.traces.episodes import _paired, _reach_scores, effective_scores
-
-    e = effective_scores(view.probs, view.ep.allowed)
-    reach_s = _reach_scores(e)
-    sel, k = _paired(thresholds, idx, "kappa", 2)
-    reach = reach_s[sel] >= k
-    return (view.ep.round_latency[sel] * reach).sum(-1)
 
 
 def started_stopping(inner: StoppingPolicy, ep: Episodes, train_idx: np.ndarray) -> StoppingPolicy:
@@ -197,6 +181,14 @@ def started_stopping(inner: StoppingPolicy, ep: Episodes, train_idx: np.ndarray)
         ys.append(y[:, s : T - 1].reshape(-1))
     learner = StopConfig(**{**asdict(inner.config), "learner": STOPPING_METHODS[inner.method]})
     return replace(inner, model=fit_classifier(np.concatenate(xs), np.concatenate(ys), learner))
+
+
+def route_set_policy(pol: Policy, ep: Episodes, train_idx: np.ndarray, seed: int = 0) -> Policy:
+    """``pol`` behind a router (:func:`route_sets`) when it is a CStop set policy; any other
+    policy (a fixed rule, CCPO, ``always-<reference>``) is returned as it is, unrouted."""
+    if isinstance(pol, StoppingPolicy) and pol.method in STOPPING_METHODS:
+        return route_sets(pol, ep, train_idx, seed)
+    return pol
 
 
 def route_sets(
@@ -225,4 +217,4 @@ def route_sets(
     return pol
 
 
-__all__ = ["RoutedSetPolicy", "route_sets", "started_stopping", "started_view"]
+__all__ = ["RoutedSetPolicy", "route_set_policy", "route_sets", "started_stopping", "started_view"]

@@ -437,11 +437,13 @@ def conformal_rollout(
     included = returned_answers(ep, included, sel)
     bits = np.where(included, np.left_shift(np.uint64(1), ep.answer_id[sel].astype(np.uint64)), 0)
     mask = np.bitwise_or.reduce(bits.reshape(*bits.shape[:-2], -1).astype(np.uint64), axis=-1)
+    lat = None if ep.round_latency is None else (ep.round_latency[sel] * reach).sum(-1)
     return Metrics(
         cost=(ep.round_cost[sel] * reach).sum(-1),
         covered=covered,
         length=reach.sum(-1),
         set_size=np.bitwise_count(mask).astype(np.int64),
+        latency=lat,  # the rounds reached (a prefix, or a routed start's view)
     )
 
 
