@@ -25,7 +25,8 @@ def test_the_live_round_is_the_stored_round_without_correct():
     live = [live_round(o.record("b", "g")) for o in outs]
     assert [(r.base.correct, r.guide.correct) for r in stored] == [(False, True), (True, True)]
     np.testing.assert_array_equal(
-        featurize_rounds("hotpotqa", 4, live), featurize_rounds("hotpotqa", 4, stored)
+        featurize_rounds("hotpotqa", 4, live, None, ()),
+        featurize_rounds("hotpotqa", 4, stored, None, ()),
     )
     assert live[0].base.logprob_min == -1.5 and live[1].guide.usage.input_tokens == 900
     with pytest.raises(AttributeError):

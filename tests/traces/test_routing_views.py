@@ -26,6 +26,19 @@ def test_round_one_is_the_trace_set_as_always() -> None:
     assert np.array_equal(ep.routes.cost[0], ep.round_cost)
 
 
+def test_a_ladder_with_signals_routes_on_the_columns_it_is_served_on() -> None:
+    """The bundled arena set's ladder names signals (similarity, length, refusal): a routed
+    view started at round 1 is the episodes' own observations, signal columns included, the
+    columns the live agent computes (a router fitted without them could not be served)."""
+    path = bundled_sets()["arena-public"]
+    traces = read_traces(path)
+    assert traces[0].signals  # the case: a ladder with signals
+    ep = build_episodes(traces, load_prices(path.with_name("arena-public.prices.json")))
+    assert ep.routes is not None
+    assert ep.routes.obs.shape[-1] == ep.obs.shape[-1] == len(ep.feature_spec["names"])
+    assert np.array_equal(ep.routes.obs[0], ep.obs)
+
+
 def test_a_later_start_pays_the_skipped_call_once(tmp_path) -> None:
     traces, prices = imported_ladder(tmp_path, n=20)
     ep, table = load_episodes(traces, [str(prices)])

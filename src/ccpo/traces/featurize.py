@@ -84,8 +84,8 @@ def featurize_rounds(
     task: str,
     horizon: int,
     rounds: Sequence[Any],
-    family: str | None = None,
-    signals: Sequence[str] = (),
+    family: str | None,
+    signals: Sequence[str],
 ) -> np.ndarray:
     """Observations of the rounds run so far, shape ``[len(rounds), N_FEATURES]``.
 
@@ -95,7 +95,9 @@ def featurize_rounds(
     is never read, so a live agent can featurize round t as soon as it has run.
     ``horizon`` is T, the round budget (it sets ``round_frac`` and ``is_last_round``);
     ``family`` the task's answer family (:func:`ccpo.traces.answers.family_of`);
-    ``signals`` the ladder's signals, whose columns follow (:func:`feature_spec`).
+    ``signals`` the ladder's signals, whose columns follow (:func:`feature_spec`): no
+    default, so that no caller (training, routing, the live agent) can leave them out and
+    fit on other columns than it serves.
     """
     norm = normalizer_for(task, family)
     T = horizon

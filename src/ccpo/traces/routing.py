@@ -149,7 +149,9 @@ def route_views(traces: Sequence[Any], prices: PriceTable) -> RouteViews | None:
     latency = np.zeros((T, N, T))
     for i, tr in enumerate(traces):
         for s in range(T):
-            rows = featurize_rounds(tr.task, T, started_rounds(tr, s), tr.family)
+            rows = featurize_rounds(
+                tr.task, T, started_rounds(tr, s), tr.family, tuple(tr.signals or ())
+            )
             if obs.shape[-1] == 0:
                 obs = np.zeros((T, N, T, rows.shape[-1]), dtype=np.float32)
             obs[s, i] = rows
