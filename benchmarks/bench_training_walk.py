@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import sys
 import tempfile
 from pathlib import Path
@@ -53,9 +54,9 @@ def walk(argv: list[str]) -> tuple[set[str], int, list[tuple[str, str]]]:
         if event == "call":
             here = _short(frame.f_code.co_filename)
             caller = next((f for f in reversed(stack) if f is not None), None)
-            if here is not None and caller is not None and here != caller:
-                if frame.f_code.co_name != "<module>":
-                    steps.setdefault((caller, here), None)
+            crossing = here is not None and caller is not None and here != caller
+            if crossing and frame.f_code.co_name != "<module>":
+                steps.setdefault((caller, here), None)
             stack.append(here)
         elif event == "return" and stack:
             stack.pop()
@@ -70,7 +71,7 @@ def walk(argv: list[str]) -> tuple[set[str], int, list[tuple[str, str]]]:
     path = list(steps)
     files = {f for step in path for f in step}
     # a step that does not start where the last one ended: the reader climbs back up
-    climbs = sum(1 for a, b in zip(path, path[1:], strict=False) if b[0] != a[1])
+    climbs = sum(1 for a, b in itertools.pairwise(path) if b[0] != a[1])
     return files, climbs, path
 
 
@@ -81,8 +82,9 @@ def main() -> None:
     ap.add_argument("--alpha", default="0.1")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "pol")
         argv = ["train", "--traces", str(TRACES), "--method", args.method,
-                "--answer", args.answer, "--alpha", args.alpha, "--out", str(Path(tmp) / "pol")]  # fmt: skip
+                "--answer", args.answer, "--alpha", args.alpha, "--out", out]  # fmt: skip
         files, climbs, path = walk(argv)
     print(f"ccpo {' '.join(argv[:-2])} --out DIR")
     print(f"files: {len(files)}  steps: {len(path)}  climbs back: {climbs}")
