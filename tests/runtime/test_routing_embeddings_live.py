@@ -1,7 +1,7 @@
 """Routing by question embeddings live: ``ccpo traces embed`` records them from a scripted
 ``/embeddings`` endpoint on 127.0.0.1; served, the router asks that endpoint once per
 question and starts where the embedded router says; an endpoint that fails or is slower than
-``route_embedding_timeout`` never blocks an answer: the question is routed by its text alone
+``route_embedding_timeout``, or that answers NaN or Infinity, never blocks an answer: the question is routed by its text alone
 (the fallback router), counted in the agent and in ``/metrics``; against the trace file's
 own replay endpoint (which serves the recorded embeddings) the dry run equals the replay."""
 
@@ -57,6 +57,8 @@ def test_the_router_reads_the_embedding_and_falls_back_without_blocking(embedded
         "answers": (dict(embed=embed), {}, True),
         "fails": (dict(), {}, False),  # no /embeddings: 404
         "slow": (dict(embed=embed, embed_latency=0.5), {"route_embedding_timeout": 0.1}, False),
+        "NaN": (dict(embed=lambda q: [float("nan"), *embed(q)[1:]]), {}, False),
+        "Infinity": (dict(embed=lambda q: [*embed(q)[:-1], float("inf")]), {}, False),
     }
     differ = 0
     for name, (server_kw, cfg, used) in cases.items():

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
@@ -268,7 +269,9 @@ class LLMClient:
         if len(vectors) != len(texts):
             what = f"{len(vectors)} embeddings for {len(texts)} texts"
             raise LLMCallError(f"{endpoint.where}: {what}")
-        self.n_calls += 1
+        self.n_calls += 1  # made and paid for, even when unusable
+        if not all(math.isfinite(x) for v in vectors for x in v):
+            raise LLMCallError(f"{endpoint.where}: embeddings with NaN or infinite numbers")
         return vectors
 
     def worst_cost(self, endpoint: Endpoint, request: ChatRequest) -> float:
