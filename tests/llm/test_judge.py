@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from ccpo.llm.judge import conversation_of, parse_rating, parse_verdict
+from ccpo.llm.judge import parse_rating, parse_verdict
 from ccpo.testing.scripted_server import ScriptedServer
 from ccpo.traces.io import read_traces
 from ccpo.traces.labels import labels_of, rule_labels
@@ -202,7 +202,7 @@ def test_a_policy_on_judged_traces_names_judge_and_rule_in_its_guarantee(tmp_pat
 def test_the_conversation_is_the_traces_messages_when_it_has_them(tmp_path) -> None:
     traces, _ = _traces(tmp_path)
     tr = read_traces(traces)[0]
-    assert conversation_of(tr) == [{"role": "user", "content": "Please help with q1."}]
+    assert tr.conversation().as_list() == [{"role": "user", "content": "Please help with q1."}]
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     chat = type(tr).model_validate({**tr.to_json_dict(), "messages": msgs})
-    assert conversation_of(chat) == msgs
+    assert chat.conversation().as_list() == msgs

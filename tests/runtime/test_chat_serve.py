@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 
 import httpx
 import openai
@@ -18,6 +19,7 @@ from ccpo.llm.config import build_config
 from ccpo.runtime.config import load_deploy_config
 from ccpo.runtime.server import Service
 from ccpo.testing.scripted_server import ScriptedServer
+from ccpo.traces import conversation as conversation_module
 from tests.helpers.chat import SKILL, chat_reply, collect_values, conversation
 from tests.helpers.cli import ccpo_ok
 from tests.helpers.serve import STORE, LiveServer, make_service, post
@@ -218,3 +220,45 @@ def test_an_id_stands_for_its_whole_conversation(chat_policy, chat_world) -> Non
         r = post(live.url, "/v1/chat/completions", other)
         assert r.status_code == 409 and "already used for another question" in r.text
         assert chat_world.n_requests == 0
+
+
+def _count_parses(monkeypatch) -> list[int]:
+    """Every call of the one parser of conversations, by every module that holds it, counted
+    (the real parser still does the work)."""
+    calls: list[int] = []
+    real = conversation_module.conversation_of
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    for module in list(sys.modules.values()):
+        if vars(module).get("conversation_of") is real:
+            monkeypatch.setattr(module, "conversation_of", counted)
+    return calls
+
+
+def test_a_conversation_is_parsed_once_per_request(
+    chat_policy, chat_world, policy_dir, world, prices_path, monkeypatch
+) -> None:
+    """The messages become one conversation at the HTTP edge: each request, on either
+    endpoint, for a chat policy or another family's, parses them exactly once."""
+    calls = _count_parses(monkeypatch)
+    with _serve(chat_policy, chat_world) as live:
+        for path, body in (
+            ("/v1/chat/completions", {"model": "ccpo", "messages": conversation(11)}),
+            ("/v1/chat/completions", {"model": "ccpo", "messages": conversation(12),
+                                      "ccpo": {"id": "once-1"}}),
+            ("/v1/answer", {"messages": conversation(13)}),
+            ("/v1/answer", {"id": "once-2", "messages": conversation(14)}),
+            ("/v1/answer", {"question": "Same options.", "messages": conversation(15)}),
+        ):  # fmt: skip
+            calls.clear()
+            r = post(live.url, path, body)
+            assert r.status_code == 200, r.text
+            assert len(calls) == 1, (path, body, len(calls))
+    with LiveServer(make_service(policy_dir, world, prices_path)) as live:
+        calls.clear()
+        r = post(live.url, "/v1/answer", {"messages": conversation(16)})
+        assert r.status_code == 200 and r.json()["conversation"] is None
+        assert len(calls) == 1, len(calls)

@@ -7,7 +7,12 @@ import json
 
 import pytest
 
-from ccpo.traces.conversation import ConversationError, as_conversation, conversation_of
+from ccpo.traces.conversation import (
+    ConversationError,
+    as_conversation,
+    check_size,
+    conversation_of,
+)
 from ccpo.traces.schema import Trace
 from tests.helpers.chat import conversation
 
@@ -44,7 +49,7 @@ def test_what_a_model_cannot_be_given_is_named(messages, needle) -> None:
         conversation_of(messages)
     assert needle in str(e.value)
     with pytest.raises(ConversationError, match="more than the 10 this server accepts"):
-        conversation_of(conversation(1), max_chars=10)
+        check_size(conversation_of(conversation(1)), max_chars=10)
 
 
 def _trace(**extra) -> dict:

@@ -94,10 +94,9 @@ def _paid(trace: Any, rounds: int, pol: Policy, first: int = 1) -> list[list[str
 def asked(tr: Any) -> Any:
     """What a trace's question is asked as: its conversation (a chat trace), else its text."""
     from ccpo.traces.answers import family_of
-    from ccpo.traces.conversation import conversation_of
 
     chat = tr.messages is not None and family_of(tr.task, tr.family) == "chat"
-    return conversation_of(tr.messages) if chat else tr.question
+    return tr.conversation() if chat else tr.question
 
 
 def check_traces(pol: Policy, folder: str | Path, traces_path: str | Path) -> None:

@@ -14,7 +14,8 @@ as the reference model's reply to the same conversation:
 Prompts are ours, versioned (:data:`PROMPT_VERSION`), at temperature 0. A reply without a
 readable rating or verdict is asked once more (sample 1), then recorded as **unjudged**: its
 question is left out and counted, never guessed (:class:`JudgeSummary`). The conversation is
-a trace's ``messages`` when it has them, else its question as one user turn. Labels:
+:meth:`Trace.conversation <ccpo.traces.schema.Trace.conversation>`: a trace's ``messages``
+when it has them, else its question as one user turn. Labels:
 docs/design.md, "Labels from scores or a judge"; the guarantee: docs/theory.md, "Judged
 acceptance".
 """
@@ -30,6 +31,7 @@ from typing import Any
 from ccpo.errors import CCPOError
 from ccpo.llm.client import ChatRequest, Endpoint, LLMClient
 from ccpo.traces.accept import AcceptRule
+from ccpo.traces.conversation import Conversation
 from ccpo.traces.labels import judged_labels
 from ccpo.traces.schema import Trace
 
@@ -56,31 +58,11 @@ _RATING = re.compile(r"rating\s*[:=]?\s*\[*\s*(\d+(?:\.\d+)?)\s*\]*", re.I)
 _VERDICT = re.compile(r"verdict\s*[:=]?\s*\[*\s*(a|b|tie)\b", re.I)
 
 
-def conversation_of(trace: Trace) -> list[dict[str, str]]:
-    """The conversation a trace answers: its ``messages`` when it has them (chat traces),
-    else its question as one user turn."""
-    msgs = getattr(trace, "messages", None)  # a typed field, or an extra one on older schemas
-    if msgs is None:
-        msgs = (trace.model_extra or {}).get("messages")
-    if isinstance(msgs, list) and msgs:
-        return [_message(m) for m in msgs]
-    return [{"role": "user", "content": trace.question}]
+def _transcript(conversation: Conversation) -> str:
+    return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in conversation.messages)
 
 
-def _message(m: Any) -> dict[str, str]:
-    """One message as ``{role, content}`` (a dict, or a typed model with those fields)."""
-    get = m.get if isinstance(m, dict) else lambda k, d=None: getattr(m, k, d)
-    content = get("content", "") or ""
-    if isinstance(content, list):  # OpenAI content parts: their text
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return {"role": str(get("role", "user")), "content": str(content)}
-
-
-def _transcript(conversation: Sequence[dict[str, str]]) -> str:
-    return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in conversation)
-
-
-def rating_messages(conversation, reference: str, reply: str) -> list[dict[str, str]]:
+def rating_messages(conversation: Conversation, reference: str, reply: str) -> list[dict[str, str]]:
     """The rating prompt: the conversation, the reference reply, the reply to grade."""
     user = (
         f"<conversation>\n{_transcript(conversation)}\n</conversation>\n\n"
@@ -90,7 +72,7 @@ def rating_messages(conversation, reference: str, reply: str) -> list[dict[str, 
     return [{"role": "system", "content": _RATING_SYSTEM}, {"role": "user", "content": user}]
 
 
-def pairwise_messages(conversation, first: str, second: str) -> list[dict[str, str]]:
+def pairwise_messages(conversation: Conversation, first: str, second: str) -> list[dict[str, str]]:
     """The pairwise prompt: the conversation and replies A (``first``) and B (``second``)."""
     user = (
         f"<conversation>\n{_transcript(conversation)}\n</conversation>\n\n"
@@ -174,7 +156,9 @@ class Judge:
                 self.summary.retried += 1
         return None
 
-    async def verdict(self, conversation, reference: str, reply: str) -> dict[str, Any]:
+    async def verdict(
+        self, conversation: Conversation, reference: str, reply: str
+    ) -> dict[str, Any]:
         """``{"accepted": bool | None, "rating": …, "pairwise": […]}`` for one reply; accepted
         None when the judge gave no readable answer (unjudged)."""
         out: dict[str, Any] = {}
@@ -221,7 +205,7 @@ async def judge_trace(judge: Judge, trace: Trace, reference: str) -> Trace | Non
     if not ref_reply.strip():
         s.no_reference.append(trace.id)
         return None
-    conversation = conversation_of(trace)
+    conversation = trace.conversation()
     todo = [m for m, a in replies.items() if m != reference and a.strip()]
     got = await asyncio.gather(*(judge.verdict(conversation, ref_reply, replies[m]) for m in todo))
     verdicts = dict(zip(todo, got, strict=True))

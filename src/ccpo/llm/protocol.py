@@ -32,7 +32,7 @@ from ccpo import __version__
 from ccpo.errors import CCPOError
 from ccpo.llm.client import Endpoint, LLMClient
 from ccpo.llm.config import CollectConfig
-from ccpo.llm.prompts import PROMPT_VERSION, PastRound
+from ccpo.llm.prompts import PROMPT_VERSION, PastRound, policy_messages
 from ccpo.llm.roles import (
     LOGPROB_DEF,
     UNCERTAINTY_DEF,
@@ -536,17 +536,12 @@ async def run_base_guide(r: Runner, q: Question) -> Trace:
         if r.policies:
             decisions = {}
             for pe in r.policies:
-                d = await policy_decision(
-                    r.client,
-                    pe,
-                    q.question,
-                    out.answer,
-                    g.verdict,
-                    g.answer,
-                    g.uncertainty,
-                    ro.spec.guide.model if ro.spec else r.guide.model,
+                guide = ro.spec.guide.model if ro.spec else r.guide.model
+                asked = policy_messages(
+                    q.question, out.answer, g.verdict, g.answer, g.uncertainty, guide,
                     r.cfg.coverage,
-                )
+                )  # fmt: skip
+                d = await policy_decision(r.client, pe, asked)
                 decisions[pe.model] = {"action": d.action, "usage": d.calls.usage(), "raw": d.raw}
         chosen.append(decisions)
         outs.append(ro)

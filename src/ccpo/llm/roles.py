@@ -28,7 +28,6 @@ from ccpo.llm.prompts import (
     cot_messages,
     exit_messages,
     guide_messages,
-    policy_messages,
     react_messages,
 )
 from ccpo.llm.tasks.search import ReActEnv, SearchBackend
@@ -421,33 +420,23 @@ class LLMDecision:
     calls: Calls
 
 
-async def policy_decision(
-    client: LLMClient,
-    endpoint: Endpoint,
-    question: str,
-    base_answer: str,
-    verdict: str | None,
-    guide_answer: str,
-    uncertainty: float | None,
-    guide_name: str,
-    coverage: float,
-) -> LLMDecision:
-    """LLM-as-policy (paper appendix template). Unparseable replies count as ``next``."""
-    req = ChatRequest(
-        policy_messages(
-            question, base_answer, verdict, guide_answer, uncertainty, guide_name, coverage
-        ),
-        temperature=0.0,
-        max_tokens=8,
-        logprobs=False,
-    )
+async def _decide(client: LLMClient, endpoint: Endpoint, messages: list[dict]) -> tuple[str, Calls]:
+    """A decision prompt asked at temperature 0 for a few tokens: the reply and its call."""
+    req = ChatRequest(messages, temperature=0.0, max_tokens=8, logprobs=False)
     r = await client.chat(endpoint, req)
     calls = Calls()
     calls.add(r)
-    act = parse_policy_action(r.text)
-    return LLMDecision(
-        action=act or "next", raw=r.text.strip(), parsed=act is not None, calls=calls
-    )
+    return r.text, calls
+
+
+async def policy_decision(
+    client: LLMClient, endpoint: Endpoint, messages: list[dict[str, str]]
+) -> LLMDecision:
+    """LLM-as-policy (paper appendix template, :func:`~ccpo.llm.prompts.policy_messages`).
+    Unparseable replies count as ``next``."""
+    text, calls = await _decide(client, endpoint, messages)
+    act = parse_policy_action(text)
+    return LLMDecision(action=act or "next", raw=text.strip(), parsed=act is not None, calls=calls)
 
 
 async def exit_decision(
@@ -457,15 +446,10 @@ async def exit_decision(
 
     Unparseable replies count as ``next`` (continue).
     """
-    req = ChatRequest(
-        exit_messages(question, answers), temperature=0.0, max_tokens=8, logprobs=False
-    )
-    r = await client.chat(endpoint, req)
-    calls = Calls()
-    calls.add(r)
-    ex = parse_exit(r.text)
+    text, calls = await _decide(client, endpoint, exit_messages(question, answers))
+    ex = parse_exit(text)
     return LLMDecision(
-        action="base" if ex else "next", raw=r.text.strip(), parsed=ex is not None, calls=calls
+        action="base" if ex else "next", raw=text.strip(), parsed=ex is not None, calls=calls
     )
 
 

@@ -164,17 +164,14 @@ class ReplayIndex:
         system message (a chat step's own system prompt, sent in front)."""
         if not self.conversations:
             return None
-        tries = [messages]
-        if messages and isinstance(messages[0], dict) and messages[0].get("role") == "system":
-            tries.append(messages[1:])
-        for msgs in tries:
-            try:
-                key = _CONVERSATION + conversation_of(msgs).key()
-            except ConversationError:
-                continue
-            if key in self.conversations:
-                return key
-        return None
+        try:
+            conv = conversation_of(messages)
+        except ConversationError:
+            return None
+        keys = [conv.key()]
+        if conv.roles[0] == "system":  # (the last message is the user's: one is left)
+            keys.append(conversation_key(conv.messages[1:]))
+        return next((q for k in keys if (q := _CONVERSATION + k) in self.conversations), None)
 
     def lookup(
         self,

@@ -5,19 +5,25 @@ importable without the ``serve`` extra (the app is :mod:`ccpo.runtime.server`).
 The requests (:class:`AnswerRequest`, :class:`FeedbackRequest`, :class:`ChatCompletionRequest`)
 are :class:`Storable`: no string anywhere in one may hold what a state database refuses (a NUL
 character, a lone surrogate), so such a request is a 422 naming the field before anything is
-written (docs/deploy.md, "When the database falters")."""
+written (docs/deploy.md, "When the database falters").
+
+A request's ``messages`` are parsed here, once, into a
+:class:`~ccpo.traces.conversation.Conversation` (:attr:`AnswerRequest.conversation`); every
+layer below takes that object (docs/design.md, "Conversations")."""
 
 from __future__ import annotations
 
-import contextlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -25,7 +31,7 @@ from pydantic_core import PydanticCustomError
 
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.state.db import unstorable
-from ccpo.traces.conversation import ConversationError, conversation_of
+from ccpo.traces.conversation import Conversation, ConversationError, conversation_of
 
 CHAT_MODEL = "ccpo"
 """The model name of the OpenAI-compatible endpoint."""
@@ -77,10 +83,40 @@ class Storable(BaseModel):
         why = _first_unstorable(data) if isinstance(data, dict) else None
         if why is not None:
             raise PydanticCustomError(UNSTORABLE, "{why}", {"why": why})
+        return cls._parse(data)
+
+    @classmethod
+    def _parse(cls, data: Any) -> Any:
+        """What a request parses of its raw input once it is known storable (nothing here)."""
         return data
 
 
 # ----------------------------------------------------------------------------- native
+def _conversation(value: Any, handler: ValidatorFunctionWrapHandler) -> Conversation:
+    """``messages`` as a conversation: as parsed at the edge (:meth:`AnswerRequest._parse`,
+    :meth:`ChatCompletionRequest.answer_request`), the refusal carried from there, or what
+    the field's type says of input that is no non-empty list of objects."""
+    if isinstance(value, Conversation):
+        return value
+    if isinstance(value, ConversationError):
+        raise ValueError(str(value))
+    try:  # (input _parse did not read: none from JSON)
+        return conversation_of(handler(value), "message")
+    except ConversationError as e:
+        raise ValueError(str(e)) from None
+
+
+if TYPE_CHECKING:
+    Messages = Conversation
+else:  # validated as the wire's list of messages (as the OpenAPI spec shows it)
+    Messages = Annotated[
+        list[dict[str, Any]],
+        Field(min_length=1),
+        WrapValidator(_conversation),
+        PlainSerializer(Conversation.as_list),
+    ]
+
+
 class ContextParagraph(BaseModel):
     """One paragraph for the offline search tool (hotpotqa)."""
 
@@ -110,20 +146,30 @@ class AnswerRequest(Storable):
         allow_inf_nan=False,
         description="per-request budget in USD (can only tighten the server's)",
     )
-    messages: list[dict[str, Any]] | None = Field(
+    conversation: Messages | None = Field(
         None,
-        min_length=1,
+        alias="messages",
         description="the conversation (OpenAI messages of text: system, earlier user and "
         "assistant turns, the new user turn): a chat policy's models receive it whole; "
         "'question' may then be left out (it is the last user turn)",
     )
 
-    @model_validator(mode="before")
     @classmethod
-    def _question_of_messages(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "question" not in data and data.get("messages"):
-            with contextlib.suppress(ConversationError):  # said by the messages' own check
-                data = {**data, "question": conversation_of(data["messages"]).text}
+    def _parse(cls, data: Any) -> Any:
+        """The one parse of ``messages`` (a non-empty list of objects) into a conversation,
+        whose last user turn is the question when it is left out; a refusal is carried to the
+        field, whose 422 names it."""
+        if not isinstance(data, dict):
+            return data
+        msgs = data.get("messages")
+        if isinstance(msgs, list | tuple) and msgs and all(isinstance(m, dict) for m in msgs):
+            try:
+                msgs = conversation_of(msgs, "message")
+            except ConversationError as e:
+                msgs = e
+            data = {**data, "messages": msgs}
+        if isinstance(msgs, Conversation) and "question" not in data:
+            data = {**data, "question": msgs.text}
         return data
 
     @field_validator("question")
@@ -133,17 +179,9 @@ class AnswerRequest(Storable):
             raise ValueError("the question is blank")
         return v
 
-    @field_validator("messages")
-    @classmethod
-    def _text_messages(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        try:
-            return None if v is None else conversation_of(v, "message").as_list()
-        except ConversationError as e:
-            raise ValueError(str(e)) from None
-
     @model_validator(mode="after")
     def _question_is_last_turn(self) -> AnswerRequest:
-        if self.messages is not None and conversation_of(self.messages).text != self.question:
+        if self.conversation is not None and self.conversation.text != self.question:
             raise ValueError("question: not the last user turn of messages (leave it out)")
         return self
 
@@ -371,11 +409,10 @@ class ChatCompletionRequest(Storable):
             raise ApiError(422, "invalid_request", "messages: no user message (the question)")
         opts = self.ccpo.model_dump(exclude_none=True) if self.ccpo else {}
         if conversation:
-            try:
-                conv = conversation_of([m.model_dump() for m in self.messages])
+            try:  # the one parse of this request's conversation
+                opts["messages"] = conversation_of([m.model_dump() for m in self.messages])
             except ConversationError as e:
                 raise ApiError(422, "invalid_request", str(e)) from None
-            opts["messages"] = conv.as_list()
         try:
             return AnswerRequest.model_validate({"question": users[-1].text(), **opts})
         except ValidationError as e:

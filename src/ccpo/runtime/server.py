@@ -300,8 +300,8 @@ def create_app(service: Service | None = None) -> FastAPI:
         took = time.perf_counter() - t0
         s.latency.observe(took, took)
         response = Response(body, media_type="application/json")
-        if req.messages is not None:
-            _dropped([m["role"] for m in req.messages], s, response, req.id or "(no id)")
+        if req.conversation is not None:
+            _dropped(req.conversation.roles, s, response, req.id or "(no id)")
         return response
 
     @app.post(

@@ -36,7 +36,7 @@ from ccpo.runtime.state import (
     StateUnavailable,
     StoreLedger,
 )
-from ccpo.traces.conversation import conversation_of
+from ccpo.traces.conversation import ConversationError, check_size
 
 log = logging.getLogger("ccpo.serve")
 
@@ -193,16 +193,11 @@ class Service:
                 f"question: {len(req.question)} characters, more than the "
                 f"{self.cfg.max_question_chars} this server accepts",
             )
-        if req.messages is not None:
-            n = sum(len(m["content"]) for m in req.messages)
-            if n > self.cfg.max_conversation_chars:
-                raise self._reject(
-                    422,
-                    "invalid_request",
-                    f"messages: {n} characters in {len(req.messages)} messages, more than the "
-                    f"{self.cfg.max_conversation_chars} this server accepts "
-                    "(server.max_conversation_chars)",
-                )
+        if req.conversation is not None:
+            try:
+                check_size(req.conversation, self.cfg.max_conversation_chars)
+            except ConversationError as e:
+                raise self._reject(422, "invalid_request", str(e)) from None
         if req.id is None:
             return await self._answer(req)
         asked = self._asked(req)
@@ -240,8 +235,8 @@ class Service:
     def _asked(self, req: AnswerRequest) -> Asked:
         """What an id stands for: the question and, for a chat policy, the conversation (the
         same follow-up after another history is another question)."""
-        chat = req.messages is not None and self.agent.takes_conversations
-        return req.question, conversation_of(req.messages).key() if chat else None
+        conv = req.conversation if self.agent.takes_conversations else None
+        return req.question, None if conv is None else conv.key()
 
     async def _answer(self, req: AnswerRequest) -> Answered:
         agent = self.agent
@@ -267,7 +262,7 @@ class Service:
         if self.cfg.adapt_kappa:  # κ as feedback at any replica has moved it
             agent.kappa = (await self.store.arefresh())[0].kappa
         ctx = [p.model_dump() for p in req.context] if req.context else None
-        asked = conversation_of(req.messages) if req.messages is not None else req.question
+        asked = req.question if req.conversation is None else req.conversation
         try:
             s = await agent.aanswer(asked, id=req.id, context=ctx, max_cost=req.max_cost_usd)
         except StateUnavailable:

@@ -4,9 +4,10 @@
   turn), each ``{"role", "content"[, "name"]}`` with string content; :attr:`Conversation.text`
   is the last user turn (a trace's ``question``), :meth:`Conversation.key` a canonical hash of
   the whole list (how the replay endpoint finds a conversation's recorded replies).
-- :func:`conversation_of`: a request's or a file's messages checked and normalised (text parts
-  joined); a :class:`ConversationError` names the message and what cannot be passed on (a
-  role, an image, audio, a tool call) or a conversation past ``max_chars``.
+- :func:`conversation_of`: the one parser of messages (a request's, at the HTTP edge, or a
+  file's), checked and normalised (text parts joined); a :class:`ConversationError` names the
+  message and what cannot be passed on (a role, an image, audio, a tool call).
+- :func:`check_size`: the one check of a conversation's size against a server's limit.
 - :func:`prompt_text`, :func:`as_conversation`: a step's prompt (a question string or a
   conversation) as display text, or as a conversation (a string is one user turn).
 
@@ -60,8 +61,15 @@ class Conversation:
         """SHA-256 of the canonical JSON of the messages: equal iff the conversations are."""
         return conversation_key(self.messages)
 
-    def chars(self) -> int:
+    @property
+    def size(self) -> int:
+        """Characters of content in all the messages (what ``check_size`` bounds)."""
         return sum(len(m["content"]) for m in self.messages)
+
+    @property
+    def roles(self) -> list[str]:
+        """The role of each message, in order."""
+        return [m["role"] for m in self.messages]
 
 
 def conversation_key(messages: Sequence[dict[str, Any]]) -> str:
@@ -89,13 +97,10 @@ def _content(m: dict[str, Any], where: str) -> str:
     raise ConversationError(f"{where}.content: no text (a string is required)")
 
 
-def conversation_of(
-    messages: Any, where: str = "messages", max_chars: int | None = None
-) -> Conversation:
+def conversation_of(messages: Any, where: str = "messages") -> Conversation:
     """``messages`` checked and normalised: each a ``system``, ``user`` or ``assistant`` message
     of text (a list of text parts is joined into one string; ``name`` is kept), the last the
-    user's new turn, at most ``max_chars`` characters of content in all.
-    :class:`ConversationError` names the first problem."""
+    user's new turn. :class:`ConversationError` names the first problem."""
     if not isinstance(messages, list | tuple) or not messages:
         raise ConversationError(f"{where}: a non-empty list of messages is required")
     out = []
@@ -126,10 +131,15 @@ def conversation_of(
         raise ConversationError(
             f"{where}: the last message must be the user's new turn (it is {out[-1]['role']!r})"
         )
-    conv = Conversation(tuple(out))
-    if max_chars is not None and conv.chars() > max_chars:
+    return Conversation(tuple(out))
+
+
+def check_size(conv: Conversation, max_chars: int, where: str = "messages") -> Conversation:
+    """``conv`` itself when its :attr:`~Conversation.size` is at most ``max_chars`` (a server's
+    ``server.max_conversation_chars``), else a :class:`ConversationError` saying both."""
+    if conv.size > max_chars:
         raise ConversationError(
-            f"{where}: {conv.chars()} characters in {len(out)} messages, more than the "
+            f"{where}: {conv.size} characters in {len(conv.messages)} messages, more than the "
             f"{max_chars} this server accepts (server.max_conversation_chars)"
         )
     return conv

@@ -23,7 +23,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ccpo.errors import CCPOError
-from ccpo.traces.conversation import ConversationError, conversation_of
+from ccpo.traces.conversation import (
+    Conversation,
+    ConversationError,
+    as_conversation,
+    conversation_of,
+)
 from ccpo.traces.signals import normalize_signals
 
 SCHEMA_VERSION = "ccpo.trace/v1"
@@ -186,6 +191,13 @@ class Trace(_Model):
             return None if v is None else conversation_of(v).as_list()
         except ConversationError as e:
             raise ValueError(str(e)) from None
+
+    def conversation(self) -> Conversation:
+        """The conversation this trace answers: its ``messages`` (checked when read), else its
+        question as one user turn."""
+        if self.messages is None:
+            return as_conversation(self.question)
+        return Conversation(tuple(dict(m) for m in self.messages))
 
     @field_validator("signals")
     @classmethod

@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from ccpo.errors import CCPOError
-from ccpo.traces.conversation import ConversationError, conversation_of
+from ccpo.traces.conversation import Conversation, ConversationError, conversation_of
 from ccpo.traces.io import cr_only, iter_lines, loads_strict
 
 REQUIRED_COLUMNS = (
@@ -73,17 +73,24 @@ class ImportRow(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _question_of_messages(cls, data: Any, info: ValidationInfo) -> Any:
-        if isinstance(data, dict) and not str(data.get("question") or "").strip():
-            try:
-                text = conversation_of(_json_cell(data.get("messages"), info)).text
-            except (ConversationError, ValueError):
-                text = None if data.get("messages") is None else "?"  # the column's check says
-            data = data if text is None else {**data, "question": text}
-        return data
+        """The row's ``messages`` parsed once (the column then takes the conversation), its
+        last user turn the question when the question is blank."""
+        if not isinstance(data, dict) or data.get("messages") is None:
+            return data
+        try:
+            conv = conversation_of(_json_cell(data["messages"], info))
+        except (ConversationError, ValueError):
+            conv = None  # the column's own check says why
+        out = dict(data) if conv is None else {**data, "messages": conv}
+        if not str(data.get("question") or "").strip():
+            out["question"] = "?" if conv is None else conv.text
+        return out
 
     @field_validator("messages", mode="before")
     @classmethod
     def _conversation(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, Conversation):  # parsed by _question_of_messages
+            return v.as_list()
         v = _json_cell(v, info)
         try:
             return None if v is None else conversation_of(v).as_list()
