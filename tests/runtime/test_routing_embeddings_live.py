@@ -1,9 +1,10 @@
 """Routing by question embeddings live: ``ccpo traces embed`` records them from a scripted
 ``/embeddings`` endpoint on 127.0.0.1; served, the router asks that endpoint once per
-question and starts where the embedded router says; an endpoint that fails or is slower than
-``route_embedding_timeout``, or that answers NaN or Infinity, never blocks an answer: the question is routed by its text alone
-(the fallback router), counted in the agent and in ``/metrics``; against the trace file's
-own replay endpoint (which serves the recorded embeddings) the dry run equals the replay."""
+question and starts where the embedded router says; an endpoint that fails, is slower than
+``route_embedding_timeout`` or answers NaN or Infinity never blocks an answer: the question
+is routed by its text alone (the fallback router), counted in the agent and in
+``/metrics``; against the trace file's own replay endpoint (which serves the recorded
+embeddings) the dry run equals the replay."""
 
 from __future__ import annotations
 
