@@ -13,7 +13,8 @@ The package is laid out by architecture, the arrows pointing inward (``tests/tes
 - ``ccpo.report``     — result files, tables, plots and the reports.
 - ``ccpo.cli``        — the ``ccpo`` command line; ``ccpo.api`` — the Python API.
 
-The three names above are loaded on first use, so ``import ccpo`` stays cheap (no torch).
+The three names above are loaded on first use, so ``import ccpo`` stays cheap (it imports
+nothing else).
 """
 
 from __future__ import annotations

@@ -8,12 +8,10 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 from ccpo.errors import CCPOError
 from ccpo.learning.config import TrainConfig
-from ccpo.learning.mlp import NumpyMLP
-from ccpo.learning.nets import NEXT, PolicyNet, masked_probs
+from ccpo.learning.nets import NEXT, policy_net
 from ccpo.learning.training import train
 from ccpo.policies.rl import TrainedPolicy, horizon_from_obs_mean
 
@@ -40,62 +38,59 @@ def test_the_artifact_does_not_import_the_trainer():
 
 
 def _random_policy(seed: int, obs_dim: int = 6, hidden: int = 16, layers: int = 3):
-    """A PolicyNet with every parameter drawn N(0, 1) (not the near-uniform init) and a
-    TrainedPolicy holding its numpy copy, with a non-trivial observation normalisation."""
-    torch.manual_seed(seed)
-    net = PolicyNet(obs_dim, hidden=hidden, layers=layers)
-    with torch.no_grad():
-        for p in net.parameters():
-            p.copy_(torch.randn_like(p))
+    """A TrainedPolicy whose network has every parameter drawn N(0, 1) (not the near-uniform
+    init), with a non-trivial observation normalisation."""
     rng = np.random.default_rng(seed)
-    pol = TrainedPolicy(
-        NumpyMLP(net.body),
+    net = policy_net(obs_dim, rng, hidden=hidden, layers=layers)
+    net.theta[:] = rng.normal(size=net.size)
+    return TrainedPolicy(
+        net,
         "ccpo",
         rng.normal(size=obs_dim),
         rng.uniform(0.5, 2.0, size=obs_dim),
         TrainConfig(hidden=hidden, layers=layers),
         kappa_online=0.2,
     )
-    return net, pol
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_numpy_inference_equals_the_torch_network(tmp_path, seed):
-    """The policy read back from weights.pt (written by torch.save of the network's
-    state_dict, as every ccpo writes it) scores observations exactly as the torch network:
-    logits and masked π equal torch's float64 forward of the same float32 weights to
-    rtol 1e-12 / atol 1e-14 (only the summation order differs)."""
-    net, pol = _random_policy(seed)
+def test_a_saved_policy_reads_back_exactly_and_scores_as_its_network(tmp_path, seed):
+    """The folder holds weights.npz (float64), read back bit for bit; π of the loaded policy
+    is the masked softmax of the network written out layer by layer (tanh, linear head) on
+    the normalised observations, to rtol 1e-12 (only the summation order may differ)."""
+    pol = _random_policy(seed)
     folder = pol.save(tmp_path / "pol")
-    torch.save(net.state_dict(), folder / "weights.pt")  # the torch writer itself
+    assert (folder / "weights.npz").is_file() and not (folder / "weights.pt").exists()
     back = TrainedPolicy.load(folder)
+    np.testing.assert_array_equal(back.net.theta, pol.net.theta)
     obs = np.random.default_rng(10 + seed).normal(size=(5, 4, 6)) * 3
-    x = (obs - pol.obs_mean) / pol.obs_std
-    with torch.no_grad():
-        logits = net.double()(torch.as_tensor(x))
-        allowed = torch.ones(4, 3, dtype=torch.bool)
-        allowed[-1, NEXT] = False
-        want = masked_probs(logits, allowed).numpy()
-    np.testing.assert_allclose(back.net(x), logits.numpy(), rtol=1e-12, atol=1e-14)
+    h = (obs - pol.obs_mean) / pol.obs_std
+    for w, b, act in pol.net.layers:
+        h = h @ w + b
+        h = np.tanh(h) if act == "tanh" else h
+    allowed = np.ones((4, 3), dtype=bool)
+    allowed[-1, NEXT] = False
+    e = np.where(allowed, np.exp(h - h.max(-1, keepdims=True)), 0.0)
     got = back.probs(obs)
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(got, pol.probs(obs))
     assert np.all(got[:, -1, NEXT] == 0.0)
     assert np.ptp(got) > 0.5  # the random weights give far-from-uniform π: a real comparison
 
 
 def test_a_broken_or_mismatched_weights_file_is_one_clear_error(tmp_path):
-    _, pol = _random_policy(0)
+    pol = _random_policy(0)
     folder = pol.save(tmp_path / "pol")
-    (folder / "weights.pt").write_bytes(b"garbage")
-    with pytest.raises(CCPOError, match=r"weights\.pt: cannot load the network"):
+    (folder / "weights.npz").write_bytes(b"garbage")
+    with pytest.raises(CCPOError, match=r"weights\.npz: cannot load the network"):
         TrainedPolicy.load(folder)
-    _, wider = _random_policy(0, hidden=8)
+    wider = _random_policy(0, hidden=8)
     wider.save(tmp_path / "wider")
-    (folder / "weights.pt").write_bytes((tmp_path / "wider" / "weights.pt").read_bytes())
+    (folder / "weights.npz").write_bytes((tmp_path / "wider" / "weights.npz").read_bytes())
     with pytest.raises(CCPOError, match="3 hidden layers of 16"):
         TrainedPolicy.load(folder)
-    (folder / "weights.pt").unlink()
-    with pytest.raises(CCPOError, match=r"weights\.pt: cannot load the network"):
+    (folder / "weights.npz").unlink()
+    with pytest.raises(CCPOError, match=r"weights\.npz: cannot load the network"):
         TrainedPolicy.load(folder)
 
 

@@ -12,7 +12,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 
 from ccpo.api import ConformalPolicy
 from ccpo.errors import CCPOError, PhaseError
@@ -49,8 +48,7 @@ def test_training_is_deterministic(big_sim, splits):
     a = train(big_sim[1], splits.train, cfg)
     b = train(big_sim[1], splits.train, cfg)
     assert a.log == b.log
-    for pa, pb in zip(a.policy.parameters(), b.policy.parameters(), strict=True):
-        assert torch.equal(pa, pb)
+    np.testing.assert_array_equal(a.policy.theta, b.policy.theta)  # same machine: bit for bit
     c = train(big_sim[1], splits.train, TrainConfig(steps=25, seed=6, val_every=0))
     assert c.log != a.log
 
@@ -154,8 +152,7 @@ def test_keep_best_ends_at_the_checkpoint_of_least_training_calibrated_cost(big_
     best = int(run.log[-1]["train/best_step"])
     assert checks[best] == min(checks.values())
     stopped = train(ep, splits.train, replace(cfg, steps=best, keep_best=False))
-    for pa, pb in zip(run.policy.parameters(), stopped.policy.parameters(), strict=True):
-        assert torch.equal(pa, pb)
+    np.testing.assert_array_equal(run.policy.theta, stopped.policy.theta)
 
 
 def test_target_policy_softmask():

@@ -1,65 +1,78 @@
-"""weights.pt read without torch (learning/weights.py) equals torch.load, and is written so
-that torch.load (older ccpo) reads it."""
+"""Policy weights as arrays (learning/weights.py): ``weights.npz`` written and read back
+exactly, without pickle; the ``weights.pt`` that torch.save wrote for older folders read
+without torch, as torch.load read it."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import zipfile
-from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from ccpo.learning.nets import PolicyNet
-from ccpo.learning.weights import read_weights, write_weights
+from ccpo.learning.nets import policy_net
+from ccpo.learning.weights import read_weights, weights_path, write_weights
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "weights"
 
 
-def test_read_weights_equals_torch_load(tmp_path):
-    """Every dtype a state dict may hold, views at an offset into a shared storage,
-    non-contiguous (transposed) and empty tensors and a 0-d one: the same values, shapes and
-    dtypes as torch.load."""
-    g = torch.Generator().manual_seed(0)
-    base = torch.randn(6, 5, generator=g)
-    state = OrderedDict(
-        f64=torch.randn(3, 4, generator=g, dtype=torch.float64),
-        f32=torch.randn(7, generator=g),
-        f16=torch.randn(2, 3, generator=g).half(),
-        i64=torch.arange(-3, 9).reshape(3, 4),
-        i32=torch.arange(5, dtype=torch.int32),
-        u8=torch.arange(200, 210, dtype=torch.uint8),
-        flags=torch.tensor([True, False, True]),
-        row=base[2],  # offset 10 into base's storage
-        transposed=base.t(),  # strides (1, 5)
-        strided=base[1::2, ::2],
-        empty=torch.zeros(0, 3),
-        scalar=torch.tensor(2.5),
-    )
-    path = tmp_path / "w.pt"
-    torch.save(state, path)
-    got = read_weights(path)
-    want = torch.load(path, weights_only=True)
+def test_read_weights_equals_what_torch_load_read():
+    """A file torch 2.13's ``torch.save`` wrote (every dtype a state dict may hold, views at
+    an offset into a shared storage, non-contiguous (transposed, strided) and empty tensors
+    and a 0-d one): the same names in order, values, shapes and dtypes as ``torch.load``
+    gave when the file was made (state-dict.json)."""
+    want = json.loads((DATA / "state-dict.json").read_text())["tensors"]
+    got = read_weights(DATA / "state-dict.pt")
     assert list(got) == list(want)
-    for k, t in want.items():
-        assert got[k].shape == tuple(t.shape), k
-        assert got[k].dtype == t.numpy().dtype, k
-        np.testing.assert_array_equal(got[k], t.numpy(), err_msg=k)
+    for k, w in want.items():
+        assert got[k].dtype == np.dtype(w["dtype"]), k
+        assert got[k].shape == tuple(w["shape"]), k
+        np.testing.assert_array_equal(
+            got[k], np.asarray(w["values"], w["dtype"]).reshape(w["shape"]), k
+        )
+    assert got["row"].tolist() == got["transposed"][:, 2].tolist()  # one storage, two views
 
 
-def test_write_weights_is_what_torch_and_policynet_load(tmp_path):
-    """A state dict written from arrays loads with torch.load into a PolicyNet (how ccpo
-    before numpy inference read weights.pt), bit for bit in float32."""
-    torch.manual_seed(1)
-    net = PolicyNet(5, hidden=8, layers=2)
-    arrays = {k: v.detach().double().numpy() for k, v in net.state_dict().items()}
-    write_weights(tmp_path / "w.pt", arrays)
-    back = PolicyNet(5, hidden=8, layers=2)
-    back.load_state_dict(torch.load(tmp_path / "w.pt", weights_only=True))
-    for (k, a), b in zip(net.state_dict().items(), back.state_dict().values(), strict=True):
-        assert torch.equal(a, b), k
-    for k, v in read_weights(tmp_path / "w.pt").items():
-        assert v.dtype == np.float32
-        np.testing.assert_array_equal(v, net.state_dict()[k].numpy())
+def test_written_weights_read_back_exactly_and_load_with_numpy_alone(tmp_path):
+    """float64 arrays in, the same float64 arrays out (a saved policy decides as the trained
+    one); the file is a plain .npz that ``np.load(allow_pickle=False)`` reads, and the same
+    arrays give the same bytes (a folder's fingerprint does not depend on when it was
+    written)."""
+    net = policy_net(5, np.random.default_rng(1), hidden=8, layers=2)
+    net.theta[:] = np.random.default_rng(2).normal(size=net.size) / 3  # not float32-exact
+    state = net.state_dict()
+    write_weights(tmp_path / "w.npz", state)
+    back = read_weights(tmp_path / "w.npz")
+    assert (
+        list(back)
+        == list(state)
+        == [f"body.{i}.{k}" for i in (0, 2, 4) for k in ("weight", "bias")]
+    )
+    for k, v in state.items():
+        assert back[k].dtype == np.float64
+        np.testing.assert_array_equal(back[k], v, k)
+    with np.load(tmp_path / "w.npz", allow_pickle=False) as npz:
+        np.testing.assert_array_equal(npz["body.0.weight"], state["body.0.weight"])
+    write_weights(tmp_path / "again.npz", state)
+    assert (tmp_path / "again.npz").read_bytes() == (tmp_path / "w.npz").read_bytes()
+
+
+def test_a_folder_reads_weights_npz_else_its_older_weights_pt(tmp_path):
+    assert weights_path(tmp_path) == tmp_path / "weights.npz"  # neither: the new name
+    (tmp_path / "weights.pt").write_bytes(b"")
+    assert weights_path(tmp_path) == tmp_path / "weights.pt"
+    (tmp_path / "weights.npz").write_bytes(b"")
+    assert weights_path(tmp_path) == tmp_path / "weights.npz"
+
+
+def test_an_npz_holding_a_pickle_is_refused(tmp_path):
+    """An object array in a .npz is a pickle (it could run code): refused, not loaded."""
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, w=np.array([print, 1], dtype=object))
+    with pytest.raises(ValueError, match=r"unreadable array w\.npy"):
+        read_weights(bad)
 
 
 def test_read_weights_refuses_what_is_not_a_state_dict(tmp_path):

@@ -89,4 +89,7 @@ def test_an_old_folder_decides_live_rounds_the_same(name, questions):
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         assert g[1:] == w[1:]
-        np.testing.assert_array_equal(g[0], w[0])
+        # π goes through matrix products: BLAS kernels and CPUs sum in different orders, so
+        # the last bit may differ from the machine that wrote expected.json (seen: one ulp,
+        # 0.41386771685997586 vs 0.4138677168599759); the actions above are exact
+        np.testing.assert_allclose(g[0], w[0], rtol=1e-12, atol=0)

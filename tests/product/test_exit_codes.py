@@ -241,7 +241,7 @@ def test_a_failed_write_is_one_line_and_leaves_no_half_made_folder(
     argv, sim_file, tmp_path, tmp_path_factory
 ):
     """Files may not pass 8 kB: policy.json, features.json, prices.json and the results tables
-    fit, weights.pt (torch raises a RuntimeError for it) and the plots do not. One line, exit 1
+    fit, weights.npz and the plots do not. One line, exit 1
     (the system refused: not a usage error), and no --out folder with some of the files. Run
     twice from an empty home, as on a fresh machine: matplotlib cannot save its font cache
     either (the first time nothing, then a truncated one), and says nothing of it."""

@@ -64,7 +64,7 @@ def test_shuffled_file_trains_the_same_auto_policy_bit_for_bit(tmp_path):
         f = _shuffled(BUNDLED, tmp_path / f"shuffled{s}.jsonl", s)
         meta_b.append(_train(f, tmp_path / f"b{s}", "--auto-ccpo-steps", "30"))
         assert _without_file(meta_b[-1]) == _without_file(a)  # κ̂, method, choice, figures
-        model = next(n for n in ("model.pkl", "weights.pt") if (tmp_path / "a" / n).exists())
+        model = next(n for n in ("model.pkl", "weights.npz") if (tmp_path / "a" / n).exists())
         assert (tmp_path / f"b{s}" / model).read_bytes() == (tmp_path / "a" / model).read_bytes()
         sa = json.loads((tmp_path / "a/summary.json").read_text())
         sb = json.loads((tmp_path / f"b{s}/summary.json").read_text())
@@ -85,7 +85,7 @@ def test_shuffled_file_trains_the_same_ccpo_policy_bit_for_bit(sim_file, tmp_pat
     f.write_text("".join(lines))
     b = _train(f, tmp_path / "b", "--method", "ccpo", "--steps", "30")
     assert _without_file(a) == _without_file(b)
-    assert (tmp_path / "a/weights.pt").read_bytes() == (tmp_path / "b/weights.pt").read_bytes()
+    assert (tmp_path / "a/weights.npz").read_bytes() == (tmp_path / "b/weights.npz").read_bytes()
 
 
 @pytest.mark.parametrize("seed", [0, 3])

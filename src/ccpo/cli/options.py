@@ -166,7 +166,6 @@ def check_out_folder(out: Path, holds: str | None = None, force: bool = False) -
 
 def require_training(command: str) -> None:
     """Refuse ``command`` before any work, with the pip install that brings what it needs,
-    when the ``train`` extra is missing: torch (training CCPO / CPO) and matplotlib (their
-    curves and the comparison plots). Serving, asking and the score methods need neither."""
-    for module in ("torch", "matplotlib"):
-        require_extra(module, "train", command)
+    when the ``train`` extra is missing: matplotlib (the training curves and the comparison
+    plots). Serving, asking and the score methods do not need it."""
+    require_extra("matplotlib", "train", command)

@@ -2,7 +2,7 @@
 (the classifier-scored policies: CStop and the single-answer rules).
 
 A policy folder stores its config (``policy.json``), so reading one back needs these classes
-but not the training loop (:mod:`ccpo.learning.training`, which imports torch).
+but not the training loop (:mod:`ccpo.learning.training`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class TrainConfig:
         1.0,
         "average θ over the steps after this share of training (Polyak averaging; 1.0: off)",
     )
-    seed: int = knob(0, "seeds torch and numpy")
+    seed: int = knob(0, "seeds numpy (initial weights, split, batches)")
     trust_region: TrustRegion = knob(
         "score",
         'KL of the trust region: "score" π or "target" S (paper)',

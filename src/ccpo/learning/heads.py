@@ -4,8 +4,7 @@ Rows are states, the last axis the three actions; ``allowed`` (boolean, broadcas
 marks the actions a state may take (``next`` not at the last round). Masked actions get
 log-probability −inf and probability exactly 0.
 
-- :func:`log_pi`: π(a|o), the one masked softmax of the numpy side (its torch twin, for
-  autograd, is :func:`ccpo.learning.nets.masked_probs`); :func:`policy_probs` runs a network on
+- :func:`log_pi`: π(a|o), the one masked softmax; :func:`policy_probs` runs a network on
   observations ``[..., T, F]``: what every evaluation, calibration and live decision calls.
 - :func:`log_softmask`: CCPO's differentiable conformal policy S_{π,κ}(a|o) ∝ σ((π − κ)/ε),
   a smooth "uniform over C_{π,κ}(o)" (paper Eqs. ``app``, ``sconf``) that tends to
@@ -16,8 +15,6 @@ log-probability −inf and probability exactly 0.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
@@ -50,19 +47,13 @@ def log_pi(logits: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     return _log_normalise(_masked(logits, allowed))
 
 
-def policy_probs(
-    net: NumpyMLP | Any, obs: np.ndarray, mean: np.ndarray, std: np.ndarray
-) -> np.ndarray:
+def policy_probs(net: NumpyMLP, obs: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """Masked π(a|o) as float64 numpy for observations ``[..., T, F]``: the network on
-    ``(obs − mean) / std``, then :func:`log_pi` with ``next`` masked at the last round.
-
-    ``net``: a :class:`~ccpo.learning.mlp.NumpyMLP` (pass one to reuse its weights), or a torch
-    :class:`~ccpo.learning.nets.PolicyNet` (copied into one first)."""
-    forward = net if isinstance(net, NumpyMLP) else NumpyMLP(net.body)
+    ``(obs − mean) / std``, then :func:`log_pi` with ``next`` masked at the last round."""
     obs = np.asarray(obs)
-    if obs.ndim < 2 or obs.shape[-1] != forward.in_dim:
-        raise ValueError(f"obs must have shape [..., T, {forward.in_dim}], got {obs.shape}")
-    logits = forward((obs - mean) / std)
+    if obs.ndim < 2 or obs.shape[-1] != net.in_dim:
+        raise ValueError(f"obs must have shape [..., T, {net.in_dim}], got {obs.shape}")
+    logits = net((obs - mean) / std)
     return np.exp(log_pi(logits, allowed_actions(obs.shape[-2])))
 
 

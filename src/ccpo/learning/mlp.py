@@ -1,22 +1,20 @@
-"""A float64 numpy multilayer perceptron: forward pass and its derivatives, without torch.
+"""A float64 numpy multilayer perceptron: forward pass and its derivatives.
 
 :class:`NumpyMLP` is the network of every evaluation and live decision (the policy folder's
-weights are read as arrays, :mod:`ccpo.learning.weights`, so ``ccpo ask`` / ``ccpo serve``
-never import torch) and of the training loop (reverse- and forward-mode derivatives, the
-output Gram matrix). The torch networks of :mod:`ccpo.learning.nets` give the initial weights
-and hold the trained result: a ``NumpyMLP`` is made from one and copies back into it (those two
-methods import torch, and only code that already uses torch calls them).
+weights are read as arrays, :mod:`ccpo.learning.weights`) and of the training loop (reverse-
+and forward-mode derivatives, the output Gram matrix). :mod:`ccpo.learning.nets` draws its
+initial weights; :meth:`NumpyMLP.state_dict` names them as a torch ``state_dict`` would, the
+layout of policy folders (old ``weights.pt`` files included).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
-from typing import Any
 
 import numpy as np
 
-__all__ = ["ACTIVATIONS", "Layer", "NumpyMLP", "torch_layers"]
+__all__ = ["ACTIVATIONS", "Layer", "NumpyMLP"]
 
 ACTIVATIONS = ("tanh", "relu")
 Layer = tuple[np.ndarray, np.ndarray, str | None]
@@ -27,22 +25,18 @@ class NumpyMLP:
     """A float64 numpy MLP with one flat parameter vector: forward, reverse- and forward-mode
     derivatives.
 
-    The training loop runs on these (the networks are tiny: for a batch of ~40 states torch's
-    per-operator dispatch cost more than the arithmetic), and every evaluation and live decision
-    uses one through :func:`ccpo.learning.heads.policy_probs`.
+    The training loop runs on these (the networks are tiny: for a batch of ~40 states a deep
+    learning framework's per-operator dispatch costs more than the arithmetic), and every
+    evaluation and live decision uses one through :func:`ccpo.learning.heads.policy_probs`.
 
     ``theta`` holds, layer by layer, W (``[in, out]``, row-major) then b; ``self.layers`` holds
     views into it, so writing ``theta[:] = ...`` changes the network.
     """
 
-    def __init__(self, body: Sequence[Layer] | Any, theta: np.ndarray | None = None) -> None:
-        """``body``: the layers as :data:`Layer` tuples (copied), or a torch ``nn.Sequential``
-        of Linear, Tanh and ReLU (what :mod:`ccpo.learning.nets` builds; converted by
-        :func:`torch_layers`). ``theta``: optional float64 1-D buffer of
-        exactly :attr:`size` elements to live in (e.g. a slice of one vector holding several
-        networks, for one optimizer)."""
-        if not isinstance(body, (list, tuple)):
-            body = torch_layers(body)
+    def __init__(self, body: Sequence[Layer], theta: np.ndarray | None = None) -> None:
+        """``body``: the layers as :data:`Layer` tuples (copied). ``theta``: optional float64
+        1-D buffer of exactly :attr:`size` elements to live in (e.g. a slice of one vector
+        holding several networks, for one optimizer)."""
         for w, b, act in body:
             if w.ndim != 2 or b.shape != (w.shape[1],) or act not in (*ACTIVATIONS, None):
                 raise ValueError(
@@ -74,7 +68,7 @@ class NumpyMLP:
     def from_state_dict(
         cls, state: Mapping[str, np.ndarray], prefix: str = "body.", activation: str = "tanh"
     ) -> NumpyMLP:
-        """The network whose torch ``state_dict`` is ``state`` (arrays, e.g. from
+        """The network whose torch-style ``state_dict`` is ``state`` (arrays, e.g. from
         :func:`ccpo.learning.weights.read_weights`): the Linear layers ``{prefix}{i}.weight``
         (``[out, in]``) and ``.bias`` in module order, ``activation`` after every layer but the
         last (the layout :mod:`ccpo.learning.nets` builds). Raises ValueError on other keys."""
@@ -202,30 +196,3 @@ class NumpyMLP:
             if k:  # one (N·O × width) GEMM, not N small ones
                 delta = (d @ w.T).reshape(n, o, -1)
         return gram.reshape(n * o, n * o)
-
-    def copy_to(self, body: Any) -> None:
-        """Write the parameters into ``body`` (the torch network this was made from)."""
-        import torch
-
-        body.load_state_dict(
-            {k: torch.from_numpy(v) for k, v in self.state_dict(prefix="").items()}
-        )
-
-
-def torch_layers(body: Any) -> list[Layer]:
-    """The layers of ``body`` (Linear with bias, each optionally followed by Tanh or ReLU) as
-    float64 arrays, the input of :class:`NumpyMLP` (imports torch: ``body`` is a torch
-    ``nn.Sequential``, so torch is loaded already)."""
-    from torch import nn
-
-    layers: list[Layer] = []
-    for module in body:
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            w = module.weight.detach().double().numpy().T
-            layers.append((w, module.bias.detach().double().numpy(), None))
-        elif isinstance(module, (nn.Tanh, nn.ReLU)) and layers and layers[-1][2] is None:
-            act = "tanh" if isinstance(module, nn.Tanh) else "relu"
-            layers[-1] = (*layers[-1][:2], act)
-        else:
-            raise TypeError(f"NumpyMLP supports Linear, Tanh and ReLU, not {module}")
-    return layers

@@ -1,6 +1,7 @@
 """Adam on a flat numpy parameter vector (Kingma & Ba 2015), for the critics V_θ and V_{C,φ}.
 
-The same update as ``torch.optim.Adam`` without weight decay or amsgrad (tested equal to it):
+The update of ``torch.optim.Adam`` without weight decay or amsgrad (tested against values worked
+out by hand from the formula):
 m ← β₁m + (1 − β₁)g, v ← β₂v + (1 − β₂)g², θ ← θ − lr · (m / (1 − β₁ᵗ)) / (√(v / (1 − β₂ᵗ)) + ε).
 """
 

@@ -1,9 +1,9 @@
 """Trust-region maths for CPO (Achiam et al. 2017): conjugate gradient, Fisher-vector products
 of categorical policies, the CPO step and a backtracking line search.
 
-Pure numpy, float64, on flat 1-D parameter vectors θ (no torch: on CCPO's tiny networks torch's
-per-operator dispatch costs more than the arithmetic). The caller owns the network: it supplies
-the products with its Jacobian (:func:`logit_fisher_vector_product_fn`,
+Pure numpy, float64, on flat 1-D parameter vectors θ (on CCPO's tiny networks a deep learning
+framework's per-operator dispatch costs more than the arithmetic). The caller owns the network:
+it supplies the products with its Jacobian (:func:`logit_fisher_vector_product_fn`,
 :func:`logit_fisher_blocks`, :func:`span_conjugate_gradient`) and evaluates a candidate θ
 (:func:`backtracking_line_search`).
 

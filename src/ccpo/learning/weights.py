@@ -1,14 +1,20 @@
-"""``weights.pt``, the network file of a CCPO / CPO policy folder, as numpy arrays.
+"""The network file of a CCPO / CPO policy folder, as numpy arrays: ``weights.npz``, and the
+``weights.pt`` of folders written before it.
 
-The file is what ``torch.save(state_dict)`` writes: a zip archive holding ``data.pkl`` (a
-pickle of the name → tensor mapping whose tensors point, by persistent id, at raw storages)
-and one ``data/<key>`` record of raw bytes per storage, with the machine's ``byteorder``.
-:func:`read_weights` reads that format **without torch**, so loading a policy and deciding
-with it (``ccpo ask``, ``ccpo serve``) never imports torch. Its unpickler resolves only the
-few names a state dict uses (an ordered dict, the tensor-rebuild function, the typed
-storages); anything else is refused, as ``torch.load(weights_only=True)`` refuses it.
-:func:`write_weights` uses torch itself (only code that trained a network writes one), so a
-folder written by this ccpo loads in older versions that read it with ``torch.load``.
+- ``weights.npz`` (what ccpo writes): :func:`write_weights` stores the name → array
+  mapping of :meth:`~ccpo.learning.mlp.NumpyMLP.state_dict` (torch's names and layouts,
+  float64, so a saved policy decides exactly as the trained one) as an uncompressed ``.npz``
+  archive, one ``.npy`` record per array, no pickle. The archive's timestamps are fixed, so
+  the same weights give the same bytes (a folder's fingerprint, order-free training).
+- ``weights.pt`` (what ccpo wrote with torch, before ``weights.npz``; still read): what
+  ``torch.save(state_dict)`` writes, a zip archive holding ``data.pkl`` (a pickle of the
+  name → tensor mapping whose tensors point, by persistent id, at raw storages) and one
+  ``data/<key>`` record of raw bytes per storage, with the machine's ``byteorder``.
+  :func:`read_weights` reads it without torch: its unpickler resolves only the few names a
+  state dict uses (an ordered dict, the tensor-rebuild function, the typed storages); anything
+  else is refused, as ``torch.load(weights_only=True)`` refuses it.
+
+:func:`weights_path` finds a folder's file (``weights.npz`` first).
 """
 
 from __future__ import annotations
@@ -23,7 +29,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["read_weights", "write_weights"]
+__all__ = ["LEGACY_WEIGHTS_FILE", "WEIGHTS_FILE", "read_weights", "weights_path", "write_weights"]
+
+#: the network file of a policy folder, and the one folders written with torch hold
+WEIGHTS_FILE, LEGACY_WEIGHTS_FILE = "weights.npz", "weights.pt"
 
 _STORAGE_DTYPES = {
     "DoubleStorage": np.float64,
@@ -39,7 +48,7 @@ _STORAGE_DTYPES = {
 
 
 class WeightsFormatError(ValueError):
-    """The file is not a state dict as ``torch.save`` writes it."""
+    """The file is neither a ``.npz`` of arrays nor a state dict as ``torch.save`` writes it."""
 
 
 def _rebuild_tensor(
@@ -90,29 +99,57 @@ class _StateDictUnpickler(pickle.Unpickler):
         return data.byteswap() if self.swap else data
 
 
+def weights_path(folder: str | Path) -> Path:
+    """The network file of a policy folder: ``weights.npz``, else the ``weights.pt`` of an
+    older folder (that path, missing, when there is neither)."""
+    d = Path(folder)
+    new = d / WEIGHTS_FILE
+    return (
+        new if new.exists() or not (d / LEGACY_WEIGHTS_FILE).exists() else d / LEGACY_WEIGHTS_FILE
+    )
+
+
 def read_weights(path: str | Path) -> dict[str, np.ndarray]:
-    """The name → array mapping a ``torch.save(state_dict)`` file holds, read without torch
-    (arrays keep the tensors' dtypes). Raises :class:`FileNotFoundError`, or
-    :class:`ValueError` for a file that is not such a state dict."""
+    """The name → array mapping a weights file holds, read without torch: a ``.npz`` archive
+    (:func:`write_weights`) or a ``torch.save(state_dict)`` file (arrays keep the tensors'
+    dtypes). Raises :class:`FileNotFoundError`, or :class:`ValueError` for anything else."""
     try:
         archive = zipfile.ZipFile(path)
     except zipfile.BadZipFile:
-        raise WeightsFormatError("not a zip archive as torch.save writes") from None
+        raise WeightsFormatError("not a zip archive (.npz, or torch.save's format)") from None
     with archive:
-        pkl = [n for n in archive.namelist() if n.endswith("/data.pkl")]
-        if len(pkl) != 1:
-            raise WeightsFormatError("no single data.pkl in the archive")
-        root = pkl[0][: -len("/data.pkl")]
-        try:
-            order = archive.read(f"{root}/byteorder").decode().strip()
-        except KeyError:
-            order = "little"  # torch wrote no byteorder record before 1.13: little-endian
-        swap = order != sys.byteorder
-        with archive.open(pkl[0]) as fh:
+        names = archive.namelist()
+        if names and all(n.endswith(".npy") for n in names):
+            return _read_npz(archive)
+        return _read_torch_zip(archive)
+
+
+def _read_npz(archive: zipfile.ZipFile) -> dict[str, np.ndarray]:
+    state: dict[str, np.ndarray] = {}
+    for name in archive.namelist():
+        with archive.open(name) as fh:
             try:
-                state = _StateDictUnpickler(fh, archive, root, swap).load()
-            except (pickle.UnpicklingError, EOFError, KeyError, TypeError) as e:
-                raise WeightsFormatError(f"unreadable data.pkl ({e})") from None
+                state[name.removesuffix(".npy")] = np.lib.format.read_array(fh, allow_pickle=False)
+            except ValueError as e:  # object arrays (pickles) included
+                raise WeightsFormatError(f"unreadable array {name} ({e})") from None
+    return state
+
+
+def _read_torch_zip(archive: zipfile.ZipFile) -> dict[str, np.ndarray]:
+    pkl = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+    if len(pkl) != 1:
+        raise WeightsFormatError("no single data.pkl in the archive")
+    root = pkl[0][: -len("/data.pkl")]
+    try:
+        order = archive.read(f"{root}/byteorder").decode().strip()
+    except KeyError:
+        order = "little"  # torch wrote no byteorder record before 1.13: little-endian
+    swap = order != sys.byteorder
+    with archive.open(pkl[0]) as fh:
+        try:
+            state = _StateDictUnpickler(fh, archive, root, swap).load()
+        except (pickle.UnpicklingError, EOFError, KeyError, TypeError) as e:
+            raise WeightsFormatError(f"unreadable data.pkl ({e})") from None
     if not isinstance(state, Mapping) or not all(
         isinstance(k, str) and isinstance(v, np.ndarray) for k, v in state.items()
     ):
@@ -121,11 +158,12 @@ def read_weights(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def write_weights(path: str | Path, state: Mapping[str, np.ndarray]) -> None:
-    """Write ``state`` as float32 tensors with ``torch.save`` (what :func:`read_weights` and
-    ``torch.load`` read). Imports torch: only code that trained a network writes weights."""
-    import torch
-
-    torch.save(
-        {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in state.items()},
-        path,
-    )
+    """Write ``state`` as float64 arrays in a ``.npz`` archive that ``np.load`` reads (with
+    ``allow_pickle=False``), entries in ``state``'s order, timestamps fixed: the same arrays
+    give the same bytes."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name, value in state.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            with archive.open(info, "w", force_zip64=True) as fh:
+                arr = np.ascontiguousarray(value, dtype=np.float64)
+                np.lib.format.write_array(fh, arr, allow_pickle=False)

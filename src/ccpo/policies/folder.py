@@ -8,12 +8,13 @@ Every technique saves to the same layout::
     features.json      the featurizer spec it was trained on (checked on load)
     prices.json        the price table used for training (price-file format), optional
     train_log.jsonl    one line of diagnostics per training step
-    weights.pt         RL policies: the score network π (torch.save's format, read without torch)
+    weights.npz        RL policies: the score network π (float64 arrays, np.savez's format);
+                       folders written before it hold weights.pt (torch.save's), still read
     model.pkl          classifier policies (CStop, single-answer rules): a pickle made by ccpo
 
 Main names: :func:`read_meta`, :func:`write_folder`, :func:`read_side_files`,
 :func:`save_classifier`, :func:`load_classifier`. Which class loads a folder is decided by
-:func:`ccpo.policies.registry.load_policy`. No torch here: reading a header is cheap.
+:func:`ccpo.policies.registry.load_policy`. Reading a header is cheap.
 """
 
 from __future__ import annotations

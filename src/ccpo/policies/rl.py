@@ -1,14 +1,14 @@
 """RL policies: a score network π trained by CCPO or CPO, used with a threshold κ.
 
-:class:`RLPolicy` holds π (a float64 numpy copy of the trained weights, so deciding needs no
-torch) with its observation normalisation and the thresholds κ: ``kappa_online`` (tracked
-during training) and ``kappa_batch`` (split-conformal κ̂). Its variant says how π is used:
+:class:`RLPolicy` holds π (a float64 numpy network, :class:`~ccpo.learning.mlp.NumpyMLP`)
+with its observation normalisation and the thresholds κ: ``kappa_online`` (tracked during
+training) and ``kappa_batch`` (split-conformal κ̂). Its variant says how π is used:
 
 - ``ccpo``, ``ccpo-lam<λ>``, ``cpo-batch``: C_κ̂ with κ̂ calibrated on held-out questions;
 - ``cpo-online``: C_κ with the κ tracked online during training;
 - ``cpo``: greedy (argmax π), no set and no guarantee.
 
-Training lives in :mod:`ccpo.learning.training` (torch); :meth:`RLPolicy.from_result` turns a
+Training lives in :mod:`ccpo.learning.training`; :meth:`RLPolicy.from_result` turns a
 run into a policy without importing it. Derivations: docs/theory.md, "Departures from CCPO/CPO".
 """
 
@@ -25,7 +25,7 @@ from ccpo.learning.config import TrainConfig
 from ccpo.learning.conformal import CalibrationScores
 from ccpo.learning.heads import policy_probs
 from ccpo.learning.mlp import NumpyMLP
-from ccpo.learning.weights import read_weights, write_weights
+from ccpo.learning.weights import WEIGHTS_FILE, read_weights, weights_path, write_weights
 from ccpo.policies.base import Calibration
 from ccpo.policies.folder import read_meta, read_side_files, write_folder
 from ccpo.policies.sets import SetPolicy
@@ -36,10 +36,10 @@ from ccpo.traces.featurize import FEATURE_NAMES, FEATURE_SPEC
 class TrainingRun(Protocol):
     """What :meth:`RLPolicy.from_result` reads of a training run
     (:class:`ccpo.learning.training.TrainResult`), stated here so that the policy never
-    imports the trainer (nor torch through it)."""
+    imports the trainer."""
 
     @property
-    def policy(self) -> Any: ...  # the score network; its ``body`` becomes a NumpyMLP
+    def policy(self) -> NumpyMLP: ...  # the score network (copied into the policy)
     @property
     def obs_mean(self) -> np.ndarray: ...
     @property
@@ -83,7 +83,7 @@ class RLPolicy(SetPolicy):
         not given it is read off the run's observation normalisation, where it is exact (see
         :func:`horizon_from_obs_mean`)."""
         return cls(
-            NumpyMLP(res.policy.body),
+            NumpyMLP(res.policy.layers),
             variant or res.config.method,
             res.obs_mean,
             res.obs_std,
@@ -167,7 +167,7 @@ class RLPolicy(SetPolicy):
             "obs_dim": int(self.net.in_dim),
         }
         out = write_folder(folder, meta, self.feature_spec, self.prices, self.log)
-        write_weights(out / "weights.pt", self.net.state_dict())
+        write_weights(out / WEIGHTS_FILE, self.net.state_dict())
         return out
 
     @classmethod
@@ -177,7 +177,7 @@ class RLPolicy(SetPolicy):
         meta = read_meta(d) if meta is None else meta
         spec, prices, log = read_side_files(d)
         cfg = TrainConfig(**meta["config"])
-        net = _load_net(d / "weights.pt", meta["obs_dim"], cfg)
+        net = _load_net(weights_path(d), meta["obs_dim"], cfg)
         obs_mean = np.asarray(meta["obs_mean"])
         provenance = meta.get("provenance") or {}
         horizon = meta.get("horizon")
@@ -219,7 +219,8 @@ def horizon_from_obs_mean(obs_mean: np.ndarray) -> int | None:
 
 
 def _load_net(path: Path, obs_dim: int, cfg: TrainConfig) -> NumpyMLP:
-    """The score network of ``weights.pt`` as numpy (no torch), checked against the shape
+    """The score network of ``weights.npz`` (or an older folder's ``weights.pt``), checked
+    against the shape
     policy.json declares (``obs_dim`` inputs, ``cfg.layers`` hidden layers of ``cfg.hidden``
     units, tanh, 3 outputs). One-line :class:`CCPOError` naming the file otherwise."""
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
 import json
 import os
 import shutil
@@ -49,7 +48,7 @@ def staged_folder(out: Path) -> Iterator[Path]:
     without error they move into ``out`` (made if need be; files of the same names replaced),
     and the sibling goes in every case. A failed write (a full disk) so leaves ``out`` as it
     was, with no half-made files; it is raised as an :class:`OSError` naming the file in
-    ``out`` (torch reports one as a ``RuntimeError``)."""
+    ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
@@ -58,9 +57,6 @@ def staged_folder(out: Path) -> Iterator[Path]:
         except OSError as e:
             where = out / Path(e.filename).name if e.filename else out
             raise OSError(e.errno, e.strerror or str(e), str(where)) from None
-        except RuntimeError as e:  # torch.save's write failures
-            msg = f"cannot write the files ({str(e).splitlines()[0]})"
-            raise OSError(errno.EIO, msg, str(out)) from None
         out.mkdir(exist_ok=True)
         for f in sorted(tmp.iterdir(), key=lambda f: f.name == "policy.json"):  # it last
             os.replace(f, out / f.name)

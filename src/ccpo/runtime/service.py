@@ -56,7 +56,7 @@ def as_json(s: AnswerSet) -> str:
 def artifact_fingerprint(folder: str | Path) -> str:
     """SHA-256 over the artifact's policy.json and model file (ties a state file to it)."""
     h = hashlib.sha256()
-    for name in ("policy.json", "weights.pt", "model.pkl"):
+    for name in ("policy.json", "weights.pt", "weights.npz", "model.pkl"):
         p = Path(folder) / name
         if p.exists():
             h.update(name.encode())

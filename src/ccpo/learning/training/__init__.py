@@ -19,7 +19,6 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ccpo.learning.config import TrainConfig
-from ccpo.learning.nets import torch
 from ccpo.learning.training.exact import train_exact
 from ccpo.learning.training.run import Progress, Run, TrainResult
 from ccpo.learning.training.sampled import train_sampled
@@ -33,15 +32,8 @@ def train(
     """Train a CCPO (or CPO) policy on the episodes ``ep`` at ``train_idx``; ``progress(step,
     log entry)`` after every step."""
     rng = np.random.default_rng([cfg.seed, 0xCC90])
-    torch.manual_seed(cfg.seed)  # the networks' initial weights
-    # tiny matrices: one thread is faster (and training processes share the cores); torch
-    # only builds the initial weights, but its orthogonal init (a QR) is far slower threaded
-    torch_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1, user_api="blas"):
-            run = Run(ep, np.asarray(train_idx), cfg, rng, progress)
-            exact = (cfg.rollouts if cfg.method == "ccpo" else cfg.cpo_rollouts) == "exact"
-            return train_exact(run) if exact else train_sampled(run)
-    finally:
-        torch.set_num_threads(torch_threads)
+    # tiny matrices: one thread is faster (and training processes share the cores)
+    with threadpool_limits(limits=1, user_api="blas"):
+        run = Run(ep, np.asarray(train_idx), cfg, rng, progress)
+        exact = (cfg.rollouts if cfg.method == "ccpo" else cfg.cpo_rollouts) == "exact"
+        return train_exact(run) if exact else train_sampled(run)

@@ -1,8 +1,8 @@
 """What both training loops share around their step: :class:`Run` and :class:`TrainResult`.
 
 :class:`Run` holds the fitted/validation split of the training questions, the observation
-normalisation, π (a float64 :class:`~ccpo.learning.nets.NumpyMLP` copy of the torch network,
-which gives the initial weights and holds the result), the κ tracker, the log and the
+normalisation, π (a float64 :class:`~ccpo.learning.nets.NumpyMLP`, its initial weights drawn
+from :attr:`Run.init_rng`, see :mod:`ccpo.learning.nets`), the κ tracker, the log and the
 checkpoints (``keep_best``, Polyak averaging). A loop asks it for each step's κ and batch,
 hands it each step's log entry (:meth:`Run.end_step`: validation, checkpoint scores,
 progress) and ends with :meth:`Run.result`.
@@ -18,7 +18,7 @@ import numpy as np
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.learning.heads import log_pi, policy_probs
-from ccpo.learning.nets import NumpyMLP, PolicyNet
+from ccpo.learning.nets import NumpyMLP, policy_net
 from ccpo.learning.replay import calibrate_kappa, calibrated_cost
 from ccpo.traces.episodes import (
     Episodes,
@@ -35,7 +35,7 @@ Progress = Callable[[int, dict[str, float]], None]
 class TrainResult:
     """What training produces: the score network, normalisation, κ and the log."""
 
-    policy: PolicyNet
+    policy: NumpyMLP
     obs_mean: np.ndarray
     obs_std: np.ndarray
     kappa_online: float
@@ -74,9 +74,10 @@ class Run:
         self.lam_scaled = cfg.lam * self.lam_unit  # λ in mean rounds → reward units
         self.lam_cents = self.lam_scaled / cfg.cost_scale * 100  # the same λ in cents per answer
 
-        # initial weights from the torch module (the saved artifact); training runs in numpy
-        self.policy = PolicyNet(n_feat, hidden=cfg.hidden, layers=cfg.layers)
-        self.pi = NumpyMLP(self.policy.body)
+        # initial weights: π first, then the critics (sampled rollouts), from a stream of
+        # their own, so that they do not shift the split and batch draws of ``rng``
+        self.init_rng = np.random.default_rng([cfg.seed, 0x1417])
+        self.pi = policy_net(n_feat, self.init_rng, hidden=cfg.hidden, layers=cfg.layers)
         self.tracker = OnlineThreshold(alpha=cfg.alpha, kappa=cfg.kappa0, eta0=cfg.eta0, xi=cfg.xi)
         self.log: list[dict[str, float]] = []
         self.best: tuple[float, int, np.ndarray] | None = None  # (select/score, step, θ)
@@ -138,17 +139,14 @@ class Run:
 
     def result(self) -> TrainResult:
         """π at the best checkpoint (``keep_best``), else averaged (``average_from`` < 1),
-        else as the last step left it; copied into the torch network."""
+        else as the last step left it."""
         cfg, pi = self.cfg, self.pi
         if cfg.keep_best and self.best is not None:
             pi.theta[:] = self.best[2]
             self.log[-1]["train/best_step"] = float(self.best[1])
         elif self.avg_start < cfg.steps:
             pi.theta[:] = self.theta_sum / (cfg.steps - self.avg_start)
-        pi.copy_to(self.policy.body)
-        return TrainResult(
-            self.policy, self.obs_mean, self.obs_std, self.tracker.kappa, cfg, self.log
-        )
+        return TrainResult(pi, self.obs_mean, self.obs_std, self.tracker.kappa, cfg, self.log)
 
 
 def rollout_entries(m: Metrics) -> dict[str, float]:

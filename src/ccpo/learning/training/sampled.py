@@ -17,7 +17,7 @@ import numpy as np
 
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.heads import log_pi, log_softmask_jacobian, softmax_log_jacobian
-from ccpo.learning.nets import NumpyMLP, ValueNet
+from ccpo.learning.nets import NumpyMLP, value_net
 from ccpo.learning.optim import Adam
 from ccpo.learning.training.run import Run, TrainResult, rollout_entries
 from ccpo.learning.training.update import (
@@ -36,7 +36,7 @@ def train_sampled(run: Run) -> TrainResult:
     B, T = cfg.batch_size, ep.horizon
     ccpo = cfg.method == "ccpo"
     rows, rounds = np.arange(B), np.arange(T)
-    critics = Critics(ep.obs.shape[-1], cfg)
+    critics = Critics(ep.obs.shape[-1], cfg, run.init_rng)
     score_probs = partial(log_pi, allowed=allowed)
     for step in range(1, cfg.steps + 1):
         kappa = run.step_kappa()
@@ -144,8 +144,8 @@ class Critics:
     """V_θ (rewards) and V_{C,φ} (constraint values): two networks in one parameter vector
     with one Adam, regressed (L2) on V-trace targets over the valid states."""
 
-    def __init__(self, n_feat: int, cfg: TrainConfig) -> None:
-        bodies = [ValueNet(n_feat, hidden=cfg.hidden, layers=cfg.layers).body for _ in "vc"]
+    def __init__(self, n_feat: int, cfg: TrainConfig, rng: np.random.Generator) -> None:
+        bodies = [value_net(n_feat, rng, hidden=cfg.hidden, layers=cfg.layers).layers for _ in "vc"]
         self.size = NumpyMLP(bodies[0]).size
         self.theta, self.grad = np.zeros(2 * self.size), np.zeros(2 * self.size)
         self.nets = [
