@@ -55,7 +55,7 @@ def _worker(
             await ledger.areserve(0.0, cap, call=True)
             ledger.settle(CALL_COST, CALL_COST, call=True)
         ledger.settle(WALLET - n * CALL_COST, 0.0)
-        await store.answers.arecord_answer(
+        await store.answers.record_answer(
             {**answer, "id": f"{name}-{i}", "cost_usd": n * CALL_COST}
         )
 

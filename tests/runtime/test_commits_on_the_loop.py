@@ -26,6 +26,11 @@ def _answer(i: int) -> dict:
             "rounds": 2}  # fmt: skip
 
 
+async def _record(s: StateStore, answer: dict) -> None:
+    """``answer`` stored, awaited on the event loop ``asyncio.run`` makes."""
+    await s.answers.record_answer(answer)
+
+
 def _ids(path, immutable: bool = False) -> set[str]:
     """The answer ids another connection reads (``immutable``: the database file alone, not
     what the log holds yet)."""
@@ -53,7 +58,7 @@ def test_a_lone_answer_commits_on_the_loop_and_is_durable_when_awaited(tmp_path,
 
     async def answer_three() -> None:
         for i in range(3):
-            await s.answers.arecord_answer(_answer(i))
+            await s.answers.record_answer(_answer(i))
             if where == "file":
                 seen.append(_ids(path))  # committed: another connection reads it at once
 
@@ -65,7 +70,7 @@ def test_a_lone_answer_commits_on_the_loop_and_is_durable_when_awaited(tmp_path,
         if where == "file":
             assert seen == [{"q0"}, {"q0", "q1"}, {"q0", "q1", "q2"}]
         with pytest.raises(DuplicateKey):  # a taken id: refused, the same way
-            asyncio.run(s.answers.arecord_answer(_answer(1)))
+            asyncio.run(_record(s, _answer(1)))
         assert s.counters.requests == 3
     finally:
         s.close()
@@ -86,8 +91,8 @@ def test_a_commit_here_never_waits_for_the_file_lock(tmp_path):
     s.engine.alone = lambda: True
     other = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     try:
-        asyncio.run(s.answers.arecord_answer(_answer(-1)))  # (the first one reads the row first)
-        asyncio.run(s.answers.arecord_answer(_answer(0)))
+        asyncio.run(_record(s, _answer(-1)))  # (the first one reads the row first)
+        asyncio.run(_record(s, _answer(0)))
         assert s.engine.commits_here == 1
         other.execute("BEGIN IMMEDIATE")
         threading.Timer(1.0, lambda: other.execute("COMMIT")).start()
@@ -105,7 +110,7 @@ def test_a_commit_here_never_waits_for_the_file_lock(tmp_path):
 
             ticker = asyncio.create_task(tick())
             t0 = time.monotonic()
-            await s.answers.arecord_answer(_answer(1))
+            await s.answers.record_answer(_answer(1))
             took = time.monotonic() - t0
             ticker.cancel()
             return took, max(gaps, default=took)  # (no tick at all: blocked throughout)
@@ -115,7 +120,7 @@ def test_a_commit_here_never_waits_for_the_file_lock(tmp_path):
         assert gap < 0.4, gap
         assert s.engine.commits_here == 1  # that one went to the writer
         assert _ids(path) == {"q-1", "q0", "q1"}
-        asyncio.run(s.answers.arecord_answer(_answer(2)))  # the lock is free again: here again
+        asyncio.run(_record(s, _answer(2)))  # the lock is free again: here again
         assert s.engine.commits_here == 2
     finally:
         other.close()
@@ -134,7 +139,7 @@ def test_what_commits_here_append_to_the_log_the_writer_checkpoints(tmp_path, mo
 
         async def answer(ids: range) -> None:
             for i in ids:
-                await s.answers.arecord_answer(_answer(i))
+                await s.answers.record_answer(_answer(i))
 
         asyncio.run(answer(range(4)))  # (the first one reads the row first: not here)
         time.sleep(engine.FLUSH_S)

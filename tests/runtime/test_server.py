@@ -33,7 +33,7 @@ def test_answer_health_metrics(world, policy_dir, prices_path):
         again = post(ls.url, "/v1/answer", {"question": Q, "id": "a-1"})  # idempotent retry
         assert again.json() == s
         # the body is the record the store keeps (serialised once), as the app's model says
-        assert ls.service.store.answers.lookup("a-1")[1] == s
+        assert ls.service.store.answers.lookup("a-1").result()[1] == s
         assert AnswerSet.model_validate_json(r.content).model_dump(mode="json") == s
         assert r.headers["content-type"] == "application/json"
         clash = post(ls.url, "/v1/answer", {"question": "other", "id": "a-1"})

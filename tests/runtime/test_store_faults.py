@@ -173,8 +173,8 @@ def test_database_away_fails_closed_and_recovers(fault, pg, world, policy_dir, p
     m = after.metrics()
     acked = [qid for s, _, qid, fb, _ in load.seen if s == 200 and not fb]
     acked_fb = [qid for s, _, qid, fb, _ in load.seen if s == 200 and fb]
-    stored = [after.store.answers.lookup(q) for q in acked]
-    stored_fb = [after.store.answers.lookup(q) for q in acked_fb]
+    stored = [after.store.answers.lookup(q).result() for q in acked]
+    stored_fb = [after.store.answers.lookup(q).result() for q in acked_fb]
     after.store.close()
     # /healthz answered all through, and said so while the database was away
     assert all(dt < 1.5 for _, _, dt in health), health
@@ -365,12 +365,14 @@ def test_a_lost_lease_never_releases_money_held_since(tmp_path):
     a = StateStore(path, "fp", tr, replica="a")
     b = StateStore(path, "fp", tr, replica="b")
     try:
-        assert a.money.reserve(0.5, 1.0, inflight=0.5)  # a wallet, then the database goes away...
+        # a wallet, then the database goes away...
+        assert a.money.reserve(0.5, 1.0, inflight=0.5).result()
         with a.db.write() as tx:  # ... longer than the expiry
             tx.run("UPDATE ccpo_leases SET expires = 0 WHERE replica = 'a'")
-        assert b.money.reserve(0.1, 1.0, inflight=0.1)  # b ends a's lease: 0.5 counted as spent
+        # b ends a's lease: 0.5 counted as spent
+        assert b.money.reserve(0.1, 1.0, inflight=0.1).result()
         assert b.counters.spent_usd == pytest.approx(0.5)
-        assert a.money.reserve(0.2, 1.0, inflight=0.2)  # a is back, with a new lease
+        assert a.money.reserve(0.2, 1.0, inflight=0.2).result()  # a is back, with a new lease
         a.money.settle(0.5, 0.3, inflight=0.5)  # the old wallet settles (its calls cost 0.3)
         a.engine.flush()
         c = a.counters
@@ -430,7 +432,8 @@ def test_under_a_cap_the_spare_never_holds_room_a_question_needs(tmp_path):
         assert not a.money.take_spare(w, cap) and not a.money.take_spare(
             w, cap
         )  # asked back to back
-        assert a.money.reserve(w, cap, w)  # this question's wallet: its transaction tops one up
+        # this question's wallet: its transaction tops one up
+        assert a.money.reserve(w, cap, w).result()
         assert a.counters.reserved_usd == pytest.approx(2 * w)
         n = a.engine.commits
         assert a.money.take_spare(w, cap) and a.engine.commits == n  # the next wallet: no write
@@ -446,11 +449,12 @@ def test_under_a_cap_the_spare_never_holds_room_a_question_needs(tmp_path):
     a = store("big.db")
     try:
         assert not a.money.take_spare(w, cap) and not a.money.take_spare(w, cap)
-        assert a.money.reserve(w, cap, w)
+        assert a.money.reserve(w, cap, w).result()
         assert a.counters.reserved_usd == pytest.approx(2 * w)  # wallet + spare
         big = cap - 2 * w + w / 2  # fits only with the spare's money
         assert not a.money.take_spare(big, cap)  # too small: released ...
-        assert a.money.reserve(big, cap, big)  # ... in this transaction: room for the question
+        # ... in this transaction: room for the question
+        assert a.money.reserve(big, cap, big).result()
         c = a.counters
         assert c.reserved_usd == pytest.approx(w + big)  # and no new spare (no room)
         assert c.spent_usd + c.reserved_usd <= cap + 1e-12

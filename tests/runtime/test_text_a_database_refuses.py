@@ -13,7 +13,6 @@ import pytest
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.runtime.state import StateStore, StateUnavailable
-from ccpo.runtime.state.batch import _Op
 from tests.helpers.serve import LiveServer, Q, assert_json_error, make_service, post, state_at
 from tests.helpers.serve_load import ask_while
 
@@ -108,13 +107,12 @@ def test_an_operation_the_database_refuses_fails_alone(tmp_path, serve_store, ba
     try:
         store.answers.record_answer(
             {"id": "q1", "question": Q, "cost_usd": 0.0, "answers": ["C"], "rounds": 1}
-        )
+        ).result()
+        feedback = store.answers.record_feedback("q1", True, {"none_of_them": False}, False, None)
         ops = {
-            "bad": _Op(store.answers._lookup(bad), read=True),
-            "feedback": _Op(
-                store.answers._feedback_op("q1", True, {"none_of_them": False}, False, None, None)
-            ),
-            "lookup": _Op(store.answers._lookup("q1"), read=True),
+            "bad": store.answers.lookup(bad).op,
+            "feedback": feedback.op,
+            "lookup": store.answers.lookup("q1").op,
         }
         for op in ops.values():
             op.fut = concurrent.futures.Future()

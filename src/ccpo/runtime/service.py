@@ -213,7 +213,7 @@ class Service:
                     409, "conflict", f"id '{req.id}' is being answered for another question"
                 )
             return await asyncio.shield(busy[1])
-        old = await self.store.answers.alookup(req.id)
+        old = await self.store.answers.lookup(req.id)
         if old is not None:
             if (old[0], old[1].get("conversation")) == asked:
                 s = AnswerSet.model_validate(old[1])
@@ -298,7 +298,7 @@ class Service:
         counted = {"id": s.id, "question": s.question, "cost_usd": s.cost_usd,
                    "answers": s.answers, "rounds": s.rounds}  # fmt: skip
         try:
-            await self.store.answers.arecord_answer(counted, text)
+            await self.store.answers.record_answer(counted, text)
         except DuplicateKey:
             raise ApiError(
                 409, "conflict", f"id '{s.id}' was used by a concurrent request"
@@ -313,7 +313,7 @@ class Service:
 
     async def _feedback(self, req: FeedbackRequest) -> FeedbackResponse:
         agent = self.agent
-        old = await self.store.answers.alookup(req.id)
+        old = await self.store.answers.lookup(req.id)
         if old is None:
             raise ApiError(404, "not_found", f"no answered question with id '{req.id}'")
         answers = old[1]["answers"]
@@ -325,7 +325,7 @@ class Service:
                 raise ApiError(422, "invalid_request", "correct_answer: empty after normalisation")
             covered = truth in {agent.normalize(a) for a in answers}
         try:
-            kappa, n, n_covered = await self.store.answers.arecord_feedback(
+            kappa, n, n_covered = await self.store.answers.record_feedback(
                 req.id,
                 covered,
                 req.model_dump(exclude={"id"}),

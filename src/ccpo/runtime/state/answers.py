@@ -1,11 +1,14 @@
 """The answered questions in the state store and the feedback on them (:class:`Answers`, the
 ``answers`` of :class:`~ccpo.runtime.state.store.StateStore`).
 
-- :meth:`Answers.arecord_answer` / :meth:`~Answers.record_answer`: store an answer record and
-  count it (an operation that may be sent whole: its row goes in before the state row is
-  locked, :func:`~ccpo.runtime.state.engine.insert_answers`); a taken id is :class:`DuplicateKey`;
-- :meth:`Answers.arecord_feedback` / :meth:`~Answers.record_feedback`: one feedback, exactly
-  once over all replicas, moving κ and the coverage counters;
+Each operation is a :class:`~ccpo.runtime.state.engine.Pending`: a thread takes its
+``.result()``, an event loop awaits it.
+
+- :meth:`Answers.record_answer`: store an answer record and count it (an operation that may
+  be sent whole: its row goes in before the state row is locked,
+  :func:`~ccpo.runtime.state.engine.insert_answers`); a taken id is :class:`DuplicateKey`;
+- :meth:`Answers.record_feedback`: one feedback, exactly once over all replicas, moving κ and
+  the coverage counters;
 - :meth:`Answers.lookup`: a served answer set and its feedback;
 - :meth:`Answers.count_rejected`, :meth:`~Answers.record_error`: request counts kept in memory
   and written with the next transaction;
@@ -15,21 +18,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from ccpo.errors import CCPOError
-from ccpo.runtime.feedback import KappaBounds, apply_feedback
+from ccpo.runtime.feedback import FeedbackError, KappaBounds, apply_feedback
 from ccpo.runtime.state.batch import Batch, _Delta, _Op
 from ccpo.runtime.state.db import DuplicateKey, Tx, unstorable
-from ccpo.runtime.state.engine import CommitEngine
+from ccpo.runtime.state.engine import CommitEngine, Pending
 
 _TRIM_EVERY = 64  # answers inserted between two trims of the answer table
 
 
 class Answers:
     """Answers and feedback of the state store on the commit ``engine``: operations handed to
-    it (:meth:`CommitEngine.call`, ...), counts pending in it (:meth:`CommitEngine.pend`).
+    it (:meth:`CommitEngine.commit`: each a :class:`Pending`, its ``.result()`` waited for
+    or awaited), counts pending in it (:meth:`CommitEngine.pend`).
     Its state: the answers this replica inserted (every ``_TRIM_EVERY``, the oldest beyond
     ``max_records`` go: :meth:`trim`, run by the engine)."""
 
@@ -38,38 +41,16 @@ class Answers:
         self.max_records = max_records
         self._inserted = 0  # answers this replica inserted (every _TRIM_EVERY: a trim)
 
-    def _lookup(self, qid: str) -> Callable[[Batch], tuple[str, dict[str, Any], str | None] | None]:
+    def lookup(self, qid: str) -> Pending[tuple[str, dict[str, Any], str | None] | None]:
+        """(question, answer-set JSON, feedback JSON or None) of a served id."""
+
         def fn(b: Batch) -> tuple[str, dict[str, Any], str | None] | None:
             row = b.tx.one(
                 "SELECT question, answer, feedback FROM ccpo_answers WHERE id = ?", (qid,)
             )
             return None if row is None else (row[0], json.loads(row[1]), row[2])
 
-        return fn
-
-    def lookup(self, qid: str) -> tuple[str, dict[str, Any], str | None] | None:
-        """(question, answer-set JSON, feedback JSON or None) of a served id."""
-        return self.engine.call(self._lookup(qid), read=True)
-
-    async def alookup(self, qid: str) -> tuple[str, dict[str, Any], str | None] | None:
-        return await self.engine.acall(self._lookup(qid), read=True)
-
-    def _answer_op(self, answer: dict[str, Any], text: str | None = None) -> _Op:
-        why = unstorable(answer.get("question", "")) or unstorable(answer.get("id", ""))
-        if why:
-            raise CCPOError(f"the answer cannot be stored: {why}")
-
-        def fn(b: Batch) -> None:
-            if answer["id"] not in b.inserted:  # taken before, or by an earlier op here
-                raise DuplicateKey(f"answer id '{answer['id']}' is taken")
-            b.inserted.discard(answer["id"])
-            c = b.counters
-            c.requests += 1
-            c.cost_usd += float(answer["cost_usd"])
-            c.set_size_sum += len(answer["answers"])
-            c.rounds_sum += int(answer["rounds"])
-
-        return _Op(fn, answer=answer, text=text, whole=True)
+        return self.engine.commit(fn, read=True)
 
     def trim_due(self, added: int) -> bool:
         """Inserting ``added`` more answers reaches the next trim."""
@@ -90,16 +71,26 @@ class Answers:
                 (n - self.max_records,),
             )
 
-    def record_answer(self, answer: dict[str, Any]) -> None:
-        """Store an answered question and count it, durably when it returns;
-        :class:`DuplicateKey` if its id is taken."""
-        self.engine.run(self._answer_op(answer))
+    def record_answer(self, answer: dict[str, Any], text: str | None = None) -> Pending[None]:
+        """Store an answered question and count it, durably once committed;
+        :class:`DuplicateKey` if its id is taken. ``text``: the record as JSON when the caller
+        has it already (``answer`` then needs only the fields counted: id, question, cost_usd,
+        answers, rounds)."""
+        why = unstorable(answer.get("question", "")) or unstorable(answer.get("id", ""))
+        if why:
+            raise CCPOError(f"the answer cannot be stored: {why}")
 
-    async def arecord_answer(self, answer: dict[str, Any], text: str | None = None) -> None:
-        """:meth:`record_answer` without blocking the event loop. ``text``: the record as JSON
-        when the caller has it already (``answer`` then needs only the fields counted: id,
-        question, cost_usd, answers, rounds)."""
-        await self.engine.arun(self._answer_op(answer, text))
+        def fn(b: Batch) -> None:
+            if answer["id"] not in b.inserted:  # taken before, or by an earlier op here
+                raise DuplicateKey(f"answer id '{answer['id']}' is taken")
+            b.inserted.discard(answer["id"])
+            c = b.counters
+            c.requests += 1
+            c.cost_usd += float(answer["cost_usd"])
+            c.set_size_sum += len(answer["answers"])
+            c.rounds_sum += int(answer["rounds"])
+
+        return Pending(self.engine, _Op(fn, answer=answer, text=text, whole=True))
 
     def count_rejected(self) -> None:
         """Count a request refused before any work: in memory only (written with this
@@ -110,16 +101,20 @@ class Answers:
         """Count a failed request (written with the next transaction, within ``FLUSH_S``)."""
         self.engine.pend(_Delta(errors=1))
 
-    def _feedback_op(
+    def record_feedback(
         self,
         qid: str,
         covered: bool,
         feedback: dict[str, Any],
         adapt: bool,
         max_step: int | None,
-        bounds: KappaBounds | None,
-    ) -> Callable[[Batch], tuple[float, int, int]]:
-        from ccpo.runtime.feedback import FeedbackError
+        bounds: KappaBounds | None = None,
+    ) -> Pending[tuple[float, int, int]]:
+        """Apply one feedback, exactly once over all replicas: coverage counters and (if
+        ``adapt``) one κ step within ``bounds`` (:func:`~ccpo.runtime.feedback.
+        apply_feedback`). A second feedback for the same id is refused (409) and changes
+        nothing. Its result: κ, and the feedbacks and covered ones counted once this one was
+        (other operations of the same transaction may follow it)."""
 
         def fn(b: Batch) -> tuple[float, int, int]:
             row = b.tx.one(
@@ -136,37 +131,4 @@ class Answers:
             apply_feedback(b.tracker, c, covered, adapt, max_step, bounds or KappaBounds())
             return b.tracker.kappa, c.feedback, c.covered
 
-        return fn
-
-    def record_feedback(
-        self,
-        qid: str,
-        covered: bool,
-        feedback: dict[str, Any],
-        adapt: bool,
-        max_step: int | None,
-        bounds: KappaBounds | None = None,
-    ) -> float:
-        """Apply one feedback, exactly once over all replicas: coverage counters and (if
-        ``adapt``) one κ step within ``bounds`` (:func:`~ccpo.runtime.feedback.
-        apply_feedback`). A second feedback for the same id is refused (409) and changes
-        nothing. Returns κ."""
-        return self.engine.call(self._feedback_op(qid, covered, feedback, adapt, max_step, bounds))[
-            0
-        ]
-
-    async def arecord_feedback(
-        self,
-        qid: str,
-        covered: bool,
-        feedback: dict[str, Any],
-        adapt: bool,
-        max_step: int | None,
-        bounds: KappaBounds | None = None,
-    ) -> tuple[float, int, int]:
-        """:meth:`record_feedback` without blocking the event loop; returns κ, and the
-        feedbacks and covered ones counted once this one was (other operations of the same
-        transaction may follow it)."""
-        return await self.engine.acall(
-            self._feedback_op(qid, covered, feedback, adapt, max_step, bounds)
-        )
+        return self.engine.commit(fn)

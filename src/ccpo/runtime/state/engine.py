@@ -1,12 +1,13 @@
-"""The commit engine of the state store (:class:`CommitEngine`, a part of
+"""The commit engine of the state store (:class:`CommitEngine`, the ``engine`` of
 :class:`~ccpo.runtime.state.store.StateStore`): one writer thread per replica takes every
 operation pending into one transaction (group commit) and hands each result back to its
 caller (a thread, or an event loop once per transaction).
 
-- :meth:`~CommitEngine.call` / :meth:`~CommitEngine.acall` / :meth:`~CommitEngine.run` /
-  :meth:`~CommitEngine.arun`: run an operation (:class:`~ccpo.runtime.state.batch._Op`)
-  in the next transaction and wait for its commit, within the deadline (``timeout``), else
+- :meth:`~CommitEngine.commit`: an operation for the next transaction, a :class:`Pending`
+  that a thread waits for (``.result()``) and an event loop awaits (:meth:`~CommitEngine.run`,
+  :meth:`~CommitEngine.arun`), within the deadline (``timeout``), else
   :class:`StateUnavailable`;
+- :meth:`~CommitEngine.pend`: settlements and counts written with the next transaction;
 - ``_write_loop``: the writer thread (batches, the heartbeat, probes while the database is
   away, checkpoints); ``_run_batch``: one transaction, read and written (``_transact``) or
   sent whole from the rows as this replica left them (``_write_whole``);
@@ -29,8 +30,8 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Generator
+from typing import Any, Generic, Protocol, TypeVar
 
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
@@ -95,6 +96,30 @@ def insert_answers(tx: Tx, now_sql: str, replica: str, answers: list[_Record]) -
         sql = insert_sql(now_sql, len(rows)) + " RETURNING id"  # the ids that went in
         sent.append(tx.send(sql, [x for row in rows for x in row]))
     return sent
+
+
+class Pending(Generic[T]):
+    """An operation for the engine's next transaction, one of each kind whether its caller
+    is a thread or an event loop: :meth:`result` sends it and waits for its commit (any
+    thread but the writer's and no event loop's), ``await`` sends it and awaits its commit
+    without blocking the loop (:meth:`CommitEngine.arun`). Once, either way. A caller that
+    stops waiting (the deadline, a cancellation) leaves the operation skipped if the writer
+    has not taken it, else its result undone after the commit."""
+
+    __slots__ = ("_engine", "op")
+
+    def __init__(self, engine: CommitEngine, op: _Op) -> None:
+        self._engine = engine
+        self.op = op  # (a test may run it in a batch of its own making)
+
+    def result(self) -> T:
+        return self._engine.run(self.op)
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._engine.arun(self.op).__await__()
+
+    def __bool__(self) -> bool:  # a forgotten .result() must not pass for True
+        raise TypeError("a pending state operation: take its .result() or await it")
 
 
 class MoneyPart(Protocol):
@@ -242,7 +267,7 @@ class CommitEngine:
 
     def flush(self) -> None:
         """Write what is pending now (and wait for it)."""
-        self.call(lambda b: None, whole=True)
+        self.commit(lambda b: None, whole=True).result()
 
     # ------------------------------------------------------------------ the writer
     def submit(self, op: _Op) -> _Op:
@@ -272,12 +297,13 @@ class CommitEngine:
             op.fut = concurrent.futures.Future()
         return self.submit(op)
 
-    def call(
+    def commit(
         self, fn: Callable[[Batch], T], read: bool = False, undo: Any = None, whole: bool = False
-    ) -> T:
-        """Run ``fn`` in the writer's next transaction and wait for its commit (any thread
-        but the writer's and no event loop's)."""
-        return self.run(_Op(fn, read=read, undo=undo, whole=whole))
+    ) -> Pending[T]:
+        """``fn`` for the writer's next transaction (``read``: it only reads; ``undo``: what
+        undoes its result once committed if its caller stopped waiting; ``whole``: it computes
+        on the batch alone), sent when its result is asked for: :class:`Pending`."""
+        return Pending(self, _Op(fn, read=read, undo=undo, whole=whole))
 
     def run(self, op: _Op) -> Any:
         """``op``'s result, committed by the writer (any thread but the writer's and no event
@@ -294,14 +320,6 @@ class CommitEngine:
                     return op.fut.result()
                 op.abandoned = True  # skipped if not taken yet, else undone after its commit
             raise self._late() from None
-
-    async def acall(
-        self, fn: Callable[[Batch], T], read: bool = False, undo: Any = None, whole: bool = False
-    ) -> T:
-        """:meth:`_call` for the event loop: awaits the commit without blocking the loop. A
-        caller that stops waiting (deadline, cancellation) leaves its future done: the writer
-        skips the operation if it has not taken it, else its result is undone on delivery."""
-        return await self.arun(_Op(fn, read=read, undo=undo, whole=whole))
 
     async def arun(self, op: _Op) -> Any:
         """``op``'s result for an event loop: committed on it when the loop is alone and
@@ -653,7 +671,7 @@ class CommitEngine:
     def _hand_out(self, ops: list[_Op], results: list[tuple[bool, Any]]) -> None:
         """Results to their callers: one hand-over per event loop, thread waiters directly."""
         loops: dict[asyncio.AbstractEventLoop, list[tuple[_Op, bool, Any]]] = {}
-        with self.cond:  # under the lock a thread giving up takes (see _call)
+        with self.cond:  # under the lock a thread giving up takes (see _wait)
             for op, (ok, value) in zip(ops, results, strict=True):
                 if op.afut is not None:
                     loops.setdefault(op.afut.get_loop(), []).append((op, ok, value))

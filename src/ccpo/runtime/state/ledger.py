@@ -17,6 +17,7 @@ import math
 import time
 
 from ccpo.llm.client import BudgetExceeded, SpendLedger
+from ccpo.runtime.state.engine import Pending
 from ccpo.runtime.state.money import Money
 from ccpo.runtime.state.store import StateStore
 
@@ -81,30 +82,22 @@ class StoreLedger(SpendLedger):
         call: bool = False,
         admission: bool = False,
     ) -> bool:
-        # a call drawn wholly from its question's wallet needs no write: the wallet is in
-        # the store, counted in flight, since the question was admitted; a wallet comes
-        # from the spare one when it can (reserved by an earlier transaction)
-        return self._reserved(
-            call,
-            usd <= 0
-            or self.money.take_spare(usd, cap)
-            or await self.money.areserve(usd, cap, usd, idle=self._idle, admission=admission),
-        )
+        wallet = self._wallet(usd, cap, admission)
+        return self._reserved(call, wallet if isinstance(wallet, bool) else await wallet)
 
-    def try_reserve(
-        self,
-        usd: float,
-        cap: float | None,
-        call: bool = False,
-        admission: bool = False,
-    ) -> bool:
+    def try_reserve(self, usd: float, cap: float | None, call: bool = False) -> bool:
         """:meth:`areserve`, blocking while the store commits."""
-        return self._reserved(
-            call,
-            usd <= 0
-            or self.money.take_spare(usd, cap)
-            or self.money.reserve(usd, cap, usd, idle=self._idle, admission=admission),
-        )
+        wallet = self._wallet(usd, cap, admission=False)
+        return self._reserved(call, wallet if isinstance(wallet, bool) else wallet.result())
+
+    def _wallet(self, usd: float, cap: float | None, admission: bool) -> bool | Pending[bool]:
+        """True when ``usd`` needs no write: a call drawn wholly from its question's wallet
+        (the wallet is in the store, counted in flight, since the question was admitted),
+        or a wallet taken from the spare one (reserved by an earlier transaction); else the
+        store's reservation of it, all of it counted in flight, to be committed."""
+        if usd <= 0 or self.money.take_spare(usd, cap):
+            return True
+        return self.money.reserve(usd, cap, usd, idle=self._idle, admission=admission)
 
     def _reserved(self, call: bool, ok: bool) -> bool:
         """What a reservation does here once the store holds the money (``ok``): count the

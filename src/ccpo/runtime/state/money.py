@@ -2,9 +2,10 @@
 :class:`~ccpo.runtime.state.store.StateStore`): reservations under the total budget, their
 settlements, the spare wallet, and the leases under which a replica holds money.
 
-- :meth:`Money.areserve` / :meth:`~Money.reserve`: reserve under the cap, atomically over all
-  replicas, durable when it returns; :meth:`Money.settle`: release and spend, written with
-  the next transaction (never blocking);
+- :meth:`Money.reserve`: reserve under the cap, atomically over all replicas, durable once
+  committed (a :class:`~ccpo.runtime.state.engine.Pending`: waited for or awaited);
+  :meth:`Money.settle`: release and spend, written with the next transaction (never
+  blocking);
 - :meth:`Money.take_spare`: a wallet from the spare one, with no write; :meth:`~Money.top_up`
   refills it in a write (``SPARE_IDLE_S``, ``SPARE_IDLE_UNCAPPED_S``, ``SPARE_ROOM``);
 - :meth:`~Money.read_leases` / ``_release`` / :meth:`~Money.apply`: every lease read once per
@@ -26,7 +27,7 @@ from typing import Any
 
 from ccpo.errors import CCPOError
 from ccpo.runtime.state.batch import _EPS, Batch, Lease, _Delta, _less, _never, _Op, _Redo
-from ccpo.runtime.state.engine import CommitEngine
+from ccpo.runtime.state.engine import CommitEngine, Pending
 from ccpo.runtime.state.process import gone, owner_token, process_identity
 from ccpo.runtime.state.schema import WORST_KEY
 
@@ -61,7 +62,7 @@ def _hold(b: Batch, usd: float, inflight: float) -> None:
 class Money:
     """The money of the state store on the commit ``engine``: reservations, settlements, the
     spare wallet and this replica's lease. Its operations are the engine's
-    (:meth:`CommitEngine.call`, :meth:`~CommitEngine.acall`); settlements and releases are
+    (:meth:`CommitEngine.commit`); settlements and releases are
     pending in the engine (:meth:`CommitEngine.pend`); :meth:`read_leases`, :meth:`apply`,
     :meth:`top_up` run inside the engine's transactions, :meth:`committed` after each commit.
     ``known_worst``: a question's largest worst case, as the store found it
@@ -97,14 +98,23 @@ class Money:
         self._no_spare = False  # closing: no spare any more
 
     # ------------------------------------------------------------------ reserve and settle
-    def _reserve_op(
+    def reserve(
         self,
         usd: float,
         cap: float | None,
-        inflight: float,
-        idle: bool | Callable[[], bool],
+        inflight: float = 0.0,
+        idle: bool | Callable[[], bool] = False,
         admission: bool = False,
-    ) -> tuple[Callable[[Batch], bool], Callable[[bool], None]]:
+    ) -> Pending[bool]:
+        """Reserve ``usd`` under the total budget ``cap`` (None: no cap) if spent + reserved
+        + ``usd`` ≤ ``cap`` over all replicas, ``inflight`` of it counted as spent should this
+        replica die before settling it; False (nothing reserved) if it does not fit, then
+        ``idle`` (or its value when the transaction runs) says whether every question of this
+        replica waits for room. ``admission``: a question's wallet, which under a cap gives
+        way (False) while an admitted question of another replica waits for room (a lease's
+        ``waiting``). Durable once committed (``.result()``, or awaited); atomic across
+        replicas."""
+
         def fn(b: Batch) -> bool:
             c = b.counters
             behind = admission and cap is not None and b.others_waiting
@@ -123,37 +133,7 @@ class Money:
             if ok:
                 self.settle(usd, 0.0, inflight)
 
-        return fn, undo
-
-    def reserve(
-        self,
-        usd: float,
-        cap: float | None,
-        inflight: float = 0.0,
-        idle: bool | Callable[[], bool] = False,
-        admission: bool = False,
-    ) -> bool:
-        """Reserve ``usd`` under the total budget ``cap`` (None: no cap) if spent + reserved
-        + ``usd`` ≤ ``cap`` over all replicas, ``inflight`` of it counted as spent should this
-        replica die before settling it; False (nothing reserved) if it does not fit, then
-        ``idle`` (or its value when the transaction runs) says whether every question of this
-        replica waits for room. ``admission``: a question's wallet, which under a cap gives
-        way (False) while an admitted question of another replica waits for room (a lease's
-        ``waiting``). Durable when it returns; atomic across replicas."""
-        fn, undo = self._reserve_op(usd, cap, inflight, idle, admission)
-        return self.engine.call(fn, undo=undo, whole=True)
-
-    async def areserve(
-        self,
-        usd: float,
-        cap: float | None,
-        inflight: float = 0.0,
-        idle: bool | Callable[[], bool] = False,
-        admission: bool = False,
-    ) -> bool:
-        """:meth:`reserve` without blocking the event loop."""
-        fn, undo = self._reserve_op(usd, cap, inflight, idle, admission)
-        return await self.engine.acall(fn, undo=undo, whole=True)
+        return self.engine.commit(fn, undo=undo, whole=True)
 
     def settle(self, reserved: float, spent: float, inflight: float = 0.0) -> None:
         """Release ``reserved`` (``inflight`` of it counted in flight) and add ``spent``:
@@ -275,7 +255,7 @@ class Money:
                 )
             ]
 
-        return self.engine.call(fn, read=True)
+        return self.engine.commit(fn, read=True).result()
 
     def read_leases(self, b: Batch, rows: list[tuple[Any, ...]], beat: bool) -> None:
         """Every lease in one read: expired ones (and, on a heartbeat, those of exited

@@ -111,11 +111,11 @@ class StateStore:
     def refresh(self) -> tuple[OnlineThreshold, Counters]:
         """κ's tracker and the counters as every replica sees them now (plus this replica's
         refused requests not yet written)."""
-        self.engine.call(lambda b: None, read=True)
+        self.engine.commit(lambda b: None, read=True).result()
         return self.tracker, self.counters
 
     async def arefresh(self) -> tuple[OnlineThreshold, Counters]:
-        await self.engine.acall(lambda b: None, read=True)
+        await self.engine.commit(lambda b: None, read=True)
         return self.tracker, self.counters
 
     def health(self) -> str | None:
@@ -131,7 +131,7 @@ class StateStore:
             change(b.tracker)
             return b.tracker
 
-        return self.engine.call(fn)
+        return self.engine.commit(fn).result()
 
     def close(self) -> None:
         """Write what is pending (within the deadline), end this replica's lease if it holds
@@ -151,7 +151,7 @@ class StateStore:
 
         money.close()
         try:
-            held = engine.call(end)
+            held = engine.commit(end).result()
         except Exception as e:  # closing: the database may be gone already
             log.warning("closing the state %s: %s", self.where, e)
             held = money.held()
