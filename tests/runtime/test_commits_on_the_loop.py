@@ -1,5 +1,5 @@
 """A lone question's writes committed on the event loop itself (SQLite,
-``StateStore._run_here``). What that saves is measured by ``benchmarks/bench_gateway.py``
+``CommitEngine._run_here``). What that saves is measured by ``benchmarks/bench_gateway.py``
 (concurrency 1); here: it is the same durable commit, it never waits (another connection
 holding the file's write lock sends the write to the writer thread instead), and what it
 appends to the log is checkpointed by the writer."""

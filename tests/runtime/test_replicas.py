@@ -352,7 +352,7 @@ def test_a_one_process_state_file_is_converted(tmp_path):
     db.commit()
     db.close()
     s = StateStore(str(path), "fp", OnlineThreshold(alpha=0.1))
-    assert s.restored and s.kappa == 0.27 and s.tracker.step == 5
+    assert s.restored and s.kappa == 0.27 and s.engine.tracker.step == 5
     assert s.counters.requests == 3 and s.counters.spent_usd == pytest.approx(0.75)
     assert s.counters.inflight_usd == 0.0
     assert s.answers.lookup("q1").result() == ("Q?", {"answers": ["A"]}, None)

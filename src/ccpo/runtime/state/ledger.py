@@ -37,7 +37,7 @@ class BudgetBusy(BudgetExceeded):
 class StoreLedger(SpendLedger):
     """A :class:`~ccpo.llm.client.SpendLedger` whose money lives in the state store: a
     reservation is admitted only if it fits the budget over *all* replicas (one transaction,
-    :meth:`Money.areserve`, awaited without blocking the event loop) and is durable
+    :meth:`Money.reserve`, awaited without blocking the event loop) and is durable
     before the call it is for is sent. Every reserved dollar is counted in flight (spent at
     its worst case should this replica die): a question's wallet, reserved once at admission,
     pays its calls' worst cases with no write per call, so the store cannot tell which part

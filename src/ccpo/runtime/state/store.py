@@ -63,6 +63,7 @@ class StateStore:
     its last sign of life. ``timeout``: the deadline of every operation (seconds)."""
 
     restored: bool  # the store existed before (False: created by this replica)
+    replica: str  # this replica's id (its lease's)
 
     def __init__(
         self,
@@ -76,7 +77,8 @@ class StateStore:
     ) -> None:
         self.db: Backend = open_backend(location, timeout=float(timeout))
         self.where = self.db.where
-        self.engine = CommitEngine(self.db, replica or default_replica_id(), expiry, timeout)
+        self.replica = replica or default_replica_id()
+        self.engine = CommitEngine(self.db, self.replica, expiry, timeout)
         self.answers = Answers(self.engine, max_records)
         try:
             schema = Schema(self.db)
@@ -88,20 +90,11 @@ class StateStore:
             self.db.close()
             raise
 
-    @property
-    def replica(self) -> str:
-        """This replica's id (its lease's)."""
-        return self.engine.replica
-
     # ------------------------------------------------------------------ reads
     @property
-    def tracker(self) -> OnlineThreshold:
-        """κ's tracker as this replica's last transaction found it."""
-        return self.engine.tracker
-
-    @property
     def counters(self) -> Counters:
-        """The counters, likewise (plus refused requests not yet written)."""
+        """The counters as this replica's last transaction found them (plus refused requests
+        not yet written); κ's tracker likewise: ``engine.tracker``."""
         return self.engine.counters
 
     @property
@@ -112,11 +105,11 @@ class StateStore:
         """κ's tracker and the counters as every replica sees them now (plus this replica's
         refused requests not yet written)."""
         self.engine.commit(lambda b: None, read=True).result()
-        return self.tracker, self.counters
+        return self.engine.tracker, self.engine.counters
 
     async def arefresh(self) -> tuple[OnlineThreshold, Counters]:
         await self.engine.commit(lambda b: None, read=True)
-        return self.tracker, self.counters
+        return self.engine.tracker, self.engine.counters
 
     def health(self) -> str | None:
         """None while the database answers; else why not (``/healthz`` says degraded)."""
