@@ -55,7 +55,9 @@ def _worker(
             await ledger.areserve(0.0, cap, call=True)
             ledger.settle(CALL_COST, CALL_COST, call=True)
         ledger.settle(WALLET - n * CALL_COST, 0.0)
-        await store.arecord_answer({**answer, "id": f"{name}-{i}", "cost_usd": n * CALL_COST})
+        await store.answers.record_answer(
+            {**answer, "id": f"{name}-{i}", "cost_usd": n * CALL_COST}
+        )
 
     async def main() -> tuple[int, int, float, int]:
         done = 0
@@ -71,9 +73,9 @@ def _worker(
 
         tasks = [asyncio.create_task(loop(k)) for k in range(conc)]
         await asyncio.sleep(0.5)  # warm up
-        d0, c0, t0 = done, store.commits, time.perf_counter()
+        d0, c0, t0 = done, store.engine.commits, time.perf_counter()
         await asyncio.sleep(seconds)
-        d1, c1, t1 = done, store.commits, time.perf_counter()
+        d1, c1, t1 = done, store.engine.commits, time.perf_counter()
         stop = True
         await asyncio.gather(*tasks)
         return d1 - d0, c1 - c0, t1 - t0, done

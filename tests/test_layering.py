@@ -170,3 +170,27 @@ def test_no_import_cycle_of_any_length() -> None:
     graph = {n: {m for m in deps if m != n} for n, deps in modules().items()}
     cycles = import_cycles(graph)
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+#: the serve state store's parts, below the store that composes them: each is an object the
+#: store makes (money and answers on the commit engine), none reaches back up to the store, and
+#: the engine knows money and answers only through the protocols it declares
+STATE = "ccpo.runtime.state"
+STATE_BELOW = {
+    "store": {"answers", "money", "engine", "schema", "batch", "db", "backends"},
+    "money": {"engine", "schema", "batch", "process"},
+    "answers": {"engine", "batch", "db"},
+    "engine": {"schema", "batch", "db"},
+    "schema": {"db"},
+    "batch": {"db"},
+}
+
+
+@pytest.mark.parametrize("part", sorted(STATE_BELOW))
+def test_the_state_stores_parts_import_only_what_is_below_them(part: str) -> None:
+    graph = modules()
+    name = f"{STATE}.{part}"
+    assert name in graph
+    mine = {m.removeprefix(STATE + ".") for m in graph[name] if m.startswith(STATE + ".")}
+    above = sorted(mine - STATE_BELOW[part])
+    assert not above, f"{name} imports {above} (allowed: {sorted(STATE_BELOW[part])})"

@@ -24,8 +24,8 @@ def _ghost(url: str, policy_dir, usd: float, unrenewed: float) -> None:
         url, artifact_fingerprint(policy_dir), OnlineThreshold(alpha=0.1), expiry=600.0,
         replica="ghost",
     )  # fmt: skip
-    assert ghost.reserve(usd, None, inflight=usd)
-    ghost._stop.set()  # no heartbeat, no write any more
+    assert ghost.money.reserve(usd, None, inflight=usd).result()
+    ghost.engine._stop.set()  # no heartbeat, no write any more
     with ghost.db.write() as tx:
         tx.run("UPDATE ccpo_leases SET expires = expires - ? WHERE replica = 'ghost'", (unrenewed,))
     ghost.db.close()

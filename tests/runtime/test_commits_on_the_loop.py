@@ -1,5 +1,5 @@
 """A lone question's writes committed on the event loop itself (SQLite,
-``StateStore._run_here``). What that saves is measured by ``benchmarks/bench_gateway.py``
+``CommitEngine._run_here``). What that saves is measured by ``benchmarks/bench_gateway.py``
 (concurrency 1); here: it is the same durable commit, it never waits (another connection
 holding the file's write lock sends the write to the writer thread instead), and what it
 appends to the log is checkpointed by the writer."""
@@ -26,6 +26,11 @@ def _answer(i: int) -> dict:
             "rounds": 2}  # fmt: skip
 
 
+async def _record(s: StateStore, answer: dict) -> None:
+    """``answer`` stored, awaited on the event loop ``asyncio.run`` makes."""
+    await s.answers.record_answer(answer)
+
+
 def _ids(path, immutable: bool = False) -> set[str]:
     """The answer ids another connection reads (``immutable``: the database file alone, not
     what the log holds yet)."""
@@ -48,24 +53,24 @@ def _ids(path, immutable: bool = False) -> set[str]:
 def test_a_lone_answer_commits_on_the_loop_and_is_durable_when_awaited(tmp_path, alone, where):
     path = tmp_path / "s.sqlite"
     s = StateStore(str(path) if where == "file" else None, "fp", OnlineThreshold(alpha=0.1))
-    s.alone = lambda: alone
+    s.engine.alone = lambda: alone
     seen: list[set[str]] = []
 
     async def answer_three() -> None:
         for i in range(3):
-            await s.arecord_answer(_answer(i))
+            await s.answers.record_answer(_answer(i))
             if where == "file":
                 seen.append(_ids(path))  # committed: another connection reads it at once
 
     try:
         asyncio.run(answer_three())
         # (the first transaction after opening reads the row: it does not know it yet)
-        assert s.commits_here == (2 if alone else 0)
+        assert s.engine.commits_here == (2 if alone else 0)
         assert s.counters.requests == 3 and s.counters.cost_usd == pytest.approx(0.75)
         if where == "file":
             assert seen == [{"q0"}, {"q0", "q1"}, {"q0", "q1", "q2"}]
         with pytest.raises(DuplicateKey):  # a taken id: refused, the same way
-            asyncio.run(s.arecord_answer(_answer(1)))
+            asyncio.run(_record(s, _answer(1)))
         assert s.counters.requests == 3
     finally:
         s.close()
@@ -83,12 +88,12 @@ def test_a_commit_here_never_waits_for_the_file_lock(tmp_path):
     running meanwhile (a ticker every 10 ms never misses 0.4 s)."""
     path = tmp_path / "s.sqlite"
     s = StateStore(str(path), "fp", OnlineThreshold(alpha=0.1))
-    s.alone = lambda: True
+    s.engine.alone = lambda: True
     other = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     try:
-        asyncio.run(s.arecord_answer(_answer(-1)))  # (the first one reads the row first)
-        asyncio.run(s.arecord_answer(_answer(0)))
-        assert s.commits_here == 1
+        asyncio.run(_record(s, _answer(-1)))  # (the first one reads the row first)
+        asyncio.run(_record(s, _answer(0)))
+        assert s.engine.commits_here == 1
         other.execute("BEGIN IMMEDIATE")
         threading.Timer(1.0, lambda: other.execute("COMMIT")).start()
 
@@ -105,7 +110,7 @@ def test_a_commit_here_never_waits_for_the_file_lock(tmp_path):
 
             ticker = asyncio.create_task(tick())
             t0 = time.monotonic()
-            await s.arecord_answer(_answer(1))
+            await s.answers.record_answer(_answer(1))
             took = time.monotonic() - t0
             ticker.cancel()
             return took, max(gaps, default=took)  # (no tick at all: blocked throughout)
@@ -113,10 +118,10 @@ def test_a_commit_here_never_waits_for_the_file_lock(tmp_path):
         took, gap = asyncio.run(record_while_locked())
         assert took >= 0.9  # it waited for the lock: in the writer thread, not on the loop
         assert gap < 0.4, gap
-        assert s.commits_here == 1  # that one went to the writer
+        assert s.engine.commits_here == 1  # that one went to the writer
         assert _ids(path) == {"q-1", "q0", "q1"}
-        asyncio.run(s.arecord_answer(_answer(2)))  # the lock is free again: here again
-        assert s.commits_here == 2
+        asyncio.run(_record(s, _answer(2)))  # the lock is free again: here again
+        assert s.engine.commits_here == 2
     finally:
         other.close()
         s.close()
@@ -129,18 +134,18 @@ def test_what_commits_here_append_to_the_log_the_writer_checkpoints(tmp_path, mo
     monkeypatch.setattr(engine, "_CHECKPOINT_EVERY", 4)
     path = tmp_path / "s.sqlite"
     s = StateStore(str(path), "fp", OnlineThreshold(alpha=0.1))
-    s.alone = lambda: True
+    s.engine.alone = lambda: True
     try:
 
         async def answer(ids: range) -> None:
             for i in ids:
-                await s.arecord_answer(_answer(i))
+                await s.answers.record_answer(_answer(i))
 
         asyncio.run(answer(range(4)))  # (the first one reads the row first: not here)
         time.sleep(engine.FLUSH_S)
-        assert s.commits_here == 3 and _ids(path, immutable=True) == set()  # only in the log
+        assert s.engine.commits_here == 3 and _ids(path, immutable=True) == set()  # only in the log
         asyncio.run(answer(range(4, 9)))
-        assert s.commits_here == 8
+        assert s.engine.commits_here == 8
         deadline = time.monotonic() + 2 * engine.FLUSH_S + 1
         while len(_ids(path, immutable=True)) < 5 and time.monotonic() < deadline:
             time.sleep(0.05)

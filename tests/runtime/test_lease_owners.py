@@ -32,7 +32,7 @@ def _die_holding(where: str, replica: str, usd: float) -> None:
         "from ccpo.runtime.state import StateStore\n"
         f"s = StateStore({where!r}, 'fp', OnlineThreshold(alpha=0.1), expiry=600.0,"
         f" replica={replica!r})\n"
-        f"assert s.reserve({usd}, None, inflight={usd})\n"
+        f"assert s.money.reserve({usd}, None, inflight={usd}).result()\n"
         "os._exit(0)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": SRC})
@@ -48,9 +48,9 @@ def test_a_replica_restarted_under_its_id_settles_what_its_last_process_left(sta
     c = again.counters
     assert c.spent_usd == pytest.approx(0.5)  # at least what the endpoint can have billed
     assert c.reserved_usd == 0.0 and c.inflight_usd == 0.0
-    assert [(r, x, y) for r, x, y, _ in again.leases()] == [("r0", 0.0, 0.0)]
-    assert again.reserve(0.25, 1.0, inflight=0.25)
-    again.settle(0.25, 0.125, inflight=0.25)
+    assert [(r, x, y) for r, x, y, _ in again.money.leases()] == [("r0", 0.0, 0.0)]
+    assert again.money.reserve(0.25, 1.0, inflight=0.25).result()
+    again.money.settle(0.25, 0.125, inflight=0.25)
     again.close()
     third = _store(state_url, "r0")
     try:
@@ -67,14 +67,14 @@ def test_a_second_live_process_under_one_replica_id_takes_over_and_the_first_sto
     first = _store(state_url, "r0")
     second = None
     try:
-        assert first.reserve(0.5, None, inflight=0.5)
+        assert first.money.reserve(0.5, None, inflight=0.5).result()
         second = _store(state_url, "r0")
         assert second.counters.spent_usd == pytest.approx(0.5)
         with pytest.raises(StateUnavailable, match="--replica"):
-            first.reserve(0.1, None, inflight=0.1)
+            first.money.reserve(0.1, None, inflight=0.1).result()
         assert "another process" in (first.health() or "")
-        assert second.reserve(0.1, 1.0, inflight=0.1)
-        assert [(r, x) for r, x, _, _ in second.leases()] == [("r0", pytest.approx(0.1))]
+        assert second.money.reserve(0.1, 1.0, inflight=0.1).result()
+        assert [(r, x) for r, x, _, _ in second.money.leases()] == [("r0", pytest.approx(0.1))]
     finally:
         first.close()
         if second is not None:
@@ -96,12 +96,12 @@ def test_replicas_sharing_a_host_name_in_other_pid_namespaces_keep_their_leases(
         m.setattr(money, "process_identity", lambda: other_ns, raising=False)
         b = _store(state_url, "b")
     try:
-        assert b.reserve(0.5, 1.0, inflight=0.5)
-        a._run_batch([], beat=True)  # A's heartbeat
-        assert {r for r, *_ in a.leases()} == {"a", "b"}
+        assert b.money.reserve(0.5, 1.0, inflight=0.5).result()
+        a.engine._run_batch([], beat=True)  # A's heartbeat
+        assert {r for r, *_ in a.money.leases()} == {"a", "b"}
         assert a.counters.spent_usd == 0.0 and a.counters.reserved_usd == pytest.approx(0.5)
-        b.settle(0.5, 0.1, inflight=0.5)
-        b.flush()
+        b.money.settle(0.5, 0.1, inflight=0.5)
+        b.engine.flush()
         assert b.counters.spent_usd == pytest.approx(0.1)
         assert b.counters.reserved_usd == 0.0
     finally:
@@ -116,11 +116,11 @@ def test_a_process_of_this_host_that_exits_is_settled_before_its_lease_expires(s
     a = _store(state_url, "a")
     try:
         _die_holding(state_url, "ghost", 0.5)
-        a.flush()  # A reads the leases once: the ghost holds money
+        a.engine.flush()  # A reads the leases once: the ghost holds money
         deadline = time.monotonic() + 20.0  # far below the heartbeat's 150 s
-        while "ghost" in {r for r, *_ in a.leases()} and time.monotonic() < deadline:
+        while "ghost" in {r for r, *_ in a.money.leases()} and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert {r for r, *_ in a.leases()} == {"a"}
+        assert {r for r, *_ in a.money.leases()} == {"a"}
         a.refresh()
         assert a.counters.spent_usd == pytest.approx(0.5) and a.counters.reserved_usd == 0.0
     finally:

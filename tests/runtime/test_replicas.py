@@ -96,20 +96,22 @@ def test_a_dead_replicas_lease_expires_into_spent_money(pg_cluster):
     url = pg_cluster.new_database()
     tr = OnlineThreshold(alpha=0.1, kappa=0.3)
     ghost = StateStore(url, "fp", tr, expiry=600.0, replica="ghost")
-    assert ghost.reserve(0.5, 1.0, inflight=0.2)  # 0.2 in a call, 0.3 held for a question
-    ghost._stop.set()  # it dies: no heartbeat, no more writes
+    # 0.2 in a call, 0.3 held for a question
+    assert ghost.money.reserve(0.5, 1.0, inflight=0.2).result()
+    ghost.engine._stop.set()  # it dies: no heartbeat, no more writes
     with ghost.db.write() as tx:  # ... on another host, its lease good for a while yet
         tx.run("UPDATE ccpo_leases SET host = 'elsewhere' WHERE replica = 'ghost'")
     live = StateStore(url, "fp", tr, expiry=600.0, replica="live")
-    assert not live.reserve(0.6, 1.0)  # the ghost's 0.5 still counts against the budget
+    # the ghost's 0.5 still counts against the budget
+    assert not live.money.reserve(0.6, 1.0).result()
     with live.db.write() as tx:
         tx.run("UPDATE ccpo_leases SET expires = 0 WHERE replica = 'ghost'")
-    assert live.reserve(0.6, 1.0)  # expired: 0.2 spent, 0.3 released
+    assert live.money.reserve(0.6, 1.0).result()  # expired: 0.2 spent, 0.3 released
     c = live.counters
     assert c.spent_usd == pytest.approx(0.2)
     assert c.reserved_usd == pytest.approx(0.6) and c.inflight_usd == pytest.approx(0.0)
-    assert [row[0] for row in live.leases()] == ["live"]
-    assert not live.reserve(0.21, 1.0)  # 0.2 spent + 0.6 reserved: 0.2 left
+    assert [row[0] for row in live.money.leases()] == ["live"]
+    assert not live.money.reserve(0.21, 1.0).result()  # 0.2 spent + 0.6 reserved: 0.2 left
     live.close()
     ghost.db.close()
 
@@ -125,16 +127,17 @@ def test_an_admission_gives_way_to_a_question_waiting_at_another_replica(pg_clus
     b = StateStore(url, "fp", tr, replica="b")
     try:
         la = StoreLedger(a)
-        assert b.reserve(0.1, 1.0, admission=True)  # nobody waits: admitted
+        assert b.money.reserve(0.1, 1.0, admission=True).result()  # nobody waits: admitted
         assert la.try_reserve(0.5, 1.0)  # A's question ...
         la.count(la.WAITING, 1)  # ... waits for room: its lease says so within FLUSH_S
-        a.flush()
-        assert not b.reserve(0.1, 1.0, admission=True)  # $0.4 is free, but A's goes first
-        assert b.reserve(0.1, 1.0)  # a call of a question B admitted before
-        assert b.reserve(0.1, None, admission=True)  # no cap: nobody gives way
+        a.engine.flush()
+        # $0.4 is free, but A's goes first
+        assert not b.money.reserve(0.1, 1.0, admission=True).result()
+        assert b.money.reserve(0.1, 1.0).result()  # a call of a question B admitted before
+        assert b.money.reserve(0.1, None, admission=True).result()  # no cap: nobody gives way
         la.count(la.WAITING, -1)  # A's question has its room
-        a.flush()
-        assert b.reserve(0.1, 1.0, admission=True)
+        a.engine.flush()
+        assert b.money.reserve(0.1, 1.0, admission=True).result()
         assert b.counters.reserved_usd == pytest.approx(0.9)
     finally:
         a.close()
@@ -153,8 +156,8 @@ def test_a_state_of_schema_2_3_or_4_is_converted(tmp_path):
     ):
         path = tmp_path / f"v{version}.sqlite"
         s = StateStore(str(path), "fp", OnlineThreshold(alpha=0.1), replica="r")
-        assert s.reserve(0.25, 1.0)
-        s.settle(0.25, 0.125)
+        assert s.money.reserve(0.25, 1.0).result()
+        s.money.settle(0.25, 0.125)
         s.close()
         db = sqlite3.connect(path)
         for col in dropped:
@@ -165,13 +168,13 @@ def test_a_state_of_schema_2_3_or_4_is_converted(tmp_path):
         again = StateStore(str(path), "fp", OnlineThreshold(alpha=0.1), replica="r")
         try:
             assert again.counters.spent_usd == pytest.approx(0.125)
-            again.waiting = lambda: True
-            assert again.reserve(0.25, 1.0)
+            again.money.waiting = lambda: True
+            assert again.money.reserve(0.25, 1.0).result()
             with again.db.read() as tx:
                 meta = dict(tx.all("SELECT key, value FROM ccpo_meta"))
                 lease = tx.one("SELECT idle, waiting, owner FROM ccpo_leases WHERE replica = 'r'")
             assert meta["schema_version"] == str(SCHEMA_VERSION) == "5"
-            assert tuple(lease) == (0, 1, again.owner)
+            assert tuple(lease) == (0, 1, again.money.owner)
         finally:
             again.close()
 
@@ -192,38 +195,42 @@ def test_a_replica_alone_sends_its_writes_whole_and_redoes_a_race_it_lost(pg_clu
     b = StateStore(url, "fp", tr, replica="b")
     try:
         for i in range(4):
-            a.record_answer(_answer(f"q{i}", 0.001))
-        assert a.commits_whole >= 2 and a.commits_moved == 0
-        assert a.reserve(0.125, None, inflight=0.125)
-        whole = a.commits_whole
+            a.answers.record_answer(_answer(f"q{i}", 0.001)).result()
+        assert a.engine.commits_whole >= 2 and a.engine.commits_moved == 0
+        assert a.money.reserve(0.125, None, inflight=0.125).result()
+        whole = a.engine.commits_whole
         assert whole >= 3  # the reservation went whole too
-        assert b.reserve(0.25, None)  # b writes the row a computes from ...
-        b.settle(0.25, 0.03125)
-        b.flush()  # ... twice, and holds nothing after
-        a.record_answer(_answer("q4", 0.002))
-        assert (a.commits_moved, a.commits_whole) == (1, whole)  # guard failed, redone
-        a.record_answer(_answer("q5", 0.004))  # the row is as a left it again: ...
-        a.record_answer(_answer("q6", 0.008))
-        assert a.commits_whole == whole + 1  # ... whole again
+        assert b.money.reserve(0.25, None).result()  # b writes the row a computes from ...
+        b.money.settle(0.25, 0.03125)
+        b.engine.flush()  # ... twice, and holds nothing after
+        a.answers.record_answer(_answer("q4", 0.002)).result()
+        assert (a.engine.commits_moved, a.engine.commits_whole) == (
+            1,
+            whole,
+        )  # guard failed, redone
+        a.answers.record_answer(_answer("q5", 0.004)).result()  # the row is as a left it again: ...
+        a.answers.record_answer(_answer("q6", 0.008)).result()
+        assert a.engine.commits_whole == whole + 1  # ... whole again
         with pytest.raises(DuplicateKey):  # taken: the guard fails, the redo refuses it
-            a.record_answer(_answer("q6", 0.5))
-        assert a.commits_moved == 2
-        a.settle(0.125, 0.0625, inflight=0.125)
-        a.flush()
+            a.answers.record_answer(_answer("q6", 0.5)).result()
+        assert a.engine.commits_moved == 2
+        a.money.settle(0.125, 0.0625, inflight=0.125)
+        a.engine.flush()
         c = a.refresh()[1]
         assert c.requests == 7
         assert c.cost_usd == pytest.approx(0.004 + 0.002 + 0.004 + 0.008, abs=1e-15)
         assert (c.spent_usd, c.reserved_usd, c.inflight_usd) == (0.09375, 0.0, 0.0)
-        assert sorted((r[0], r[1]) for r in a.leases()) == [("a", 0.0), ("b", 0.0)]
+        assert sorted((r[0], r[1]) for r in a.money.leases()) == [("a", 0.0), ("b", 0.0)]
         with a.db.read() as tx:
             rows = tx.all("SELECT id, answer FROM ccpo_answers ORDER BY id")
         assert [r[0] for r in rows] == [f"q{i}" for i in range(7)]
         assert json.loads(rows[6][1])["cost_usd"] == 0.008  # the first q6, not the refused one
-        assert b.reserve(0.25, None)  # b holds money: once a has seen it, it writes ...
-        w, m = a.commits_whole, a.commits_moved
+        # b holds money: once a has seen it, it writes ...
+        assert b.money.reserve(0.25, None).result()
+        w, m = a.engine.commits_whole, a.engine.commits_moved
         for i in (7, 8, 9):
-            a.record_answer(_answer(f"q{i}", 0.001))
-        assert (a.commits_whole, a.commits_moved) == (w, m + 1)  # ... the usual way
+            a.answers.record_answer(_answer(f"q{i}", 0.001)).result()
+        assert (a.engine.commits_whole, a.engine.commits_moved) == (w, m + 1)  # ... the usual way
     finally:
         a.close()
         b.close()
@@ -242,17 +249,17 @@ def test_replicas_racing_whole_and_usual_writes_lose_no_count_or_cent(pg_cluster
     def work(k: int) -> None:
         s = stores[k % 2]
         for i in range(per):
-            s.record_answer(_answer(f"t{k}-{i}", usd))
-            s.settle(0.0, usd)  # written with the replica's next transaction, whole or not
+            s.answers.record_answer(_answer(f"t{k}-{i}", usd)).result()
+            s.money.settle(0.0, usd)  # written with the replica's next transaction, whole or not
 
     try:
         for i in range(3):  # a alone first: its writes go whole
-            stores[0].record_answer(_answer(f"solo-{i}", usd))
-        assert stores[0].commits_whole > 0
+            stores[0].answers.record_answer(_answer(f"solo-{i}", usd)).result()
+        assert stores[0].engine.commits_whole > 0
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(work, range(4)))
         for s in stores:
-            s.flush()
+            s.engine.flush()
         c = stores[0].refresh()[1]
         assert c.requests == 4 * per + 3
         assert c.cost_usd == (4 * per + 3) * usd
@@ -272,20 +279,20 @@ def test_a_prepared_statement_that_vanishes_is_redone_and_no_longer_prepared(pg_
     s = StateStore(url, "fp", OnlineThreshold(alpha=0.1, kappa=0.5))
     try:
         for i in range(3):
-            s.record_answer(_answer(f"q{i}", 0.001))
-        assert s.commits_whole >= 1 and s.db._prepare
+            s.answers.record_answer(_answer(f"q{i}", 0.001)).result()
+        assert s.engine.commits_whole >= 1 and s.db._prepare
         for _ in range(4):  # the server forgets them (as the pooler's other session would),
             with s.db._pool.connection() as conn:  # one by one: psycopg sees DEALLOCATE ALL
                 names = conn.execute("SELECT name FROM pg_prepared_statements").fetchall()
                 for (name,) in names:
                     conn.execute(f'DEALLOCATE "{name}"')
-        whole, moved = s.commits_whole, s.commits_moved
+        whole, moved = s.engine.commits_whole, s.engine.commits_moved
         with caplog.at_level("WARNING", logger="ccpo.serve"):
             for i in range(3, 6):
-                s.record_answer(_answer(f"q{i}", 0.001))
+                s.answers.record_answer(_answer(f"q{i}", 0.001)).result()
         assert not s.db._prepare
-        assert s.commits_moved == moved + 1  # the one write that met it, redone
-        assert s.commits_whole >= whole + 1  # whole again, unprepared
+        assert s.engine.commits_moved == moved + 1  # the one write that met it, redone
+        assert s.engine.commits_whole >= whole + 1  # whole again, unprepared
         assert "prepared statements do not last here" in caplog.text
         c = s.refresh()[1]
         assert c.requests == 6 and c.cost_usd == pytest.approx(0.006, abs=1e-15)
@@ -302,7 +309,7 @@ def test_the_answer_table_keeps_the_newest_max_records(backend, pg_cluster, tmp_
     s = StateStore(url, "fp", OnlineThreshold(alpha=0.1, kappa=0.5), max_records=10)
     try:
         for i in range(130):
-            s.record_answer(_answer(f"q{i:03d}", 0.001))
+            s.answers.record_answer(_answer(f"q{i:03d}", 0.001)).result()
         with s.db.read() as tx:
             kept = [r[0] for r in tx.all("SELECT id FROM ccpo_answers ORDER BY created, id")]
         assert kept == [f"q{i:03d}" for i in range(118, 130)]
@@ -345,10 +352,10 @@ def test_a_one_process_state_file_is_converted(tmp_path):
     db.commit()
     db.close()
     s = StateStore(str(path), "fp", OnlineThreshold(alpha=0.1))
-    assert s.restored and s.kappa == 0.27 and s.tracker.step == 5
+    assert s.restored and s.kappa == 0.27 and s.engine.tracker.step == 5
     assert s.counters.requests == 3 and s.counters.spent_usd == pytest.approx(0.75)
     assert s.counters.inflight_usd == 0.0
-    assert s.lookup("q1") == ("Q?", {"answers": ["A"]}, None)
+    assert s.answers.lookup("q1").result() == ("Q?", {"answers": ["A"]}, None)
     s.close()
     again = StateStore(str(path), "fp", OnlineThreshold(alpha=0.1))  # now the current format
     assert again.counters.spent_usd == pytest.approx(0.75)

@@ -74,14 +74,14 @@ def test_a_conversion_that_changed_a_table_is_named_not_a_bare_error(tmp_path, s
     store = StateStore(location, "fp", OnlineThreshold(alpha=0.1), replica="a")
     try:
         record = {"id": "q1", "question": Q, "cost_usd": 0.0, "answers": ["C"], "rounds": 1}
-        store.record_answer(record)
+        store.answers.record_answer(record).result()
         convert(
             location,
             set_version(NEWER),
             "ALTER TABLE ccpo_answers RENAME COLUMN replica TO served_by",
         )
         with pytest.raises(StateUnavailable, match=f"schema version {NEWER}, newer than"):
-            store.record_answer({**record, "id": "q2"})
+            store.answers.record_answer({**record, "id": "q2"}).result()
         assert f"schema version {NEWER}" in (store.health() or "")
     finally:
         store.close()

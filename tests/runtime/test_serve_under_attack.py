@@ -65,7 +65,7 @@ def test_a_thousand_adversarial_feedbacks_move_kappa_at_most_the_band(
         one = httpx.post(ls.url + "/v1/answer", json={"question": Q, "id": "q0"}, timeout=30)
         assert one.status_code == 200
         for i in range(1, 1000):
-            svc.store.record_answer({**one.json(), "id": f"q{i}"})
+            svc.store.answers.record_answer({**one.json(), "id": f"q{i}"}).result()
         fbs = [("POST", "/v1/feedback", {"json": {"id": f"q{i}", "none_of_them": True}})
                for i in range(1000)]  # fmt: skip
         replies = [r.json() for r in send_all(ls.url, fbs)]
@@ -273,8 +273,12 @@ def test_covered_floods_are_bounded_too_and_a_narrower_band_applies_on_restart(
     answer = {"id": "q0", "question": Q, "answers": ["C"], "cost_usd": 0.0, "rounds": 1}
     kappas = []
     for i in range(1000):
-        svc.store.record_answer({**answer, "id": f"q{i}"})
-        kappas.append(svc.store.record_feedback(f"q{i}", True, {}, True, None, svc.kappa_bounds))
+        svc.store.answers.record_answer({**answer, "id": f"q{i}"}).result()
+        kappas.append(
+            svc.store.answers.record_feedback(
+                f"q{i}", True, {}, True, None, svc.kappa_bounds
+            ).result()[0]
+        )
     assert kappas[:50] == [0.3] * 50 and max(kappas) == pytest.approx(0.4)
     assert max(abs(b - a) for a, b in itertools.pairwise(kappas)) <= 0.01 + 1e-12
     svc.store.close()

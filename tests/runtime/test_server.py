@@ -33,7 +33,7 @@ def test_answer_health_metrics(world, policy_dir, prices_path):
         again = post(ls.url, "/v1/answer", {"question": Q, "id": "a-1"})  # idempotent retry
         assert again.json() == s
         # the body is the record the store keeps (serialised once), as the app's model says
-        assert ls.service.store.lookup("a-1")[1] == s
+        assert ls.service.store.answers.lookup("a-1").result()[1] == s
         assert AnswerSet.model_validate_json(r.content).model_dump(mode="json") == s
         assert r.headers["content-type"] == "application/json"
         clash = post(ls.url, "/v1/answer", {"question": "other", "id": "a-1"})
@@ -45,7 +45,7 @@ def test_answer_health_metrics(world, policy_dir, prices_path):
         assert m["mean_rounds"] == (s["rounds"] + r2.json()["rounds"]) / 2
         assert m["coverage"] is None
         # this replica's own write transactions: each answer's commit at least
-        assert 2 <= m["state_commits"] <= ls.service.store.commits
+        assert 2 <= m["state_commits"] <= ls.service.store.engine.commits
         prom = httpx.get(ls.url + "/metrics").text
         line = f'ccpo_state_commits_total{{replica="{m["replica"]}"}} '
         assert float(prom.split(line)[1].split()[0]) >= m["state_commits"]

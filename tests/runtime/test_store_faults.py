@@ -173,8 +173,8 @@ def test_database_away_fails_closed_and_recovers(fault, pg, world, policy_dir, p
     m = after.metrics()
     acked = [qid for s, _, qid, fb, _ in load.seen if s == 200 and not fb]
     acked_fb = [qid for s, _, qid, fb, _ in load.seen if s == 200 and fb]
-    stored = [after.store.lookup(q) for q in acked]
-    stored_fb = [after.store.lookup(q) for q in acked_fb]
+    stored = [after.store.answers.lookup(q).result() for q in acked]
+    stored_fb = [after.store.answers.lookup(q).result() for q in acked_fb]
     after.store.close()
     # /healthz answered all through, and said so while the database was away
     assert all(dt < 1.5 for _, _, dt in health), health
@@ -339,9 +339,9 @@ def test_without_a_cap_nothing_stays_reserved_and_calls_are_not_written(
     money used to pile up), and the store writes per question, not per call."""
     svc = make_service(policy_dir, world, prices_path, {"state": pg.new_database()}, kappa=0.0)
     with LiveServer(svc) as ls, httpx.Client(base_url=ls.url, timeout=30) as http:
-        c0 = svc.store.commits
+        c0 = svc.store.engine.commits
         answered = [http.post("/v1/answer", json={"question": f"{Q} {i}"}) for i in range(12)]
-        commits = svc.store.commits - c0
+        commits = svc.store.engine.commits - c0
         m = settled(ls.url, within=SPARE_IDLE_UNCAPPED_S + 3)
     assert all(r.status_code == 200 for r in answered)
     assert m["reserved_usd"] == 0.0 and m["inflight_usd"] == 0.0
@@ -365,22 +365,24 @@ def test_a_lost_lease_never_releases_money_held_since(tmp_path):
     a = StateStore(path, "fp", tr, replica="a")
     b = StateStore(path, "fp", tr, replica="b")
     try:
-        assert a.reserve(0.5, 1.0, inflight=0.5)  # a wallet, then the database goes away...
+        # a wallet, then the database goes away...
+        assert a.money.reserve(0.5, 1.0, inflight=0.5).result()
         with a.db.write() as tx:  # ... longer than the expiry
             tx.run("UPDATE ccpo_leases SET expires = 0 WHERE replica = 'a'")
-        assert b.reserve(0.1, 1.0, inflight=0.1)  # b ends a's lease: 0.5 counted as spent
+        # b ends a's lease: 0.5 counted as spent
+        assert b.money.reserve(0.1, 1.0, inflight=0.1).result()
         assert b.counters.spent_usd == pytest.approx(0.5)
-        assert a.reserve(0.2, 1.0, inflight=0.2)  # a is back, with a new lease
-        a.settle(0.5, 0.3, inflight=0.5)  # the old wallet settles (its calls cost 0.3)
-        a.flush()
+        assert a.money.reserve(0.2, 1.0, inflight=0.2).result()  # a is back, with a new lease
+        a.money.settle(0.5, 0.3, inflight=0.5)  # the old wallet settles (its calls cost 0.3)
+        a.engine.flush()
         c = a.counters
         assert c.reserved_usd == pytest.approx(0.3) and c.inflight_usd == pytest.approx(0.3)
         assert c.spent_usd == pytest.approx(0.8)  # counted twice: more than billed, never less
-        assert dict((r, (x, y)) for r, x, y, _ in a.leases()) == {
+        assert dict((r, (x, y)) for r, x, y, _ in a.money.leases()) == {
             "a": pytest.approx((0.2, 0.2)), "b": pytest.approx((0.1, 0.1)),
         }  # fmt: skip
-        a.settle(0.2, 0.1, inflight=0.2)
-        a.flush()
+        a.money.settle(0.2, 0.1, inflight=0.2)
+        a.engine.flush()
         assert a.counters.reserved_usd == pytest.approx(0.1)  # b's, untouched
     finally:
         a.close()
@@ -400,9 +402,9 @@ def test_back_to_back_questions_cost_one_commit_each(pg, world, policy_dir, pric
     with LiveServer(svc) as ls, httpx.Client(base_url=ls.url, timeout=30) as http:
         warm = [http.post("/v1/answer", json={"question": f"{Q} w{i}"}) for i in range(3)]
         assert svc.store.counters.inflight_usd > 0  # the spare, held for the next question
-        c0 = svc.store.commits
+        c0 = svc.store.engine.commits
         answered = [http.post("/v1/answer", json={"question": f"{Q} {i}"}) for i in range(10)]
-        commits = svc.store.commits - c0
+        commits = svc.store.engine.commits - c0
         m = settled(ls.url, within=SPARE_IDLE_UNCAPPED_S + 3)
     assert all(r.status_code == 200 for r in warm + answered)
     assert commits <= 10 + 1, commits  # (+1: a settlement or the heartbeat may run alone)
@@ -427,28 +429,32 @@ def test_under_a_cap_the_spare_never_holds_room_a_question_needs(tmp_path):
 
     a = store("room.db")
     try:
-        assert not a.take_spare(w, cap) and not a.take_spare(w, cap)  # asked back to back
-        assert a.reserve(w, cap, w)  # this question's wallet: its transaction tops one up
+        assert not a.money.take_spare(w, cap) and not a.money.take_spare(
+            w, cap
+        )  # asked back to back
+        # this question's wallet: its transaction tops one up
+        assert a.money.reserve(w, cap, w).result()
         assert a.counters.reserved_usd == pytest.approx(2 * w)
-        n = a.commits
-        assert a.take_spare(w, cap) and a.commits == n  # the next wallet: no write
+        n = a.engine.commits
+        assert a.money.take_spare(w, cap) and a.engine.commits == n  # the next wallet: no write
         # both wallets settle, spending all but SPARE_ROOM + 0.5 wallets: no new spare
-        a.settle(2 * w, cap - (SPARE_ROOM + 0.5) * w, inflight=2 * w)
-        a.flush()
+        a.money.settle(2 * w, cap - (SPARE_ROOM + 0.5) * w, inflight=2 * w)
+        a.engine.flush()
         assert a.counters.reserved_usd == 0.0  # one would leave < SPARE_ROOM wallets
-        assert not a.take_spare(w, cap)
+        assert not a.money.take_spare(w, cap)
         c = a.counters
         assert c.spent_usd + c.reserved_usd <= cap + 1e-12
     finally:
         a.close()
     a = store("big.db")
     try:
-        assert not a.take_spare(w, cap) and not a.take_spare(w, cap)
-        assert a.reserve(w, cap, w)
+        assert not a.money.take_spare(w, cap) and not a.money.take_spare(w, cap)
+        assert a.money.reserve(w, cap, w).result()
         assert a.counters.reserved_usd == pytest.approx(2 * w)  # wallet + spare
         big = cap - 2 * w + w / 2  # fits only with the spare's money
-        assert not a.take_spare(big, cap)  # too small: released ...
-        assert a.reserve(big, cap, big)  # ... in this transaction: room for the question
+        assert not a.money.take_spare(big, cap)  # too small: released ...
+        # ... in this transaction: room for the question
+        assert a.money.reserve(big, cap, big).result()
         c = a.counters
         assert c.reserved_usd == pytest.approx(w + big)  # and no new spare (no room)
         assert c.spent_usd + c.reserved_usd <= cap + 1e-12
@@ -469,18 +475,20 @@ def test_the_spare_outlasts_a_pause_without_a_cap_and_goes_back_in_a_second_unde
     try:
         asked = time.monotonic()
         for store, cap in ((free, None), (capped, 5.0)):
-            assert not store.take_spare(0.2, cap) and not store.take_spare(0.2, cap)
-            store.flush()  # topped up: two questions asked back to back
+            assert not store.money.take_spare(0.2, cap) and not store.money.take_spare(0.2, cap)
+            store.engine.flush()  # topped up: two questions asked back to back
             assert store.counters.reserved_usd == pytest.approx(0.2)
         deadline = asked + SPARE_IDLE_S + 1.5  # (the writer looks at least every 0.5 s)
         assert deadline < asked + SPARE_IDLE_UNCAPPED_S
         while capped.refresh()[1].reserved_usd > 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert capped.counters.reserved_usd == 0.0 and capped.counters.inflight_usd == 0.0
-        assert not capped.take_spare(0.2, 5.0)  # gone back: this question reserves its own
+        assert not capped.money.take_spare(0.2, 5.0)  # gone back: this question reserves its own
         time.sleep(max(0.0, asked + SPARE_IDLE_S + 1.0 - time.monotonic()))
-        n = free.commits
-        assert free.take_spare(0.2) and free.commits == n  # still held after 2 s: no write
+        n = free.engine.commits
+        assert (
+            free.money.take_spare(0.2) and free.engine.commits == n
+        )  # still held after 2 s: no write
     finally:
         free.close()
         capped.close()
@@ -498,15 +506,15 @@ def test_the_spare_wallet_is_durable_released_when_idle_and_never_released_twice
     a = StateStore(path, "fp", tr, replica="a")
     b = StateStore(path, "fp", tr, replica="b")
     try:
-        assert not a.take_spare(0.2)  # none yet; a second ask soon after asks for one
-        assert not a.take_spare(0.2)
-        a.flush()  # a transaction that runs anyway tops it up: durable, in flight
+        assert not a.money.take_spare(0.2)  # none yet; a second ask soon after asks for one
+        assert not a.money.take_spare(0.2)
+        a.engine.flush()  # a transaction that runs anyway tops it up: durable, in flight
         assert a.counters.reserved_usd == pytest.approx(0.2)
         assert a.counters.inflight_usd == pytest.approx(0.2)
-        n = a.commits
-        assert a.take_spare(0.2) and a.commits == n  # no write
-        a.settle(0.2, 0.05, inflight=0.2)  # that question's wallet settles
-        a.flush()  # ... and the spare is topped up again
+        n = a.engine.commits
+        assert a.money.take_spare(0.2) and a.engine.commits == n  # no write
+        a.money.settle(0.2, 0.05, inflight=0.2)  # that question's wallet settles
+        a.engine.flush()  # ... and the spare is topped up again
         assert a.counters.spent_usd == pytest.approx(0.05)
         assert a.counters.reserved_usd == pytest.approx(0.2)
         deadline = time.monotonic() + SPARE_IDLE_UNCAPPED_S + 3  # (asked without a cap)
@@ -514,19 +522,19 @@ def test_the_spare_wallet_is_durable_released_when_idle_and_never_released_twice
             time.sleep(0.1)
         assert a.counters.reserved_usd == 0.0 and a.counters.inflight_usd == 0.0
         # held while the lease is lost: counted as spent once, released never
-        assert not a.take_spare(0.1) and not a.take_spare(0.1)
-        a.flush()
+        assert not a.money.take_spare(0.1) and not a.money.take_spare(0.1)
+        a.engine.flush()
         with a.db.write() as tx:
             tx.run("UPDATE ccpo_leases SET expires = 0 WHERE replica = 'a'")
-        b.flush()  # b ends a's lease: the spare (0.1) counted as spent
+        b.engine.flush()  # b ends a's lease: the spare (0.1) counted as spent
         assert b.counters.spent_usd == pytest.approx(0.15)
-        assert a.take_spare(0.05)  # half of it goes to a question: a wallet since
-        a.flush()  # a is back with a new lease; what was left of the spare is not released
-        a.settle(0.05, 0.01, inflight=0.05)
-        a.flush()
+        assert a.money.take_spare(0.05)  # half of it goes to a question: a wallet since
+        a.engine.flush()  # a is back with a new lease; what was left of the spare is not released
+        a.money.settle(0.05, 0.01, inflight=0.05)
+        a.engine.flush()
         c = a.counters
         assert c.spent_usd == pytest.approx(0.16)  # more than billed, never less
-        leases = {r: (x, y) for r, x, y, _ in a.leases()}
+        leases = {r: (x, y) for r, x, y, _ in a.money.leases()}
         assert c.reserved_usd == pytest.approx(sum(x for x, _ in leases.values()))
         assert c.inflight_usd == pytest.approx(sum(y for _, y in leases.values()))
     finally:

@@ -13,7 +13,6 @@ import pytest
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.runtime.state import StateStore, StateUnavailable
-from ccpo.runtime.state.batch import _Op
 from tests.helpers.serve import LiveServer, Q, assert_json_error, make_service, post, state_at
 from tests.helpers.serve_load import ask_while
 
@@ -106,20 +105,19 @@ def test_an_operation_the_database_refuses_fails_alone(tmp_path, serve_store, ba
     location = state_at(tmp_path, "s.db")
     store = StateStore(location, "fp", OnlineThreshold(alpha=0.1), replica="a")
     try:
-        store.record_answer(
+        store.answers.record_answer(
             {"id": "q1", "question": Q, "cost_usd": 0.0, "answers": ["C"], "rounds": 1}
-        )
+        ).result()
+        feedback = store.answers.record_feedback("q1", True, {"none_of_them": False}, False, None)
         ops = {
-            "bad": _Op(store._lookup(bad), read=True),
-            "feedback": _Op(
-                store._feedback_op("q1", True, {"none_of_them": False}, False, None, None)
-            ),
-            "lookup": _Op(store._lookup("q1"), read=True),
+            "bad": store.answers.lookup(bad).op,
+            "feedback": feedback.op,
+            "lookup": store.answers.lookup("q1").op,
         }
         for op in ops.values():
             op.fut = concurrent.futures.Future()
-        c0 = store.commits
-        store._run_batch(list(ops.values()))  # one batch, as the writer runs it
+        c0 = store.engine.commits
+        store.engine._run_batch(list(ops.values()))  # one batch, as the writer runs it
         results = {k: op.fut.exception() or op.fut.result() for k, op in ops.items()}
         assert results["lookup"][0] == Q and results["lookup"][2] is not None
         assert results["feedback"][1] == 1  # (κ, feedbacks, covered)
@@ -129,6 +127,6 @@ def test_an_operation_the_database_refuses_fails_alone(tmp_path, serve_store, ba
             assert isinstance(results["bad"], CCPOError), results["bad"]
             assert not isinstance(results["bad"], StateUnavailable)
         assert store.health() is None
-        assert store.commits == c0 + 1
+        assert store.engine.commits == c0 + 1
     finally:
         store.close()

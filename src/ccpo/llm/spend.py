@@ -116,18 +116,9 @@ class SpendLedger:
         object made once, not a generator per use: a call reads or writes them six times)."""
         return self._held
 
-    def try_reserve(
-        self,
-        usd: float,
-        cap: float | None,
-        call: bool = False,
-        admission: bool = False,
-    ) -> bool:
+    def try_reserve(self, usd: float, cap: float | None, call: bool = False) -> bool:
         """Reserve ``usd`` if it fits under ``cap`` (None: always); False, reserving nothing,
-        if it does not. ``call``: for a call about to be sent (counted as in flight).
-        ``admission``: for a question's wallet, which gives way to admitted questions waiting
-        for room (here the client checks :meth:`waiting`; a ledger shared by replicas also
-        checks theirs)."""
+        if it does not. ``call``: for a call about to be sent (counted as in flight)."""
         with self._values() as v:
             if cap is not None and v.spent + v.reserved + usd > cap * (1 + 1e-12):
                 return False
@@ -143,8 +134,11 @@ class SpendLedger:
         admission: bool = False,
     ) -> bool:
         """:meth:`try_reserve` for the event loop: a ledger kept in a database
-        (``ccpo.runtime.state``) awaits its commit here without blocking the loop."""
-        return self.try_reserve(usd, cap, call=call, admission=admission)
+        (``ccpo.runtime.state``) awaits its commit here without blocking the loop.
+        ``admission``: for a question's wallet, which gives way to admitted questions waiting
+        for room (here the client checks :meth:`waiting`; a ledger shared by replicas also
+        checks theirs)."""
+        return self.try_reserve(usd, cap, call=call)
 
     def settle(self, reserved: float, spent: float, call: bool = False) -> None:
         """Release a reservation of ``reserved`` and record the ``spent`` it really cost.

@@ -125,11 +125,11 @@ class Guard:
                 auth = headers.get(b"authorization")
                 svc.check_auth(auth.decode("latin-1") if auth is not None else None)
             except ApiError as e:
-                svc.store.count_rejected()
+                svc.store.answers.count_rejected()
                 await error_response(e.status, e.type, e.message, e.headers)(scope, receive, send)
                 return
         await limit_body(
-            self.app, scope, receive, send, svc.cfg.max_body_bytes, svc.store.count_rejected
+            self.app, scope, receive, send, svc.cfg.max_body_bytes, svc.store.answers.count_rejected
         )
 
 

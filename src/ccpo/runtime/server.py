@@ -274,7 +274,7 @@ def create_app(service: Service | None = None) -> FastAPI:
             parts.append(msg if err.get("type") == UNSTORABLE else f"{loc}: {msg}")  # (has it)
         s = holder["service"]
         if s is not None:
-            s.store.count_rejected()
+            s.store.answers.count_rejected()
         return error_response(422, "invalid_request", "; ".join(parts) or "invalid request")
 
     @app.exception_handler(Exception)
@@ -326,7 +326,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         try:
             native = req.answer_request(conversation=reply)
         except ApiError:
-            s.store.count_rejected()
+            s.store.answers.count_rejected()
             raise
         answer_set = await s.answer(native)
         _dropped([m.role for m in req.messages], s, response, answer_set.id)
@@ -432,7 +432,7 @@ def uvicorn_config(service: Service, log_level: str = "info") -> uvicorn.Config:
         # slow and idle clients (http/connections.py): deadlines for each request head and
         # body, a cap on open connections, the idle time of a kept-alive one
         http=guarded_protocol(
-            cfg.header_timeout, cfg.body_timeout, limits, service.store.count_rejected
+            cfg.header_timeout, cfg.body_timeout, limits, service.store.answers.count_rejected
         ),
         timeout_keep_alive=cfg.keep_alive_timeout,  # type: ignore[arg-type]
         backlog=limits.backlog,

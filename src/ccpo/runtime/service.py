@@ -114,7 +114,7 @@ class Service:
         self._answering: dict[str, tuple[Asked, asyncio.Future[Answered]]] = {}
         self._active = 0  # questions being answered (awaited on shutdown)
         # a lone question's writes may commit on the loop (SQLite, where that never waits)
-        self.store.alone = lambda: self._active == 1
+        self.store.engine.alone = lambda: self._active == 1
         self._idle = asyncio.Event()
         self._idle.set()
         self._upstream = sorted(  # as given, and as messages show them (redact_url)
@@ -147,7 +147,7 @@ class Service:
             check_rate(self.limiter, client, "requests")
 
     def _reject(self, status: int, type_: str, message: str) -> ApiError:
-        self.store.count_rejected()
+        self.store.answers.count_rejected()
         return ApiError(status, type_, message)
 
     def public(self, message: str) -> str:
@@ -208,7 +208,7 @@ class Service:
                     409, "conflict", f"id '{req.id}' is being answered for another question"
                 )
             return await asyncio.shield(busy[1])
-        old = await self.store.alookup(req.id)
+        old = await self.store.answers.lookup(req.id)
         if old is not None:
             if (old[0], old[1].get("conversation")) == asked:
                 s = AnswerSet.model_validate(old[1])
@@ -268,24 +268,24 @@ class Service:
         except StateUnavailable:
             raise
         except RequestBudgetExceeded as e:
-            self.store.record_error()
+            self.store.answers.record_error()
             raise ApiError(402, "request_budget_exceeded", str(e)) from None
         except BudgetBusy as e:
-            self.store.record_error()
+            self.store.answers.record_error()
             raise ApiError(
                 503, "budget_busy", str(e), headers={"Retry-After": str(e.retry_after)}
             ) from None
         except BudgetExceeded as e:
-            self.store.record_error()
+            self.store.answers.record_error()
             raise ApiError(503, "budget_exhausted", f"total budget reached: {e}") from None
         except LLMCallError as e:
-            self.store.record_error()
+            self.store.answers.record_error()
             log.warning("request %s: %s", req.id, e)
             raise ApiError(
                 502, "upstream_error", self.public(f"LLM endpoint failed: {e}")
             ) from None
         except CCPOError as e:  # e.g. the endpoint refused our key or model name
-            self.store.record_error()
+            self.store.answers.record_error()
             log.warning("request %s: %s", req.id, e)
             msg = self.public(f"LLM endpoint unusable: {e}")
             raise ApiError(502, "upstream_error", msg) from None
@@ -293,7 +293,7 @@ class Service:
         counted = {"id": s.id, "question": s.question, "cost_usd": s.cost_usd,
                    "answers": s.answers, "rounds": s.rounds}  # fmt: skip
         try:
-            await self.store.arecord_answer(counted, text)
+            await self.store.answers.record_answer(counted, text)
         except DuplicateKey:
             raise ApiError(
                 409, "conflict", f"id '{s.id}' was used by a concurrent request"
@@ -308,7 +308,7 @@ class Service:
 
     async def _feedback(self, req: FeedbackRequest) -> FeedbackResponse:
         agent = self.agent
-        old = await self.store.alookup(req.id)
+        old = await self.store.answers.lookup(req.id)
         if old is None:
             raise ApiError(404, "not_found", f"no answered question with id '{req.id}'")
         answers = old[1]["answers"]
@@ -320,7 +320,7 @@ class Service:
                 raise ApiError(422, "invalid_request", "correct_answer: empty after normalisation")
             covered = truth in {agent.normalize(a) for a in answers}
         try:
-            kappa, n, n_covered = await self.store.arecord_feedback(
+            kappa, n, n_covered = await self.store.answers.record_feedback(
                 req.id,
                 covered,
                 req.model_dump(exclude={"id"}),
@@ -403,9 +403,9 @@ class Service:
             inflight_usd=c.inflight_usd,
             reserved_usd=c.reserved_usd,
             replica=self.store.replica,
-            state_commits=self.store.commits,
-            state_commits_whole=self.store.commits_whole,
-            state_commits_here=self.store.commits_here,
+            state_commits=self.store.engine.commits,
+            state_commits_whole=self.store.engine.commits_whole,
+            state_commits_here=self.store.engine.commits_here,
             route_embeddings=self.agent.route_embeddings,
             route_fallbacks=self.agent.route_fallbacks,
             uptime_s=time.monotonic() - self.started,

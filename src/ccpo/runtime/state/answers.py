@@ -1,11 +1,14 @@
-"""The answered questions in the state store and the feedback on them (:class:`Answers`, a
-part of :class:`~ccpo.runtime.state.store.StateStore`).
+"""The answered questions in the state store and the feedback on them (:class:`Answers`, the
+``answers`` of :class:`~ccpo.runtime.state.store.StateStore`).
 
-- :meth:`Answers.arecord_answer` / :meth:`~Answers.record_answer`: store an answer record and
-  count it (an operation that may be sent whole: its row goes in before the state row is
-  locked, :func:`insert_answers`); a taken id is :class:`DuplicateKey`;
-- :meth:`Answers.arecord_feedback` / :meth:`~Answers.record_feedback`: one feedback, exactly
-  once over all replicas, moving κ and the coverage counters;
+Each operation is a :class:`~ccpo.runtime.state.engine.Pending`: a thread takes its
+``.result()``, an event loop awaits it.
+
+- :meth:`Answers.record_answer`: store an answer record and count it (an operation that may
+  be sent whole: its row goes in before the state row is locked,
+  :func:`~ccpo.runtime.state.engine.insert_answers`); a taken id is :class:`DuplicateKey`;
+- :meth:`Answers.record_feedback`: one feedback, exactly once over all replicas, moving κ and
+  the coverage counters;
 - :meth:`Answers.lookup`: a served answer set and its feedback;
 - :meth:`Answers.count_rejected`, :meth:`~Answers.record_error`: request counts kept in memory
   and written with the next transaction;
@@ -15,73 +18,64 @@ part of :class:`~ccpo.runtime.state.store.StateStore`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from ccpo.errors import CCPOError
-from ccpo.runtime.feedback import KappaBounds, apply_feedback
-from ccpo.runtime.state.batch import Batch, _Op, _Record
-from ccpo.runtime.state.db import Backend, DuplicateKey, Tx, unstorable
+from ccpo.runtime.feedback import FeedbackError, KappaBounds, apply_feedback
+from ccpo.runtime.state.batch import Batch, _Delta, _Op
+from ccpo.runtime.state.db import DuplicateKey, Tx, unstorable
+from ccpo.runtime.state.engine import CommitEngine, Pending
 
 _TRIM_EVERY = 64  # answers inserted between two trims of the answer table
-_WHOLE_MAX = 500  # answer rows in one insert statement
-
-
-def answer_rows(replica: str, answers: list[_Record]) -> list[tuple[str, str, str, str]]:
-    """The rows of answer records (each with its JSON text, None: made here): id, question,
-    the record, the replica."""
-    return [(a["id"], a["question"], t or json.dumps(a), replica) for a, t in answers]
-
-
-def insert_sql(now_sql: str, n: int) -> str:
-    """The insert of ``n`` answer rows (:func:`answer_rows`), skipping ids already taken."""
-    return (
-        "INSERT INTO ccpo_answers (id, question, answer, replica, created) VALUES "
-        + ", ".join([f"(?, ?, ?, ?, {now_sql})"] * n)
-        + " ON CONFLICT (id) DO NOTHING"
-    )
-
-
-def insert_answers(tx: Tx, now_sql: str, replica: str, answers: list[_Record]) -> list:
-    """Send the inserts of answer records (each with its JSON text, None: made here), 500 rows
-    a statement, skipping ids already taken; each statement's rows (``.fetchall()``) are the
-    ids that went in. Sent before the state row is locked, so that the lock is held for less."""
-    sent = []
-    for k in range(0, len(answers), _WHOLE_MAX):
-        rows = answer_rows(replica, answers[k : k + _WHOLE_MAX])
-        sql = insert_sql(now_sql, len(rows)) + " RETURNING id"  # the ids that went in
-        sent.append(tx.send(sql, [x for row in rows for x in row]))
-    return sent
 
 
 class Answers:
-    """Answers and feedback of :class:`~ccpo.runtime.state.store.StateStore`: operations handed
-    to its commit engine (``_call``, ``_acall``, ``_arun``), counts added to its pending
-    ``_delta``. Its state: ``_inserted``, the answers this replica inserted (for the trim)."""
+    """Answers and feedback of the state store on the commit ``engine``: operations handed to
+    it (:meth:`CommitEngine.commit`: each a :class:`Pending`, its ``.result()`` waited for
+    or awaited), counts pending in it (:meth:`CommitEngine.pend`).
+    Its state: the answers this replica inserted (every ``_TRIM_EVERY``, the oldest beyond
+    ``max_records`` go: :meth:`trim`, run by the engine)."""
 
-    db: Backend
-    max_records: int
-
-    def _init_answers(self) -> None:
+    def __init__(self, engine: CommitEngine, max_records: int = 100_000) -> None:
+        self.engine = engine
+        self.max_records = max_records
         self._inserted = 0  # answers this replica inserted (every _TRIM_EVERY: a trim)
 
-    def _lookup(self, qid: str) -> Callable[[Batch], tuple[str, dict[str, Any], str | None] | None]:
+    def lookup(self, qid: str) -> Pending[tuple[str, dict[str, Any], str | None] | None]:
+        """(question, answer-set JSON, feedback JSON or None) of a served id."""
+
         def fn(b: Batch) -> tuple[str, dict[str, Any], str | None] | None:
             row = b.tx.one(
                 "SELECT question, answer, feedback FROM ccpo_answers WHERE id = ?", (qid,)
             )
             return None if row is None else (row[0], json.loads(row[1]), row[2])
 
-        return fn
+        return self.engine.commit(fn, read=True)
 
-    def lookup(self, qid: str) -> tuple[str, dict[str, Any], str | None] | None:
-        """(question, answer-set JSON, feedback JSON or None) of a served id."""
-        return self._call(self._lookup(qid), read=True)
+    def trim_due(self, added: int) -> bool:
+        """Inserting ``added`` more answers reaches the next trim."""
+        return self._inserted // _TRIM_EVERY != (self._inserted + added) // _TRIM_EVERY
 
-    async def alookup(self, qid: str) -> tuple[str, dict[str, Any], str | None] | None:
-        return await self._acall(self._lookup(qid), read=True)
+    def trim(self, tx: Tx | None, added: int) -> None:
+        """``added`` answers went in (in ``tx``; None: a transaction sent whole, where no trim
+        is due): every ``_TRIM_EVERY`` answers, the oldest beyond ``max_records`` go."""
+        due = self.trim_due(added)
+        self._inserted += added
+        if not due or tx is None:
+            return
+        n = int(tx.one("SELECT COUNT(*) FROM ccpo_answers")[0])  # type: ignore[index]
+        if n > self.max_records:
+            tx.run(
+                "DELETE FROM ccpo_answers WHERE id IN (SELECT id FROM ccpo_answers "
+                "ORDER BY created ASC LIMIT ?)",
+                (n - self.max_records,),
+            )
 
-    def _answer_op(self, answer: dict[str, Any], text: str | None = None) -> _Op:
+    def record_answer(self, answer: dict[str, Any], text: str | None = None) -> Pending[None]:
+        """Store an answered question and count it, durably once committed;
+        :class:`DuplicateKey` if its id is taken. ``text``: the record as JSON when the caller
+        has it already (``answer`` then needs only the fields counted: id, question, cost_usd,
+        answers, rounds)."""
         why = unstorable(answer.get("question", "")) or unstorable(answer.get("id", ""))
         if why:
             raise CCPOError(f"the answer cannot be stored: {why}")
@@ -96,62 +90,36 @@ class Answers:
             c.set_size_sum += len(answer["answers"])
             c.rounds_sum += int(answer["rounds"])
 
-        return _Op(fn, answer=answer, text=text, whole=True)
-
-    def _trim_due(self, added: int) -> bool:
-        """Inserting ``added`` more answers reaches the next trim."""
-        return self._inserted // _TRIM_EVERY != (self._inserted + added) // _TRIM_EVERY
-
-    def _trim(self, tx: Tx, added: int) -> None:
-        """Every ``_TRIM_EVERY`` answers, the oldest beyond ``max_records`` go."""
-        due = self._trim_due(added)
-        self._inserted += added
-        if not due:
-            return
-        n = int(tx.one("SELECT COUNT(*) FROM ccpo_answers")[0])  # type: ignore[index]
-        if n > self.max_records:
-            tx.run(
-                "DELETE FROM ccpo_answers WHERE id IN (SELECT id FROM ccpo_answers "
-                "ORDER BY created ASC LIMIT ?)",
-                (n - self.max_records,),
-            )
-
-    def record_answer(self, answer: dict[str, Any]) -> None:
-        """Store an answered question and count it, durably when it returns;
-        :class:`DuplicateKey` if its id is taken."""
-        self._wait(self._submit_op(self._answer_op(answer)))
-
-    async def arecord_answer(self, answer: dict[str, Any], text: str | None = None) -> None:
-        """:meth:`record_answer` without blocking the event loop. ``text``: the record as JSON
-        when the caller has it already (``answer`` then needs only the fields counted: id,
-        question, cost_usd, answers, rounds)."""
-        await self._arun(self._answer_op(answer, text))
+        return Pending(self.engine, _Op(fn, answer=answer, text=text, whole=True))
 
     def count_rejected(self) -> None:
         """Count a request refused before any work: in memory only (written with this
         replica's next transaction), so that a flood of junk costs no database writes."""
-        with self._cond:
-            self._delta.rejected += 1
+        self.engine.pend(_Delta(rejected=1), lazy=False)
 
     def record_error(self) -> None:
         """Count a failed request (written with the next transaction, within ``FLUSH_S``)."""
-        with self._cond:
-            self._delta.errors += 1
-            self._lazy()
+        self.engine.pend(_Delta(errors=1))
 
-    def _feedback_op(
+    def record_feedback(
         self,
         qid: str,
         covered: bool,
         feedback: dict[str, Any],
         adapt: bool,
         max_step: int | None,
-        bounds: KappaBounds | None,
-    ) -> Callable[[Batch], tuple[float, int, int]]:
-        from ccpo.runtime.feedback import FeedbackError
+        bounds: KappaBounds | None = None,
+    ) -> Pending[tuple[float, int, int]]:
+        """Apply one feedback, exactly once over all replicas: coverage counters and (if
+        ``adapt``) one κ step within ``bounds`` (:func:`~ccpo.runtime.feedback.
+        apply_feedback`). A second feedback for the same id is refused (409) and changes
+        nothing. Its result: κ, and the feedbacks and covered ones counted once this one was
+        (other operations of the same transaction may follow it)."""
 
         def fn(b: Batch) -> tuple[float, int, int]:
-            row = b.tx.one(f"SELECT feedback FROM ccpo_answers WHERE id = ?{self.db.lock}", (qid,))
+            row = b.tx.one(
+                f"SELECT feedback FROM ccpo_answers WHERE id = ?{self.engine.db.lock}", (qid,)
+            )
             if row is None:
                 raise FeedbackError(404, f"no answered question with id '{qid}' (or expired)")
             if row[0] is not None:
@@ -163,33 +131,4 @@ class Answers:
             apply_feedback(b.tracker, c, covered, adapt, max_step, bounds or KappaBounds())
             return b.tracker.kappa, c.feedback, c.covered
 
-        return fn
-
-    def record_feedback(
-        self,
-        qid: str,
-        covered: bool,
-        feedback: dict[str, Any],
-        adapt: bool,
-        max_step: int | None,
-        bounds: KappaBounds | None = None,
-    ) -> float:
-        """Apply one feedback, exactly once over all replicas: coverage counters and (if
-        ``adapt``) one κ step within ``bounds`` (:func:`~ccpo.runtime.feedback.
-        apply_feedback`). A second feedback for the same id is refused (409) and changes
-        nothing. Returns κ."""
-        return self._call(self._feedback_op(qid, covered, feedback, adapt, max_step, bounds))[0]
-
-    async def arecord_feedback(
-        self,
-        qid: str,
-        covered: bool,
-        feedback: dict[str, Any],
-        adapt: bool,
-        max_step: int | None,
-        bounds: KappaBounds | None = None,
-    ) -> tuple[float, int, int]:
-        """:meth:`record_feedback` without blocking the event loop; returns κ, and the
-        feedbacks and covered ones counted once this one was (other operations of the same
-        transaction may follow it)."""
-        return await self._acall(self._feedback_op(qid, covered, feedback, adapt, max_step, bounds))
+        return self.engine.commit(fn)

@@ -82,16 +82,30 @@ _Record = tuple[dict[str, Any], str | None]  # an answer record and its JSON (No
 
 @dataclass
 class _Delta:
-    """Settlements and counts not yet written: added to the next transaction."""
+    """Settlements and counts not yet written, and whether this replica's lease must be
+    (``lease``: whether it waits for room changed): added to the next transaction."""
 
     reserved: float = 0.0
     spent: float = 0.0
     inflight: float = 0.0
     rejected: int = 0
     errors: int = 0
+    lease: bool = False
+
+    def add(self, d: _Delta) -> None:
+        """Add ``d`` to this one."""
+        self.reserved += d.reserved
+        self.spent += d.spent
+        self.inflight += d.inflight
+        self.rejected += d.rejected
+        self.errors += d.errors
+        self.lease |= d.lease
 
     def __bool__(self) -> bool:
-        return bool(self.reserved or self.spent or self.inflight or self.rejected or self.errors)
+        return (
+            bool(self.reserved or self.spent or self.inflight or self.rejected or self.errors)
+            or self.lease
+        )
 
 
 @dataclass(eq=False)

@@ -1,11 +1,13 @@
-"""The commit engine of the state store (:class:`CommitEngine`, a part of
+"""The commit engine of the state store (:class:`CommitEngine`, the ``engine`` of
 :class:`~ccpo.runtime.state.store.StateStore`): one writer thread per replica takes every
 operation pending into one transaction (group commit) and hands each result back to its
 caller (a thread, or an event loop once per transaction).
 
-- ``_call`` / ``_acall`` / ``_arun``: run an operation (:class:`~ccpo.runtime.state.batch._Op`)
-  in the next transaction and wait for its commit, within the deadline (``timeout``), else
+- :meth:`~CommitEngine.commit`: an operation for the next transaction, a :class:`Pending`
+  that a thread waits for (``.result()``) and an event loop awaits (:meth:`~CommitEngine.run`,
+  :meth:`~CommitEngine.arun`), within the deadline (``timeout``), else
   :class:`StateUnavailable`;
+- :meth:`~CommitEngine.pend`: settlements and counts written with the next transaction;
 - ``_write_loop``: the writer thread (batches, the heartbeat, probes while the database is
   away, checkpoints); ``_run_batch``: one transaction, read and written (``_transact``) or
   sent whole from the rows as this replica left them (``_write_whole``);
@@ -22,17 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Generator
+from typing import Any, Generic, Protocol, TypeVar
 
 from ccpo.errors import CCPOError
-from ccpo.runtime.state.answers import _WHOLE_MAX, answer_rows, insert_answers, insert_sql
-from ccpo.runtime.state.batch import Batch, Lease, _Delta, _less, _never, _Op, _Record, _Redo
+from ccpo.learning.conformal import OnlineThreshold
+from ccpo.runtime.feedback import Counters
+from ccpo.runtime.state.batch import Batch, Lease, _Delta, _never, _Op, _Record, _Redo
 from ccpo.runtime.state.db import (
     Backend,
     Busy,
@@ -40,17 +44,116 @@ from ccpo.runtime.state.db import (
     OperationRefused,
     StateUnavailable,
     Step,
+    Tx,
     database_away,
 )
-from ccpo.runtime.state.money import _LEASES
-from ccpo.runtime.state.schema import SCHEMA_VERSION, VERSION_SQL, SchemaChanged, state_texts
+from ccpo.runtime.state.schema import (
+    SCHEMA_VERSION,
+    VERSION_SQL,
+    SchemaChanged,
+    check_version,
+    parse_state,
+    state_texts,
+    version_moved,
+)
 
 log = logging.getLogger("ccpo.serve")
 
 FLUSH_S = 1.0  # a settlement waits at most this long for a transaction to ride on
 _CHECKPOINT_EVERY = 256  # commits on the caller's thread between two checkpoints by the writer
 
+_WHOLE_MAX = 500  # answer rows in one insert statement
+_LEASES = (  # every lease, as each transaction reads them (Money.read_leases)
+    "SELECT replica, reserved_usd, inflight_usd, expires, idle, waiting, owner, proc "
+    "FROM ccpo_leases"
+)
+
 T = TypeVar("T")
+
+
+def answer_rows(replica: str, answers: list[_Record]) -> list[tuple[str, str, str, str]]:
+    """The rows of answer records (each with its JSON text, None: made here): id, question,
+    the record, the replica."""
+    return [(a["id"], a["question"], t or json.dumps(a), replica) for a, t in answers]
+
+
+def insert_sql(now_sql: str, n: int) -> str:
+    """The insert of ``n`` answer rows (:func:`answer_rows`), skipping ids already taken."""
+    return (
+        "INSERT INTO ccpo_answers (id, question, answer, replica, created) VALUES "
+        + ", ".join([f"(?, ?, ?, ?, {now_sql})"] * n)
+        + " ON CONFLICT (id) DO NOTHING"
+    )
+
+
+def insert_answers(tx: Tx, now_sql: str, replica: str, answers: list[_Record]) -> list:
+    """Send the inserts of answer records (each with its JSON text, None: made here), 500 rows
+    a statement, skipping ids already taken; each statement's rows (``.fetchall()``) are the
+    ids that went in. Sent before the state row is locked, so that the lock is held for less."""
+    sent = []
+    for k in range(0, len(answers), _WHOLE_MAX):
+        rows = answer_rows(replica, answers[k : k + _WHOLE_MAX])
+        sql = insert_sql(now_sql, len(rows)) + " RETURNING id"  # the ids that went in
+        sent.append(tx.send(sql, [x for row in rows for x in row]))
+    return sent
+
+
+class Pending(Generic[T]):
+    """An operation for the engine's next transaction, one of each kind whether its caller
+    is a thread or an event loop: :meth:`result` sends it and waits for its commit (any
+    thread but the writer's and no event loop's), ``await`` sends it and awaits its commit
+    without blocking the loop (:meth:`CommitEngine.arun`). Once, either way. A caller that
+    stops waiting (the deadline, a cancellation) leaves the operation skipped if the writer
+    has not taken it, else its result undone after the commit."""
+
+    __slots__ = ("_engine", "op")
+
+    def __init__(self, engine: CommitEngine, op: _Op) -> None:
+        self._engine = engine
+        self.op = op  # (a test may run it in a batch of its own making)
+
+    def result(self) -> T:
+        return self._engine.run(self.op)
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._engine.arun(self.op).__await__()
+
+    def __bool__(self) -> bool:  # a forgotten .result() must not pass for True
+        raise TypeError("a pending state operation: take its .result() or await it")
+
+
+class MoneyPart(Protocol):
+    """What the engine asks of the store's money (:class:`~ccpo.runtime.state.money.Money`)
+    inside and after each transaction: this replica's lease, its spare wallet, the others'
+    leases."""
+
+    owner: str
+    proc: str
+    host: str
+    mirror: Lease
+    orphan: Lease
+    others_busy: bool
+    others_hold: bool
+    others_waiting: bool
+
+    def read_leases(self, b: Batch, rows: list[tuple[Any, ...]], beat: bool) -> None: ...
+    def look(self, rows: list[tuple[Any, ...]]) -> None: ...
+    def apply(self, b: Batch, d: _Delta) -> None: ...
+    def top_up(self, b: Batch) -> float: ...
+    def lease_values(self, lease: Lease) -> tuple[float, float, float, int, int]: ...
+    def committed(self, b: Batch, top: float) -> None: ...
+    def lease_lost(self) -> bool: ...
+    def neighbour_gone(self) -> bool: ...
+    def spare_idle_at(self) -> float | None: ...
+    def drop_spare(self) -> None: ...
+
+
+class AnswersPart(Protocol):
+    """What the engine asks of the store's answers
+    (:class:`~ccpo.runtime.state.answers.Answers`): the trim of the answer table."""
+
+    def trim_due(self, added: int) -> bool: ...
+    def trim(self, tx: Tx | None, added: int) -> None: ...
 
 
 class _Refused(Exception):
@@ -86,21 +189,24 @@ def _deliver_closed(items: list[tuple[_Op, bool, Any]]) -> None:
 
 class CommitEngine:
     """The writer of :class:`~ccpo.runtime.state.store.StateStore`: its queue, its thread,
-    its transactions and what this replica knows of the rows after each commit. Inside a
-    transaction it calls the store's other parts (``_parse``, ``_leases``, ``_apply``,
-    ``_top_up``, ``_trim``, ``_check_version``)."""
+    its transactions and what this replica knows of the state row after each commit (κ's
+    tracker, the counters). Inside a transaction it asks the store's money and answers
+    (:meth:`attach`) for their part: the leases read and written, settlements applied, the
+    spare topped up, the answer table trimmed. ``db``: the backend; ``replica``: this
+    replica's id; ``expiry``: seconds its lease outlives its last transaction; ``timeout``:
+    the deadline of every operation (seconds)."""
 
-    db: Backend
-    where: str
-    timeout: float
-    replica: str
-    host: str
-    owner: str
-    proc: str
-    expiry: float
-    _stop: threading.Event  # set by close: the writer thread ends
+    tracker: OnlineThreshold  # κ's tracker as this replica's last transaction found it
+    counters: Counters  # the counters, likewise (plus refused requests not yet written)
+    money: MoneyPart
+    answers: AnswersPart
 
-    def _init_engine(self) -> None:
+    def __init__(self, db: Backend, replica: str, expiry: float, timeout: float) -> None:
+        self.db = db
+        self.where = db.where
+        self.replica = replica
+        self.expiry = float(expiry)
+        self.timeout = float(timeout)
         # whether the event loop awaiting this store has nothing else to do (a lone question;
         # its service sets it): its writes sent whole may then commit on it (_run_here)
         self.alone: Callable[[], bool] = _never
@@ -113,26 +219,68 @@ class CommitEngine:
         self._checkpoint_due = False
         self._texts: tuple[str, str] | None = None  # the state row as last read or written
         self._solo = False  # the last transaction found the row as this replica left it
-        self._delta = _Delta()  # settlements and counts for the next transaction (under _cond)
+        self._delta = _Delta()  # settlements and counts for the next transaction (under cond)
         self._queue: list[_Op] = []
-        self._cond = threading.Condition()
+        self.cond = threading.Condition()  # guards the queue and the pending delta
         self._flush_at: float | None = None
         self._busy_since: float | None = None  # a transaction has been running since
         self._down: str | None = None  # why the last transaction failed (None: it did not)
         self._closing = False
+        self._stop = threading.Event()  # set by stop: the writer thread ends
+        self._writer = threading.Thread(target=self._write_loop, name="ccpo-state", daemon=True)
+
+    def attach(self, money: MoneyPart, answers: AnswersPart) -> None:
+        """The parts this engine's transactions ask for theirs (see the class)."""
+        self.money, self.answers = money, answers
+
+    def start(self) -> None:
+        """The first transaction (this replica's lease taken, the state row read), then the
+        writer thread."""
+        self._run_batch([], beat=True)
+        self._writer.start()
+
+    def stop(self) -> None:
+        """Refuse new operations and stop the writer (within the deadline)."""
+        with self.cond:
+            self._closing = True
+            self._stop.set()
+            self.cond.notify_all()
+        self._writer.join(timeout=self.timeout + 1)
+
+    def pend(self, d: _Delta, lazy: bool = True) -> None:
+        """Add settlements and counts (or a lease to write) to the next transaction, never
+        blocking; ``lazy``: written within ``FLUSH_S`` (else whenever one runs)."""
+        with self.cond:
+            self._delta.add(d)
+            if lazy:
+                self._lazy()
+
+    def flush_now(self) -> None:
+        """Have the writer write what is pending at once (under ``cond``)."""
+        self._flush_at = time.monotonic()
+        self.cond.notify()
+
+    def pending(self) -> bool:
+        """Settlements wait to be written (money this replica is about to free)."""
+        with self.cond:
+            return self._delta.reserved > 0
+
+    def flush(self) -> None:
+        """Write what is pending now (and wait for it)."""
+        self.commit(lambda b: None, whole=True).result()
 
     # ------------------------------------------------------------------ the writer
-    def _submit(self, op: _Op) -> _Op:
+    def submit(self, op: _Op) -> _Op:
         """Queue ``op`` for the writer's next transaction; :class:`StateUnavailable` at once
         while the database is known to be away (nothing queued)."""
         why = self.unavailable()
         if why is not None:
             raise StateUnavailable(f"the state database {self.where} is unavailable: {why}")
-        with self._cond:
+        with self.cond:
             if self._closing:
                 raise StateUnavailable("the state store is closing (the server is stopping)")
             self._queue.append(op)
-            self._cond.notify()
+            self.cond.notify()
         return op
 
     def _late(self) -> StateUnavailable:
@@ -147,35 +295,33 @@ class CommitEngine:
             op.afut = asyncio.get_running_loop().create_future()
         else:
             op.fut = concurrent.futures.Future()
-        return self._submit(op)
+        return self.submit(op)
 
-    def _call(
+    def commit(
         self, fn: Callable[[Batch], T], read: bool = False, undo: Any = None, whole: bool = False
-    ) -> T:
-        """Run ``fn`` in the writer's next transaction and wait for its commit (any thread
-        but the writer's and no event loop's)."""
-        return self._wait(self._submit_op(_Op(fn, read=read, undo=undo, whole=whole)))
+    ) -> Pending[T]:
+        """``fn`` for the writer's next transaction (``read``: it only reads; ``undo``: what
+        undoes its result once committed if its caller stopped waiting; ``whole``: it computes
+        on the batch alone), sent when its result is asked for: :class:`Pending`."""
+        return Pending(self, _Op(fn, read=read, undo=undo, whole=whole))
+
+    def run(self, op: _Op) -> Any:
+        """``op``'s result, committed by the writer (any thread but the writer's and no event
+        loop's)."""
+        return self._wait(self._submit_op(op))
 
     def _wait(self, op: _Op) -> Any:
         assert op.fut is not None
         try:
             return op.fut.result(self.timeout)
         except concurrent.futures.TimeoutError:
-            with self._cond:  # the writer hands out thread results under this lock too
+            with self.cond:  # the writer hands out thread results under this lock too
                 if op.fut.done():
                     return op.fut.result()
                 op.abandoned = True  # skipped if not taken yet, else undone after its commit
             raise self._late() from None
 
-    async def _acall(
-        self, fn: Callable[[Batch], T], read: bool = False, undo: Any = None, whole: bool = False
-    ) -> T:
-        """:meth:`_call` for the event loop: awaits the commit without blocking the loop. A
-        caller that stops waiting (deadline, cancellation) leaves its future done: the writer
-        skips the operation if it has not taken it, else its result is undone on delivery."""
-        return await self._arun(_Op(fn, read=read, undo=undo, whole=whole))
-
-    async def _arun(self, op: _Op) -> Any:
+    async def arun(self, op: _Op) -> Any:
         """``op``'s result for an event loop: committed on it when the loop is alone and
         that cannot wait (:meth:`_run_here`), else by the writer, awaited."""
         if op.whole and self.alone():
@@ -210,7 +356,7 @@ class CommitEngine:
         next_beat = time.monotonic() + beat_every
         backoff = 0.0
         while True:
-            with self._cond:
+            with self.cond:
                 while True:
                     now = time.monotonic()
                     if self._stop.is_set():
@@ -219,19 +365,19 @@ class CommitEngine:
                         break
                     if self._flush_at is not None and now >= self._flush_at:
                         break
-                    if self._neighbour_gone():  # settled now, not when its lease expires
+                    if self.money.neighbour_gone():  # settled now, not when its lease expires
                         next_beat = now
                     if now >= next_beat or (self._down is not None and now >= backoff):
                         break
                     wake = next_beat if self._down is None else backoff
-                    if self._spare > 0 or self._spare_want > 0:
-                        idle_at = (self._spare_taken or 0.0) + self._spare_idle()
+                    idle_at = self.money.spare_idle_at()
+                    if idle_at is not None:
                         if now >= idle_at:
-                            self._drop_spare()
+                            self.money.drop_spare()
                             continue
                         wake = min(wake, idle_at)
                     wake = min(wake, now + FLUSH_S / 2, self._flush_at or wake)
-                    self._cond.wait(max(0.0, wake - now))
+                    self.cond.wait(max(0.0, wake - now))
                 if self._down is not None and time.monotonic() < backoff:
                     ops: list[_Op] = []  # away: eager operations were refused; probe only
                 else:
@@ -287,8 +433,8 @@ class CommitEngine:
     def _run_batch_once(self, ops: list[_Op], beat: bool) -> None:
         """:meth:`_run_batch`'s one transaction; :class:`_Refused` undoes it."""
         with self._batch:
-            delta, dirty = self._take_pending()
-            writes = beat or dirty or bool(delta) or any(not op.read for op in ops)
+            delta = self._take_pending()
+            writes = beat or bool(delta) or any(not op.read for op in ops)
             records = [(op.answer, op.text) for op in ops if op.answer is not None]
             self._busy_since = time.monotonic()
             try:
@@ -298,9 +444,9 @@ class CommitEngine:
                 if done is None:
                     done = self._transact(ops, records, delta, writes, beat)
             except BaseException as e:
-                self._give_back(delta, dirty)  # written by none: to the next transaction
+                self.pend(delta, lazy=False)  # written by none: to the next transaction
                 if self._may_be_schema(e):
-                    self._version_moved()  # a newer ccpo's tables: say that instead
+                    version_moved(self.db)  # a newer ccpo's tables: say that instead
                 raise
             finally:
                 self._busy_since = None
@@ -329,25 +475,25 @@ class CommitEngine:
         if not self.db.here or self._down is not None or not self._batch.acquire(False):
             return None
         try:
-            with self._cond:
+            with self.cond:
                 if self._queue or self._closing:
                     return None
             records = [(op.answer, op.text)] if op.answer is not None else []
             if not self._whole_ready([op], len(records)):
                 return None
-            delta, dirty = self._take_pending()
+            delta = self._take_pending()
             try:
                 done = self._write_whole([op], records, delta, wait=False)
             except Exception as e:  # the writer meets it again, and reports it
                 log.debug("state %s: a write here failed (%s); handed to the writer", self.where, e)
                 done = None
             if done is None:
-                self._give_back(delta, dirty)
+                self.pend(delta, lazy=False)
                 return None
             result = self._committed(done, writes=True)[0]
             self.commits_here += 1
-            with self._cond:
-                if not self._delta and not self._lease_dirty:
+            with self.cond:
+                if not self._delta:
                     self._flush_at = None  # what it was set for went with this commit
                 self._here_n += 1
                 if self._here_n >= _CHECKPOINT_EVERY:
@@ -357,23 +503,11 @@ class CommitEngine:
         finally:
             self._batch.release()
 
-    def _take_pending(self) -> tuple[_Delta, bool]:
-        """The settlements and counts not yet written, and whether the lease must be."""
-        with self._cond:
+    def _take_pending(self) -> _Delta:
+        """The settlements and counts not yet written (and whether the lease must be)."""
+        with self.cond:
             delta, self._delta = self._delta, _Delta()
-            dirty, self._lease_dirty = self._lease_dirty, False
-        return delta, dirty
-
-    def _give_back(self, delta: _Delta, dirty: bool) -> None:
-        """What :meth:`_take_pending` took, written by no transaction: to the next one."""
-        with self._cond:
-            d = self._delta
-            d.reserved += delta.reserved
-            d.spent += delta.spent
-            d.inflight += delta.inflight
-            d.rejected += delta.rejected
-            d.errors += delta.errors
-            self._lease_dirty |= dirty
+        return delta
 
     def _committed(
         self, done: tuple[Batch, list[tuple[bool, Any]], float, tuple[str, str]], writes: bool
@@ -383,18 +517,7 @@ class CommitEngine:
         b, results, top, self._texts = done
         if writes:
             self.commits += 1
-            self._mirror, self._orphan = b.lease, b.orphan
-            self.others_busy, self.others_hold = b.others_busy, b.others_hold
-            self.others_waiting = b.others_waiting
-            with self._cond:
-                if b.lease_lost:  # the spare was in the lease that ended: counted as spent
-                    gone, self._spare = self._spare, 0.0
-                    self._orphan = Lease(
-                        _less(self._orphan.reserved, gone), _less(self._orphan.inflight, gone)
-                    )
-                self._spare += top
-            if b.new_lease:
-                self._lease_lost = False
+            self.money.committed(b, top)
         self.tracker, self.counters = b.tracker, b.counters
         self.counters.rejected += self._delta.rejected
         return results
@@ -420,30 +543,31 @@ class CommitEngine:
             went_in = {r[0] for rows in inserts for r in rows.fetchall()}
             row = state.fetchone()
             if row is not None:  # another version: nothing of this is committed
-                self._check_version(row[3])
-            tracker, c = self._parse(row)
+                check_version(row[3])
+            tracker, c = parse_state(self.where, row)
             assert row is not None
             texts = (row[0], row[1])
             self._solo = texts == self._texts  # no other replica wrote since this one did
-            b = Batch(tx, tracker, c, Lease(), float(row[2]), self._orphan, inserted=went_in)
+            money = self.money
+            b = Batch(tx, tracker, c, Lease(), float(row[2]), money.orphan, inserted=went_in)
             if writes:
-                self._leases(b, leases.fetchall(), beat)
-                self._apply(b, delta)
+                money.read_leases(b, leases.fetchall(), beat)
+                money.apply(b, delta)
             else:
-                self._look(leases.fetchall())
+                money.look(leases.fetchall())
             added = len(went_in)  # (the ops take their ids out of it)
             results = self._run_ops(ops, b)
             if added:
-                self._trim(tx, added)
+                self.answers.trim(tx, added)
             if writes:
-                top = self._top_up(b)
-                values = self._lease_values(b.lease)
+                top = money.top_up(b)
+                values = money.lease_values(b.lease)
                 if b.new_lease:
                     tx.run(
                         "INSERT INTO ccpo_leases (reserved_usd, inflight_usd, expires, idle, "
                         "waiting, replica, host, pid, owner, proc) VALUES "
                         f"(?, ?, {self.db.now} + ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (*values, self.replica, self.host, os.getpid(), self.owner, self.proc),
+                        (*values, self.replica, money.host, os.getpid(), money.owner, money.proc),
                     )
                 elif not b.lease_ended:
                     tx.run(
@@ -461,9 +585,9 @@ class CommitEngine:
         likely still there when the batch arrives: a guard that fails costs a round trip,
         and a wait for the row lock of the replica that moved it), its lease is its own,
         every op computes on the batch alone, and no trim is due (``n``: answers in it)."""
-        if not self._solo or self.others_hold or self._lease_lost:
+        if not self._solo or self.money.others_hold or self.money.lease_lost():
             return False
-        return n <= _WHOLE_MAX and not self._trim_due(n) and all(op.whole for op in ops)
+        return n <= _WHOLE_MAX and not self.answers.trim_due(n) and all(op.whole for op in ops)
 
     def _write_whole(
         self, ops: list[_Op], records: list[_Record], delta: _Delta, wait: bool = True
@@ -477,9 +601,10 @@ class CommitEngine:
         writes are the ones :meth:`_transact` would have made from the same rows.
         ``wait=False``: sent without waiting (:meth:`_run_here`); None if that would wait."""
         ids = {a["id"] for a, _ in records}
-        old, m = self._texts, self._mirror
+        money = self.money
+        old, m = self._texts, money.mirror
         assert old is not None
-        tracker, c = self._parse(old)
+        tracker, c = parse_state(self.where, old)
         now = self.db.now
         b = Batch(
             tx=None,  # type: ignore[arg-type]  # (ops sent whole run no SQL of their own)
@@ -487,18 +612,18 @@ class CommitEngine:
             counters=c,
             lease=Lease(m.reserved, m.inflight, m.idle, m.waiting),
             now=math.nan,  # (only the leases' read needs the database's clock)
-            orphan=self._orphan,
+            orphan=money.orphan,
             new_lease=False,
-            others_busy=self.others_busy,
-            others_hold=self.others_hold,
-            others_waiting=self.others_waiting,
+            others_busy=money.others_busy,
+            others_hold=money.others_hold,
+            others_waiting=money.others_waiting,
             inserted=set(ids),
             ahead=True,
         )
         try:
-            self._apply(b, delta)
+            money.apply(b, delta)
             results = self._run_ops(ops, b)
-            top = self._top_up(b)
+            top = money.top_up(b)
             texts = state_texts(b.tracker, b.counters)
             steps: list[Step] = []
             if records:
@@ -513,7 +638,7 @@ class CommitEngine:
                 f"UPDATE ccpo_leases SET reserved_usd = ?, inflight_usd = ?, expires = {now} + ?,"
                 f" idle = ?, waiting = ? WHERE replica = ? AND owner = ? AND expires >= {now}"
                 " AND reserved_usd = ? AND inflight_usd = ?",
-                (*self._lease_values(b.lease), self.replica, self.owner, m.reserved, m.inflight),
+                (*money.lease_values(b.lease), self.replica, money.owner, m.reserved, m.inflight),
                 1,
             ))  # fmt: skip
             self.db.write_whole(steps, wait=wait)
@@ -523,15 +648,9 @@ class CommitEngine:
             self._solo = False
             self.commits_moved += 1
             return None
-        self._inserted += len(ids)
+        self.answers.trim(None, len(ids))  # (none is due: _whole_ready)
         self.commits_whole += 1
         return b, results, top, texts
-
-    def _lease_values(self, lease: Lease) -> tuple[float, float, float, int, int]:
-        """This replica's lease as both write paths write it (reserved, in flight, the expiry
-        to add to the database's clock, idle, waiting), ``waiting`` taken now."""
-        lease.waiting = self.waiting()
-        return lease.reserved, lease.inflight, self.expiry, int(lease.idle), int(lease.waiting)
 
     @staticmethod
     def _run_ops(ops: list[_Op], b: Batch) -> list[tuple[bool, Any]]:
@@ -552,7 +671,7 @@ class CommitEngine:
     def _hand_out(self, ops: list[_Op], results: list[tuple[bool, Any]]) -> None:
         """Results to their callers: one hand-over per event loop, thread waiters directly."""
         loops: dict[asyncio.AbstractEventLoop, list[tuple[_Op, bool, Any]]] = {}
-        with self._cond:  # under the lock a thread giving up takes (see _call)
+        with self.cond:  # under the lock a thread giving up takes (see _wait)
             for op, (ok, value) in zip(ops, results, strict=True):
                 if op.afut is not None:
                     loops.setdefault(op.afut.get_loop(), []).append((op, ok, value))

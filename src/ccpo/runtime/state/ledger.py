@@ -17,6 +17,8 @@ import math
 import time
 
 from ccpo.llm.client import BudgetExceeded, SpendLedger
+from ccpo.runtime.state.engine import Pending
+from ccpo.runtime.state.money import Money
 from ccpo.runtime.state.store import StateStore
 
 BUSY_RETRY_S = 5  # Retry-After when the room is held by replicas that renew their leases
@@ -35,12 +37,12 @@ class BudgetBusy(BudgetExceeded):
 class StoreLedger(SpendLedger):
     """A :class:`~ccpo.llm.client.SpendLedger` whose money lives in the state store: a
     reservation is admitted only if it fits the budget over *all* replicas (one transaction,
-    :meth:`StateStore.areserve`, awaited without blocking the event loop) and is durable
+    :meth:`Money.reserve`, awaited without blocking the event loop) and is durable
     before the call it is for is sent. Every reserved dollar is counted in flight (spent at
     its worst case should this replica die): a question's wallet, reserved once at admission,
     pays its calls' worst cases with no write per call, so the store cannot tell which part
     of it is in a call. Settlements (:meth:`settle`) never block: they ride on the replica's
-    next transaction (:meth:`StateStore.settle`). So a replica killed mid-call leaves its
+    next transaction (:meth:`Money.settle`). So a replica killed mid-call leaves its
     money counted (see the store's leases), and N replicas never spend N budgets.
 
     ``total`` is all money spent under this state (``absolute``: the client's cap is the whole
@@ -57,15 +59,16 @@ class StoreLedger(SpendLedger):
     def __init__(self, store: StateStore, max_wait: float | None = None) -> None:
         super().__init__()
         self.store = store
+        self.money: Money = store.money
         self.max_wait = max_wait  # seconds a reservation may wait for room (None: no limit)
         self._stuck_since: float | None = None
-        store.waiting = self.waiting  # on its lease: admissions at other replicas give way
+        store.money.waiting = self.waiting  # on its lease: admissions at other replicas give way
 
     def count(self, slot: str, delta: int) -> None:
         before = self.waiting()
         super().count(slot, delta)
         if slot == self.WAITING and self.waiting() != before:
-            self.store.waiting_changed()
+            self.money.waiting_changed()
 
     def _idle(self) -> bool:
         """No call of this replica in flight and every question admitted here waits."""
@@ -79,30 +82,22 @@ class StoreLedger(SpendLedger):
         call: bool = False,
         admission: bool = False,
     ) -> bool:
-        # a call drawn wholly from its question's wallet needs no write: the wallet is in
-        # the store, counted in flight, since the question was admitted; a wallet comes
-        # from the spare one when it can (reserved by an earlier transaction)
-        return self._reserved(
-            call,
-            usd <= 0
-            or self.store.take_spare(usd, cap)
-            or await self.store.areserve(usd, cap, usd, idle=self._idle, admission=admission),
-        )
+        wallet = self._wallet(usd, cap, admission)
+        return self._reserved(call, wallet if isinstance(wallet, bool) else await wallet)
 
-    def try_reserve(
-        self,
-        usd: float,
-        cap: float | None,
-        call: bool = False,
-        admission: bool = False,
-    ) -> bool:
+    def try_reserve(self, usd: float, cap: float | None, call: bool = False) -> bool:
         """:meth:`areserve`, blocking while the store commits."""
-        return self._reserved(
-            call,
-            usd <= 0
-            or self.store.take_spare(usd, cap)
-            or self.store.reserve(usd, cap, usd, idle=self._idle, admission=admission),
-        )
+        wallet = self._wallet(usd, cap, admission=False)
+        return self._reserved(call, wallet if isinstance(wallet, bool) else wallet.result())
+
+    def _wallet(self, usd: float, cap: float | None, admission: bool) -> bool | Pending[bool]:
+        """True when ``usd`` needs no write: a call drawn wholly from its question's wallet
+        (the wallet is in the store, counted in flight, since the question was admitted),
+        or a wallet taken from the spare one (reserved by an earlier transaction); else the
+        store's reservation of it, all of it counted in flight, to be committed."""
+        if usd <= 0 or self.money.take_spare(usd, cap):
+            return True
+        return self.money.reserve(usd, cap, usd, idle=self._idle, admission=admission)
 
     def _reserved(self, call: bool, ok: bool) -> bool:
         """What a reservation does here once the store holds the money (``ok``): count the
@@ -114,7 +109,7 @@ class StoreLedger(SpendLedger):
 
     def settle(self, reserved: float, spent: float, call: bool = False) -> None:
         if reserved > 0 or spent > 0:
-            self.store.settle(reserved, spent, inflight=reserved)
+            self.money.settle(reserved, spent, inflight=reserved)
         with self._values() as v:
             v.calls = max(0.0, v.calls - float(call))
 
@@ -136,13 +131,13 @@ class StoreLedger(SpendLedger):
         hold money, or another replica's admitted question waits for room: they go first,
         and their wallets may then admit it."""
         now = time.monotonic()
-        if not self._idle() or self.store.others_busy or self.store.pending():
+        money = self.money
+        if not self._idle() or money.others_busy or self.store.engine.pending():
             self._stuck_since = None
             return False
         if self._stuck_since is None:
             self._stuck_since = now
-        store = self.store
-        if not admitted and (self._admitted() or store.others_hold or store.others_waiting):
+        if not admitted and (self._admitted() or money.others_hold or money.others_waiting):
             return False
         return now - self._stuck_since >= self.stuck_s
 
@@ -151,10 +146,10 @@ class StoreLedger(SpendLedger):
             return v.admitted > 0
 
     def known_worst(self) -> float:
-        return self.store.known_worst
+        return self.money.known_worst
 
     def note_worst(self, usd: float) -> None:
-        self.store.note_worst(usd)
+        self.money.note_worst(usd)
 
     def waited(self, seconds: float, usd: float) -> None:
         """Past ``max_wait`` seconds: :class:`BudgetBusy`, naming who holds the room. A
@@ -163,18 +158,18 @@ class StoreLedger(SpendLedger):
         replica that may be down: its money comes free when that lease expires."""
         if self.max_wait is None or seconds < self.max_wait:
             return
-        store = self.store
-        c = store.counters
+        money, expiry = self.money, self.store.engine.expiry
+        c = self.store.counters
         head = (
             f"no room in the total budget for ${usd:.6f} after waiting {seconds:.0f} s "
             f"(spent ${c.spent_usd:.4f}, reserved ${c.reserved_usd:.4f})"
         )
-        late = [(r, x, left) for r, x, left in store.holders if left < store.expiry * 0.75 - 1]
+        late = [(r, x, left) for r, x, left in money.holders if left < expiry * 0.75 - 1]
         if late:
             after = math.ceil(max(0.0, min(left for _, _, left in late))) + 1
             who = "; ".join(
                 f"replica {r} holds ${x:.4f} and has not renewed its lease for "
-                f"{store.expiry - left:.0f} s (it may be down): it expires in {max(0, left):.0f} s"
+                f"{expiry - left:.0f} s (it may be down): it expires in {max(0, left):.0f} s"
                 for r, x, left in late
             )
         else:
@@ -182,8 +177,8 @@ class StoreLedger(SpendLedger):
             who = (
                 "held by questions in flight ("
                 + ", ".join(
-                    [f"this replica ${store._mirror.reserved:.4f}"]
-                    + [f"replica {r} ${x:.4f}" for r, x, _ in store.holders]
+                    [f"this replica ${money.mirror.reserved:.4f}"]
+                    + [f"replica {r} ${x:.4f}" for r, x, _ in money.holders]
                 )
                 + ")"
             )

@@ -1,15 +1,17 @@
-"""The money of the state store (:class:`Money`, a part of
+"""The money of the state store (:class:`Money`, the ``money`` of
 :class:`~ccpo.runtime.state.store.StateStore`): reservations under the total budget, their
 settlements, the spare wallet, and the leases under which a replica holds money.
 
-- :meth:`Money.areserve` / :meth:`~Money.reserve`: reserve under the cap, atomically over all
-  replicas, durable when it returns; :meth:`Money.settle`: release and spend, written with
-  the next transaction (never blocking);
-- :meth:`Money.take_spare`: a wallet from the spare one, with no write; ``_top_up`` refills it
-  in a write (``SPARE_IDLE_S``, ``SPARE_IDLE_UNCAPPED_S``, ``SPARE_ROOM``);
-- ``_leases`` / ``_release`` / ``_apply``: every lease read once per transaction (expired ones,
-  and the one a restart under this replica id finds, settled at their worst case), pending
-  settlements applied; ``_neighbour_gone``: a process of this host holding money exited;
+- :meth:`Money.reserve`: reserve under the cap, atomically over all replicas, durable once
+  committed (a :class:`~ccpo.runtime.state.engine.Pending`: waited for or awaited);
+  :meth:`Money.settle`: release and spend, written with the next transaction (never
+  blocking);
+- :meth:`Money.take_spare`: a wallet from the spare one, with no write; :meth:`~Money.top_up`
+  refills it in a write (``SPARE_IDLE_S``, ``SPARE_IDLE_UNCAPPED_S``, ``SPARE_ROOM``);
+- :meth:`~Money.read_leases` / ``_release`` / :meth:`~Money.apply`: every lease read once per
+  transaction (expired ones, and the one a restart under this replica id finds, settled at
+  their worst case), pending settlements applied; :meth:`~Money.neighbour_gone`: a process
+  of this host holding money exited;
 - :meth:`Money.note_worst`: a question's worst case, kept in the state for restarts.
 
 Vocabulary (wallet, spare, lease, lease owner, in flight, orphan): docs/glossary.md.
@@ -18,13 +20,14 @@ Vocabulary (wallet, spare, lease, lease owner, in flight, orphan): docs/glossary
 from __future__ import annotations
 
 import logging
-import threading
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ccpo.errors import CCPOError
 from ccpo.runtime.state.batch import _EPS, Batch, Lease, _Delta, _less, _never, _Op, _Redo
+from ccpo.runtime.state.engine import CommitEngine, Pending
 from ccpo.runtime.state.process import gone, owner_token, process_identity
 from ccpo.runtime.state.schema import WORST_KEY
 
@@ -38,10 +41,6 @@ SPARE_IDLE_S = 1.0  # a spare wallet nobody took for this long is released (unde
 SPARE_IDLE_UNCAPPED_S = 5.0
 SPARE_ROOM = 16  # under a cap, a spare is topped up only if this many wallets fit after it
 
-_LEASES = (  # every lease, as :meth:`Money._leases` reads them
-    "SELECT replica, reserved_usd, inflight_usd, expires, idle, waiting, owner, proc "
-    "FROM ccpo_leases"
-)
 LOOK_S = 0.5  # how often the writer looks whether a process of this host holding money exited
 
 
@@ -61,20 +60,18 @@ def _hold(b: Batch, usd: float, inflight: float) -> None:
 
 
 class Money:
-    """Reservations, settlements, the spare wallet and the leases of
-    :class:`~ccpo.runtime.state.store.StateStore`. Its operations go through the store's
-    commit engine (``_call``, ``_acall``); settlements and releases are added to its pending
-    ``_delta`` under ``_cond``; ``_leases``, ``_apply`` and ``_top_up`` run inside its
-    transactions."""
+    """The money of the state store on the commit ``engine``: reservations, settlements, the
+    spare wallet and this replica's lease. Its operations are the engine's
+    (:meth:`CommitEngine.commit`); settlements and releases are
+    pending in the engine (:meth:`CommitEngine.pend`); :meth:`read_leases`, :meth:`apply`,
+    :meth:`top_up` run inside the engine's transactions, :meth:`committed` after each commit.
+    ``known_worst``: a question's largest worst case, as the store found it
+    (:meth:`note_worst`)."""
 
-    replica: str
-    host: str
-    expiry: float
-    known_worst: float
-    _cond: threading.Condition
-    _delta: _Delta
-
-    def _init_money(self) -> None:
+    def __init__(self, engine: CommitEngine, known_worst: float = 0.0) -> None:
+        self.engine = engine
+        self.known_worst = known_worst
+        self.host = socket.gethostname()
         self.owner = owner_token()  # this process's leases are its own (not its host's and pid's)
         self.proc = process_identity()  # where others on this host check it for life
         self._neighbours: list[str] = []  # processes of this host holding money (their proc)
@@ -83,15 +80,14 @@ class Money:
         self.holders: list[tuple[str, float, float]] = []
         self._next_look = 0.0
         self._lease_lost = False
-        self._mirror = Lease()  # the lease as this replica's last commit left it
-        self._orphan = Lease()  # what a lost lease held (counted as spent when it expired)
+        self.mirror = Lease()  # the lease as this replica's last commit left it
+        self.orphan = Lease()  # what a lost lease held (counted as spent when it expired)
         self.others_busy = False  # another replica holds money it will free by itself
         self.others_hold = False  # another replica holds money (busy, or its questions wait)
         self.others_waiting = False  # an admitted question of another replica waits for room
         # whether an admitted question of this replica waits for room (its ledger sets it):
         # written to its lease with every write, and a change of it makes one (waiting_changed)
         self.waiting: Callable[[], bool] = _never
-        self._lease_dirty = False
         # the spare wallet: reserved and counted in flight, durably, for this
         # replica's next question; topped up to ``_spare_want`` by write transactions
         self._spare = 0.0
@@ -102,14 +98,23 @@ class Money:
         self._no_spare = False  # closing: no spare any more
 
     # ------------------------------------------------------------------ reserve and settle
-    def _reserve_op(
+    def reserve(
         self,
         usd: float,
         cap: float | None,
-        inflight: float,
-        idle: bool | Callable[[], bool],
+        inflight: float = 0.0,
+        idle: bool | Callable[[], bool] = False,
         admission: bool = False,
-    ) -> tuple[Callable[[Batch], bool], Callable[[bool], None]]:
+    ) -> Pending[bool]:
+        """Reserve ``usd`` under the total budget ``cap`` (None: no cap) if spent + reserved
+        + ``usd`` ≤ ``cap`` over all replicas, ``inflight`` of it counted as spent should this
+        replica die before settling it; False (nothing reserved) if it does not fit, then
+        ``idle`` (or its value when the transaction runs) says whether every question of this
+        replica waits for room. ``admission``: a question's wallet, which under a cap gives
+        way (False) while an admitted question of another replica waits for room (a lease's
+        ``waiting``). Durable once committed (``.result()``, or awaited); atomic across
+        replicas."""
+
         def fn(b: Batch) -> bool:
             c = b.counters
             behind = admission and cap is not None and b.others_waiting
@@ -128,48 +133,13 @@ class Money:
             if ok:
                 self.settle(usd, 0.0, inflight)
 
-        return fn, undo
-
-    def reserve(
-        self,
-        usd: float,
-        cap: float | None,
-        inflight: float = 0.0,
-        idle: bool | Callable[[], bool] = False,
-        admission: bool = False,
-    ) -> bool:
-        """Reserve ``usd`` under the total budget ``cap`` (None: no cap) if spent + reserved
-        + ``usd`` ≤ ``cap`` over all replicas, ``inflight`` of it counted as spent should this
-        replica die before settling it; False (nothing reserved) if it does not fit, then
-        ``idle`` (or its value when the transaction runs) says whether every question of this
-        replica waits for room. ``admission``: a question's wallet, which under a cap gives
-        way (False) while an admitted question of another replica waits for room (a lease's
-        ``waiting``). Durable when it returns; atomic across replicas."""
-        fn, undo = self._reserve_op(usd, cap, inflight, idle, admission)
-        return self._call(fn, undo=undo, whole=True)
-
-    async def areserve(
-        self,
-        usd: float,
-        cap: float | None,
-        inflight: float = 0.0,
-        idle: bool | Callable[[], bool] = False,
-        admission: bool = False,
-    ) -> bool:
-        """:meth:`reserve` without blocking the event loop."""
-        fn, undo = self._reserve_op(usd, cap, inflight, idle, admission)
-        return await self._acall(fn, undo=undo, whole=True)
+        return self.engine.commit(fn, undo=undo, whole=True)
 
     def settle(self, reserved: float, spent: float, inflight: float = 0.0) -> None:
         """Release ``reserved`` (``inflight`` of it counted in flight) and add ``spent``:
         written with this replica's next transaction (within ``FLUSH_S``), never blocking;
         retried until written while the replica lives (until then the money stays reserved)."""
-        with self._cond:
-            d = self._delta
-            d.reserved += reserved
-            d.spent += spent
-            d.inflight += inflight
-            self._lazy()
+        self.engine.pend(_Delta(reserved, spent, inflight))
 
     # ------------------------------------------------------------------ the spare wallet
     def take_spare(self, usd: float, cap: float | None = None) -> bool:
@@ -182,7 +152,7 @@ class Money:
         it), so at concurrency 1 a question costs one commit (its answer) instead of two; the
         spare goes back (one write) once nobody asked for it for that long."""
         now = time.monotonic()
-        with self._cond:
+        with self.engine.cond:
             if self._no_spare:
                 return False
             last, self._spare_taken = self._spare_taken, now
@@ -202,10 +172,17 @@ class Money:
         cap (the last question's), ``SPARE_IDLE_UNCAPPED_S`` without. Under ``_cond``."""
         return SPARE_IDLE_S if self._spare_cap is not None else SPARE_IDLE_UNCAPPED_S
 
-    def _top_up(self, b: Batch) -> float:
+    def spare_idle_at(self) -> float | None:
+        """When the spare goes back unless a question asks for it (None: there is none).
+        Under the engine's ``cond``."""
+        if self._spare <= 0 and self._spare_want <= 0:
+            return None
+        return (self._spare_taken or 0.0) + self._spare_idle()
+
+    def top_up(self, b: Batch) -> float:
         """Inside a write transaction: reserve what the spare lacks (all of it counted in
         flight); the amount, added to the spare once committed."""
-        with self._cond:
+        with self.engine.cond:
             if not self._spare_streak or self._no_spare:
                 return 0.0
             top = _less(self._spare_want, self._spare)
@@ -219,23 +196,26 @@ class Money:
             _hold(b, top, top)
         return top
 
-    def _drop_spare(self) -> None:
-        """Release the spare (nobody asked for it lately, or the store closes): a settlement
-        written with the next transaction, at once. Under ``_cond``."""
+    def drop_spare(self) -> None:
+        """Release the spare (nobody asked for it lately): a settlement written with the next
+        transaction, at once. Under the engine's ``cond``."""
         self._spare_want = 0.0
         self._spare_streak = False
         if self._spare > 0:
             self._release_spare()
-            self._flush_at = time.monotonic()
-            self._cond.notify()
+            self.engine.flush_now()
+
+    def close(self) -> None:
+        """The store closes: the spare goes back, and no question takes one any more."""
+        with self.engine.cond:
+            self._no_spare = True
+            self.drop_spare()
 
     def _release_spare(self) -> None:
         """The spare back to the budget: a settlement written with the next transaction.
-        Under ``_cond``."""
+        Under the engine's ``cond``."""
         spare, self._spare = self._spare, 0.0
-        d = self._delta
-        d.reserved += spare
-        d.inflight += spare
+        self.engine.pend(_Delta(reserved=spare, inflight=spare), lazy=False)
 
     def note_worst(self, usd: float) -> None:
         """A question's worst case (T x the largest worst case of a round) grew to ``usd``:
@@ -254,25 +234,14 @@ class Money:
                 b.tx.run("UPDATE ccpo_meta SET value = ? WHERE key = ?", (str(usd), WORST_KEY))
 
         try:
-            self._submit(_Op(fn))  # type: ignore[attr-defined]  # (nobody waits for it)
+            self.engine.submit(_Op(fn))  # (nobody waits for it)
         except CCPOError:  # the database is away: the next growth writes it
             self.known_worst = known
 
     def waiting_changed(self) -> None:
         """Whether a question of this replica waits for room (:attr:`waiting`) changed: the
         lease says so with the next transaction, within ``FLUSH_S`` (never blocking)."""
-        with self._cond:
-            self._lease_dirty = True
-            self._lazy()
-
-    def pending(self) -> bool:
-        """Settlements wait to be written (money this replica is about to free)."""
-        with self._cond:
-            return self._delta.reserved > 0
-
-    def flush(self) -> None:
-        """Write what is pending now (and wait for it)."""
-        self._call(lambda b: None, whole=True)
+        self.engine.pend(_Delta(lease=True))
 
     # ------------------------------------------------------------------ leases
     def leases(self) -> list[tuple[str, float, float, float]]:
@@ -286,9 +255,9 @@ class Money:
                 )
             ]
 
-        return self._call(fn, read=True)
+        return self.engine.commit(fn, read=True).result()
 
-    def _leases(self, b: Batch, rows: list[tuple[Any, ...]], beat: bool) -> None:
+    def read_leases(self, b: Batch, rows: list[tuple[Any, ...]], beat: bool) -> None:
         """Every lease in one read: expired ones (and, on a heartbeat, those of exited
         processes of this host's PID namespace) end, their calls counted as spent at the worst
         case; a lease under this replica's id left by an earlier process (a restart) ends the
@@ -297,15 +266,16 @@ class Money:
         none); ``b.others_busy``: another replica holds money and is not waiting for room;
         ``b.others_hold``: another holds money; ``b.others_waiting``: an admitted question of
         another waits for room."""
+        replica_id, engine = self.engine.replica, self.engine
         busy = hold = waits = False
         holders: list[tuple[str, float, float]] = []
         for replica, reserved, inflight, expires, idle, waiting, owner, proc in rows:
             reserved, inflight = float(reserved), float(inflight)
-            mine = replica == self.replica
+            mine = replica == replica_id
             if mine and owner != self.owner:
-                if self.commits:  # type: ignore[attr-defined]  # (the engine's count)
+                if engine.commits:
                     raise LeaseTaken(
-                        f"replica {self.replica}: another process started with this replica id "
+                        f"replica {replica_id}: another process started with this replica id "
                         "took its lease over; this one stops serving (give every replica its "
                         "own --replica id)"
                     )
@@ -329,15 +299,15 @@ class Money:
                     holders.append((replica, reserved, float(expires) - b.now))
         b.others_busy, b.others_hold, b.others_waiting = busy, hold, waits
         self.holders = holders
-        self._look(rows)
+        self.look(rows)
         if b.new_lease:
-            held = self._mirror
+            held = self.mirror
             if self._lease_lost or held.reserved > 0 or held.inflight > 0:
                 log.warning(
                     "replica %s: its lease had expired (no transaction for %.0f s); what it "
                     "held ($%.6f) was counted as spent",
-                    self.replica,
-                    self.expiry,
+                    replica_id,
+                    engine.expiry,
                     held.reserved,
                 )
                 b.orphan = Lease(
@@ -345,19 +315,19 @@ class Money:
                 )
                 b.lease_lost = True
 
-    def _look(self, rows: list[tuple[Any, ...]]) -> None:
+    def look(self, rows: list[tuple[Any, ...]]) -> None:
         """From the leases as a transaction read them (``_LEASES``, a read-only one too):
         the processes of this host's PID namespace holding money, which the writer watches
-        (:meth:`_neighbour_gone`)."""
+        (:meth:`neighbour_gone`)."""
         here = self.proc.rsplit("/", 2)[0]
         self._neighbours = [
             proc
             for replica, reserved, *_, proc in rows
-            if replica != self.replica and float(reserved) > 0 and proc
+            if replica != self.engine.replica and float(reserved) > 0 and proc
             and proc.rsplit("/", 2)[0] == here
         ]  # fmt: skip
 
-    def _neighbour_gone(self) -> bool:
+    def neighbour_gone(self) -> bool:
         """A process of this host's PID namespace that held money under a lease (as this
         replica's last transaction read them) has exited: a heartbeat ends its lease now
         rather than at its expiry. Looks at most every ``LOOK_S`` (the writer's thread)."""
@@ -386,7 +356,7 @@ class Money:
             )
 
     @staticmethod
-    def _apply(b: Batch, d: _Delta) -> None:
+    def apply(b: Batch, d: _Delta) -> None:
         """Write pending settlements and counts: release ``d.reserved`` (``d.inflight`` of it
         counted in flight) and add ``d.spent``. What a lost lease held is released first,
         from what this replica kept apart (it left the counters when the lease expired)."""
@@ -403,3 +373,34 @@ class Money:
         c.reserved_usd = _less(c.reserved_usd, r)
         c.inflight_usd = _less(c.inflight_usd, i)
         lease.reserved, lease.inflight = _less(lease.reserved, r), _less(lease.inflight, i)
+
+    def lease_values(self, lease: Lease) -> tuple[float, float, float, int, int]:
+        """This replica's lease as both write paths write it (reserved, in flight, the expiry
+        to add to the database's clock, idle, waiting), ``waiting`` taken now."""
+        lease.waiting = self.waiting()
+        expiry = self.engine.expiry
+        return lease.reserved, lease.inflight, expiry, int(lease.idle), int(lease.waiting)
+
+    def lease_lost(self) -> bool:
+        """This replica's lease expired and it has not written a new one yet."""
+        return self._lease_lost
+
+    def committed(self, b: Batch, top: float) -> None:
+        """After a write committed: this replica's lease and the others' as it left them, and
+        the spare's top-up (``top``) added (what a lost lease held of it counted as spent)."""
+        self.mirror, self.orphan = b.lease, b.orphan
+        self.others_busy, self.others_hold = b.others_busy, b.others_hold
+        self.others_waiting = b.others_waiting
+        with self.engine.cond:
+            if b.lease_lost:  # the spare was in the lease that ended: counted as spent
+                gone, self._spare = self._spare, 0.0
+                self.orphan = Lease(
+                    _less(self.orphan.reserved, gone), _less(self.orphan.inflight, gone)
+                )
+            self._spare += top
+        if b.new_lease:
+            self._lease_lost = False
+
+    def held(self) -> float:
+        """What this replica holds reserved, as its last commit left it (a lost lease's too)."""
+        return self.mirror.reserved + self.orphan.reserved

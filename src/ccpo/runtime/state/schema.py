@@ -1,15 +1,15 @@
 """The state store's tables and their version: created on first start, checked on every
-start, older versions converted in place (:class:`Schema`, a part of
-:class:`~ccpo.runtime.state.store.StateStore`).
+start, older versions converted in place (:class:`Schema`, the check
+:class:`~ccpo.runtime.state.store.StateStore` runs as it opens).
 
 - ``_DDL``: the tables (``ccpo_meta``, ``ccpo_state``: the one state row, ``ccpo_leases``,
   ``ccpo_answers``); ``SCHEMA_VERSION``: their version, kept in ``ccpo_meta``;
-- :meth:`Schema._open`: create or check (a newer version, another format or another policy
+- :meth:`Schema.open`: create or check (a newer version, another format or another policy
   artifact's fingerprint is refused), convert v1 (the one-process SQLite format), v2 and v3
   (leases without ``idle`` / ``waiting``), v4 (without ``owner`` / ``proc``) in place;
-- :func:`tracker_json`, :func:`state_texts`, :meth:`Schema._parse`: the state row's columns
+- :func:`tracker_json`, :func:`state_texts`, :func:`parse_state`: the state row's columns
   (κ's tracker and the counters, as JSON) written and read;
-- ``VERSION_SQL``, :meth:`Schema._check_version`, :class:`SchemaChanged`: every transaction
+- ``VERSION_SQL``, :func:`check_version`, :class:`SchemaChanged`: every transaction
   reads the version with the state row and refuses to write into another version (a newer
   ccpo converted the tables while this replica serves: docs/deploy.md, "Upgrading").
 
@@ -95,16 +95,46 @@ def version_problem(found: Any) -> str | None:
     )
 
 
+def check_version(found: Any) -> None:
+    """:class:`SchemaChanged` unless ``found`` (the version a transaction read) is this
+    replica's."""
+    why = version_problem(found)
+    if why is not None:
+        raise SchemaChanged(why)
+
+
+def version_moved(db: Backend) -> None:
+    """After a transaction failed: :class:`SchemaChanged` if the tables have another version
+    now (a newer ccpo may have changed what the statement used); else nothing (the failure
+    is reported as it was)."""
+    try:
+        with db.read() as tx:
+            row = tx.one(f"SELECT {VERSION_SQL}")
+    except Exception:  # the database is away: the failure says so itself
+        return
+    if row is not None:
+        check_version(row[0])
+
+
+def parse_state(where: str, row: tuple[Any, ...] | None) -> tuple[OnlineThreshold, Counters]:
+    """κ's tracker and the counters of the state row (tracker, counters, ...) of the state
+    at ``where``."""
+    if row is None:
+        raise CCPOError(f"{where}: the state row is missing; was it cleared?")
+    return OnlineThreshold(**json.loads(row[0])), Counters.from_json(json.loads(row[1]))
+
+
 class Schema:
-    """The tables of :class:`~ccpo.runtime.state.store.StateStore`: created or checked and
-    converted when the store opens; the state row parsed. Uses the store's ``db`` and
-    ``where``, and its engine's ``_run_batch`` (the first transaction, which takes the lease)."""
+    """The tables of the state on ``db``: created, or checked and converted, by :meth:`open`
+    (the store then runs its first transaction, which takes the lease)."""
 
-    db: Backend
-    where: str
-    known_worst: float = 0.0  # WORST_KEY as the store opened (or as this replica wrote it)
+    def __init__(self, db: Backend) -> None:
+        self.db = db
+        self.where = db.where
+        self.known_worst = 0.0  # WORST_KEY as the store opened
 
-    def _open(self, fingerprint: str, tracker: OnlineThreshold) -> bool:
+    def open(self, fingerprint: str, tracker: OnlineThreshold) -> bool:
+        """Create the tables, or check and convert them; whether the state existed before."""
         with self.db.write() as tx:
             if self.db.kind == "postgresql":  # two replicas starting at once: one creates
                 tx.one("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
@@ -144,7 +174,6 @@ class Schema:
             else:
                 self._create(tx, fingerprint, tracker, Counters())
                 restored = False
-        self._run_batch([], beat=True)
         return restored
 
     @staticmethod
@@ -197,28 +226,3 @@ class Schema:
         tx.run("DROP TABLE kv")
         log.warning("%s: converted from the one-process state format (v1)", self.where)
         return meta
-
-    def _check_version(self, found: Any) -> None:
-        """:class:`SchemaChanged` unless ``found`` (the version a transaction read) is this
-        replica's."""
-        why = version_problem(found)
-        if why is not None:
-            raise SchemaChanged(why)
-
-    def _version_moved(self) -> None:
-        """After a transaction failed: :class:`SchemaChanged` if the tables have another
-        version now (a newer ccpo may have changed what the statement used); else nothing
-        (the failure is reported as it was)."""
-        try:
-            with self.db.read() as tx:
-                row = tx.one(f"SELECT {VERSION_SQL}")
-        except Exception:  # the database is away: the failure says so itself
-            return
-        if row is not None:
-            self._check_version(row[0])
-
-    def _parse(self, row: tuple[Any, ...] | None) -> tuple[OnlineThreshold, Counters]:
-        """κ's tracker and the counters of the state row (tracker, counters, ...)."""
-        if row is None:
-            raise CCPOError(f"{self.where}: the state row is missing; was it cleared?")
-        return OnlineThreshold(**json.loads(row[0])), Counters.from_json(json.loads(row[1]))

@@ -12,12 +12,17 @@ answer sets awaiting feedback, on an embedded SQLite file or a shared PostgreSQL
   operation has a deadline, past it :class:`StateUnavailable`; the store has a schema version
   and belongs to one policy artifact (its fingerprint).
 
-The parts, mixins sharing the store's state: :class:`~ccpo.runtime.state.schema.Schema`
-(tables, version, migrations), :class:`~ccpo.runtime.state.engine.CommitEngine` (group
-commit, writes sent whole, committed here), :class:`~ccpo.runtime.state.money.Money`
-(reserve, settle, the spare wallet, leases), :class:`~ccpo.runtime.state.answers.Answers`
-(answers, feedback, counts). The contract and the vocabulary: docs/glossary.md ("State store:
-how a question's money moves"); why this design: docs/decisions.md ("Group commit and wallets").
+The parts, each an object with its own state, made and wired here:
+:class:`~ccpo.runtime.state.schema.Schema` (tables, version, migrations: checked as the store
+opens), ``engine``, a :class:`~ccpo.runtime.state.engine.CommitEngine` (group commit, writes
+sent whole, committed here; κ's tracker and the counters as its last transaction found them),
+``money``, a :class:`~ccpo.runtime.state.money.Money` (reserve, settle, the spare wallet,
+leases), ``answers``, an :class:`~ccpo.runtime.state.answers.Answers` (answers, feedback,
+counts). Callers use the parts directly (``store.money.reserve``, ``store.answers.lookup``,
+``store.engine.commits``); the store itself offers what concerns all of it: κ and the counters
+(:meth:`StateStore.refresh`), ``health``, ``update_tracker``, ``close``. The contract and the
+vocabulary: docs/glossary.md ("State store: how a question's money moves"); why this design:
+docs/decisions.md ("Group commit and wallets").
 """
 
 from __future__ import annotations
@@ -25,13 +30,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import uuid
 from collections.abc import Callable
 
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.runtime.feedback import Counters
-from ccpo.runtime.state.answers import Answers, answer_rows, insert_answers, insert_sql
+from ccpo.runtime.state.answers import Answers
 from ccpo.runtime.state.backends import open_backend
 from ccpo.runtime.state.batch import Batch, Lease
 from ccpo.runtime.state.db import Backend, DuplicateKey, StateUnavailable
@@ -53,14 +57,13 @@ def default_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-class StateStore(Schema, Answers, Money, CommitEngine):
+class StateStore:
     """The serve state on a backend; ``location``: None (in memory), a SQLite path or a
     PostgreSQL URL. ``expiry``: seconds a replica's lease (and so its reservations) outlives
     its last sign of life. ``timeout``: the deadline of every operation (seconds)."""
 
-    tracker: OnlineThreshold  # κ's tracker as this replica's last transaction found it
-    counters: Counters  # the counters, likewise (plus refused requests not yet written)
     restored: bool  # the store existed before (False: created by this replica)
+    replica: str  # this replica's id (its lease's)
 
     def __init__(
         self,
@@ -72,43 +75,45 @@ class StateStore(Schema, Answers, Money, CommitEngine):
         replica: str | None = None,
         timeout: float = 2.0,
     ) -> None:
-        self.timeout = float(timeout)
-        self.db: Backend = open_backend(location, timeout=self.timeout)
+        self.db: Backend = open_backend(location, timeout=float(timeout))
         self.where = self.db.where
-        self.max_records = max_records
-        self.expiry = float(expiry)
         self.replica = replica or default_replica_id()
-        self.host = socket.gethostname()
-        self._init_answers()
-        self._init_money()
-        self._init_engine()
+        self.engine = CommitEngine(self.db, self.replica, expiry, timeout)
+        self.answers = Answers(self.engine, max_records)
         try:
-            self.restored = self._open(fingerprint, tracker)
+            schema = Schema(self.db)
+            self.restored = schema.open(fingerprint, tracker)
+            self.money = Money(self.engine, known_worst=schema.known_worst)
+            self.engine.attach(self.money, self.answers)
+            self.engine.start()
         except BaseException:
             self.db.close()
             raise
-        self._stop = threading.Event()
-        self._writer = threading.Thread(target=self._write_loop, name="ccpo-state", daemon=True)
-        self._writer.start()
 
     # ------------------------------------------------------------------ reads
-    def refresh(self) -> tuple[OnlineThreshold, Counters]:
-        """κ's tracker and the counters as every replica sees them now (plus this replica's
-        refused requests not yet written)."""
-        self._call(lambda b: None, read=True)
-        return self.tracker, self.counters
-
-    async def arefresh(self) -> tuple[OnlineThreshold, Counters]:
-        await self._acall(lambda b: None, read=True)
-        return self.tracker, self.counters
+    @property
+    def counters(self) -> Counters:
+        """The counters as this replica's last transaction found them (plus refused requests
+        not yet written); κ's tracker likewise: ``engine.tracker``."""
+        return self.engine.counters
 
     @property
     def kappa(self) -> float:
-        return self.tracker.kappa
+        return self.engine.tracker.kappa
+
+    def refresh(self) -> tuple[OnlineThreshold, Counters]:
+        """κ's tracker and the counters as every replica sees them now (plus this replica's
+        refused requests not yet written)."""
+        self.engine.commit(lambda b: None, read=True).result()
+        return self.engine.tracker, self.engine.counters
+
+    async def arefresh(self) -> tuple[OnlineThreshold, Counters]:
+        await self.engine.commit(lambda b: None, read=True)
+        return self.engine.tracker, self.engine.counters
 
     def health(self) -> str | None:
         """None while the database answers; else why not (``/healthz`` says degraded)."""
-        return self.unavailable()
+        return self.engine.unavailable()
 
     # ------------------------------------------------------------------ writes
     def update_tracker(self, change: Callable[[OnlineThreshold], None]) -> OnlineThreshold:
@@ -119,41 +124,36 @@ class StateStore(Schema, Answers, Money, CommitEngine):
             change(b.tracker)
             return b.tracker
 
-        return self._call(fn)
+        return self.engine.commit(fn).result()
 
     def close(self) -> None:
         """Write what is pending (within the deadline), end this replica's lease if it holds
         nothing, and stop the writer. A lease still holding money (its settlements could not
         be written) is left to expire: its calls then count as spent at their worst case."""
+        engine, money = self.engine, self.money
 
         def end(b: Batch) -> float:
             if b.lease.reserved <= 0 and b.lease.inflight <= 0:
                 if not b.new_lease:
                     b.tx.run(
                         "DELETE FROM ccpo_leases WHERE replica = ? AND owner = ?",
-                        (self.replica, self.owner),
+                        (engine.replica, money.owner),
                     )
                 b.lease_ended, b.new_lease = True, False
             return b.lease.reserved
 
-        with self._cond:
-            self._no_spare = True
-            self._drop_spare()
+        money.close()
         try:
-            held = self._call(end)
+            held = engine.commit(end).result()
         except Exception as e:  # closing: the database may be gone already
             log.warning("closing the state %s: %s", self.where, e)
-            held = self._mirror.reserved + self._orphan.reserved
-        with self._cond:
-            self._closing = True
-            self._stop.set()
-            self._cond.notify_all()
-        self._writer.join(timeout=self.timeout + 1)
+            held = money.held()
+        engine.stop()
         if held:
             log.warning(
                 "replica %s stops holding $%.6f it could not settle: its lease counts it as "
                 "spent when it expires",
-                self.replica,
+                engine.replica,
                 held,
             )
         self.db.close()
@@ -171,10 +171,7 @@ __all__ = [
     "Lease",
     "StateStore",
     "StateUnavailable",
-    "answer_rows",
     "default_replica_id",
-    "insert_answers",
-    "insert_sql",
     "state_texts",
     "tracker_json",
 ]
