@@ -16,14 +16,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ccpo.evaluation.harness import ResultRow, evaluate_policies, load_splits
 from ccpo.evaluation.rows import (
-    TrainedRow,
+    SpecRow,
     TrainingCache,
     available_policies,
     resolve_policies,
+    training_key,
 )
 from ccpo.learning.baselines import Row, Splits
 from ccpo.learning.config import TrainConfig
-from ccpo.policies.registry import variant_name
+from ccpo.policies.spec import variant_name
 from ccpo.report.plots import training_curves
 from ccpo.report.results import write_results
 from ccpo.report.tables import print_results
@@ -49,7 +50,11 @@ def _plan(
 
 
 def _trained_keys(policies: Sequence[Row]) -> list[tuple[str, float]]:
-    return [(p.method, p.lam) for p in policies if isinstance(p, TrainedRow) and p.policy is None]
+    return [
+        training_key(p.spec)
+        for p in policies
+        if isinstance(p, SpecRow) and p.spec.trains and p.policy is None
+    ]
 
 
 def base_config(

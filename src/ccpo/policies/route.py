@@ -163,6 +163,9 @@ class RoutedPolicy(RouterHolder, Policy):
         fb = None if self.fallback is None else self.fallback.question_probs(views.questions)
         return RoutedScores(probs, stops, views.cost, self.router, views.latency, fb)
 
+    def summary_fields(self) -> dict[str, Any]:
+        return {"route_tau": self.tau}
+
     def round_costs(self, ep: Episodes) -> np.ndarray:
         sc = self.episode_scores(ep)
         return sc.at(self._tau())[2]

@@ -113,6 +113,9 @@ class RoutedSetPolicy(RouterHolder, Policy):
     def round_costs(self, ep: Episodes) -> np.ndarray:
         return self.episode_scores(ep).ep.round_cost
 
+    def full_set_rate(self, ep: Episodes, scores: Any, threshold: float | None) -> float:
+        return super().full_set_rate(scores.ep, scores.probs, threshold)  # the started view
+
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
         view = self.episode_scores(ep if cal is None else ep.subset(cal))
         scores = covering_scores(view.ep, view.probs)
