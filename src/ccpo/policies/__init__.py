@@ -15,8 +15,7 @@ from ccpo.policies.base import Calibration, Policy, RoundDecision
 from ccpo.policies.cstop import StoppingPolicy
 from ccpo.policies.provenance import check_provenance
 from ccpo.policies.registry import (
-    fit_method,
-    fit_single_method,
+    fit_policy,
     load_policy,
     resolve_method,
 )
@@ -33,8 +32,7 @@ __all__ = [
     "SingleAnswerPolicy",
     "StoppingPolicy",
     "check_provenance",
-    "fit_method",
-    "fit_single_method",
+    "fit_policy",
     "load_policy",
     "resolve_method",
 ]

@@ -3,9 +3,8 @@
 The names (:data:`METHODS`, their grammar) are :mod:`ccpo.policies.spec`'s; the techniques
 are the modules of :mod:`ccpo.policies.techniques`; making a policy is
 :func:`ccpo.policies.pipeline.train_policy`'s. This module loads folders
-(:func:`load_policy`) and keeps the shortcuts scripts call by method name
-(:func:`fit_policy`, :func:`fit_method`, :func:`fit_single_method`), each a spec handed to
-the pipeline.
+(:func:`load_policy`) and keeps the shortcut scripts call by method name
+(:func:`fit_policy`: a spec handed to the pipeline).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from ccpo.learning.config import TrainConfig
-from ccpo.policies.auto import Selection
 from ccpo.policies.base import Policy
 from ccpo.policies.cstop import STOPPING_METHODS, StoppingPolicy
 from ccpo.policies.folder import read_meta
@@ -65,9 +63,7 @@ __all__ = [
     "candidate_fitter",
     "compare_rows",
     "fit_auto",
-    "fit_method",
     "fit_policy",
-    "fit_single_method",
     "load_policy",
     "method_help",
     "method_names",
@@ -126,43 +122,3 @@ def fit_policy(
         train_config=train_config, latency_budget=latency_budget, candidates=tuple(candidates),
     )  # fmt: skip
     return train_policy(spec, ep, train_idx, alpha, seed, progress=progress).policy
-
-
-def fit_method(
-    method: str,
-    ep: Episodes,
-    train_idx: np.ndarray,
-    alpha: float,
-    seed: int = 0,
-    candidates: Sequence[str] = (),
-    settings: dict[str, Any] | None = None,
-    latency_budget: float | None = None,
-) -> tuple[Policy, Selection | None]:
-    """A set policy fitted on replay (``auto`` or one of :data:`SCORE_METHODS`) and auto's
-    :class:`Selection` (``None`` for another method)."""
-    pol = fit_policy(method, ep, train_idx, alpha, seed, settings=settings,
-                     latency_budget=latency_budget, candidates=candidates)  # fmt: skip
-    auto = pol.info.get("auto")
-    if auto is None:
-        return pol, None
-    return pol, Selection(auto["picked"], auto["validation"], auto["folds"],
-                          auto.get("latency_budget_s"))  # fmt: skip
-
-
-def fit_single_method(
-    method: str,
-    ep: Episodes,
-    train_idx: np.ndarray,
-    alpha: float,
-    seed: int = 0,
-    delta: float = DELTA,
-    candidates: Sequence[str] = (),
-    settings: dict[str, Any] | None = None,
-    routed: bool = False,
-    route_embeddings: bool = False,
-    latency_budget: float | None = None,
-) -> Policy:
-    """The single-answer form of ``method`` (``auto`` included), not calibrated yet."""
-    return fit_policy(method, ep, train_idx, alpha, seed, single=True, delta=delta,
-                      settings=settings, routed=routed, route_embeddings=route_embeddings,
-                      latency_budget=latency_budget, candidates=candidates)  # fmt: skip
