@@ -30,7 +30,7 @@ from _sweep import mean_sd, sweep_parser, write_results
 from ccpo.errors import CCPOError
 from ccpo.evaluation.harness import make_splits, prices_for, split_sizes
 from ccpo.policies.registry import fit_policy
-from ccpo.policies.route import routed_outcomes
+from ccpo.policies.routing.single import routed_outcomes
 from ccpo.testing.relabel import relabel_against_strongest
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.io import read_traces

@@ -9,7 +9,7 @@ import numpy as np
 
 from ccpo.evaluation.harness import load_episodes, with_latency
 from ccpo.policies.registry import fit_policy
-from ccpo.policies.route import TAUS, routed_outcomes
+from ccpo.policies.routing.single import TAUS, routed_outcomes
 from ccpo.traces.io import read_traces
 from ccpo.traces.latency import call_seconds
 from tests.helpers.routing import imported_ladder

@@ -27,7 +27,7 @@ from ccpo.learning.replay import calibrate_kappa
 from ccpo.policies.base import Policy
 from ccpo.policies.pipeline import train_policy
 from ccpo.policies.registry import load_policy
-from ccpo.policies.routed import SUFFIX as ROUTED
+from ccpo.policies.routing.holder import SUFFIX as ROUTED
 from ccpo.policies.single import DELTA, SUFFIX
 from ccpo.policies.spec import PolicySpec, compare_rows, parse_spec, resolve_method, variant_name
 from ccpo.policies.techniques.rl import AUTO_RL_STEPS

@@ -23,8 +23,8 @@ import numpy as np
 
 from ccpo.policies.base import Policy
 from ccpo.policies.budget import check_budget
-from ccpo.policies.route import route
-from ccpo.policies.route_sets import route_set_policy
+from ccpo.policies.routing.sets import route_set_policy
+from ccpo.policies.routing.single import route
 from ccpo.policies.single import SingleAnswerPolicy
 from ccpo.policies.spec import PolicySpec
 from ccpo.policies.techniques import auto, reference, rl, stopping
@@ -64,9 +64,9 @@ class Trained:
 def route_policy(
     pol: Policy, spec: PolicySpec, ep: Episodes, train_idx: np.ndarray, seed: int
 ) -> Policy:
-    """``pol`` behind a router fitted on the same questions (:mod:`ccpo.policies.route` for a
-    single answer, :mod:`ccpo.policies.route_sets` for a CStop set); a policy with no rung to
-    skip (one model alone, a fixed rule, CCPO) is returned as it is."""
+    """``pol`` behind a router fitted on the same questions (a single answer:
+    :mod:`~ccpo.policies.routing.single`; a CStop set: :mod:`~ccpo.policies.routing.sets`); a
+    policy with no rung to skip (one model alone, a fixed rule, CCPO) is returned as it is."""
     if spec.single:
         if not isinstance(pol, SingleAnswerPolicy):
             return pol

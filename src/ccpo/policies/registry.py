@@ -23,8 +23,8 @@ from ccpo.policies.pipeline import train_policy
 from ccpo.policies.reference import METHOD as REFERENCE_METHOD
 from ccpo.policies.reference import ReferencePolicy
 from ccpo.policies.rl import RLPolicy
-from ccpo.policies.route import RoutedPolicy
-from ccpo.policies.route_sets import RoutedSetPolicy
+from ccpo.policies.routing.sets import RoutedSetPolicy
+from ccpo.policies.routing.single import RoutedPolicy
 from ccpo.policies.rules import FIXED_RULES, RulePolicy
 from ccpo.policies.single import DELTA, SINGLE_METHODS, SingleAnswerPolicy
 from ccpo.policies.spec import (

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from ccpo.errors import CCPOError
 from ccpo.learning.config import TrainConfig
 from ccpo.policies.base import AnswerKind
-from ccpo.policies.routed import SUFFIX as ROUTED
+from ccpo.policies.routing.holder import SUFFIX as ROUTED
 from ccpo.policies.single import DELTA, SINGLE_METHODS
 from ccpo.policies.single import SUFFIX as SINGLE
 from ccpo.traces.ladder import CHAT
