@@ -27,9 +27,8 @@ from ccpo.learning.replay import calibrate_kappa
 from ccpo.policies.base import Policy
 from ccpo.policies.pipeline import train_policy
 from ccpo.policies.registry import load_policy
-from ccpo.policies.routing.holder import SUFFIX as ROUTED
-from ccpo.policies.single import DELTA, SUFFIX
-from ccpo.policies.spec import PolicySpec, compare_rows, parse_spec, resolve_method, variant_name
+from ccpo.policies.single import DELTA
+from ccpo.policies.spec import PolicySpec, compare_rows, names_a_method, parse_spec, variant_name
 from ccpo.policies.techniques.rl import AUTO_RL_STEPS
 from ccpo.traces.episodes import Episodes, Metrics, conformal_rollout
 
@@ -298,8 +297,7 @@ def make_policy(name: str, cache: TrainingCache | None) -> Row:
 def _spec_of(name: str, cache: TrainingCache) -> PolicySpec | None:
     """The spec of a method row (``None``: not a method's name); auto's CCPO candidate trains
     no longer than the run's other policies."""
-    bare = name.removesuffix(ROUTED).removesuffix(SUFFIX)
-    if resolve_method(bare) is None:
+    if not names_a_method(name):
         return None
     steps = min(cache.base_config.steps, AUTO_RL_STEPS)
     return parse_spec(name, settings={"auto_ccpo_steps": steps}, train_config=cache.base_config)

@@ -122,6 +122,12 @@ def resolve_method(name: str) -> tuple[MethodSpec, float] | None:
     return METHODS["ccpo"], lam
 
 
+def names_a_method(name: str) -> bool:
+    """Whether ``name`` is a method's in the grammar of :func:`parse_spec` (else it may name a
+    baseline row or a policy folder)."""
+    return resolve_method(name.removesuffix(ROUTED).removesuffix(SINGLE)) is not None
+
+
 def single_form_of(method: str) -> bool:
     """Whether ``method`` has a single-answer form (``--answer single``)."""
     return method in ("auto", *SINGLE_METHODS)
