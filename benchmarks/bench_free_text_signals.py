@@ -37,7 +37,7 @@ import numpy as np
 
 from ccpo.evaluation.harness import make_splits, row_from_metrics
 from ccpo.evaluation.rows import make_policy
-from ccpo.policies.registry import fit_single_method
+from ccpo.policies.registry import fit_policy
 from ccpo.traces.episodes import build_episodes, single_rollout
 from ccpo.traces.importer import import_signals, import_table, with_text_signals
 from ccpo.traces.prices import ModelPrice, PriceTable, load_prices
@@ -124,7 +124,7 @@ def run_seed(eps: dict, alphas, seed: int, splits: int) -> dict:
                     "rel_always": float(np.mean(row.cost_cents_per_split)) / yard,
                     "refused": row.extra.get("refused_share"),
                 }
-        pol = fit_single_method("cstop", ep, sp.train, 0.2, seed)
+        pol = fit_policy("cstop", ep, sp.train, 0.2, seed, single=True)
         held = np.setdiff1d(np.arange(ep.n), sp.train)
         at = least_cost_at(ep, pol.scores(ep.obs), held, TARGETS)
         yard_q = float(ep.strongest_cost[held].mean())

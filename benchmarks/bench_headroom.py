@@ -28,7 +28,7 @@ from ccpo.evaluation.rows import conformal_metrics
 from ccpo.learning.baselines import oracle_metrics
 from ccpo.learning.conformal import split_conformal_threshold
 from ccpo.policies.cstop import membership_scores
-from ccpo.policies.registry import fit_method
+from ccpo.policies.registry import fit_policy
 from ccpo.traces.episodes import conformal_rollout, covering_scores
 
 GRID = (0.03, 0.1, 0.3, 1.0)
@@ -38,7 +38,7 @@ def headroom(ep, alpha: float, seed: int, splits: int) -> dict[str, tuple[float,
     """(cost / oracle, coverage) of the three scorings above for one seed."""
     sp = make_splits(ep.n, split_sizes(ep.n), splits, seed)
     oracle = oracle_metrics(ep, sp.test, alpha).cost.sum(-1).mean()
-    g = fit_method("cstop-lr", ep, sp.train, alpha, seed)[0].continuation(ep.obs)
+    g = fit_policy("cstop-lr", ep, sp.train, alpha, seed).continuation(ep.obs)
 
     def score(probs, kappas=None):
         if kappas is None:

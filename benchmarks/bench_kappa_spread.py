@@ -26,7 +26,7 @@ import numpy as np
 from ccpo.evaluation.harness import id_order, id_splits, load_episodes, split_sizes
 from ccpo.evaluation.reproduce import bundled_sets
 from ccpo.learning.replay import calibrate_kappa
-from ccpo.policies.registry import fit_method
+from ccpo.policies.registry import fit_policy
 from ccpo.traces.episodes import conformal_rollout
 
 
@@ -37,7 +37,7 @@ def one_seed(ep, alpha: float, seed: int, method: str) -> dict[str, tuple[float,
     work = ep.subset(rest)
     n_train, n_cal, _ = split_sizes(work.n)
     work, sp = id_splits(work, (n_train, work.n - n_train, 0), 1, seed)
-    pol, _ = fit_method(method, work, sp.train, alpha, seed)
+    pol = fit_policy(method, work, sp.train, alpha, seed)
     probs = pol.probs(work.obs)
     pool = sp.cal[0]
     out = {}

@@ -37,10 +37,8 @@ from ccpo.evaluation.harness import (
     split_sizes,
     with_latency,
 )
-from ccpo.evaluation.rows import ScoreRow, SingleRow, make_policy
-from ccpo.learning.config import StopConfig
-from ccpo.policies.registry import candidate_fitter
-from ccpo.policies.single import fit_single
+from ccpo.evaluation.rows import SpecRow, make_policy
+from ccpo.policies.spec import parse_spec
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.labels import against_text
 
@@ -62,12 +60,8 @@ def _learned(p, ep, sp, alpha, seed, single: bool):
         return p  # the same policy
     learned = {k: v for k, v in info["validation"].items() if k not in ref}
     best = min(learned, key=lambda k: learned[k]["cost_cents_per_question"])
-    cfg = StopConfig(alpha=alpha, seed=seed)
-    if single:
-        q = SingleRow("auto-single", policy=fit_single(ep, sp.train, cfg, best))
-    else:
-        q = ScoreRow("auto")
-        q.policy = candidate_fitter(best, SETTINGS)(ep, sp.train, alpha, seed)
+    q = SpecRow(parse_spec(best, answer="single" if single else "set", settings=SETTINGS))
+    q.fit(ep, sp.train, alpha, seed)
     return q
 
 
@@ -77,7 +71,7 @@ def run_seed(ep, alphas, seed: int, splits: int) -> dict[float, dict]:
     out: dict[float, dict] = {a: {} for a in alphas}
     for alpha in alphas:
         for name, single in (("auto", False), ("auto-single", True)):
-            p = ScoreRow("auto", settings=SETTINGS) if not single else make_policy(name, None)
+            p = SpecRow(parse_spec(name, settings=SETTINGS))
             p.fit(ep, sp.train, alpha, seed)
             out[alpha][name] = _score(p, ep, sp, alpha, seed)
             q = _learned(p, ep, sp, alpha, seed, single)
@@ -85,7 +79,7 @@ def run_seed(ep, alphas, seed: int, splits: int) -> dict[float, dict]:
                 out[alpha][name] if q is p else _score(q, ep, sp, alpha, seed)
             )
         for name in ("depth-k", always, "oracle"):
-            p = ScoreRow(name) if name == "depth-k" else make_policy(name, None)
+            p = make_policy(name, None)
             p.fit(ep, sp.train, alpha, seed)
             out[alpha][name] = _score(p, ep, sp, alpha, seed)
     for rows in out.values():

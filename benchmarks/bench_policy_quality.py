@@ -32,11 +32,11 @@ from _sweep import ALPHAS, sweep_parser
 from ccpo.evaluation.harness import load_episodes, make_splits, row_from_metrics, split_sizes
 from ccpo.evaluation.reproduce import resolve_data
 from ccpo.evaluation.rows import (
-    ScoreRow,
-    TrainedRow,
+    SpecRow,
     TrainingCache,
     available_policies,
     make_policy,
+    training_key,
     training_pool,
 )
 from ccpo.learning.baselines import oracle_metrics
@@ -64,7 +64,7 @@ def run_one(path: Path, alpha: float, seed: int, args, pool) -> dict:
     names = [n for n in names if n in args.methods or not args.methods]
     cache = TrainingCache(_override(TrainConfig(steps=args.steps, seed=seed), args.set))
     pols = [make_policy(n, cache) for n in names]
-    keys = [(p.method, p.lam) for p in pols if isinstance(p, TrainedRow)]
+    keys = [training_key(p.spec) for p in pols if isinstance(p, SpecRow) and p.spec.trains]
     cache.submit(keys, ep, sp.train, alpha, pool)
     oracle_cost = oracle_metrics(ep, sp.test, alpha).cost.sum(-1) * 100  # [R] cents
     out = {}
@@ -81,7 +81,7 @@ def run_one(path: Path, alpha: float, seed: int, args, pool) -> dict:
             "coverage": row.coverage,
             "worst_split": float(min(row.coverage_per_split)),
             "set_size": row.set_size,
-            "fit_s": fit_s if isinstance(p, ScoreRow) else None,
+            "fit_s": fit_s if isinstance(p, SpecRow) and not p.spec.trains else None,
             **({"picked": p.choice["picked"]} if getattr(p, "choice", None) else {}),
         }
     return out

@@ -29,8 +29,8 @@ from _sweep import mean_sd, sweep_parser, write_results
 
 from ccpo.errors import CCPOError
 from ccpo.evaluation.harness import make_splits, prices_for, split_sizes
-from ccpo.policies.registry import fit_single_method
-from ccpo.policies.route import routed_outcomes
+from ccpo.policies.registry import fit_policy
+from ccpo.policies.routing.single import routed_outcomes
 from ccpo.testing.relabel import relabel_against_strongest
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.io import read_traces
@@ -71,7 +71,7 @@ def run_seed(ep, alphas, seed: int, splits: int) -> dict:
         for row, kw in (("cstop-single", {}), ("+route", {"routed": True}),
                         ("+route-emb", {"routed": True, "route_embeddings": True})):  # fmt: skip
             try:
-                pol = fit_single_method("cstop", ep, sp.train, alpha, seed, **kw)
+                pol = fit_policy("cstop", ep, sp.train, alpha, seed, single=True, **kw)
             except CCPOError as e:
                 print(f"  {row}: {e}")
                 continue

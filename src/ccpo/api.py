@@ -26,14 +26,10 @@ from ccpo.errors import CCPOError, PhaseError
 from ccpo.evaluation.harness import check_alpha
 from ccpo.learning.config import TrainConfig
 from ccpo.policies.base import Policy
-from ccpo.policies.registry import (
-    METHODS,
-    fit_policy,
-    load_policy,
-    resolve_method,
-    single_form_of,
-)
-from ccpo.policies.single import DELTA, SINGLE_METHODS
+from ccpo.policies.pipeline import train_policy
+from ccpo.policies.registry import load_policy
+from ccpo.policies.single import DELTA
+from ccpo.policies.spec import API_METHODS, METHODS, parse_spec
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.episodes import Episodes, build_episodes, returned_answers
 from ccpo.traces.io import read_traces
@@ -55,9 +51,7 @@ class PredictedSet:
     first_round: int = 1  # the round it started at (later than 1 when a router skipped some)
 
 
-#: what ``ConformalPolicy(method=…)`` takes: every set-valued method (``cpo`` is CPO-batch)
-API_METHODS = [n for n, s in METHODS.items() if s.calibrates and n != "cpo-batch"]
-API_METHODS.insert(API_METHODS.index("ccpo"), "cpo")
+__all__ = ["API_METHODS", "ConformalPolicy", "PredictedSet"]
 
 
 class ConformalPolicy:
@@ -88,23 +82,12 @@ class ConformalPolicy:
         delta: float = DELTA,
     ) -> None:
         check_alpha(alpha)
-        if answer not in ("set", "single"):
-            raise CCPOError(f"answer must be 'set' or 'single', got {answer!r}")
-        if answer == "single" and not single_form_of(method):
-            raise CCPOError(
-                f"answer='single' works with method auto, {', '.join(SINGLE_METHODS)}; "
-                f"got '{method}'"
-            )
-        self.answer, self.delta = answer, delta
-        found = resolve_method("cpo-batch" if method == "cpo" else method)
-        if found is None or not found[0].calibrates:
-            raise CCPOError(
-                f"method must be one of {', '.join(API_METHODS)} or ccpo-lam<λ>; got '{method}'"
-            )
-        self.method, self.spec = method, found[0]
-        rl = self.spec.trainer or "ccpo"
+        self.spec = parse_spec(method, answer=answer, delta=delta, caller="api")
+        self.answer, self.delta, self.method = self.spec.answer, delta, method
         base = config or TrainConfig()
-        self.config = replace(base, method=rl, alpha=alpha, lam=found[1] or base.lam)
+        trainer = self.spec.technique.trainer or "ccpo"
+        self.config = replace(base, method=trainer, alpha=alpha, lam=self.spec.lam or base.lam)
+        self.spec = replace(self.spec, lam=self.config.lam, train_config=self.config)
         self.prices = prices or load_prices()
         self.policy: Policy | None = None
 
@@ -132,18 +115,8 @@ class ConformalPolicy:
 
         ep, _ = self._episodes(data)
         ep = ep.subset(id_order(ep.ids, self.config.seed))
-        # the API calibrates κ̂ on its calibration data: a CPO π is scored as cpo-batch
-        method = "cpo-batch" if self.method == "cpo" else self.method
-        self.policy = fit_policy(
-            method,
-            ep,
-            np.arange(ep.n),
-            self.config.alpha,
-            self.config.seed,
-            single=self.answer == "single",
-            delta=self.delta,
-            train_config=self.config,
-        )
+        alpha, seed = self.config.alpha, self.config.seed
+        self.policy = train_policy(self.spec, ep, np.arange(ep.n), alpha, seed).policy
         self.policy.prices = self.prices.to_price_file()
         return self
 
@@ -208,7 +181,7 @@ class ConformalPolicy:
             None if pol.prices is None else prices_from_mapping(pol.prices, f"{folder}/prices.json")
         )
         prices = load_prices(own)
-        method = "auto" if pol.alone is not None else pol.method  # one model alone: auto's
+        method = pol.method if pol.method in METHODS else "auto"  # one model alone: auto's
         if pol.single:
             obj = cls(method, pol.alpha, prices=prices, answer="single", delta=pol.delta)
         else:

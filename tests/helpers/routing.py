@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ccpo.evaluation.harness import load_episodes, trace_provenance
-from ccpo.policies.registry import fit_single_method
+from ccpo.policies.registry import fit_policy
 from ccpo.testing.ladder_table import write_ladder_table
 from tests.helpers.cli import ccpo_ok
 
@@ -31,8 +31,8 @@ def routed_policy(
     ``embeddings``, its router reads the traces' question embeddings (a text fallback)."""
     ep, table = load_episodes(traces, [str(prices)])
     order = np.arange(ep.n)
-    pol = fit_single_method("cstop-lr", ep, order[::2], alpha, 0, routed=True,
-                            route_embeddings=embeddings)  # fmt: skip
+    pol = fit_policy("cstop-lr", ep, order[::2], alpha, 0, single=True, routed=True,
+                     route_embeddings=embeddings)  # fmt: skip
     pol.taus = (tau,)
     pol.calibrate(ep, order[1::2])
     pol.provenance = {**trace_provenance(traces), "alpha": alpha}
@@ -69,8 +69,8 @@ def routed_on_held_out(
     other questions, drawn with seed 1: the setting of the held-out guarantee tests."""
     ep, _ = load_episodes(traces, [str(prices)])
     order = np.random.default_rng(0).permutation(ep.n)
-    pol = fit_single_method("cstop-lr", ep, order[:n_train], alpha, 0, delta, routed=True,
-                            route_embeddings=embeddings)  # fmt: skip
+    pol = fit_policy("cstop-lr", ep, order[:n_train], alpha, 0, single=True, delta=delta,
+                     routed=True, route_embeddings=embeddings)  # fmt: skip
     pol.taus = (tau,)
     rest = order[n_train:]
     rng = np.random.default_rng(1)

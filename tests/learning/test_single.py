@@ -16,7 +16,7 @@ from scipy.stats import binom
 
 from ccpo.api import ConformalPolicy
 from ccpo.evaluation.harness import make_splits, prices_for
-from ccpo.policies.registry import fit_single_method
+from ccpo.policies.registry import fit_policy
 from ccpo.policies.single import (
     RUN_ALL,
     Unreachable,
@@ -64,7 +64,7 @@ def test_ltt_stops_at_the_first_unrejected_threshold(mmlu_free):
     """Fixed-sequence testing: every threshold up to λ̂ passes the test, the next one fails
     (or λ̂ is the last of the grid)."""
     _, ep, _ = mmlu_free
-    pol = fit_single_method("cstop", ep, np.arange(300), 0.1, seed=0)
+    pol = fit_policy("cstop", ep, np.arange(300), 0.1, seed=0, single=True)
     cal = ep.subset(np.arange(300, 570))
     h = pol.stop_scores(cal.obs)
     got = ltt_threshold(cal, h, 0.1, 0.1)
@@ -83,7 +83,8 @@ def _held_out_coverage(ep, alpha, method="cstop", seed=0, n_train=200, splits=10
     the other half: per-split coverage [K] and the refused mask [K]."""
     sp = make_splits(ep.n, (n_train, (ep.n - n_train) // 2, (ep.n - n_train) // 2), splits, seed)
     # the learned rule: calling the reference alone would agree by construction
-    pol = fit_single_method(method, ep, sp.train, alpha, seed, settings={"auto_reference": False})
+    pol = fit_policy(method, ep, sp.train, alpha, seed, single=True,
+                     settings={"auto_reference": False})  # fmt: skip
     h = pol.stop_scores(ep.obs)
     lams, refused = calibrate_splits(ep, h, alpha, 0.1, sp.cal)
     m = single_rollout(ep, h, lams, sp.test)
@@ -123,7 +124,7 @@ def test_single_coverage_on_held_out_splits_label_free(mmlu_free, alpha):
 
 def test_unreachable_alpha_is_refused_with_the_reachable_one():
     ep = build_episodes(read_traces(HOTPOT), prices_for(HOTPOT))
-    pol = fit_single_method("depth-k", ep, np.arange(300), 0.1)
+    pol = fit_policy("depth-k", ep, np.arange(300), 0.1, single=True)
     with pytest.raises(Unreachable, match=r"certifies α ≥ 0\.\d+ at δ = 0\.1.*--answer set"):
         pol.calibrate(ep.subset(np.arange(300, 500)))
 

@@ -20,7 +20,7 @@ from ccpo.policies.registry import (
     AUTO_CANDIDATES,
     candidate_fitter,
     fit_auto,
-    fit_method,
+    fit_policy,
     load_policy,
     select_method,
     stopping_fitter,
@@ -189,9 +189,10 @@ def test_auto_picks_the_least_validation_cost_and_records_it(sim_episodes):
 
 
 def test_auto_without_ccpo_when_its_steps_are_zero(sim_episodes):
-    _, sel = fit_method("auto", sim_episodes, np.arange(200), 0.1, 0,
-                          settings={"auto_ccpo_steps": 0})  # fmt: skip
-    assert "ccpo" not in sel.figures and set(sel.figures) == set(AUTO_CANDIDATES) - {"ccpo"}
+    pol = fit_policy("auto", sim_episodes, np.arange(200), 0.1, 0,
+                     settings={"auto_ccpo_steps": 0})  # fmt: skip
+    figures = pol.info["auto"]["validation"]
+    assert "ccpo" not in figures and set(figures) == set(AUTO_CANDIDATES) - {"ccpo"}
 
 
 def test_calibrated_cost_reaches_the_level(sim_episodes, fitted):

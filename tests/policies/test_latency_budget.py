@@ -20,7 +20,7 @@ from ccpo.policies.budget import (
     eligible,
     pick,
 )
-from ccpo.policies.registry import fit_single_method
+from ccpo.policies.registry import fit_policy
 from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.importer import import_table
@@ -102,13 +102,13 @@ def test_cross_fit_records_each_candidates_latency_and_respects_the_budget(
     traces, _ = import_table(table, "qa", prices, family="mcq")
     ep = build_episodes(traces, prices)
     idx = np.arange(140)
-    free = fit_single_method("auto", ep, idx, 0.2, 0).info["auto"]
+    free = fit_policy("auto", ep, idx, 0.2, 0, single=True).info["auto"]
     lat = {k: v[LATENCY] for k, v in free["validation"].items()}
     assert set(lat) == {"cstop", "cstop-lr", "depth-k", "always-big-m"}
     assert lat["always-big-m"] == pytest.approx(float(ep.strongest_latency[idx].mean()))
     assert lat[free["picked"]] > min(lat.values()) and "latency_budget_s" not in free
     budget = (lat[free["picked"]] + min(lat.values())) / 2
-    held = fit_single_method("auto", ep, idx, 0.2, 0, latency_budget=budget).info["auto"]
+    held = fit_policy("auto", ep, idx, 0.2, 0, single=True, latency_budget=budget).info["auto"]
     assert held["picked"] != free["picked"] and held["latency_budget_s"] == budget
     assert held["validation"][held["picked"]][LATENCY] <= budget
     assert held["validation"] == free["validation"]  # the same figures, another choice

@@ -10,7 +10,7 @@ import pytest
 
 from ccpo.learning.config import StopConfig
 from ccpo.policies.reference import ReferencePolicy, reference_validator
-from ccpo.policies.registry import fit_method, fit_single_method
+from ccpo.policies.registry import fit_policy
 from ccpo.policies.single import Unreachable
 from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.episodes import build_episodes
@@ -39,8 +39,8 @@ def test_against_gold_labels_it_is_not_kept_below_the_target(gold) -> None:
     cost, _ = reference_validator(0.1)(gold.subset(idx))
     assert cost == float("inf")
     for pol in (
-        fit_method("auto", gold, idx, 0.1, 0, settings={"auto_ccpo_steps": 0})[0],
-        fit_single_method("auto", gold, idx, 0.1, 0),
+        fit_policy("auto", gold, idx, 0.1, 0, settings={"auto_ccpo_steps": 0}),
+        fit_policy("auto", gold, idx, 0.1, 0, single=True),
     ):
         assert pol.info["auto"]["picked"] != "always-big-m" and pol.alone is None
     with pytest.raises(Unreachable, match="certify only α ≥"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ccpo.policies.route import routed_outcomes
+from ccpo.policies.routing.single import routed_outcomes
 from ccpo.traces.io import read_traces, write_traces
 from ccpo.traces.schema import QuestionEmbedding
 from tests.helpers.routing import (

@@ -19,7 +19,7 @@ import pytest
 from ccpo.evaluation.dry_run import dry_run
 from ccpo.evaluation.harness import load_episodes, trace_provenance
 from ccpo.policies.registry import fit_policy, load_policy
-from ccpo.policies.route_sets import RoutedSetPolicy
+from ccpo.policies.routing.sets import RoutedSetPolicy
 from tests.helpers.routing import imported_ladder
 
 ALPHA, N_TRAIN, SPLITS, TAU = 0.1, 300, 200, 0.6

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ccpo.evaluation.harness import load_episodes, with_latency
-from ccpo.policies.registry import fit_single_method
-from ccpo.policies.route import TAUS, routed_outcomes
+from ccpo.policies.registry import fit_policy
+from ccpo.policies.routing.single import TAUS, routed_outcomes
 from ccpo.traces.io import read_traces
 from ccpo.traces.latency import call_seconds
 from tests.helpers.routing import imported_ladder
@@ -32,7 +32,7 @@ def test_a_routed_question_counts_the_rounds_it_runs(tmp_path) -> None:
     traces, prices = imported_ladder(tmp_path, n=60)
     ep, _ = load_episodes(traces, [str(prices)])
     trs = read_traces(traces)
-    pol = fit_single_method("cstop-lr", ep, np.arange(30), 0.3, 0, routed=True)
+    pol = fit_policy("cstop-lr", ep, np.arange(30), 0.3, 0, single=True, routed=True)
     sc = pol.episode_scores(ep)
     started_late = 0
     for tau in TAUS:

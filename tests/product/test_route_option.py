@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from ccpo.policies.registry import load_policy
-from ccpo.policies.route import ROUTE_FILE, TAUS, RoutedPolicy
+from ccpo.policies.routing.single import ROUTE_FILE, TAUS, RoutedPolicy
 from tests.helpers.cli import assert_usage_error
 from tests.helpers.routing import imported_ladder
 
@@ -53,7 +53,7 @@ def test_route_refuses_unroutable_methods_and_judge_ladders(tmp_path) -> None:
 
 
 def test_train_route_writes_a_routed_set_folder(tmp_path) -> None:
-    from ccpo.policies.route_sets import RoutedSetPolicy
+    from ccpo.policies.routing.sets import RoutedSetPolicy
 
     traces, prices = imported_ladder(tmp_path, n=200)
     out = tmp_path / "sets"

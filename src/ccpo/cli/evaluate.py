@@ -90,10 +90,10 @@ def check_artifacts(pols: list[Any], traces: Path, alpha: float) -> None:
     """Policy folders among ``pols``: refuse another task or horizon than ``traces``; warn
     about other trace files, models, synthetic vs real data, and another α."""
     from ccpo.evaluation.harness import trace_provenance
-    from ccpo.evaluation.rows import ArtifactRow
+    from ccpo.evaluation.rows import FolderRow
     from ccpo.policies import check_provenance
 
-    folders = [p for p in pols if isinstance(p, ArtifactRow) and p.policy is not None]
+    folders = [p for p in pols if isinstance(p, FolderRow) and p.policy is not None]
     if not folders:
         return
     actual = trace_provenance(traces)

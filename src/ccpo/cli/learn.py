@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-import time
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -22,10 +23,9 @@ from ccpo.cli.options import (
     require_training,
     warn,
 )
-from ccpo.errors import CCPOError
 from ccpo.learning.config import StopConfig, TrainConfig
-from ccpo.policies.budget import LATENCY, budget_line, check_budget, check_budget_value, within
-from ccpo.policies.registry import method_help, method_names, resolve_method, variant_name
+from ccpo.policies.budget import LATENCY, budget_line, check_budget_value, within
+from ccpo.policies.spec import default_answer, method_help, parse_spec
 from ccpo.traces.ladder import CHAT
 
 console = Console()
@@ -133,91 +133,43 @@ def train_cmd(
 
     check_alpha(alpha)
     check_budget_value(latency_budget)
-    found = resolve_method(method)
-    if found is None:
-        raise CCPOError(f"--method must be one of {method_names()} or ccpo-lam<λ>, got '{method}'")
-    check_answer(answer, method, delta, route)
-    if route_embeddings and (not route or answer == "set"):
-        raise CCPOError("--route-embeddings works with --route and single answers")
     settings = config or {}
-    spec, lam = found[0], found[1] or settings[TrainConfig]["lam"]
-    if not spec.fitted_on_replay:
+    stop_settings = settings.get(StopConfig, {})
+    spec = parse_spec(method, answer=answer, route=route, route_embeddings=route_embeddings,
+                      lam=settings[TrainConfig]["lam"], delta=delta, settings=stop_settings,
+                      latency_budget=latency_budget)  # fmt: skip
+    if spec.trains:
         require_training(f"ccpo train --method {method}")
     check_out_folder(out, "policy.json", force)
-    stop_settings = settings.get(StopConfig, {})
     build_config(StopConfig, stop_settings)  # a bad value is refused before any work
     cfg = build_config(
         TrainConfig,
-        {**settings[TrainConfig], "method": spec.trainer or "ccpo", "alpha": alpha,
-         "seed": seed, "lam": lam},
+        {**settings[TrainConfig], "method": spec.technique.trainer or "ccpo", "alpha": alpha,
+         "seed": seed, "lam": spec.lam},
     )  # fmt: skip
     ep, price_table = load_episodes(traces, prices or [])
-    answer = answer or default_answer(ep.family, method, route)
-    if answer == "set" and ep.family == CHAT:
+    spec = replace(spec, train_config=cfg)
+    if answer is None:
+        spec = replace(spec, answer=default_answer(ep.family, spec.method, route))
+        if spec.single and ep.family == CHAT and not route:
+            console.print(
+                "chat traces: training a single-reply policy (--answer single; "
+                "--answer set for sets of replies)"
+            )
+    if not spec.single and ep.family == CHAT:
         warn(
             "a set policy on chat traces: the app is shown one reply of the set, and the "
             "guarantee covers the set, not that reply (--answer single guarantees the reply)"
         )
-    from ccpo.policies.rl import RLPolicy
-    from ccpo.report.plots import training_curves
-    from ccpo.report.results import staged_folder
-
     ep, sp, sizes = train_splits(ep, seed)
     short = calibration_shortfall(alpha, sizes["calibration"])
-    if short is not None and spec.calibrates:  # κ̂ by split conformal
+    if short is not None and spec.technique.calibrates:  # κ̂ by split conformal
         warn(short)
     provenance = {**trace_provenance(traces), "alpha": alpha}
     if latency_budget is not None:
         provenance["latency_budget_s"] = latency_budget
-    if answer == "single":
-        _train_single(
-            method, ep, sp, sizes, alpha, seed, delta, price_table, out, provenance,
-            stop_settings, routed=route, route_embeddings=route_embeddings,
-            budget=latency_budget,
-        )  # fmt: skip
-        return
-    if spec.fitted_on_replay:
-        _train_stopping(
-            method, ep, sp, sizes, alpha, seed, price_table, out, provenance, stop_settings,
-            latency_budget, routed=route,
-        )  # fmt: skip
-        return
-    from ccpo.learning.training import train  # torch: only for CCPO / CPO, once data is read
-
-    steps = cfg.steps
-    variant = variant_name(spec.name, lam)
-    t0 = time.perf_counter()
-    with _progress() as prog:
-        task = prog.add_task(f"train {variant}", total=steps, info="")
-        res = train(
-            ep,
-            sp.train,
-            cfg,
-            lambda step, e: prog.update(task, completed=step, info=_step_info(e)),
-        )
-    seconds = time.perf_counter() - t0
-    pol = RLPolicy.from_result(res, variant, price_table.to_price_file())
-    summary, full = _calibrate(pol, ep, sp.cal[0], alpha, provenance, sizes)
-    summary = {"variant": variant, "seconds": round(seconds, 2),
-               "kappa_online": pol.kappa_online, **summary}  # fmt: skip
-    _hold_budget(summary, latency_budget, variant)
-    y = _yardstick(pol, ep, sp.cal[0], summary)
-    with staged_folder(out) as tmp:  # all files or none (a full disk)
-        pol.save(tmp)
-        training_curves({variant: res.log}, alpha, tmp / "training_curves.png")
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    console.print(
-        f"trained [bold]{variant}[/bold] in {seconds:.1f} s on "
-        f"{count(sizes['train'], 'question')}; κ = {pol.kappa:.4g} "
-        f"(online {pol.kappa_online:.4g}); "
-        f"calibration coverage {summary['calibration_coverage']:.3f} on "
-        f"{count(sizes['calibration'], 'question')}"
-    )
-    if not pol.greedy:
-        warn_degenerate(full, pol.kappa, alpha, sp.cal.shape[1])
-    _print_yardstick(y)
-    _print_latency(summary)
-    console.print(f"wrote policy folder {out}")
+    got = _fit(spec, ep, sp, alpha, seed, price_table.to_price_file(), provenance)
+    _report(spec, got, ep, sp.cal[0], alpha, out)
 
 
 @config_options(
@@ -267,46 +219,6 @@ def compare_cmd(
     )
 
 
-def default_answer(family: str, method: str, route: bool) -> str:
-    """``train``'s answer kind without ``--answer``: ``single`` on a chat ladder (an app shows
-    one reply, and a guarantee on a set of replies says nothing about the one it shows) or
-    with ``--route``, when the method has a single form; ``set`` otherwise (the paper's)."""
-    from ccpo.policies.registry import single_form_of
-
-    if (family == CHAT or route) and single_form_of(method):
-        if family == CHAT and not route:
-            console.print(
-                "chat traces: training a single-reply policy (--answer single; "
-                "--answer set for sets of replies)"
-            )
-        return "single"
-    return "set"
-
-
-def check_answer(answer: str | None, method: str, delta: float, route: bool = False) -> None:
-    """``--answer``, ``--delta`` and ``--route`` of ``train``: a one-line usage error before
-    any work (``answer`` None: the default, :func:`default_answer`)."""
-    from ccpo.policies.registry import SINGLE_METHODS, single_form_of
-
-    sets = ("auto", "cstop", "cstop-lr")
-    if route and not (single_form_of(method) if answer != "set" else method in sets):
-        raise CCPOError(
-            "--route works with --method auto, cstop or cstop-lr (answer sets), or "
-            f"auto, {', '.join(SINGLE_METHODS)} (--answer single)"
-        )
-    if answer is None:
-        return
-    if answer not in ("set", "single"):
-        raise CCPOError(f"--answer must be 'set' or 'single', got '{answer}'")
-    if answer == "single" and not single_form_of(method):
-        raise CCPOError(
-            f"--answer single works with --method auto, {', '.join(SINGLE_METHODS)}; "
-            f"'{method}' returns answer sets (drop --answer single)"
-        )
-    if not 0 < delta < 1:
-        raise CCPOError(f"--delta must be strictly between 0 and 1, got {delta}")
-
-
 def train_splits(ep, seed: int):
     """``train``'s split: the training questions of the harness (:func:`ccpo.evaluation.harness.
     split_sizes`, chosen by :func:`~ccpo.evaluation.harness.id_splits`: order-free), and κ̂
@@ -340,74 +252,12 @@ def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None
         )
 
 
-def _calibrate(pol, ep, cal, alpha: float, provenance: dict, sizes):
-    """Split-conformal κ̂ on the calibration questions (batch scoring) and the provenance, set
-    on ``pol``; returns the calibration figures for summary.json and the full-set rate."""
-    from ccpo.evaluation.harness import full_set_rate
-    from ccpo.policies.route_sets import StartedView
-
-    if pol.calibrates:
-        pol.calibrate(ep, cal)
-    pol.provenance = provenance
-    pol.feature_spec = ep.feature_spec  # the observations it was fitted on (ladder signals)
-    cal_ep = ep.subset(cal)
-    kappa = pol.threshold
-    sc = pol.episode_scores(cal_ep)  # a routed set's: each question's started view
-    view_ep, probs = (sc.ep, sc.probs) if isinstance(sc, StartedView) else (cal_ep, sc)
-    full = full_set_rate(view_ep, probs, kappa)
-    cal_m = pol.rollout(cal_ep, sc, kappa)
-    summary = {
-        "kappa": kappa,
-        "calibration_coverage": float(cal_m.covered.mean()),
-        "calibration_cost_cents": float(cal_m.cost.sum() * 100),
-        "calibration_full_set_rate": full,
-        "sizes": sizes,
-        **_latency_fields(cal_ep, cal_m, provenance),
-    }
-    return summary, full
-
-
-def _latency_fields(cal_ep, m, provenance: dict) -> dict:
-    """summary.json's estimated latency on the calibration questions (``calibration_latency_s``,
-    seconds per question) and the budget it is held to (``latency_budget_s``), if any."""
-    from ccpo.traces.latency import mean_latency
-
-    out = {"calibration_latency_s": mean_latency(cal_ep.round_latency, None, m)}
-    budget = provenance.get("latency_budget_s")
-    return out if budget is None else {**out, "latency_budget_s": budget}
-
-
-def _hold_budget(summary: dict, budget: float | None, variant: str) -> None:
-    """Refuse (nothing written) a calibrated policy over ``--latency-budget``
-    (:func:`ccpo.policies.budget.check_budget`)."""
-    check_budget(summary["calibration_latency_s"], budget, variant, "auto" in summary)
-
-
 def _print_latency(summary: dict) -> None:
     """ "calibration latency 1.23 s per question (budget 1.5 s): holds", with a budget."""
     budget = summary.get("latency_budget_s")
     if budget is not None:
         line = budget_line(summary["calibration_latency_s"], budget)
         console.print(f"on the calibration questions {line}", highlight=False)
-
-
-def _threshold_text(pol, how: str = "") -> str:
-    """ "κ̂ = 0.42", "λ̂ = 0.93 (Learn-then-Test, δ = 0.1)", or what a policy without one does."""
-    if pol.alone is not None:
-        return f"no threshold: {pol.model} answers alone"
-    return f"{pol.threshold_name} = {pol.threshold:.4g}{how}"
-
-
-def _yardstick(pol, ep, cal, summary: dict):
-    """The policy's calibration cost against calling the reference alone
-    (:mod:`ccpo.evaluation.yardstick`), added to ``summary``; ``None`` without one model."""
-    from ccpo.evaluation.yardstick import yardstick
-
-    cost = summary["calibration_cost_cents"] / 100 / max(len(cal), 1)
-    y = yardstick(pol.variant, ep, cal, cost, pol.alone is not None)
-    if y is not None:
-        summary.update(reference=y.name, cost_ratio_to_reference=y.ratio)
-    return y
 
 
 def _print_yardstick(y) -> None:
@@ -438,112 +288,74 @@ def _print_choice(
         )
 
 
-def _train_stopping(
-    method, ep, sp, sizes, alpha, seed, price_table, out: Path, provenance: dict, settings: dict,
-    budget: float | None = None, routed: bool = False,
-) -> None:  # fmt: skip
-    """``train --method`` of a method fitted on replay (:mod:`ccpo.policies.registry`): fit on
-    the training split (auto: choose by cross-fitted validation calibrated cost),
-    split-conformal κ̂ on the calibration split, write the policy folder and summary.json
-    (with auto's choice)."""
-    from ccpo.policies.registry import fit_method
+def _fit(spec, ep, sp, alpha: float, seed: int, prices: dict, provenance: dict):
+    """:func:`ccpo.policies.pipeline.train_policy` on the training split, calibrated on the
+    calibration split, with a progress bar (RL steps) or a status line while it fits."""
+    from ccpo.policies.pipeline import train_policy
+
+    n = count(sp.train.size, "question")
+    fit = partial(train_policy, spec, ep, sp.train, alpha, seed, cal=sp.cal[0], prices=prices,
+                  provenance=provenance)  # fmt: skip
+    if not spec.trains:
+        single = " (single answer)" if spec.single else ""
+        with console.status(f"fitting {spec.method}{single} on {n} …"):
+            return fit()
+    assert spec.train_config is not None
+    with _progress() as prog:
+        task = prog.add_task(f"train {spec.variant}", total=spec.train_config.steps, info="")
+        return fit(progress=lambda step, e: prog.update(task, completed=step, info=_step_info(e)))
+
+
+def _report(spec, got, ep, cal, alpha: float, out: Path) -> None:
+    """Write the policy folder and summary.json (all files or none), and say what was fitted:
+    auto's choice, the threshold and calibration figures, the cost against calling the
+    reference alone, the estimated latency, a degenerate set."""
+    from ccpo.evaluation.yardstick import yardstick
+    from ccpo.report.plots import training_curves
     from ccpo.report.results import staged_folder
 
-    t0 = time.perf_counter()
-    with console.status(f"fitting {method} on {count(sizes['train'], 'question')} …"):
-        pol, sel = fit_method(
-            method, ep, sp.train, alpha, seed, settings=settings, latency_budget=budget
-        )
-        if routed:
-            pol = _route_set(pol, ep, sp.train, seed)
-    seconds = time.perf_counter() - t0
-    pol.prices = price_table.to_price_file()
-    cal = sp.cal[0]
-    summary, full = _calibrate(pol, ep, cal, alpha, provenance, sizes)
-    summary = {"method": method, "variant": pol.variant, "seconds": round(seconds, 2), **summary,
-               **({"auto": sel.to_json()} if sel is not None else {})}  # fmt: skip
-    _hold_budget(summary, budget, pol.variant)
-    y = _yardstick(pol, ep, cal, summary)
+    pol, summary = got.policy, got.summary
+    for note in got.notes:
+        console.print(note)
+    cost = summary["calibration_cost_cents"] / 100 / max(len(cal), 1)
+    y = yardstick(pol.variant, pol, ep, cal, cost)
+    if y is not None:
+        summary.update(reference=y.name, cost_ratio_to_reference=y.ratio)
     with staged_folder(out) as tmp:  # all files or none (a full disk)
         pol.save(tmp)
+        if spec.trains:
+            training_curves({pol.variant: pol.log}, alpha, tmp / "training_curves.png")
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    if sel is not None:
-        _print_choice(sel.figures, sel.method, budget)
-    console.print(
-        f"fitted [bold]{pol.variant}[/bold]{' (auto)' if sel else ''} in {seconds:.1f} s on "
-        f"{count(sizes['train'], 'question')}; {_threshold_text(pol)}; calibration coverage "
-        f"{summary['calibration_coverage']:.3f} on {count(len(cal), 'question')}"
-    )
-    _print_yardstick(y)
-    _print_latency(summary)
-    if pol.alone is None:
-        warn_degenerate(full, pol.threshold, alpha, len(cal))
-    console.print(f"wrote policy folder {out}")
-
-
-def _route_set(pol, ep, train_idx, seed: int):
-    """A CStop set policy behind a router (:mod:`ccpo.policies.route_sets`); any other pick
-    of ``auto`` is kept unrouted, and said so."""
-    from ccpo.policies.route_sets import route_set_policy
-
-    routed = route_set_policy(pol, ep, train_idx, seed)
-    if routed is pol:
-        console.print(f"{pol.variant} is not routed (set routing applies to cstop and cstop-lr)")
-    return routed
-
-
-def _train_single(
-    method, ep, sp, sizes, alpha, seed, delta, price_table, out: Path, provenance, settings,
-    routed: bool = False, route_embeddings: bool = False, budget: float | None = None,
-) -> None:  # fmt: skip
-    """``train --answer single``: fit the stopping score on the training split (auto: choose
-    by cross-fitted validation cost), λ̂ by Learn-then-Test on the calibration split
-    (:mod:`ccpo.policies.single`), write the policy folder and summary.json. Refuses with the
-    reachable α when no threshold is certified."""
-    from ccpo.policies.registry import fit_single_method
-    from ccpo.report.results import staged_folder
-    from ccpo.traces.labels import against_text
-
-    what = against_text(provenance.get("against", "gold")).replace("accuracy", "coverage")
-
-    t0 = time.perf_counter()
-    with console.status(f"fitting {method} (single answer) on {sizes['train']} questions …"):
-        pol = fit_single_method(
-            method, ep, sp.train, alpha, seed, delta, settings=settings, routed=routed,
-            route_embeddings=route_embeddings, latency_budget=budget,
-        )  # fmt: skip
-    seconds = time.perf_counter() - t0
-    pol.prices = price_table.to_price_file()
-    pol.provenance = provenance
-    pol.feature_spec = ep.feature_spec
-    cal = sp.cal[0]
-    cal_ep = ep.subset(cal)
-    got = pol.calibrate(cal_ep)
-    m = pol.rollout(cal_ep, pol.episode_scores(cal_ep), pol.threshold)
-    summary = {
-        "method": method, "variant": pol.variant, "answer": "single", "seconds": round(seconds, 2),
-        "threshold": pol.threshold, "delta": delta, "calibration_misses": got.misses,
-        "calibration_coverage": float(m.covered.mean()),
-        "calibration_cost_cents": float(m.cost.sum() * 100),
-        "calibration_rounds": float(m.length.mean()), "sizes": sizes, **pol.info,
-        **({"route_tau": pol.tau} if routed and pol.alone is None else {}),
-        **_latency_fields(cal_ep, m, provenance),
-    }  # fmt: skip
-    _hold_budget(summary, budget, pol.variant)
-    y = _yardstick(pol, ep, cal, summary)
-    with staged_folder(out) as tmp:  # all files or none (a full disk)
-        pol.save(tmp)
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    auto = pol.info.get("auto")
+    auto = summary.get("auto")
     if auto:
-        _print_choice(auto["validation"], auto["picked"], budget)
-    console.print(
-        f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} in {seconds:.1f} s on "
-        f"{sizes['train']} questions; {_threshold_text(pol, f' (Learn-then-Test, δ = {delta:g})')}"
-        "; "
-        f"calibration {what} {summary['calibration_coverage']:.3f}, "
-        f"{summary['calibration_rounds']:.2f} rounds on {len(cal)} questions"
-    )
+        _print_choice(auto["validation"], auto["picked"], spec.latency_budget)
+    n_train, n_cal = (count(summary["sizes"][k], "question") for k in ("train", "calibration"))
+    how = f"in {summary['seconds']:.1f} s on {n_train}"
+    if spec.trains:
+        k = summary["kappa"] if summary["kappa"] is not None else summary["kappa_online"]
+        console.print(
+            f"trained [bold]{pol.variant}[/bold] {how}; κ = {k:.4g} (online "
+            f"{summary['kappa_online']:.4g}); calibration coverage "
+            f"{summary['calibration_coverage']:.3f} on {n_cal}"
+        )
+    elif spec.single:
+        from ccpo.traces.labels import against_text
+
+        what = against_text(pol.provenance.get("against", "gold")).replace("accuracy", "coverage")
+        ltt = pol.threshold_text(f" (Learn-then-Test, δ = {spec.delta:g})")
+        console.print(
+            f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} {how}; {ltt}; "
+            f"calibration {what} {summary['calibration_coverage']:.3f}, "
+            f"{summary['calibration_rounds']:.2f} rounds on {n_cal}"
+        )
+    else:
+        console.print(
+            f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} {how}; "
+            f"{pol.threshold_text()}; calibration coverage "
+            f"{summary['calibration_coverage']:.3f} on {n_cal}"
+        )
+    if not (spec.single or spec.greedy):
+        warn_degenerate(summary["calibration_full_set_rate"], pol.threshold, alpha, len(cal))
     _print_yardstick(y)
     _print_latency(summary)
     console.print(f"wrote policy folder {out}")

@@ -137,7 +137,7 @@ def check_policy(
     cov = covered / ep.n
     lo, hi = coverage_interval(covered, ep.n, LEVEL)
     cov_r, cost_r, _, _ = _means(rollout(restore))
-    y = yardstick(name, ep, np.arange(ep.n), cost, policy.alone is not None)
+    y = yardstick(name, policy, ep, np.arange(ep.n), cost)
     return CheckReport(
         policy=name,
         traces=traces,

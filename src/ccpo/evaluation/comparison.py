@@ -16,14 +16,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ccpo.evaluation.harness import ResultRow, evaluate_policies, load_splits
 from ccpo.evaluation.rows import (
-    TrainedRow,
+    SpecRow,
     TrainingCache,
     available_policies,
     resolve_policies,
+    training_key,
 )
 from ccpo.learning.baselines import Row, Splits
 from ccpo.learning.config import TrainConfig
-from ccpo.policies.registry import variant_name
+from ccpo.policies.spec import variant_name
 from ccpo.report.plots import training_curves
 from ccpo.report.results import write_results
 from ccpo.report.tables import print_results
@@ -37,19 +38,43 @@ class CompareOutput:
     seconds: float
 
 
+@dataclass(frozen=True)
+class CompareRun:
+    """What one comparison is run with (the keyword arguments of :func:`start_training` and
+    :func:`run_compare`): α, evaluation splits, training steps, seed, the λ of the extra CCPO
+    rows, ε, price files and other :class:`TrainConfig` fields."""
+
+    alpha: float
+    splits: int = 100
+    steps: int = 2000
+    seed: int = 0
+    lams: Sequence[float] = (0.5,)
+    eps: float = 0.05
+    prices: Sequence[Path] = ()
+    settings: Mapping[str, Any] | None = None
+
+    def config(self) -> TrainConfig:
+        """The training config every trained row starts from (method, λ, α are per row)."""
+        return base_config(self.steps, self.seed, self.eps, self.settings)
+
+
 def _plan(
-    traces: Path, alpha: float, splits: int, seed: int, lams: Sequence[float], prices
+    traces: Path, run: CompareRun
 ) -> tuple[Episodes, dict[str, dict[str, Any]], tuple[int, int, int], Splits, list[str]]:
     """What a comparison runs on: episodes, the prices of their models (for results.json),
     split sizes, the evaluation splits, row names."""
-    ep, used, sizes, sp = load_splits(traces, alpha, splits, seed, prices)
+    ep, used, sizes, sp = load_splits(traces, run.alpha, run.splits, run.seed, run.prices)
     names = available_policies(ep, trained=True)
-    names[-1:-1] = [f"ccpo-lam{lam:g}" for lam in lams if lam > 0]
+    names[-1:-1] = [f"ccpo-lam{lam:g}" for lam in run.lams if lam > 0]
     return ep, used, sizes, sp, names
 
 
 def _trained_keys(policies: Sequence[Row]) -> list[tuple[str, float]]:
-    return [(p.method, p.lam) for p in policies if isinstance(p, TrainedRow) and p.policy is None]
+    return [
+        training_key(p.spec)
+        for p in policies
+        if isinstance(p, SpecRow) and p.spec.trains and p.policy is None
+    ]
 
 
 def base_config(
@@ -59,25 +84,15 @@ def base_config(
     return TrainConfig(**{**(settings or {}), "steps": steps, "seed": seed, "eps": eps})
 
 
-def start_training(
-    traces: Path,
-    pool: Executor,
-    *,
-    alpha: float,
-    splits: int = 100,
-    steps: int = 2000,
-    seed: int = 0,
-    lams: Sequence[float] = (0.5,),
-    eps: float = 0.05,
-    prices: Sequence[Path] = (),
-    settings: Mapping[str, Any] | None = None,
-) -> TrainingCache:
+def start_training(traces: Path, pool: Executor, **run: Any) -> TrainingCache:
     """Submit to ``pool`` every policy that :func:`run_compare` with the same arguments trains,
     and return at once; pass the returned cache to ``run_compare(cache=...)``. This lets
-    several comparisons (``ccpo reproduce``: every α) share one pool of processes."""
-    ep, _, _, sp, names = _plan(traces, alpha, splits, seed, lams, prices)
-    cache = TrainingCache(base_config(steps, seed, eps, settings))
-    cache.submit(_trained_keys(resolve_policies(names, ep, cache)), ep, sp.train, alpha, pool)
+    several comparisons (``ccpo reproduce``: every α) share one pool of processes. ``run``:
+    the fields of :class:`CompareRun`."""
+    plan = CompareRun(**run)
+    ep, _, _, sp, names = _plan(traces, plan)
+    cache = TrainingCache(plan.config())
+    cache.submit(_trained_keys(resolve_policies(names, ep, cache)), ep, sp.train, plan.alpha, pool)
     return cache
 
 
@@ -85,28 +100,23 @@ def run_compare(
     traces: Path,
     out: Path,
     *,
-    alpha: float,
-    splits: int = 100,
-    steps: int = 2000,
-    seed: int = 0,
-    lams: Sequence[float] = (0.5,),
-    eps: float = 0.05,
-    prices: Sequence[Path] = (),
     console: Console | None = None,
     title: str | None = None,
     workers: int | None = None,
     cache: TrainingCache | None = None,
-    settings: Mapping[str, Any] | None = None,
+    **run: Any,
 ) -> CompareOutput:
     """``workers``: processes that train the (method, λ) policies at once [CPU cores + 1: a
     run is single-threaded]; results do not depend on it (each run is seeded by its config).
     ``cache``: from :func:`start_training` with the same arguments (its runs are used as they
-    finish; ``workers`` is then ignored). ``settings``: other :class:`TrainConfig` fields."""
+    finish; ``workers`` is then ignored). ``run``: the fields of :class:`CompareRun`."""
     console = console or Console()
     workers = (os.cpu_count() or 1) + 1 if workers is None else workers
     t0 = time.perf_counter()
-    ep, used, sizes, sp, names = _plan(traces, alpha, splits, seed, lams, prices)
-    config = base_config(steps, seed, eps, settings)
+    plan = CompareRun(**run)
+    alpha, splits, steps, seed = plan.alpha, plan.splits, plan.steps, plan.seed
+    ep, used, sizes, sp, names = _plan(traces, plan)
+    config = plan.config()
     if cache is None:
         cache = TrainingCache(config)
     elif cache.base_config != config:

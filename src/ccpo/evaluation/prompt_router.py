@@ -1,13 +1,13 @@
 """``prompt-router``: the routers teams use today, as a comparison row. No guarantee.
 
-Before any call, a text classifier per cheaper model (the :class:`ccpo.policies.router.Router`
-of ``--route``: one logistic classifier per round on hashed n-grams of the question) predicts
-whether that model's reply is accepted; the question goes to the cheapest model (by mean call
-cost on the training questions) whose prediction clears a threshold τ, else to the strongest,
-and that one reply is returned. τ is the cheapest of the training questions' out-of-fold
-predictions whose acceptance on the training questions reaches 1 − α: fitted on training
-data, with nothing certified on new questions (compare ``cstop-single+route``, whose λ̂ is
-certified by Learn-then-Test: docs/theory.md, "Routing before the first call").
+Before any call, a text classifier per cheaper model (the
+:class:`ccpo.policies.routing.router.Router` of ``--route``: one logistic classifier per round on
+hashed n-grams of the question) predicts whether that model's reply is accepted; the question goes
+to the cheapest model (by mean call cost on the training questions) whose prediction clears a
+threshold τ, else to the strongest, and that one reply is returned. τ is the cheapest of the
+training questions' out-of-fold predictions whose acceptance on the training questions reaches 1 −
+α: fitted on training data, with nothing certified on new questions (compare ``cstop-single+route``,
+whose λ̂ is certified by Learn-then-Test: docs/theory.md, "Routing before the first call").
 
 Rungs of an ``agree`` ladder: rung 0 is round 1's base, rung k round k's guide; a question
 routed to rung k pays that one call (its latency: that call's, rounds 1's two calls' longer
@@ -20,7 +20,7 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.learning.baselines import Row, Splits
-from ccpo.policies.router import Router, fit_router, starts
+from ccpo.policies.routing.router import Router, fit_router, starts
 from ccpo.policies.single import reached_labels
 from ccpo.traces.episodes import BASE, GUIDE, Episodes, Metrics
 

@@ -24,7 +24,7 @@ from ccpo.errors import CCPOError
 from ccpo.evaluation.comparison import run_compare, start_training
 from ccpo.evaluation.rows import training_pool
 from ccpo.evaluation.seeds import Section
-from ccpo.policies.registry import variant_name
+from ccpo.policies.spec import variant_name
 from ccpo.report.plots import frontier_plot
 from ccpo.report.reproduce import write_report
 
@@ -99,28 +99,21 @@ def run_reproduce(
     # one pool for every comparison's training runs, all submitted up front: processes start
     # once, and the next α trains while this one is evaluated and plotted
     with training_pool(workers or os.cpu_count() or 1) as pool:
-        caches = [
-            start_training(path, pool, alpha=alpha, splits=splits, steps=steps, seed=seed)
-            for _, path, alpha, seed in runs
+        plans = [
+            dict(alpha=alpha, splits=splits, steps=steps, seed=seed) for *_, alpha, seed in runs
         ]
-        for (name, path, alpha, seed), cache in zip(runs, caches, strict=True):
+        caches = [start_training(r[1], pool, **plan) for r, plan in zip(runs, plans, strict=True)]
+        for (name, path, alpha, seed), cache, plan in zip(runs, caches, plans, strict=True):
             folder = out / name / f"alpha-{alpha:g}"
             if len(seeds) > 1:
                 folder = folder / f"seed-{seed}"
             console.rule(f"{name}, α = {alpha:g}" + (f", seed {seed}" if len(seeds) > 1 else ""))
-            run_compare(
-                path,
-                folder,
-                alpha=alpha,
-                splits=splits,
-                steps=steps,
-                seed=seed,
-                console=console,
-                title=name,
-                cache=cache,
-            )
+            run_compare(path, folder, console=console, title=name, cache=cache, **plan)
             results = json.loads((folder / "results.json").read_text())
-            kappas = {variant_name(m, lam): p.kappa_online for (m, lam), p in cache.trained.items()}
+            kappas = {
+                variant_name(*key): p.summary_fields()["kappa_online"]
+                for key, p in cache.trained.items()
+            }
             sections.append(Section(name, alpha, folder, results, seed, kappas))
     frontiers = {  # the first seed's runs
         n: frontier_plot(

@@ -24,22 +24,12 @@ from ccpo.evaluation.prompt_router import PromptRouterRow
 from ccpo.learning.baselines import BASELINES, Row, Splits, make_baseline
 from ccpo.learning.config import TrainConfig
 from ccpo.learning.replay import calibrate_kappa
-from ccpo.learning.training import train
 from ccpo.policies.base import Policy
-from ccpo.policies.registry import (
-    AUTO_CANDIDATES,
-    AUTO_RL_STEPS,
-    compare_rows,
-    fit_method,
-    fit_single_method,
-    load_policy,
-    resolve_method,
-    single_form_of,
-    variant_name,
-)
-from ccpo.policies.rl import RLPolicy
-from ccpo.policies.route import SUFFIX as ROUTED
-from ccpo.policies.single import DELTA, SUFFIX
+from ccpo.policies.pipeline import train_policy
+from ccpo.policies.registry import load_policy
+from ccpo.policies.single import DELTA
+from ccpo.policies.spec import PolicySpec, compare_rows, names_a_method, parse_spec, variant_name
+from ccpo.policies.techniques.rl import AUTO_RL_STEPS
 from ccpo.traces.episodes import Episodes, Metrics, conformal_rollout
 
 #: the single-answer rows of ``compare`` (:mod:`ccpo.policies.single`), beside the set rows
@@ -50,12 +40,17 @@ ALWAYS = "always-"
 
 @dataclass
 class TrainingCache:
-    """Trains each (method, λ) once per harness run and hands the result to every row."""
+    """Trains each π (trainer, λ) once per harness run and hands it to every row that scores
+    it: ``cpo``, ``cpo-batch`` and ``cpo-online`` are one CPO run scored three ways."""
 
     base_config: TrainConfig = field(default_factory=TrainConfig)
     progress: Callable[[str, int, dict[str, float]], None] | None = None
-    trained: dict[tuple[str, float], RLPolicy] = field(default_factory=dict)
-    pending: dict[tuple[str, float], Future[RLPolicy]] = field(default_factory=dict)
+    trained: dict[tuple[str, float], Policy] = field(default_factory=dict)
+    pending: dict[tuple[str, float], Future[Policy]] = field(default_factory=dict)
+
+    def spec(self, key: tuple[str, float]) -> PolicySpec:
+        """The spec training the π of ``key`` with this run's config."""
+        return PolicySpec(key[0], lam=key[1], train_config=self.base_config)
 
     def submit(
         self,
@@ -65,13 +60,14 @@ class TrainingCache:
         alpha: float,
         pool: Executor,
     ) -> None:
-        """Start training the missing (method, λ) policies in ``pool`` and return at once;
+        """Start training the missing (trainer, λ) policies in ``pool`` and return at once;
         :meth:`get` waits for each. Each run is seeded by its config, so the results equal
         :meth:`get`'s one by one; the progress callback sees each run once, at its last step."""
-        for m, lam in dict.fromkeys(keys):
-            if (m, lam) not in self.trained and (m, lam) not in self.pending:
-                cfg = self._config(m, lam, alpha)
-                self.pending[(m, lam)] = pool.submit(_train_one, cfg, ep, train_idx)
+        for key in dict.fromkeys(keys):
+            if key not in self.trained and key not in self.pending:
+                self.pending[key] = pool.submit(
+                    _train_one, self.spec(key), ep, train_idx, alpha, self.base_config.seed
+                )
 
     def prefetch(
         self,
@@ -81,7 +77,7 @@ class TrainingCache:
         alpha: float,
         workers: int,
     ) -> None:
-        """Train the missing (method, λ) policies in ``workers`` processes at once (a pool of
+        """Train the missing (trainer, λ) policies in ``workers`` processes at once (a pool of
         its own: see :func:`training_pool`) and wait for all of them."""
         todo = [k for k in dict.fromkeys(keys) if k not in self.trained and k not in self.pending]
         if workers < 2 or len(todo) < 2:
@@ -92,32 +88,35 @@ class TrainingCache:
             for fut in as_completed(keys_of):
                 self._finish(keys_of[fut])
 
-    def _finish(self, key: tuple[str, float]) -> RLPolicy:
+    def _finish(self, key: tuple[str, float]) -> Policy:
         self.trained[key] = self.pending.pop(key).result()
         if self.progress is not None:
             last = self.trained[key].log[-1] if self.trained[key].log else {}
             self.progress(variant_name(*key), self.base_config.steps, last)
         return self.trained[key]
 
-    def _config(self, method: str, lam: float, alpha: float) -> TrainConfig:
-        return replace(self.base_config, method=method, lam=lam, alpha=alpha)
-
     def get(
-        self, method: str, lam: float, ep: Episodes, train_idx: np.ndarray, alpha: float
-    ) -> RLPolicy:
-        key = (method, lam)
+        self, key: tuple[str, float], ep: Episodes, train_idx: np.ndarray, alpha: float
+    ) -> Policy:
         if key in self.pending:
             return self._finish(key)
         if key not in self.trained:
-            cfg = self._config(method, lam, alpha)
-            label = variant_name(method, lam)
+            label = variant_name(*key)
             cb = (
                 None
                 if self.progress is None
                 else (lambda step, entry: self.progress(label, step, entry))
             )  # type: ignore[misc]
-            self.trained[key] = RLPolicy.from_result(train(ep, train_idx, cfg, cb), label)
+            got = train_policy(self.spec(key), ep, train_idx, alpha, self.base_config.seed,
+                               progress=cb)  # fmt: skip
+            self.trained[key] = got.policy
         return self.trained[key]
+
+
+def training_key(spec: PolicySpec) -> tuple[str, float]:
+    """What an RL row's π is trained as: (trainer, λ), shared by the rows scoring it."""
+    assert spec.technique.trainer is not None
+    return spec.technique.trainer, spec.lam
 
 
 def training_pool(workers: int) -> ProcessPoolExecutor:
@@ -125,9 +124,11 @@ def training_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
-def _train_one(cfg: TrainConfig, ep: Episodes, train_idx: np.ndarray) -> RLPolicy:
+def _train_one(
+    spec: PolicySpec, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int
+) -> Policy:
     """One training run in a worker process (module level, so that it pickles)."""
-    return RLPolicy.from_result(train(ep, train_idx, cfg), variant_name(cfg.method, cfg.lam))
+    return train_policy(spec, ep, train_idx, alpha, seed).policy
 
 
 def conformal_metrics(
@@ -167,11 +168,6 @@ class PolicyRow(Row):
         self._thresholds, self._refused = pol.split_thresholds(ep, scores, splits.cal, alpha)
         return pol.rollout(ep, scores, self._thresholds, splits.test)
 
-    def result_extra(self) -> dict[str, Any]:
-        if self._thresholds is None:
-            return {}
-        return {"kappa_mean": float(last_threshold(self._thresholds).mean())}
-
     def auto_pick(self) -> dict[str, Any]:
         """``{"picked": name}`` when ``auto`` chose this row's technique, else ``{}``."""
         if self.policy is None or "auto" not in self.policy.info:
@@ -179,48 +175,34 @@ class PolicyRow(Row):
         return {"picked": self.policy.info["auto"]["picked"]}
 
 
-class TrainedRow(PolicyRow):
-    """A row backed by a π trained in this run (shared through :class:`TrainingCache`) and
-    used as the row's variant says (``cpo``: greedy; ``cpo-online``: online κ; else κ̂)."""
+class SpecRow(PolicyRow):
+    """A row fitted by :func:`~ccpo.policies.pipeline.train_policy` from its spec on the
+    training split (an RL π through :class:`TrainingCache`, shared by the rows scoring it).
+    A single-answer row's λ̂ is certified by Learn-then-Test on each calibration split; where
+    a split certifies none, the most conservative rule is scored and the split counted as
+    refused (``refused_share``)."""
 
-    def __init__(
-        self, name: str, method: str, lam: float, greedy: bool, cache: TrainingCache
-    ) -> None:
-        self.name, self.method, self.lam, self.cache = name, method, lam, cache
-        self.kind = "point" if greedy else "conformal"
-
-    def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
-        trained = self.cache.get(self.method, self.lam, ep, train_idx, alpha)
-        self.policy = replace(trained, variant=self.name)
-
-
-class ScoreRow(PolicyRow):
-    """A row backed by replay-trained membership scores: CStop, ``depth-k`` or ``auto``
-    (:mod:`ccpo.policies.registry`), split-conformal κ̂ on each calibration split."""
-
-    def __init__(
-        self,
-        name: str,
-        candidates: Sequence[str] = AUTO_CANDIDATES,
-        settings: dict[str, Any] | None = None,
-    ) -> None:
-        self.name, self.candidates, self.settings = name, tuple(candidates), settings
+    def __init__(self, spec: PolicySpec, cache: TrainingCache | None = None) -> None:
+        self.spec, self.cache, self.name = spec, cache or TrainingCache(), spec.name
+        self.kind = "single" if spec.single else "point" if spec.greedy else "conformal"
 
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
-        self.policy, _ = fit_method(
-            self.name, ep, train_idx, alpha, seed, self.candidates, self.settings
-        )
+        if self.spec.trains:
+            trained = self.cache.get(training_key(self.spec), ep, train_idx, alpha)
+            self.policy = replace(trained, variant=self.name)  # type: ignore[type-var]
+        else:
+            self.policy = train_policy(self.spec, ep, train_idx, alpha, seed).policy
 
     def result_extra(self) -> dict[str, Any]:
-        return {**self.auto_pick(), **super().result_extra()}
+        return policy_extra(self, self.spec.single, self.spec.delta)
 
 
-class ArtifactRow(PolicyRow):
+class FolderRow(PolicyRow):
     """A policy folder from ``ccpo train``; a calibrated one is re-calibrated on each split."""
 
     def __init__(self, folder: Path, policy: Policy) -> None:
         self.name, self.policy = folder.name, policy
-        self.kind = "point" if policy.greedy else "conformal"
+        self.kind = "single" if policy.single else "point" if policy.greedy else "conformal"
 
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
         assert self.policy is not None
@@ -231,35 +213,23 @@ class ArtifactRow(PolicyRow):
                 f"{how} scoring cannot be re-targeted to α = {alpha:g}"
             )
 
-
-class SingleRow(PolicyRow):
-    """A single-answer row (``cstop-single``, ``auto-single``, …, or a folder): the stopping
-    score fitted on the training split, λ̂ by Learn-then-Test on each calibration split; where
-    a split cannot certify any λ the most conservative rule is scored and the split counted
-    as refused (``refused_share``)."""
-
-    kind = "single"
-
-    def __init__(self, name: str, delta: float = DELTA, policy: Policy | None = None) -> None:
-        """``policy``: a trained single-answer policy (a folder's), kept as it is by fit."""
-        self.routed = name.endswith(ROUTED)  # ``…-single+route``: behind a router
-        self.name, self.delta = name, delta
-        self.method = name.removesuffix(ROUTED).removesuffix(SUFFIX)
-        self.policy = policy
-        self._given = policy is not None
-
-    def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
-        if not self._given:
-            self.policy = fit_single_method(
-                self.method, ep, train_idx, alpha, seed, self.delta, routed=self.routed
-            )
-
     def result_extra(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"answer": "single", "delta": self.delta, **self.auto_pick()}
-        if self._thresholds is not None and self._refused is not None:
-            out["refused_share"] = float(self._refused.mean())
-            out["threshold_mean"] = float(last_threshold(self._thresholds).mean())
+        assert self.policy is not None
+        return policy_extra(self, self.policy.single, self.policy.delta or DELTA)
+
+
+def policy_extra(row: PolicyRow, single: bool, delta: float) -> dict[str, Any]:
+    """results.json's fields of a policy row beyond its metrics: auto's pick, the mean
+    threshold, and for one answer δ and the share of refused splits."""
+    out: dict[str, Any] = {"answer": "single", "delta": delta} if single else {}
+    out.update(row.auto_pick())
+    if row._thresholds is None:
         return out
+    mean = float(last_threshold(row._thresholds).mean())
+    if not single:
+        return {**out, "kappa_mean": mean}
+    assert row._refused is not None
+    return {**out, "refused_share": float(row._refused.mean()), "threshold_mean": mean}
 
 
 class AlwaysRow(Row):
@@ -302,30 +272,19 @@ def available_policies(ep: Episodes, trained: bool = True) -> list[str]:
     return [*names, "oracle"]
 
 
-def make_policy(name: str, cache: TrainingCache) -> Row:
-    """A row: a method of :mod:`ccpo.policies.registry`, a policy folder, or a baseline."""
-    single = name.removesuffix(ROUTED)
-    if single.endswith(SUFFIX) and single_form_of(single.removesuffix(SUFFIX)):
-        return SingleRow(name)
+def make_policy(name: str, cache: TrainingCache | None) -> Row:
+    """A row: a method of :mod:`ccpo.policies.spec`'s grammar, a policy folder, or a
+    baseline."""
     if name.startswith(ALWAYS):
         return AlwaysRow(name)
     if name == PROMPT_ROUTER:
         return PromptRouterRow()
-    found = resolve_method(name)
-    if found is not None:
-        spec, lam = found
-        if spec.fitted_on_replay:
-            # auto's CCPO candidate trains no longer than the run's other policies
-            steps = min(cache.base_config.steps, AUTO_RL_STEPS)
-            return ScoreRow(name, settings={"auto_ccpo_steps": steps})
-        assert spec.trainer is not None
-        return TrainedRow(name, spec.trainer, lam, spec.greedy, cache)
+    spec = _spec_of(name, cache or TrainingCache())
+    if spec is not None:
+        return SpecRow(spec, cache)
     p = Path(name)
     if p.is_dir() and (p / "policy.json").is_file():
-        pol = load_policy(p)
-        if pol.single:
-            return SingleRow(p.name, pol.delta or DELTA, pol)
-        return ArtifactRow(p, pol)
+        return FolderRow(p, load_policy(p))
     try:
         # a baseline's name wins over a folder of that name that holds no policy
         return make_baseline(name)
@@ -333,6 +292,15 @@ def make_policy(name: str, cache: TrainingCache) -> Row:
         if p.is_dir():
             load_policy(p)  # raises: says the folder is not a trained policy
         raise
+
+
+def _spec_of(name: str, cache: TrainingCache) -> PolicySpec | None:
+    """The spec of a method row (``None``: not a method's name); auto's CCPO candidate trains
+    no longer than the run's other policies."""
+    if not names_a_method(name):
+        return None
+    steps = min(cache.base_config.steps, AUTO_RL_STEPS)
+    return parse_spec(name, settings={"auto_ccpo_steps": steps}, train_config=cache.base_config)
 
 
 def resolve_policies(

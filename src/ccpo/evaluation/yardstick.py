@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ccpo.policies.base import Policy
+from ccpo.policies.reference import METHOD as REFERENCE
 from ccpo.policies.reference import reference_name
 from ccpo.traces.episodes import Episodes
 
@@ -65,12 +67,14 @@ class Yardstick:
 
 
 def yardstick(
-    policy: str, ep: Episodes, idx: np.ndarray, cost_usd: float, is_reference: bool = False
+    name: str, policy: Policy, ep: Episodes, idx: np.ndarray, cost_usd: float
 ) -> Yardstick | None:
-    """The comparison on the questions ``idx`` of ``ep`` (``cost_usd``: the policy's mean
-    there); ``None`` when the traces have no one model to call alone."""
+    """The comparison of ``policy`` (shown as ``name``) on the questions ``idx`` of ``ep``
+    (``cost_usd``: its mean there); ``None`` when the traces have no one model to call
+    alone. ``always-<reference>`` is that very call."""
     if not ep.strongest or ep.strongest_cost is None or len(idx) == 0:
         return None
     ref = float(ep.strongest_cost[np.asarray(idx)].mean())
     fallback = ep.strongest_step is not None
-    return Yardstick(policy, ep.strongest, float(cost_usd), ref, is_reference, fallback)
+    is_reference = policy.method == REFERENCE
+    return Yardstick(name, ep.strongest, float(cost_usd), ref, is_reference, fallback)

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ccpo.traces.episodes import Episodes, Metrics
+from ccpo.traces.episodes import Episodes, Metrics, conformal_sets
 from ccpo.traces.labels import GOLD, claim, every_question_solvable
 
 AnswerKind = Literal["set", "single"]
@@ -163,6 +163,23 @@ class Policy(ABC):
     def threshold_name(self) -> str:
         """How reports name its threshold: κ̂ (sets), λ̂ (single answer), '' (none)."""
         return "λ̂" if self.answer == "single" else "κ̂"
+
+    def threshold_text(self, how: str = "") -> str:
+        """ "κ̂ = 0.42", "λ̂ = 0.93 (Learn-then-Test, δ = 0.1)" (``how``), or what a policy
+        without one does, for what ``train`` prints."""
+        return f"{self.threshold_name} = {self.threshold:.4g}{how}"
+
+    def summary_fields(self) -> dict[str, Any]:
+        """What its technique adds to ``summary.json`` beyond the calibration figures."""
+        return {}
+
+    def full_set_rate(self, ep: Episodes, scores: Any, threshold: float | None) -> float:
+        """Share of the questions of ``ep`` on which its set C(o) holds every action at every
+        round (all T rounds run, every answer returned) at ``threshold``, from ``scores``
+        (:meth:`episode_scores`): 1.0 means it decides nothing and costs as much as running
+        everything (degenerate)."""
+        reach, included = conformal_sets(ep, scores, threshold)  # type: ignore[arg-type]
+        return float((reach.all(1) & included.all((1, 2))).mean())
 
     def guarantee_statement(self) -> str:
         """The guarantee in words, against what its provenance's ``against`` labels say: gold

@@ -112,6 +112,12 @@ class ReferencePolicy(Policy):
     def threshold_name(self) -> str:
         return ""
 
+    def threshold_text(self, how: str = "") -> str:
+        return f"no threshold: {self.model} answers alone"
+
+    def full_set_rate(self, ep: Episodes, scores: Any, threshold: float | None) -> float:
+        return 0.0  # one answer of one call
+
     def set_threshold(self, value: float) -> None:
         """Nothing to set: it calls one model whatever the threshold."""
 

@@ -124,6 +124,9 @@ class RLPolicy(SetPolicy):
     def is_calibrated(self) -> bool:
         return self.kappa_batch is not None or not self.calibrates
 
+    def summary_fields(self) -> dict[str, Any]:
+        return {"kappa_online": self.kappa_online}
+
     def probs(self, obs: np.ndarray) -> np.ndarray:
         """π(a|o) for observations [..., T, F] (``next`` masked at the last round)."""
         return policy_probs(self.net, obs, self.obs_mean, self.obs_std)

@@ -1,8 +1,8 @@
 """The episode started at a later round: what a routed question runs, sees and pays.
 
-A router (:mod:`ccpo.policies.route`) picks, before any call, the round s at which a question
-starts; rounds before s are neither called nor paid. This module gives, for every start s, the
-replay's view of each trace, shared with the live agent so that both compute the same numbers:
+A router (:mod:`ccpo.policies.routing.single`) picks, before any call, the round s at which a
+question starts; rounds before s are neither called nor paid. This module gives, for every start s,
+the replay's view of each trace, shared with the live agent so that both compute the same numbers:
 
 - :data:`BLANK_ROUND` and :func:`routed_rounds`: skipped rounds are replaced by one fixed blank
   round (no answer, no verdict, no usage), so o_t of a routed episode is the featurizer over

@@ -148,7 +148,7 @@ class Round(_Model):
 
 class QuestionEmbedding(_Model):
     """The embedding of a trace's question (its conversation's text, for chat) by ``model``
-    (``ccpo traces embed``): what a router reads before any call (policies.route)."""
+    (``ccpo traces embed``): what a router reads before any call (ccpo.policies.routing)."""
 
     model: str = Field(min_length=1)
     vector: list[float] = Field(min_length=1)

@@ -7,7 +7,7 @@ columns are added: log(1 + characters) / 10 and log(1 + words) / 10. The spec
 (:data:`TEXT_FEATURE_SPEC`) is versioned and saved with the router that reads it.
 
 Main names: :func:`text_features` (one text → [D]), :func:`text_matrix` (texts → [N, D]).
-Used by :mod:`ccpo.policies.router`; derivation of the routed guarantee: docs/theory.md,
+Used by :mod:`ccpo.policies.routing.router`; derivation of the routed guarantee: docs/theory.md,
 "Routing before the first call".
 """
 

@@ -6,8 +6,8 @@ is correct, and the round to start at.
 ``embedding_model`` in its spec, the question's recorded embedding too, scaled to unit length:
 ``ccpo traces embed``); at a threshold τ the question starts at the cheapest round whose
 prediction clears τ (:func:`starts`). :func:`fit_router` fits it on training questions only.
-The routed policy and its guarantee: :mod:`ccpo.policies.route`; derivation: docs/theory.md,
-"Routing before the first call".
+The routed policy and its guarantee: :mod:`ccpo.policies.routing.single`; derivation:
+docs/theory.md, "Routing before the first call".
 
 Main names: :class:`Router`, :func:`fit_router`, :func:`starts`, :func:`unit_rows`.
 """

@@ -1,7 +1,7 @@
 """Routing before the first call: a single-answer policy that may start at a later round.
 
-A :class:`~ccpo.policies.router.Router` predicts from the question alone whether each round's
-answer is correct; at a threshold τ the question starts at the cheapest round whose
+A :class:`~ccpo.policies.routing.router.Router` predicts from the question alone whether each
+round's answer is correct; at a threshold τ the question starts at the cheapest round whose
 prediction clears τ (:data:`NO_ROUTE`: round 1); a router that reads question embeddings has
 a text-only fallback for a question whose embedding is missing. The wrapped single-answer
 policy's stopping rule goes on from there; skipped rounds are neither called nor paid
@@ -24,8 +24,8 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.policies.base import Calibration, Policy
-from ccpo.policies.routed import NO_ROUTE, ROUTE_FILE, SUFFIX, TAUS, RouterHolder
-from ccpo.policies.router import Router, fit_router
+from ccpo.policies.routing.holder import NO_ROUTE, ROUTE_FILE, SUFFIX, TAUS, RouterHolder
+from ccpo.policies.routing.router import Router, fit_router
 from ccpo.policies.single import (
     GRID,
     RUN_ALL,
@@ -162,6 +162,9 @@ class RoutedPolicy(RouterHolder, Policy):
         probs = self.router.question_probs(views.questions, views.embeddings)
         fb = None if self.fallback is None else self.fallback.question_probs(views.questions)
         return RoutedScores(probs, stops, views.cost, self.router, views.latency, fb)
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"route_tau": self.tau}
 
     def round_costs(self, ep: Episodes) -> np.ndarray:
         sc = self.episode_scores(ep)

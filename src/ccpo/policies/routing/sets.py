@@ -1,6 +1,6 @@
 """Routing a set policy: CStop answer sets that may start at a later round.
 
-The router of :mod:`ccpo.policies.router` picks, before any call, the round s at which a
+The router of :mod:`ccpo.policies.routing.router` picks, before any call, the round s at which a
 question starts; the CStop set policy (:mod:`ccpo.policies.cstop`) runs from there. The
 replay builds each question's *started view* (:func:`started_view`): observations and round
 costs of the episode started at its s, and membership scores (−∞, −∞, 1) for the skipped
@@ -25,8 +25,8 @@ from ccpo.errors import CCPOError
 from ccpo.learning.conformal import CalibrationScores, split_conformal_threshold
 from ccpo.policies.base import Calibration, Policy
 from ccpo.policies.cstop import STOPPING_METHODS, StoppingPolicy, fixable_labels
-from ccpo.policies.routed import TAUS, RouterHolder
-from ccpo.policies.router import Router, fit_router
+from ccpo.policies.routing.holder import TAUS, RouterHolder
+from ccpo.policies.routing.router import Router, fit_router
 from ccpo.traces.episodes import (
     BASE,
     GUIDE,
@@ -112,6 +112,9 @@ class RoutedSetPolicy(RouterHolder, Policy):
 
     def round_costs(self, ep: Episodes) -> np.ndarray:
         return self.episode_scores(ep).ep.round_cost
+
+    def full_set_rate(self, ep: Episodes, scores: Any, threshold: float | None) -> float:
+        return super().full_set_rate(scores.ep, scores.probs, threshold)  # the started view
 
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
         view = self.episode_scores(ep if cal is None else ep.subset(cal))

@@ -1,7 +1,7 @@
 """What a routed policy adds to the policy it wraps: a router, τ̂, and the calls they save.
 
-:class:`RouterHolder` is the half of :class:`~ccpo.policies.route.RoutedPolicy` (single
-answers) and :class:`~ccpo.policies.route_sets.RoutedSetPolicy` (answer sets) that does not
+:class:`RouterHolder` is the half of :class:`~ccpo.policies.routing.single.RoutedPolicy` (single
+answers) and :class:`~ccpo.policies.routing.sets.RoutedSetPolicy` (answer sets) that does not
 depend on the kind of answer: the wrapped policy's attributes read through, the start round
 decided before any call (:meth:`RouterHolder.start_rung`, with the text-only fallback when a
 question's embedding is missing), the live decision (the wrapped rule on o_t with the skipped
@@ -22,13 +22,13 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.policies.base import Answered, RoundDecision
-from ccpo.policies.router import Router
+from ccpo.policies.routing.router import Router
 
 NO_ROUTE = 2.0
 """τ above every prediction: start at round 1 (the unrouted policy)."""
 TAUS = (NO_ROUTE, 0.25, 0.5, 0.75)
 """The router thresholds τ may take, fixed before any data: one is picked on the training
-split (or :func:`ccpo.policies.route.joint_ltt` certifies all four at δ/4 each)."""
+split (or :func:`ccpo.policies.routing.single.joint_ltt` certifies all four at δ/4 each)."""
 ROUTE_FILE = "route.json"
 SUFFIX = "+route"
 
