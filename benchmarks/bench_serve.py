@@ -189,7 +189,7 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         wait_for_http(url + "/healthz", serve, 60, "ccpo serve")
         if args.max_cost_total is None:
-            asyncio.run(load(url, 20, 4))  # warm-up (connections, first torch call)
+            asyncio.run(load(url, 20, 4))  # warm-up (connections, first policy call)
         res = asyncio.run(load(url, args.requests, args.concurrency))
         if args.max_cost_total is not None:
             spent = res["server_metrics"]["dollars_spent"]

@@ -54,7 +54,7 @@ def evaluate(
 ) -> None:
     """Score policies on R random calibration/test splits; write results.json/.md/.csv and
     box plots of coverage and cost."""
-    require_training("ccpo evaluate")  # box plots (matplotlib); trainable names (torch)
+    require_training("ccpo evaluate")  # box plots (matplotlib)
     from ccpo.evaluation.harness import evaluate_policies, load_splits
     from ccpo.evaluation.rows import TrainingCache, resolve_policies
     from ccpo.report.results import write_results

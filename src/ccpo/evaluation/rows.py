@@ -120,7 +120,7 @@ def training_key(spec: PolicySpec) -> tuple[str, float]:
 
 
 def training_pool(workers: int) -> ProcessPoolExecutor:
-    """Processes for training runs (spawned: no fork of a process holding torch threads)."""
+    """Processes for training runs (spawned: no fork of a process holding BLAS threads)."""
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 

@@ -58,7 +58,7 @@ class MethodSpec:
 
     @property
     def fitted_on_replay(self) -> bool:
-        """Fitted on replayed traces (no torch), rather than trained by RL."""
+        """Fitted on replayed traces, rather than trained by RL."""
         return self.kind == "score"
 
 
@@ -169,7 +169,7 @@ class PolicySpec:
 
     @property
     def trains(self) -> bool:
-        """Trained by RL (torch), rather than fitted on replay."""
+        """Trained by RL (the numpy training loop), rather than fitted on replay."""
         return self.technique.kind == "rl"
 
     @property

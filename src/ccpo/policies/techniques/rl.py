@@ -1,5 +1,5 @@
 """CCPO and the CPO family: π trained by :func:`ccpo.learning.training.train` (imported on
-first use: loading or deciding never needs torch)."""
+first use: loading or deciding never needs the trainer)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def fit(
 ) -> Policy:  # fmt: skip
     """π of ``spec.method`` trained on ``train_idx`` with ``spec.train_config`` (defaults
     otherwise; its method, α, seed and λ are the spec's); ``progress(step, entry)``."""
-    from ccpo.learning.training import train  # torch: only for CCPO / CPO
+    from ccpo.learning.training import train  # the trainer: only for CCPO / CPO
 
     base = spec.train_config or TrainConfig()
     trainer = spec.technique.trainer
