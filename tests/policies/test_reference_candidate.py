@@ -42,7 +42,8 @@ def test_against_gold_labels_it_is_not_kept_below_the_target(gold) -> None:
         fit_policy("auto", gold, idx, 0.1, 0, settings={"auto_ccpo_steps": 0}),
         fit_policy("auto", gold, idx, 0.1, 0, single=True),
     ):
-        assert pol.info["auto"]["picked"] != "always-big-m" and pol.alone is None
+        assert pol.info["auto"]["picked"] != "always-big-m"
+        assert pol.start_rung("q") == 0 and pol.round_roles(1) == ("base", "guide")
     with pytest.raises(Unreachable, match="certify only α ≥"):
         ReferencePolicy.fit(gold, "single", StopConfig(alpha=0.1)).calibrate(gold, idx)
 
@@ -54,7 +55,8 @@ def test_its_replay_pays_one_call_and_returns_that_answer(gold) -> None:
     assert np.array_equal(m.cost, gold.strongest_cost) and (m.length == 1).all()
     assert (gold.strongest_cost < gold.round_cost.sum(-1)).all()  # it skips every rung
     reach, included = pol.replay_answers(gold)
-    t, role = pol.alone
+    t, role = pol.step
+    assert pol.start_rung("q") == t - 1 and pol.round_roles(t) == (role,)  # live: one step
     assert (reach.sum(-1) == 1).all() and reach[:, t - 1].all()
     assert included[:, t - 1, 1 if role == "guide" else 0].all() and included.sum() == gold.n
     assert "P(wrong on a question some round can answer) ≤ 0.5" in pol.guarantee_statement()

@@ -77,10 +77,14 @@ class _ReplayThread:
 
 def _paid(trace: Any, rounds: int, pol: Policy, first: int = 1) -> list[list[str]]:
     """The models a replay pays in ``rounds`` rounds from round ``first`` (routing may skip
-    the ones before it: a call of theirs that a later step repeats is paid there)."""
-    if pol.alone is not None:  # one step called alone, every other skipped
-        t, role = pol.alone
-        return [[getattr(trace.rounds[t - 1], role).model]]
+    the ones before it: a call of theirs that a later step repeats is paid there), each round
+    as the policy runs it (:meth:`~ccpo.policies.base.Policy.round_roles`)."""
+    called = [pol.round_roles(t) for t in range(first, first + rounds)]
+    if any(len(roles) < 2 for roles in called):  # a step called alone, the other skipped
+        return [
+            [getattr(trace.rounds[t - 1], role).model for role in roles]
+            for t, roles in enumerate(called, start=first)
+        ]
     if first > 1:
         from ccpo.traces.routing import paid_steps
 

@@ -296,6 +296,7 @@ class RoundOutput:
     spec: LadderRound | None = None  # None: a one-pair judge round (tests build these)
     reused: tuple[str, ...] = ()  # the roles that repeat an earlier call (zero usage)
     signals: dict[str, Any] | None = None  # the ladder's signals of this round, if it has any
+    skipped: tuple[str, ...] = ()  # the roles the policy did not call (blank, zero usage)
 
     def past(self) -> PastRound:
         """What later rounds' base prompts see of this round."""
@@ -336,7 +337,8 @@ class RoundOutput:
     def models(self) -> list[str]:
         """The models this round paid for (a reused step is not asked again)."""
         assert self.spec is not None
-        paid = [self.spec.step(ro).model for ro in ("base", "guide") if ro not in self.reused]
+        free = (*self.reused, *self.skipped)
+        paid = [self.spec.step(ro).model for ro in ("base", "guide") if ro not in free]
         if (self.signals or {}).get("verdict") and self.spec.guide.model not in paid:
             paid.append(self.spec.guide.model)  # the free-text verdict call
         return paid
@@ -377,16 +379,6 @@ async def _answer_alone(
     base_lp, u = agree_signals(math.exp(sum(lps) / len(lps)) if lps else None)
     out.signals = (base_lp, base_lp)
     return out, base_lp if role == "base" else u
-
-
-async def run_step_alone(
-    r: Runner, question: str | Conversation, t: int, role: str, backend: Any
-) -> tuple[BaseOutput, float | None]:
-    """Step ``role`` of ``agree`` round ``t`` called alone, every other step skipped: the
-    same request (and cache key) as in the full round (``always-<reference>``)."""
-    if r.ladder.round(t).verdict != "agree":
-        raise CCPOError(f"round {t} is a judge round: its {role} cannot be called alone")
-    return await _answer_alone(r, question, t, role, backend)
 
 
 def _answer_of(ro: RoundOutput, role: str) -> tuple[BaseOutput, float | None]:
@@ -464,14 +456,21 @@ async def run_round(
     earlier: list[RoundOutput],
     backend: SearchBackend | None,
     start: int = 1,
+    roles: tuple[str, ...] = ROLES,
 ) -> RoundOutput:
     """Round ``t`` (1-based) of the runner's ladder, after the ``earlier`` rounds of the same
     question (docs/design.md, "Ladders": how a round runs). ``question`` is the question, or
     in the ``chat`` family the conversation (its steps' prompt: docs/design.md,
     "Conversations"). ``start``: the first round run (``earlier`` holds rounds start..t − 1;
     a routed question skipped the rounds before it, so a step repeating one of their calls is
-    asked here). With its signals."""
+    asked here). ``roles``: the steps the policy calls in this round
+    (:meth:`ccpo.policies.base.Policy.round_roles`); in an ``agree`` round the others are
+    left blank, neither called nor paid (``always-<reference>`` calls its one step so). With
+    its signals when both steps ran."""
     lr = r.ladder.round(t)
+    skipped = tuple(role for role in ROLES if role not in roles)
+    if skipped and lr.verdict != "agree":
+        raise CCPOError(f"round {t} is a judge round: its {roles[0]} cannot be called alone")
     if lr.verdict == "judge":
         history = [e.past() for e in earlier]
         temp = r.cfg.temperature(t)
@@ -496,9 +495,11 @@ async def run_round(
         return await with_signals(r, question, RoundOutput(t, out, g, lr))
     # agree: each step answers alone, or copies the earlier call it repeats (paid once); the
     # calls of the round depend on nothing of each other, so they are sent at once
-    steps: dict[str, tuple[BaseOutput, float | None]] = {}
+    steps: dict[str, tuple[BaseOutput, float | None]] = {
+        role: (BaseOutput("", "", Calls()), None) for role in skipped
+    }
     reused: list[str] = []
-    fresh = [role for role in ("base", "guide") if r.ladder.reused(t, role, start) is None]
+    fresh = [role for role in roles if r.ladder.reused(t, role, start) is None]
     calls = [asyncio.ensure_future(_answer_alone(r, question, t, ro, backend)) for ro in fresh]
     try:
         got = await asyncio.gather(*calls)
@@ -508,7 +509,7 @@ async def run_round(
         await asyncio.gather(*calls, return_exceptions=True)
         raise
     steps.update(zip(fresh, got, strict=True))
-    for role in ("base", "guide"):
+    for role in roles:
         src = r.ladder.reused(t, role, start)
         if src is None:
             continue
@@ -519,9 +520,11 @@ async def run_round(
         reused.append(role)
     (b, _), (ga, u_guide) = steps["base"], steps["guide"]
     same = exact_match(ga.answer, [b.answer], r.ladder.task, r.ladder.family)
-    g = GuideOutput("yes" if same else "no", ga.answer, ga.reasoning, u_guide, ga.calls)
+    verdict = None if skipped else "yes" if same else "no"
+    g = GuideOutput(verdict, ga.answer, ga.reasoning, u_guide, ga.calls)
     g.recorded = ga.recorded  # a replay endpoint's step (its recorded signals)
-    return await with_signals(r, question, RoundOutput(t, b, g, lr, tuple(reused)))
+    ro = RoundOutput(t, b, g, lr, tuple(reused), skipped=skipped)
+    return ro if skipped else await with_signals(r, question, ro)
 
 
 async def run_base_guide(r: Runner, q: Question) -> Trace:

@@ -153,11 +153,11 @@ class Policy(ABC):
     #: online tracker moves along; ``None`` when not kept
     calibration: Any = None
 
-    @property
-    def alone(self) -> tuple[int, str] | None:
-        """(round t, role) of the one ladder step it calls alone, skipping every other
-        (``always-<reference>``); ``None``: it runs rounds 1, 2, … as its rule says."""
-        return None
+    def round_roles(self, t: int) -> tuple[str, ...]:
+        """The steps of round ``t`` (1-based) it calls when it runs that round: both by
+        default; ``always-<reference>`` calls its one step (the others are neither called nor
+        paid). Live and dry runs ask this; the replay prices it by :meth:`round_costs`."""
+        return ("base", "guide")
 
     @property
     def threshold_name(self) -> str:

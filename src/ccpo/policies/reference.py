@@ -17,7 +17,7 @@ Main names: :class:`ReferencePolicy`, :func:`reference_validator`. Contract: doc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,9 +97,13 @@ class ReferencePolicy(Policy):
     def alpha(self) -> float:
         return self.config.alpha
 
-    @property
-    def alone(self) -> tuple[int, str] | None:
-        return self.step
+    def start_rung(self, question: str, embedding: Sequence[float] | None = None) -> int:
+        """Its step's round, before any call: the rounds before it are skipped."""
+        return self.step[0] - 1
+
+    def round_roles(self, t: int) -> tuple[str, ...]:
+        """Its one step in its round (the agent stops there: :meth:`decide`)."""
+        return (self.step[1],) if t == self.step[0] else ()
 
     @property
     def threshold(self) -> float:
@@ -219,7 +223,8 @@ class ReferencePolicy(Policy):
     def decide(
         self, obs: np.ndarray, t: int, threshold: float | None, answered: Answered
     ) -> RoundDecision:
-        """Its one step's answer (the live agent calls that step alone: ``alone``)."""
+        """Its one step's answer, returned in the round it starts at (:meth:`start_rung`), where
+        it calls that step alone (:meth:`round_roles`)."""
         a = ACTIONS.index(self.step[1])
         p = np.zeros(3)
         p[a] = 1.0

@@ -28,7 +28,6 @@ import uuid
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -53,7 +52,6 @@ from ccpo.llm.protocol import (
     live_round,
     make_runner,
     run_round,
-    run_step_alone,
 )
 from ccpo.llm.tasks.loaders import Question, parse_context
 from ccpo.policies.base import Policy
@@ -409,8 +407,7 @@ class ConformalAgent:
         """The set-valued rollout of one admitted question (see :meth:`aanswer`)."""
         q = Question(qid, self.task, prompt_text(question), [], parse_context(context, "context"))
         backend = runner.backend_for(q)
-        if self.policy.alone is not None:
-            return await self._alone(runner, question, qid, backend, k, t0)
+        roles = self.policy.round_roles  # the steps of each round it calls
         outs: list[RoundOutput] = []
         rounds: list[Any] = []  # live rounds (protocol.live_round): a Round's attributes
         logs: list[RoundLog] = []
@@ -426,7 +423,7 @@ class ConformalAgent:
             for t in range(first, self.horizon + 1):
                 if nxt is None:
                     before, before_worst = env.spent, env.worst
-                    ro = await run_round(runner, question, t, outs, backend, first)
+                    ro = await run_round(runner, question, t, outs, backend, first, roles(t))
                 else:
                     ro = await nxt
                     nxt = None
@@ -451,7 +448,7 @@ class ConformalAgent:
                     # round t + 1 sends its first call before round t's log is written
                     before, before_worst = env.spent, env.worst
                     nxt = asyncio.ensure_future(
-                        run_round(runner, question, t + 1, outs, backend, first)
+                        run_round(runner, question, t + 1, outs, backend, first, roles(t + 1))
                     )
                     await asyncio.sleep(0)  # (it runs up to its first wait for the network)
                 logs.append(self._round_log(t, ro, lr, d, cb + cg, answers, joined))
@@ -506,57 +503,6 @@ class ConformalAgent:
             self.route_fallbacks += 1
             log.warning("routing without the question's embedding: %s", e)
             return self.policy.start_rung(question)
-
-    async def _alone(
-        self,
-        runner: Runner,
-        question: str | Conversation,
-        qid: str,
-        backend: Any,
-        k: float | None,
-        t0: float,
-    ) -> AnswerSet:
-        """The one step a policy calls alone (``always-<reference>``): one call, its answer."""
-        assert self.policy.alone is not None
-        t, role = self.policy.alone
-        out, signal = await run_step_alone(runner, question, t, role, backend)
-        spec = self.ladder.round(t)
-        model = spec.step(role).model
-        cost = self.prices.usage_cost(model, SimpleNamespace(**out.calls.usage()))
-        text = out.answer if self._norm(out.answer) else ""
-        pi = {a: float(a == role) for a in ACTIONS}
-        log = RoundLog(
-            round=t,
-            base_model=spec.base.model,
-            guide_model=spec.guide.model,
-            models=[model],
-            base_answer=out.answer if role == "base" else "",
-            guide_verdict=None,
-            guide_answer=out.answer if role == "guide" else "",
-            uncertainty=signal if role == "guide" else None,
-            pi=pi,
-            actions=[role],  # type: ignore[list-item]
-            fallback=False,
-            cost_usd=cost,
-        )
-        return AnswerSet(
-            id=qid,
-            question=prompt_text(question),
-            conversation=question.key() if isinstance(question, Conversation) else None,
-            answers=[text] if text else [],
-            answer=text or None,
-            guarantee=self.guarantee,
-            rounds=1,
-            horizon=self.horizon,
-            cost_usd=cost,
-            cost_by_model={**dict.fromkeys(self.ladder.models(), 0.0), model: cost},
-            log=[log],
-            alpha=self.alpha,
-            kappa=k,
-            policy=self.policy.variant,
-            latency_ms=(time.perf_counter() - t0) * 1000.0,
-            ttft_ms=(time.perf_counter() - t0) * 1000.0,  # chosen as its one call returns
-        )
 
     def _round_log(
         self,
