@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 from ccpo.llm.judge import parse_rating, parse_verdict
 from ccpo.testing.scripted_server import ScriptedServer
 from ccpo.traces.io import read_traces
 from ccpo.traces.labels import labels_of, rule_labels
-from tests.helpers.cli import assert_usage_error, run_ccpo
+from tests.helpers.cli import CCPO, assert_usage_error, run_ccpo
 from tests.helpers.importing import labels_by_model
 
 MODELS = ("small-m", "mid-m", "big-m")  # priced in that order: big-m is the reference
@@ -197,6 +200,46 @@ def test_the_spend_is_printed_when_the_judge_dies_and_in_all_after_a_resume(tmp_
     assert (calls, served) == (7, 4)
     assert abs(earlier - first) < 1e-4 and abs(this_run - (_billed(srv, prices) - first)) < 1e-4
     assert abs(total - _billed(srv, prices)) < 1e-4  # the whole judging's bill
+
+
+def test_a_killed_run_resumed_prints_what_the_cache_recorded_in_all(tmp_path) -> None:
+    """``kill -9`` while the judge holds its fifth reply: the four replies before are cached.
+    Resumed, the run prints them as the earlier runs' spend (at the tokens each recorded)
+    beside its own, and "in all" is the endpoint's bill but the one reply the kill cut off,
+    which nothing recorded (the endpoint billed it, the resume paid for it again)."""
+    traces, prices = _traces(tmp_path)
+    out, cache = tmp_path / "judged.jsonl", tmp_path / "cache.sqlite"
+    judge, held, release = Judge(), threading.Event(), threading.Event()
+    with ScriptedServer(logprobs_mode="reject") as srv:
+
+        def holding(req: dict) -> str:
+            if srv.n_completions == 4 and not release.is_set():
+                held.set()
+                release.wait(30)
+            return judge(req)
+
+        srv.fallback = holding
+        args = [CCPO, "traces", "judge", str(traces), "--out", str(out), "--judge-model", JUDGE,
+                "--judge-url", srv.url, "--prices", str(prices), "--cache", str(cache),
+                "--concurrency", "1", "--quiet"]  # fmt: skip
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert held.wait(60), proc.communicate(timeout=5)
+            four = _billed(srv, prices)
+            proc.kill()  # SIGKILL: nothing printed, nothing written
+        finally:
+            proc.communicate(timeout=30)
+            release.set()
+        while srv.n_completions < 5:  # the endpoint bills the reply cut off
+            time.sleep(0.01)
+        cut_off = _billed(srv, prices) - four
+        res = _judge(traces, prices, srv, out, cache)
+        assert res.returncode == 0, (res.stdout, res.stderr)
+        total, this_run, calls, earlier, served = _spend(res.stdout)
+        billed = _billed(srv, prices)
+    assert (calls, served) == (7, 4) and srv.n_completions == 12  # the cut-off one twice
+    assert abs(earlier - four) < 1e-4 and abs(this_run - (billed - four - cut_off)) < 1e-4
+    assert abs(total - (billed - cut_off)) < 1e-4
 
 
 def test_pairwise_asks_both_orders_and_the_reference_winning_either_rejects(tmp_path) -> None:
