@@ -2,8 +2,10 @@
 
 :func:`judge_traces` (``ccpo traces judge``) asks a judge model at any OpenAI-compatible
 endpoint, through :class:`~ccpo.llm.client.LLMClient` (its response cache makes a rerun free,
-its ledger counts the spend), whether each ladder model's reply to a conversation is as good
-as the reference model's reply to the same conversation:
+its ledger counts the spend; :class:`JudgeCache` prices the replies the cache serves, what
+earlier runs paid, so a resumed run knows the whole judging's spend), whether each ladder
+model's reply to a conversation is as good as the reference model's reply to the same
+conversation:
 
 - ``rating``: a 1-10 rating of the reply given the reference reply (:func:`rating_messages`),
   accepted by an :class:`~ccpo.traces.accept.AcceptRule` (e.g. ``score>=8``);
@@ -26,6 +28,7 @@ import asyncio
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ccpo.errors import CCPOError
@@ -128,7 +131,7 @@ class JudgeCache(ResponseCache):
     runs that paid for them spent (:attr:`earlier_usd`, at ``prices`` for ``model``, from the
     tokens each cached reply records). A reply this run put is not counted again."""
 
-    def __init__(self, path: str | Any, prices: PriceTable, model: str) -> None:
+    def __init__(self, path: str | Path | None, prices: PriceTable, model: str) -> None:
         super().__init__(path)
         self.prices, self.model = prices, model
         self.earlier_usd = 0.0
