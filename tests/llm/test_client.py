@@ -152,8 +152,8 @@ def _dollar_per_input_token(tmp_path: Path):
 def test_budget_stops_new_paid_calls(tmp_path: Path) -> None:
     prices = _dollar_per_input_token(tmp_path)
     # "qNNN" is 1 input token on the scripted server ($1); its worst case is its bytes + the
-    # chat template's allowance: 4 + 8 + 16 = 28 tokens ($28)
-    assert worst_case_tokens(_req("q000", max_tokens=4)) == (28, 4)
+    # role's bytes and the chat template's allowance: 4 + 4 + 8 + 16 = 32 tokens ($32)
+    assert worst_case_tokens(_req("q000", max_tokens=4)) == (32, 4)
 
     async def go(url: str):
         c = LLMClient(prices=prices, retry=FAST, max_cost=100.0)
@@ -168,9 +168,9 @@ def test_budget_stops_new_paid_calls(tmp_path: Path) -> None:
 
     with ScriptedServer(fallback="x") as srv:
         spent = run(go(srv.url))
-        # a call is sent only while spent + $28 <= $100: the 73rd is the last
-        assert spent == [float(i) for i in range(1, 74)]
-        assert srv.n_requests == 73  # the refused call was never sent
+        # a call is sent only while spent + $32 <= $100: the 69th is the last
+        assert spent == [float(i) for i in range(1, 70)]
+        assert srv.n_requests == 69  # the refused call was never sent
 
 
 def test_admitted_questions_short_of_room_give_their_wallets_back_before_any_is_refused(
@@ -483,7 +483,7 @@ def _billed_usd(srv: ScriptedServer) -> float:
 def test_an_attempt_with_no_reply_is_counted_at_its_worst_case(tmp_path: Path, backend) -> None:
     """The endpoint takes 0.4 s, the client waits 0.15 s, twice: both attempts time out, the
     endpoint completes (and bills) both anyway. The ledger records each at its worst case
-    ($28: ≥ the $1 billed), so recorded spend ≥ billed; nothing stays reserved."""
+    ($32: ≥ the $1 billed), so recorded spend ≥ billed; nothing stays reserved."""
     prices = _dollar_per_input_token(tmp_path)
     retry = RetryPolicy(max_retries=1, backoff_base=0.001, backoff_max=0.001, timeout=0.15)
 
@@ -499,7 +499,7 @@ def test_an_attempt_with_no_reply_is_counted_at_its_worst_case(tmp_path: Path, b
         time.sleep(0.6)  # the endpoint finishes what it was sent
         billed = _billed_usd(srv)
     assert srv.n_requests == 2 and billed == 2.0 and err.unsure
-    assert c.spent_usd == c.ledger.total == 2 * 28.0 >= billed
+    assert c.spent_usd == c.ledger.total == 2 * 32.0 >= billed
     assert c.ledger.reserved == 0.0
 
 
@@ -507,7 +507,7 @@ def test_a_timeout_then_a_reply_records_both_and_an_http_error_records_nothing(
     tmp_path: Path,
 ) -> None:
     """Seeded failures (seed 4: the first request fails, the second not): a time-out (no
-    reply read) is counted at its worst case ($28) beside the reply's $1; an HTTP 500 is not
+    reply read) is counted at its worst case ($32) beside the reply's $1; an HTTP 500 is not
     billed, so only the reply's $1 is recorded."""
     prices = _dollar_per_input_token(tmp_path)
     retry = RetryPolicy(max_retries=3, backoff_base=0.001, backoff_max=0.001, timeout=0.2)
@@ -518,7 +518,7 @@ def test_a_timeout_then_a_reply_records_both_and_an_http_error_records_nothing(
         await c.aclose()
         return c, r
 
-    for kind, expect in (("timeout", 28.0 + 1.0), ("500", 1.0)):
+    for kind, expect in (("timeout", 32.0 + 1.0), ("500", 1.0)):
         with ScriptedServer(
             fallback="x", failure_rate=0.5, failure_kinds=[kind], timeout_sleep=0.3, seed=4
         ) as srv:
@@ -529,8 +529,8 @@ def test_a_timeout_then_a_reply_records_both_and_an_http_error_records_nothing(
 
 
 def test_a_retry_after_an_unsure_attempt_needs_room_in_the_budget(tmp_path: Path) -> None:
-    """A $40 budget holds one $28 worst case: the first attempt times out and counts $28, the
-    retry would need another $28 and is never sent (BudgetExceeded); spend stays ≤ the cap."""
+    """A $40 budget holds one $32 worst case: the first attempt times out and counts $32, the
+    retry would need another $32 and is never sent (BudgetExceeded); spend stays ≤ the cap."""
     prices = _dollar_per_input_token(tmp_path)
     retry = RetryPolicy(max_retries=3, backoff_base=0.001, backoff_max=0.001, timeout=0.15)
 
@@ -544,7 +544,7 @@ def test_a_retry_after_an_unsure_attempt_needs_room_in_the_budget(tmp_path: Path
     with ScriptedServer(fallback="x", latency=0.4) as srv:
         c = run(go(srv.url))
     assert srv.n_requests == 1
-    assert c.ledger.total == 28.0 <= 40.0 and c.ledger.reserved == 0.0
+    assert c.ledger.total == 32.0 <= 40.0 and c.ledger.reserved == 0.0
 
 
 @pytest.mark.parametrize("backend", ["aiohttp", "httpx"])

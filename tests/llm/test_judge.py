@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 from ccpo.llm.judge import parse_rating, parse_verdict
 from ccpo.testing.scripted_server import ScriptedServer
 from ccpo.traces.io import read_traces
 from ccpo.traces.labels import labels_of, rule_labels
-from tests.helpers.cli import assert_usage_error, run_ccpo
+from tests.helpers.cli import CCPO, assert_usage_error, run_ccpo
 from tests.helpers.importing import labels_by_model
 
 MODELS = ("small-m", "mid-m", "big-m")  # priced in that order: big-m is the reference
@@ -123,8 +126,8 @@ def test_ratings_label_each_reply_and_an_unreadable_one_is_retried_then_unjudged
     q2 = next(t for t in judged if t.id == "q2")
     assert q2.gold == ["REF answer q2"]
     assert q2.rounds[0].base.model_extra["judge"] == {"rating": 3.0}
-    spent = re.search(r"spent \$([0-9.]+) on (\d+) judge calls, (\d+) served", flat)
-    assert spent and float(spent.group(1)) > 0 and spent.groups()[1:] == ("11", "0")
+    total, this_run, calls, earlier, served = _spend(res.stdout)
+    assert total == this_run > 0 and (calls, earlier, served) == (11, 0.0, 0)
 
 
 def test_an_interrupted_run_resumes_without_paying_twice(tmp_path) -> None:
@@ -139,11 +142,104 @@ def test_an_interrupted_run_resumes_without_paying_twice(tmp_path) -> None:
         res = _judge(traces, prices, srv, out, cache)
         assert res.returncode == 0, res.stderr
         assert srv.n_completions == 11  # every call paid once over both runs
-        flat = " ".join(res.stdout.split())
-        assert f"on {11 - first} judge calls, {first} served by the cache" in flat
+        assert _spend(res.stdout)[2::2] == (11 - first, first)  # calls made, replies served
         # a third run pays nothing at all
         res = _judge(traces, prices, srv, out, cache, "--force")
         assert res.returncode == 0 and srv.n_completions == 11
+
+
+def _spend(stdout: str) -> tuple[float, float, int, float, int]:
+    """What a run printed it spent: in all, by this run (on how many calls), by earlier runs
+    (how many replies the cache served)."""
+    flat = " ".join(stdout.split())
+    m = re.search(
+        r"spent \$([0-9.]+) in all: \$([0-9.]+) by this run on (\d+) judge calls, "
+        r"\$([0-9.]+) by earlier runs \((\d+) replies served by the cache\)",
+        flat,
+    )
+    assert m, flat
+    return float(m[1]), float(m[2]), int(m[3]), float(m[4]), int(m[5])
+
+
+def _billed(srv: ScriptedServer, prices: Path) -> float:
+    from ccpo.traces.prices import load_prices
+
+    table = load_prices(prices)
+    return sum(table.cost(m, i, o) for m, (i, o) in srv.billed.items())
+
+
+def test_the_spend_is_printed_when_the_judge_dies_and_in_all_after_a_resume(tmp_path) -> None:
+    """The judge endpoint is gone for good after four replies (404: its model removed): the
+    run stops, exit 1, and prints what it paid (it printed the error only). Resumed against
+    the endpoint back, it prints the whole judging's spend (the replies earlier runs paid for,
+    which the cache serves, priced) and this run's part (it printed this run's only)."""
+    traces, prices = _traces(tmp_path)
+    out, cache = tmp_path / "judged.jsonl", tmp_path / "cache.sqlite"
+    judge = Judge()
+    with ScriptedServer(logprobs_mode="reject", failure_kinds=("404",)) as srv:
+
+        def dying(req: dict) -> str:
+            if srv.n_completions == 3:  # this is the fourth reply: the next requests fail
+                srv.failure_rate = 1.0
+            return judge(req)
+
+        srv.fallback = dying
+        res = _judge(traces, prices, srv, out, cache)
+        assert res.returncode == 1, (res.stdout, res.stderr)
+        assert "stopped" in res.stdout and "HTTP 404" in res.stdout and not out.exists()
+        first = _billed(srv, prices)
+        assert srv.n_completions == 4 and first > 0
+        total, this_run, calls, earlier, served = _spend(res.stdout)
+        assert (calls, served, earlier) == (4, 0, 0.0)
+        assert abs(this_run - first) < 1e-4 and abs(total - first) < 1e-4
+        srv.failure_rate = 0.0  # the endpoint is back: resume
+        res = _judge(traces, prices, srv, out, cache)
+        assert res.returncode == 0, (res.stdout, res.stderr)
+        assert srv.n_completions == 11  # nothing paid twice
+        total, this_run, calls, earlier, served = _spend(res.stdout)
+    assert (calls, served) == (7, 4)
+    assert abs(earlier - first) < 1e-4 and abs(this_run - (_billed(srv, prices) - first)) < 1e-4
+    assert abs(total - _billed(srv, prices)) < 1e-4  # the whole judging's bill
+
+
+def test_a_killed_run_resumed_prints_what_the_cache_recorded_in_all(tmp_path) -> None:
+    """``kill -9`` while the judge holds its fifth reply: the four replies before are cached.
+    Resumed, the run prints them as the earlier runs' spend (at the tokens each recorded)
+    beside its own, and "in all" is the endpoint's bill but the one reply the kill cut off,
+    which nothing recorded (the endpoint billed it, the resume paid for it again)."""
+    traces, prices = _traces(tmp_path)
+    out, cache = tmp_path / "judged.jsonl", tmp_path / "cache.sqlite"
+    judge, held, release = Judge(), threading.Event(), threading.Event()
+    with ScriptedServer(logprobs_mode="reject") as srv:
+
+        def holding(req: dict) -> str:
+            if srv.n_completions == 4 and not release.is_set():
+                held.set()
+                release.wait(30)
+            return judge(req)
+
+        srv.fallback = holding
+        args = [CCPO, "traces", "judge", str(traces), "--out", str(out), "--judge-model", JUDGE,
+                "--judge-url", srv.url, "--prices", str(prices), "--cache", str(cache),
+                "--concurrency", "1", "--quiet"]  # fmt: skip
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert held.wait(60), proc.communicate(timeout=5)
+            four = _billed(srv, prices)
+            proc.kill()  # SIGKILL: nothing printed, nothing written
+        finally:
+            proc.communicate(timeout=30)
+            release.set()
+        while srv.n_completions < 5:  # the endpoint bills the reply cut off
+            time.sleep(0.01)
+        cut_off = _billed(srv, prices) - four
+        res = _judge(traces, prices, srv, out, cache)
+        assert res.returncode == 0, (res.stdout, res.stderr)
+        total, this_run, calls, earlier, served = _spend(res.stdout)
+        billed = _billed(srv, prices)
+    assert (calls, served) == (7, 4) and srv.n_completions == 12  # the cut-off one twice
+    assert abs(earlier - four) < 1e-4 and abs(this_run - (billed - four - cut_off)) < 1e-4
+    assert abs(total - (billed - cut_off)) < 1e-4
 
 
 def test_pairwise_asks_both_orders_and_the_reference_winning_either_rejects(tmp_path) -> None:

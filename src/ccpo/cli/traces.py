@@ -289,10 +289,9 @@ def traces_judge(
     import asyncio
 
     from ccpo.cli.options import EXIT_FAILED
-    from ccpo.llm.cache import ResponseCache
-    from ccpo.llm.client import BudgetExceeded, Endpoint, LLMClient
+    from ccpo.llm.client import Endpoint, LLMClient
     from ccpo.llm.config import default_cache_path
-    from ccpo.llm.judge import PROMPT_VERSION, Judge, judge_traces
+    from ccpo.llm.judge import PROMPT_VERSION, Judge, JudgeCache, judge_traces, reference_of
     from ccpo.traces.accept import parse_rule
     from ccpo.traces.io import read_traces, write_traces
     from ccpo.traces.labels import against_text
@@ -305,9 +304,8 @@ def traces_judge(
     rows = read_traces(traces)
     if not rows:
         raise CCPOError(f"{traces}: holds no traces")
-    client = LLMClient(
-        ResponseCache(cache or default_cache_path()), price_table, concurrency, max_cost=max_cost
-    )
+    replies = JudgeCache(cache or default_cache_path(), price_table, judge_model)
+    client = LLMClient(replies, price_table, concurrency, max_cost=max_cost)
     endpoint = Endpoint(judge_model, judge_url, judge_key_env)
     if mode == "pairwise" and accept is not None:
         raise CCPOError(
@@ -316,6 +314,7 @@ def traces_judge(
         )
     rule = None if mode == "pairwise" else parse_rule(accept or "score>=8")
     judge = Judge(client, endpoint, mode, rule)
+    reference_of(rows, reference)  # a usage error, before the run (whose errors cost money)
     s = judge.summary
     progress = _JudgeProgress(len(rows), quiet)
 
@@ -328,14 +327,18 @@ def traces_judge(
     try:
         with progress:
             labelled = asyncio.run(run())
-    except BudgetExceeded as e:
+    except CCPOError as e:  # the budget, the judge gone for good (refusing, not answering)
         console.print(
-            f"[red]stopped[/red]: {e}; spent ${client.spent_usd:.4f} on {client.n_calls} judge "
-            "calls, all cached: rerun (with a larger --max-cost) to finish without paying for "
-            f"them again; {out} not written",
+            f"[red]stopped[/red]: {e}; {_judge_spend(s)}; every reply paid for is cached: rerun "
+            f"(with a larger --max-cost if it stopped there) to finish without paying for them "
+            f"again; {out} not written",
             highlight=False,
         )
         raise typer.Exit(EXIT_FAILED) from None
+    except KeyboardInterrupt:
+        console.print(f"[red]interrupted[/red]: {_judge_spend(s)}; {out} not written",
+                      highlight=False)  # fmt: skip
+        raise
     n = write_traces(out, labelled)
     labels = labelled[0].meta["labels"] if labelled else judge.labels(reference or "?")
     console.print(f"labels: {against_text(labels)} (prompts {PROMPT_VERSION})",
@@ -343,8 +346,7 @@ def traces_judge(
     console.print(
         f"judged {s.replies} replies of {s.questions} questions: {s.accepted} accepted; "
         f"{s.retried} judge replies unreadable and asked again; {len(s.unjudged)} unjudged "
-        f"(never guessed); spent ${s.spent_usd:.4f} on {s.calls} judge calls, {s.cached} "
-        "served by the cache",
+        f"(never guessed); {_judge_spend(s)}",
         highlight=False,
     )
     for what, ids in (("unjudged, question left out", s.unjudged),
@@ -353,6 +355,15 @@ def traces_judge(
             shown = "; ".join(ids[:5]) + (" …" if len(ids) > 5 else "")
             console.print(f"{len(ids)} {what}: {shown}", highlight=False)
     console.print(f"[green]wrote[/green] {n} traces to {out}")
+
+
+def _judge_spend(s) -> str:
+    """What a judging has cost (a :class:`~ccpo.llm.judge.JudgeSummary`): in all so far, this
+    run's part and the earlier runs' whose replies the cache served."""
+    return (
+        f"spent ${s.total_usd:.4f} in all: ${s.spent_usd:.4f} by this run on {s.calls} judge "
+        f"calls, ${s.earlier_usd:.4f} by earlier runs ({s.cached} replies served by the cache)"
+    )
 
 
 class _JudgeProgress:

@@ -2,8 +2,10 @@
 
 :func:`judge_traces` (``ccpo traces judge``) asks a judge model at any OpenAI-compatible
 endpoint, through :class:`~ccpo.llm.client.LLMClient` (its response cache makes a rerun free,
-its ledger counts the spend), whether each ladder model's reply to a conversation is as good
-as the reference model's reply to the same conversation:
+its ledger counts the spend; :class:`JudgeCache` prices the replies the cache serves, what
+earlier runs paid, so a resumed run knows the whole judging's spend), whether each ladder
+model's reply to a conversation is as good as the reference model's reply to the same
+conversation:
 
 - ``rating``: a 1-10 rating of the reply given the reference reply (:func:`rating_messages`),
   accepted by an :class:`~ccpo.traces.accept.AcceptRule` (e.g. ``score>=8``);
@@ -26,13 +28,16 @@ import asyncio
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ccpo.errors import CCPOError
+from ccpo.llm.cache import ResponseCache
 from ccpo.llm.client import ChatRequest, Endpoint, LLMClient
 from ccpo.traces.accept import AcceptRule
 from ccpo.traces.conversation import Conversation
 from ccpo.traces.labels import judged_labels
+from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import Trace
 
 PROMPT_VERSION = "ccpo-judge/1"
@@ -106,13 +111,42 @@ class JudgeSummary:
     retried: int = 0  # judge replies without a readable rating, asked once more
     unjudged: list[str] = field(default_factory=list)  # "<question>: <model>", never guessed
     no_reference: list[str] = field(default_factory=list)  # ids whose reference reply is empty
-    spent_usd: float = 0.0
+    spent_usd: float = 0.0  # by this run
     calls: int = 0  # paid (network) calls
     cached: int = 0  # calls served by the cache
+    earlier_usd: float = 0.0  # what the replies the cache served cost the runs that paid them
+
+    @property
+    def total_usd(self) -> float:
+        """The judging's spend so far: this run's and the earlier runs' it reused."""
+        return self.spent_usd + self.earlier_usd
 
     @property
     def left_out(self) -> int:
         return self.questions - self.written
+
+
+class JudgeCache(ResponseCache):
+    """The response cache of a judging run, which prices the replies it serves: what the
+    runs that paid for them spent (:attr:`earlier_usd`, at ``prices`` for ``model``, from the
+    tokens each cached reply records). A reply this run put is not counted again."""
+
+    def __init__(self, path: str | Path | None, prices: PriceTable, model: str) -> None:
+        super().__init__(path)
+        self.prices, self.model = prices, model
+        self.earlier_usd = 0.0
+        self._ours: set[str] = set()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        hit = super().get(key)
+        if hit is not None and key not in self._ours:
+            n_in, n_out = int(hit["input_tokens"]), int(hit["output_tokens"])
+            self.earlier_usd += self.prices.cost(self.model, n_in, n_out)
+        return hit
+
+    def put(self, key: str, request: dict[str, Any], sample: int, response: dict[str, Any]) -> None:
+        self._ours.add(key)
+        super().put(key, request, sample, response)
 
 
 @dataclass
@@ -251,6 +285,8 @@ async def judge_traces(
     finally:
         c = judge.client
         s.spent_usd, s.calls, s.cached = c.spent_usd, c.n_calls, c.n_cached
+        if isinstance(c.cache, JudgeCache):
+            s.earlier_usd = c.cache.earlier_usd
     for d in done:  # the budget, or a judge that failed for good: after the rest settled
         if isinstance(d, BaseException):
             raise d

@@ -4,9 +4,9 @@
   questions and those of them waiting for room, in named fields (:class:`LedgerSlots` in
   this process; :class:`SharedSlots` in memory shared by the worker processes of ``collect
   --workers``). Every paid call first reserves its worst case (:func:`worst_case_tokens`: the
-  prompt's bytes plus ``max_tokens``) and settles its real cost after, so spending never
-  passes the cap however many calls are in flight; a call that does not fit waits, then
-  raises :class:`BudgetExceeded` without being sent.
+  bytes of every field of the prompt's messages plus ``max_tokens``) and settles its real
+  cost after, so spending never passes the cap however many calls are in flight; a call that
+  does not fit waits, then raises :class:`BudgetExceeded` without being sent.
 - :class:`RequestBudget` and :data:`request_budget`: one question's own cap, checked the same
   way from its first call on (:class:`RequestBudgetExceeded`).
 - :class:`Envelope`: an admitted question's wallet (:meth:`LLMClient.admit`).
@@ -226,7 +226,8 @@ _envelope: contextvars.ContextVar[Envelope | None] = contextvars.ContextVar(
 
 def worst_case_tokens(request: ChatRequest) -> tuple[int, int]:
     """An upper bound of a request's (input, output) tokens: a token of a byte-level BPE
-    tokenizer covers at least one byte, plus a chat template's few tokens per message
-    (:func:`~ccpo.llm.wire.prompt_token_bound`); the output is capped by ``max_tokens``. A
-    reply without usage is charged this (:func:`~ccpo.llm.wire._parse_completion`)."""
+    tokenizer covers at least one byte (of a message's role, content and ``name``), plus a
+    chat template's few tokens per message (:func:`~ccpo.llm.wire.prompt_token_bound`); the
+    output is capped by ``max_tokens``. A reply without usage is charged this
+    (:func:`~ccpo.llm.wire._parse_completion`)."""
     return prompt_token_bound(request.messages), int(request.max_tokens)

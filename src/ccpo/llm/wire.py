@@ -318,8 +318,16 @@ def reply_json(raw: bytes) -> Any:
 
 def prompt_token_bound(messages: list[dict[str, Any]]) -> int:
     """An upper bound of a prompt's tokens: a token of a byte-level BPE tokenizer covers at
-    least one byte, plus a chat template's few tokens per message (8) and per request (16)."""
-    return sum(len(m["content"].encode("utf-8")) + 8 for m in messages) + 16
+    least one byte, so the UTF-8 bytes of every text field of every message the endpoint
+    renders into the prompt (its role, content and ``name``: all are billed), plus a chat
+    template's few tokens per message (8) and per request (16)."""
+    n = 16
+    for m in messages:
+        n += 8
+        for v in m.values():
+            if isinstance(v, str):
+                n += len(v.encode("utf-8"))
+    return n
 
 
 def _parse_completion(resp: Any, request: ChatRequest) -> ChatResult:

@@ -36,7 +36,8 @@ slower than ``body_timeout`` → 408 and closed; a head over 16 kB → 431 and c
 HTTP parser refuses → 400 and closed; connections
 over ``max_connections`` → 503 and closed. Then: questions over ``max_question_chars`` → 422;
 per-request budget → 402; total budget spent → 503; an LLM endpoint that still fails after its
-retries → 502 (the message never shows the upstream URL), with nothing recorded for that
+retries → 502 (a short reason and the request's id: the endpoint, its host and port and what
+it said are in the server log only, as is the state database's URL), with nothing recorded for that
 request but the dollars it paid; the state database away → 503 ``state_unavailable`` before any
 LLM call (``/healthz`` then answers 503 ``degraded``); the server stopping past its grace
 period → 503 ``shutting_down``; text the database cannot store (NUL) → 422. A retry of an id

@@ -10,11 +10,12 @@ import hashlib
 import json
 import logging
 import time
+import uuid
 from pathlib import Path
 
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
-from ccpo.llm.client import BudgetExceeded, LLMCallError, redact_url
+from ccpo.llm.client import BudgetExceeded, LLMCallError
 from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.config import DeployConfig
@@ -39,6 +40,21 @@ from ccpo.runtime.state import (
 from ccpo.traces.conversation import ConversationError, check_size
 
 log = logging.getLogger("ccpo.serve")
+
+#: what a client is told when the state database is away (where it is, the server log says)
+_STATE_AWAY = "the state database is unavailable"
+#: how a schema version another ccpo wrote is explained (``state.schema.version_problem``:
+#: versions and what to do, nothing of where): a client and ``/healthz`` are told that too
+_SCHEMA_WHY = "its tables have schema version"
+
+
+def state_away(why: str) -> str:
+    """What a client may be told of why the state database is away: that it is, and a
+    schema version another ccpo wrote; never the database's URL, host or port (in ``why``
+    as the driver said it)."""
+    at = why.find(_SCHEMA_WHY)
+    return _STATE_AWAY if at < 0 else f"{_STATE_AWAY}: {why[at:]}"
+
 
 Answered = tuple[AnswerSet, str]  # an answer set and its JSON text
 Asked = tuple[str, str | None]  # a question and its conversation's key (chat policies)
@@ -117,12 +133,6 @@ class Service:
         self.store.engine.alone = lambda: self._active == 1
         self._idle = asyncio.Event()
         self._idle.set()
-        self._upstream = sorted(  # as given, and as messages show them (redact_url)
-            {u for e in agent.endpoints.values() if e.base_url
-             for u in (e.base_url, redact_url(e.base_url))},
-            key=len,
-            reverse=True,
-        )  # fmt: skip
         self.started = time.monotonic()
         self.latency = Latency()  # this replica's, for /metrics
         self._short_since: int | None = None  # feedback count at the last drift warning
@@ -150,11 +160,19 @@ class Service:
         self.store.answers.count_rejected()
         return ApiError(status, type_, message)
 
-    def public(self, message: str) -> str:
-        """An upstream error as API clients may see it: without the endpoints' URLs."""
-        for url in self._upstream:
-            message = message.replace(url, "<upstream>")
-        return message
+    @staticmethod
+    def withheld(
+        status: int, type_: str, reason: str, detail: Exception, rid: str | None = None
+    ) -> ApiError:
+        """An error whose detail names internal places (the state database's URL, an LLM
+        endpoint's model, host and port, what it answered): the client gets ``reason`` and
+        the request's id (``rid``, else a new one), the server log the detail under that id
+        (its URLs already without passwords: ``where`` of the endpoint or the database)."""
+        rid = rid or uuid.uuid4().hex
+        log.warning("request %s: %s: %s", rid, reason, detail)
+        if isinstance(detail, StateUnavailable):
+            reason = state_away(str(detail))
+        return ApiError(status, type_, f"{reason} (request {rid}; the server log has why)")
 
     # ------------------------------------------------------------------ handlers
     async def answer(self, req: AnswerRequest) -> AnswerSet:
@@ -174,7 +192,7 @@ class Service:
         try:
             return await self._answer_once(req)
         except StateUnavailable as e:
-            raise ApiError(503, "state_unavailable", str(e)) from None
+            raise self.withheld(503, "state_unavailable", _STATE_AWAY, e, req.id) from None
         except asyncio.CancelledError:  # only the server's shutdown cancels a request
             raise ApiError(
                 503, "shutting_down", "the server stopped before the question was answered"
@@ -280,15 +298,12 @@ class Service:
             raise ApiError(503, "budget_exhausted", f"total budget reached: {e}") from None
         except LLMCallError as e:
             self.store.answers.record_error()
-            log.warning("request %s: %s", req.id, e)
-            raise ApiError(
-                502, "upstream_error", self.public(f"LLM endpoint failed: {e}")
-            ) from None
+            why = "an LLM endpoint still failed after its retries"
+            raise self.withheld(502, "upstream_error", why, e, req.id) from None
         except CCPOError as e:  # e.g. the endpoint refused our key or model name
             self.store.answers.record_error()
-            log.warning("request %s: %s", req.id, e)
-            msg = self.public(f"LLM endpoint unusable: {e}")
-            raise ApiError(502, "upstream_error", msg) from None
+            why = "an LLM endpoint refused the request (its key or model)"
+            raise self.withheld(502, "upstream_error", why, e, req.id) from None
         text = as_json(s)  # once: stored, and the response's body
         counted = {"id": s.id, "question": s.question, "cost_usd": s.cost_usd,
                    "answers": s.answers, "rounds": s.rounds}  # fmt: skip
@@ -304,7 +319,7 @@ class Service:
         try:
             return await self._feedback(req)
         except StateUnavailable as e:
-            raise ApiError(503, "state_unavailable", str(e)) from None
+            raise self.withheld(503, "state_unavailable", _STATE_AWAY, e, req.id) from None
 
     async def _feedback(self, req: FeedbackRequest) -> FeedbackResponse:
         agent = self.agent
@@ -369,7 +384,7 @@ class Service:
         try:
             return self._metrics(*await self.store.arefresh())
         except StateUnavailable as e:
-            raise ApiError(503, "state_unavailable", str(e)) from None
+            raise self.withheld(503, "state_unavailable", _STATE_AWAY, e) from None
 
     def _metrics(self, tracker: OnlineThreshold, c: Counters) -> ServerMetrics:
         if self.cfg.adapt_kappa:
@@ -422,7 +437,8 @@ class Service:
             horizon=a.horizon,
             alpha=a.alpha,
             kappa=a.kappa,
-            detail=None if why is None else f"state database unavailable: {why}",
+            # why may name the database's host and port: the log has it (when it went away)
+            detail=None if why is None else state_away(why),
         )
 
     async def aclose(self) -> None:

@@ -81,7 +81,8 @@ class ScriptedServer:
       401.
     - **Usage**: ``usage=False`` leaves ``usage`` out of every reply (the bill is kept all the
       same); ``prompt_tokens(text)`` is how many tokens the server bills for a prompt's text
-      (default: its pseudo-tokens, a word with its leading white space).
+      (default: its pseudo-tokens, a word with its leading white space); ``bill_prompt(req)``,
+      when set, bills the whole request instead (a message's ``name`` too).
     - **Embeddings**: with ``embed`` (a function text → vector) set, ``POST /v1/embeddings``
       answers OpenAI's embeddings shape after ``embed_latency`` seconds (``n_embeddings``
       counts them); without it, 404 as an endpoint without embeddings.
@@ -105,6 +106,9 @@ class ScriptedServer:
     token_logprob: Callable[[str], float] = default_token_logprob
     usage: bool = True
     prompt_tokens: Callable[[str], int] | None = None
+    #: how many prompt tokens the server bills for a whole request (its parsed body: every
+    #: field of its messages); when set, it replaces ``prompt_tokens``
+    bill_prompt: Callable[[dict[str, Any]], int] | None = None
     n_requests: int = 0
     n_completions: int = 0
     n_failures: int = 0
@@ -312,7 +316,10 @@ class ScriptedServer:
                 content.append({"token": t, "logprob": lp, "bytes": None, "top_logprobs": top})
             choice["logprobs"] = {"content": content}
         prompt = prompt_text(req)
-        n_in = self.prompt_tokens(prompt) if self.prompt_tokens else len(tokenize(prompt))
+        if self.bill_prompt is not None:
+            n_in = self.bill_prompt(req)
+        else:
+            n_in = self.prompt_tokens(prompt) if self.prompt_tokens else len(tokenize(prompt))
         body = {
             "id": f"chatcmpl-{self.n_requests}",
             "object": "chat.completion",

@@ -63,8 +63,9 @@ class Conversation:
 
     @property
     def size(self) -> int:
-        """Characters of content in all the messages (what ``check_size`` bounds)."""
-        return sum(len(m["content"]) for m in self.messages)
+        """Characters of text the models receive (and bill) in all the messages: each one's
+        content and ``name`` (what ``check_size`` bounds)."""
+        return sum(len(m["content"]) + len(m.get("name", "")) for m in self.messages)
 
     @property
     def roles(self) -> list[str]:
