@@ -140,8 +140,10 @@ class Policy(ABC):
 
     @property
     def tracks_online(self) -> bool:
-        """The online κ tracker of ``ccpo serve --adapt-kappa`` may move its threshold."""
-        return not self.greedy
+        """The online κ tracker of ``ccpo serve --adapt-kappa`` may move its threshold: not
+        a greedy policy's (it has none), nor one certified at δ (:attr:`delta`: λ̂ of
+        Learn-then-Test, the reference's binomial test), which the tracker does not keep."""
+        return not self.greedy and self.delta is None
 
     @property
     def online_step(self) -> tuple[float, float]:
