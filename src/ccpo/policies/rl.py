@@ -128,10 +128,6 @@ class RLPolicy(SetPolicy):
         """κ in force: the batch-calibrated one when there is one, else the online one."""
         return self.kappa_online if self.kappa_batch is None else self.kappa_batch
 
-    @property
-    def is_calibrated(self) -> bool:
-        return self.kappa_batch is not None or not self.calibrates
-
     def summary_fields(self) -> dict[str, Any]:
         return {"kappa_online": self.kappa_online}
 
