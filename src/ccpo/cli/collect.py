@@ -7,9 +7,12 @@ question is in the output, 1 when some failed or the budget stopped the run.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -103,36 +106,59 @@ _GUIDE = ("guide_model", "guide_url", "guide_key_env", "coverage")
 _LABELS = ("reference",)
 
 
-@settings_options(CollectConfig, ("task", "data", *_BASE, *_GUIDE, *_LABELS, *_RUN))
-def collect_cmd(
-    policy_llm: str = typer.Option(None, help="also record LLM-as-policy decisions"),
-    policy_llm_url: str = typer.Option(None, help="endpoint of the policy LLM"),
-    policy_llm_key_env: str = typer.Option(None, help="env var with its API key"),
+def _tail(
     prices: PricesOpt = None,
     config: ConfigOpt = None,
     json_summary: JsonOpt = False,
     quiet: QuietOpt = False,
     settings: dict | None = None,
 ) -> None:
-    cfg = build_config(config, _overrides(settings, prices))
+    """The options every collect command ends with (``settings``: the settings options)."""
+
+
+def _collect_command(
+    kind: str, flags: dict[str, str] | None = None
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Make ``func(cfg, **its options)`` the collect command of ``kind``: it takes ``func``'s
+    options, then :func:`_tail`'s; builds the :class:`CollectConfig` (flags named as
+    ``flags`` says), lets ``func`` complete it, collects and exits."""
+    tail = list(inspect.signature(_tail, eval_str=True).parameters.values())
+
+    def deco(func: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> None:
+            prices, config = kwargs.pop("prices"), kwargs.pop("config")
+            json_summary, quiet = kwargs.pop("json_summary"), kwargs.pop("quiet")
+            cfg = build_config(config, _overrides(kwargs.pop("settings"), prices), flags)
+            func(cfg, **kwargs)
+            _run(cfg, kind, quiet, json_summary)
+
+        own = list(inspect.signature(func, eval_str=True).parameters.values())[1:]
+        command.__signature__ = inspect.Signature([*own, *tail])  # type: ignore[attr-defined]
+        return command
+
+    return deco
+
+
+@settings_options(CollectConfig, ("task", "data", *_BASE, *_GUIDE, *_LABELS, *_RUN))
+@_collect_command("base-guide")
+def collect_cmd(
+    cfg: CollectConfig,
+    policy_llm: str = typer.Option(None, help="also record LLM-as-policy decisions"),
+    policy_llm_url: str = typer.Option(None, help="endpoint of the policy LLM"),
+    policy_llm_key_env: str = typer.Option(None, help="env var with its API key"),
+) -> None:
     if policy_llm:
         spec = PolicyLLMSpec(model=policy_llm, url=policy_llm_url, key_env=policy_llm_key_env)
         cfg.policy_llm = [p for p in cfg.policy_llm if p.model != policy_llm] + [spec]
-    _run(cfg, "base-guide", quiet, json_summary)
 
 
 @settings_options(
     CollectConfig, ("task", "data", *_BASE, "stop_at_exit", *_LABELS, *_RUN), EXIT_FLAGS
 )
-def collect_exit_cmd(
-    prices: PricesOpt = None,
-    config: ConfigOpt = None,
-    json_summary: JsonOpt = False,
-    quiet: QuietOpt = False,
-    settings: dict | None = None,
-) -> None:
-    cfg = build_config(config, _overrides(settings, prices), EXIT_FLAGS)
-    _run(cfg, "llm-exit", quiet, json_summary)
+@_collect_command("llm-exit", EXIT_FLAGS)
+def collect_exit_cmd(cfg: CollectConfig) -> None:
+    """No options of its own: its settings name one model (:data:`EXIT_FLAGS`)."""
 
 
 def _overrides(settings: dict | None, prices: list[Path] | None) -> dict:

@@ -205,40 +205,34 @@ class OnlineThreshold:
     def update(
         self,
         covered: float,
+        scores: CalibrationScores | None = None,
         *,
         max_step: int | None = None,
         max_delta: float | None = None,
         lower: float = 0.0,
         upper: float = 1.0,
     ) -> float:
-        """One step of κ with η_k of :meth:`_eta`, κ kept in [``lower``, ``upper``]."""
-        eta = self._eta(max_step, max_delta)
-        self.kappa = online_threshold_update(self.kappa, covered, self.alpha, eta, lower, upper)
-        return self.kappa
-
-    def update_level(
-        self,
-        covered: float,
-        scores: CalibrationScores,
-        *,
-        max_step: int | None = None,
-        max_delta: float | None = None,
-        lower: float = 0.0,
-        upper: float = 1.0,
-    ) -> float:
-        """One step of the level tracker (docs/theory.md, "Online κ (ACI)"): u moves by the
-        same rule as κ, kept in [``lower``, ``upper``] (levels), and κ = Q(u) of ``scores``.
+        """One step of what the tracker moves (:meth:`position`) with η_k of :meth:`_eta`,
+        kept in [``lower``, ``upper``]: κ itself, or with ``scores`` the level u (the level
+        tracker, docs/theory.md, "Online κ (ACI)"), and then κ = Q(u) of ``scores``.
+        :meth:`update_level` is another name for it (called with ``scores``).
 
         >>> cal = CalibrationScores.from_scores(np.linspace(0.05, 0.95, 19))
         >>> tr = OnlineThreshold(alpha=0.1, kappa=cal.kappa(0.1), eta0=0.5, level=0.1)
         >>> tr.update_level(0.0, cal, max_delta=0.05) < cal.kappa(0.1)
         True
         """
-        level = self.position(scores)
+        value = self.position(scores)
         eta = self._eta(max_step, max_delta)
-        self.level = online_threshold_update(level, covered, self.alpha, eta, lower, upper)
-        self.kappa = scores.kappa(self.level)
+        value = online_threshold_update(value, covered, self.alpha, eta, lower, upper)
+        if scores is None:
+            self.kappa = value
+        else:
+            self.level = value
+            self.kappa = scores.kappa(value)
         return self.kappa
+
+    update_level = update
 
     def position(self, scores: CalibrationScores | None) -> float:
         """What the tracker moves: κ (no ``scores``), else the level u, taken from κ the first

@@ -89,6 +89,13 @@ class Policy(ABC):
 
     #: δ of a Learn-then-Test calibration (single answer); ``None`` for split conformal
     delta: float | None = None
+    #: the :class:`~ccpo.learning.config.TrainConfig` of an RL policy, else ``None``
+    train_config: Any = None
+    #: a point policy: acts on argmax π, with no threshold and so no guarantee
+    greedy: bool = False
+    #: its threshold is calibrated on held-out questions (split conformal or Learn-then-Test),
+    #: so it can be calibrated again, at any α
+    calibrates: bool = True
 
     @property
     def single(self) -> bool:
@@ -99,11 +106,6 @@ class Policy(ABC):
     @abstractmethod
     def method(self) -> str:
         """The registry name that fits this technique again (``ccpo``, ``cstop``, ...)."""
-
-    @property
-    def train_config(self) -> Any:
-        """The :class:`~ccpo.learning.config.TrainConfig` of an RL policy, else ``None``."""
-        return None
 
     # ------------------------------------------------------------------ what it promises
     @property
@@ -128,20 +130,11 @@ class Policy(ABC):
         """Whether :attr:`threshold` is set (a greedy policy needs none: True)."""
 
     @property
-    def greedy(self) -> bool:
-        """A point policy: acts on argmax π, with no threshold and so no guarantee."""
-        return False
-
-    @property
-    def calibrates(self) -> bool:
-        """Its threshold is calibrated on held-out questions (split conformal or
-        Learn-then-Test), so it can be calibrated again, at any α."""
-        return True
-
-    @property
     def tracks_online(self) -> bool:
-        """The online κ tracker of ``ccpo serve --adapt-kappa`` may move its threshold."""
-        return not self.greedy
+        """The online κ tracker of ``ccpo serve --adapt-kappa`` may move its threshold: not
+        a greedy policy's (it has none), nor one certified at δ (:attr:`delta`: λ̂ of
+        Learn-then-Test, the reference's binomial test), which the tracker does not keep."""
+        return not self.greedy and self.delta is None
 
     @property
     def online_step(self) -> tuple[float, float]:

@@ -129,10 +129,6 @@ class ReferencePolicy(Policy):
     def is_calibrated(self) -> bool:
         return self.misses is not None
 
-    @property
-    def tracks_online(self) -> bool:
-        return False
-
     def _by_reference(self) -> bool:
         return reference_model(self.provenance.get("against") or self.labels) == self.model
 

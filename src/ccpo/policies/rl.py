@@ -29,6 +29,7 @@ from ccpo.learning.weights import WEIGHTS_FILE, read_weights, weights_path, writ
 from ccpo.policies.base import Calibration
 from ccpo.policies.folder import read_meta, read_side_files, write_folder
 from ccpo.policies.sets import SetPolicy
+from ccpo.policies.spec import METHODS, MethodSpec, resolve_method
 from ccpo.traces.episodes import Episodes, Metrics, point_rollout
 from ccpo.traces.featurize import FEATURE_NAMES, FEATURE_SPEC
 
@@ -103,26 +104,29 @@ class RLPolicy(SetPolicy):
         return self.config
 
     @property
+    def technique(self) -> MethodSpec:
+        """The method its variant names (``ccpo-lam<λ>`` is ``ccpo``'s): how π is used; a
+        name of no method is used as ``ccpo`` is (split-conformal κ̂)."""
+        found = resolve_method(self.variant)
+        return METHODS["ccpo"] if found is None else found[0]
+
+    @property
     def scoring(self) -> str:
         """How π is used: "point" (greedy), "online" (κ from training) or "batch" (κ̂)."""
-        return {"cpo": "point", "cpo-online": "online"}.get(self.variant, "batch")
+        return self.technique.scoring
 
     @property
     def greedy(self) -> bool:
-        return self.scoring == "point"
+        return self.technique.greedy
 
     @property
     def calibrates(self) -> bool:
-        return self.scoring == "batch"
+        return self.technique.calibrates
 
     @property
     def kappa(self) -> float:
         """κ in force: the batch-calibrated one when there is one, else the online one."""
         return self.kappa_online if self.kappa_batch is None else self.kappa_batch
-
-    @property
-    def is_calibrated(self) -> bool:
-        return self.kappa_batch is not None or not self.calibrates
 
     def summary_fields(self) -> dict[str, Any]:
         return {"kappa_online": self.kappa_online}

@@ -59,7 +59,8 @@ class SetPolicy(Policy):
 
     @property
     def is_calibrated(self) -> bool:
-        return self.kappa_batch is not None
+        """κ̂ is set, or the policy calibrates none (greedy, or the online κ of training)."""
+        return self.kappa_batch is not None or not self.calibrates
 
     def scores(self, obs: np.ndarray) -> np.ndarray:
         return self.probs(obs)

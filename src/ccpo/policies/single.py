@@ -176,11 +176,6 @@ class SingleAnswerPolicy(Policy):
     def is_calibrated(self) -> bool:
         return self.lam is not None
 
-    @property
-    def tracks_online(self) -> bool:
-        """No: λ̂ is certified by Learn-then-Test, which the online κ tracker does not keep."""
-        return False
-
     def stop_scores(self, obs: np.ndarray) -> np.ndarray:
         """h_t for observations [..., T, F] (1 at round T, where the episode stops anyway).
         Row t depends on observation rows t and t − 1 only (live = replay)."""

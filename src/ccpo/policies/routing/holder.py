@@ -8,7 +8,8 @@ question's embedding is missing), the live decision (the wrapped rule on o_t wit
 rounds blank) and the router's files (``route.json``, ``policy.json``'s ``route``).
 Derivation: docs/theory.md, "Routing before the first call".
 
-Main names: :class:`RouterHolder`, :data:`ROUTE_FILE`, :data:`SUFFIX`.
+Main names: :class:`RouterHolder`, :class:`Inner` (an attribute read through),
+:data:`ROUTE_FILE`, :data:`SUFFIX`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,26 @@ ROUTE_FILE = "route.json"
 SUFFIX = "+route"
 
 
+class Inner:
+    """An attribute of the wrapped policy (``self.inner``) read through, and written through
+    when ``settable`` (else it is read-only, as a property without a setter)."""
+
+    def __init__(self, *, settable: bool = False, doc: str | None = None) -> None:
+        self.settable = settable
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(obj.inner, self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        if not self.settable:
+            raise AttributeError(f"{type(obj).__name__}.{self.name} is read-only")
+        setattr(obj.inner, self.name, value)
+
+
 class RouterHolder:
     """The answer-kind-free half of a routed policy; the class using it is a dataclass with
     the fields ``inner`` (the wrapped policy), ``router``, ``tau``, ``taus`` and
@@ -48,70 +69,22 @@ class RouterHolder:
         if self.router.horizon != self.inner.horizon:
             raise CCPOError("the router and the stopping rule were fitted on different T")
 
-    @property
-    def horizon(self) -> int:  # type: ignore[override]
-        return self.inner.horizon
-
-    @property
-    def feature_spec(self) -> dict[str, Any]:  # type: ignore[override]
-        return self.inner.feature_spec
-
-    @feature_spec.setter
-    def feature_spec(self, spec: dict[str, Any]) -> None:
-        self.inner.feature_spec = spec
-
-    @property
-    def log(self) -> list[dict[str, float]]:  # type: ignore[override]
-        return self.inner.log
-
-    @property
-    def config(self) -> Any:  # type: ignore[override]
-        return self.inner.config
-
-    @property
-    def delta(self) -> float:  # type: ignore[override]
-        return self.inner.delta
+    horizon = Inner()
+    feature_spec = Inner(settable=True)
+    log = Inner()
+    config = Inner()
+    delta = Inner()
+    prices = Inner(settable=True)
+    provenance = Inner(settable=True)
+    info = Inner(settable=True)
+    method = Inner()
+    alpha = Inner()
+    online_step = Inner()
+    threshold = Inner(doc="The wrapped policy's threshold (λ̂ or κ̂; τ̂ is :attr:`tau`).")
 
     @property
     def variant(self) -> str:  # type: ignore[override]
         return self.inner.variant + SUFFIX
-
-    @property
-    def prices(self) -> dict[str, Any] | None:  # type: ignore[override]
-        return self.inner.prices
-
-    @prices.setter
-    def prices(self, value: dict[str, Any] | None) -> None:
-        self.inner.prices = value
-
-    @property
-    def provenance(self) -> dict[str, Any]:  # type: ignore[override]
-        return self.inner.provenance
-
-    @provenance.setter
-    def provenance(self, value: dict[str, Any]) -> None:
-        self.inner.provenance = value
-
-    @property
-    def info(self) -> dict[str, Any]:  # type: ignore[override]
-        return self.inner.info
-
-    @info.setter
-    def info(self, value: dict[str, Any]) -> None:
-        self.inner.info = value
-
-    @property
-    def method(self) -> str:
-        return self.inner.method
-
-    @property
-    def alpha(self) -> float:
-        return self.inner.alpha
-
-    @property
-    def threshold(self) -> float | None:
-        """The wrapped policy's threshold (λ̂ or κ̂; τ̂ is :attr:`tau`)."""
-        return self.inner.threshold
 
     def set_threshold(self, value: float) -> None:
         self.inner.set_threshold(value)
@@ -123,10 +96,6 @@ class RouterHolder:
     @property
     def tracks_online(self) -> bool:
         return False
-
-    @property
-    def online_step(self) -> tuple[float, float]:
-        return self.inner.online_step
 
     def trained_horizon(self) -> int | None:
         return self.inner.horizon

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ccpo.errors import CCPOError
 from ccpo.traces.accept import AcceptRule
@@ -203,15 +204,10 @@ def _scored(
 
 
 def import_table(
-    path: str | Path,
-    task: str,
-    prices: PriceTable,
-    guide: str | None = None,
-    family: str | None = None,
-    reference: str | None = None,
-    accept: AcceptRule | None = None,
+    path: str | Path, task: str, prices: PriceTable, **options: Any
 ) -> tuple[list[Trace], Cascade]:
     """Read ``path`` and return its traces (in memory) and the cascade they follow (``ccpo
-    traces import`` streams them with :func:`open_table`)."""
-    with open_table(path, task, prices, guide, family, reference, accept) as imp:
+    traces import`` streams them with :func:`open_table`, whose options, ``guide``,
+    ``family``, ``reference`` and ``accept``, are taken by name)."""
+    with open_table(path, task, prices, **options) as imp:
         return list(imp.traces()), imp.cascade
