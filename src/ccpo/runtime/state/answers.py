@@ -10,6 +10,8 @@ Each operation is a :class:`~ccpo.runtime.state.engine.Pending`: a thread takes 
 - :meth:`Answers.record_feedback`: one feedback, exactly once over all replicas, moving κ and
   the coverage counters;
 - :meth:`Answers.lookup`: a served answer set and its feedback;
+- :meth:`Answers.claim`, :meth:`~Answers.unclaim`: an id taken before it is answered (one
+  replica answers and pays for it), and given back when its answer fails;
 - :meth:`Answers.count_rejected`, :meth:`~Answers.record_error`: request counts kept in memory
   and written with the next transaction;
 - the trim: every ``_TRIM_EVERY`` answers, the oldest beyond ``max_records`` go.
@@ -28,6 +30,8 @@ from ccpo.runtime.state.engine import CommitEngine, Pending
 
 _TRIM_EVERY = 64  # answers inserted between two trims of the answer table
 
+Stored = tuple[str, dict[str, Any], str | None]  # a served answer: question, record, feedback
+
 
 class Answers:
     """Answers and feedback of the state store on the commit ``engine``: operations handed to
@@ -41,16 +45,65 @@ class Answers:
         self.max_records = max_records
         self._inserted = 0  # answers this replica inserted (every _TRIM_EVERY: a trim)
 
-    def lookup(self, qid: str) -> Pending[tuple[str, dict[str, Any], str | None] | None]:
+    def lookup(self, qid: str) -> Pending[Stored | None]:
         """(question, answer-set JSON, feedback JSON or None) of a served id."""
 
-        def fn(b: Batch) -> tuple[str, dict[str, Any], str | None] | None:
+        def fn(b: Batch) -> Stored | None:
             row = b.tx.one(
-                "SELECT question, answer, feedback FROM ccpo_answers WHERE id = ?", (qid,)
+                "SELECT question, answer, feedback FROM ccpo_answers WHERE id = ? AND answer <> ''",
+                (qid,),
             )
             return None if row is None else (row[0], json.loads(row[1]), row[2])
 
         return self.engine.commit(fn, read=True)
+
+    def claim(self, qid: str, question: str) -> Pending[Stored | str | None]:
+        """Take ``qid`` before answering it, so that one replica answers and pays for it: its
+        row goes in with the answer ``''`` (a claim) under the state row's lock, and
+        :meth:`record_answer` replaces it. Its result: None (claimed: answer it), the stored
+        answer (as :meth:`lookup` gives it), or the id of the replica answering it now (its
+        caller answers 409). A claim whose replica holds no live lease (it died or stopped),
+        or older than the lease expiry (its answer failed and the claim could not be
+        withdrawn), or this replica's own, is taken over."""
+        replica, expiry = self.engine.replica, self.engine.expiry
+
+        def fn(b: Batch) -> Stored | str | None:
+            row = b.tx.one(
+                "SELECT a.question, a.answer, a.feedback, a.replica, a.created, (SELECT "
+                "l.expires FROM ccpo_leases l WHERE l.replica = a.replica) FROM ccpo_answers a "
+                f"WHERE a.id = ?{self.engine.db.lock}",
+                (qid,),
+            )
+            if row is None:
+                b.tx.run(
+                    "INSERT INTO ccpo_answers (id, question, answer, replica, created) VALUES "
+                    "(?, ?, '', ?, ?)",
+                    (qid, question, replica, b.now),
+                )
+                return None
+            if row[1] != "":
+                return row[0], json.loads(row[1]), row[2]
+            live = row[5] is not None and float(row[5]) >= b.now
+            if row[3] != replica and live and float(row[4]) >= b.now - expiry:
+                return str(row[3])
+            b.tx.run(
+                "UPDATE ccpo_answers SET question = ?, replica = ?, created = ? WHERE id = ?",
+                (question, replica, b.now, qid),
+            )
+            return None
+
+        return self.engine.commit(fn)
+
+    def unclaim(self, qid: str) -> Pending[None]:
+        """Withdraw this replica's claim on ``qid`` (its answer failed): the id is free."""
+
+        def fn(b: Batch) -> None:
+            b.tx.run(
+                "DELETE FROM ccpo_answers WHERE id = ? AND answer = '' AND replica = ?",
+                (qid, self.engine.replica),
+            )
+
+        return self.engine.commit(fn)
 
     def trim_due(self, added: int) -> bool:
         """Inserting ``added`` more answers reaches the next trim."""
@@ -118,7 +171,9 @@ class Answers:
 
         def fn(b: Batch) -> tuple[float, int, int]:
             row = b.tx.one(
-                f"SELECT feedback FROM ccpo_answers WHERE id = ?{self.engine.db.lock}", (qid,)
+                f"SELECT feedback FROM ccpo_answers WHERE id = ? AND answer <> ''"
+                f"{self.engine.db.lock}",
+                (qid,),
             )
             if row is None:
                 raise FeedbackError(404, f"no answered question with id '{qid}' (or expired)")

@@ -78,18 +78,23 @@ def answer_rows(replica: str, answers: list[_Record]) -> list[tuple[str, str, st
 
 
 def insert_sql(now_sql: str, n: int) -> str:
-    """The insert of ``n`` answer rows (:func:`answer_rows`), skipping ids already taken."""
+    """The insert of ``n`` answer rows (:func:`answer_rows`), skipping ids already taken but
+    for this replica's claims (:meth:`~ccpo.runtime.state.answers.Answers.claim`: the row of
+    an id being answered, its answer ``''``), which the answer replaces."""
     return (
         "INSERT INTO ccpo_answers (id, question, answer, replica, created) VALUES "
         + ", ".join([f"(?, ?, ?, ?, {now_sql})"] * n)
-        + " ON CONFLICT (id) DO NOTHING"
+        + " ON CONFLICT (id) DO UPDATE SET question = excluded.question, answer = "
+        "excluded.answer, created = excluded.created WHERE ccpo_answers.answer = '' AND "
+        "ccpo_answers.replica = excluded.replica"
     )
 
 
 def insert_answers(tx: Tx, now_sql: str, replica: str, answers: list[_Record]) -> list:
     """Send the inserts of answer records (each with its JSON text, None: made here), 500 rows
-    a statement, skipping ids already taken; each statement's rows (``.fetchall()``) are the
-    ids that went in. Sent before the state row is locked, so that the lock is held for less."""
+    a statement, skipping ids already taken (but this replica's claims); each statement's
+    rows (``.fetchall()``) are the ids that went in. Sent before the state row is locked, so
+    that the lock is held for less."""
     sent = []
     for k in range(0, len(answers), _WHOLE_MAX):
         rows = answer_rows(replica, answers[k : k + _WHOLE_MAX])
