@@ -26,11 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV_ROOT = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
 
 
-def serve(tmp_path: Path, world, prices: Path, policy: Path, state: str, name: str):
-    """``ccpo serve`` in a subprocess on ``state``; (process, URL)."""
+def serve(tmp_path: Path, world, prices: Path, policy: Path, state: str, name: str, **server):
+    """``ccpo serve`` in a subprocess on ``state`` (``server``: more of its settings);
+    (process, URL)."""
     cfg = tmp_path / f"{name}.yaml"
     values = deploy_values(world, prices, timeout=60.0, max_cost_total=5.0, kappa=0.0)
-    values["server"] = {"replica": name}
+    values["server"] = {"replica": name, **server}
     cfg.write_text(yaml.safe_dump(values))
     port = free_port()
     proc = subprocess.Popen(

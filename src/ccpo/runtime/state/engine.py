@@ -339,12 +339,26 @@ class CommitEngine:
         return await self._await(self._submit_op(op, loop=True))
 
     async def _await(self, op: _Op) -> Any:
-        assert op.afut is not None
+        fut = op.afut
+        assert fut is not None
         try:  # awaited directly (wait_for would wrap it: two more turns of the loop)
             async with asyncio.timeout(self.timeout):  # on expiry op.afut is cancelled: gone
-                return await op.afut
+                return await fut
         except TimeoutError:
+            # the result came in the turn of the loop the deadline did (a stalled loop, a
+            # database back after a stall): committed, so the caller's, not left held
+            if self._committed_result(fut):
+                return fut.result()
             raise self._late() from None
+        except asyncio.CancelledError:  # the caller is gone: a result it missed is undone
+            if self._committed_result(fut) and op.undo is not None:
+                op.undo(fut.result())
+            raise
+
+    @staticmethod
+    def _committed_result(fut: asyncio.Future[Any]) -> bool:
+        """``fut`` holds an operation's result (it committed)."""
+        return fut.done() and not fut.cancelled() and fut.exception() is None
 
     def unavailable(self) -> str | None:
         """Why the database is considered away now (None: it is not): the last transaction
