@@ -59,40 +59,37 @@ class Answers:
 
     def claim(self, qid: str, question: str) -> Pending[Stored | str | None]:
         """Take ``qid`` before answering it, so that one replica answers and pays for it: its
-        row goes in with the answer ``''`` (a claim) under the state row's lock, and
-        :meth:`record_answer` replaces it. Its result: None (claimed: answer it), the stored
-        answer (as :meth:`lookup` gives it), or the id of the replica answering it now (its
-        caller answers 409). A claim whose replica holds no live lease (it died or stopped),
-        or older than the lease expiry (its answer failed and the claim could not be
-        withdrawn), or this replica's own, is taken over."""
-        replica, expiry = self.engine.replica, self.engine.expiry
+        row goes in with the answer ``''`` (a claim), which :meth:`record_answer` replaces.
+        One statement, atomic on its own (the id's key), so without the state row's lock.
+        Its result: None (claimed: answer it), the stored answer (as :meth:`lookup` gives
+        it), or the id of the replica answering it now (its caller answers 409). A claim
+        whose replica holds no live lease (it died or stopped), or older than the lease
+        expiry (its answer failed and the claim could not be withdrawn), or this replica's
+        own, is taken over."""
+        replica, expiry, now = self.engine.replica, self.engine.expiry, self.engine.db.now
 
         def fn(b: Batch) -> Stored | str | None:
+            took = b.tx.all(
+                "INSERT INTO ccpo_answers (id, question, answer, replica, created) VALUES "
+                f"(?, ?, '', ?, {now}) ON CONFLICT (id) DO UPDATE SET question = "
+                "excluded.question, replica = excluded.replica, created = excluded.created "
+                "WHERE ccpo_answers.answer = '' AND (ccpo_answers.replica = excluded.replica "
+                "OR ccpo_answers.created < excluded.created - ? OR NOT EXISTS (SELECT 1 FROM "
+                "ccpo_leases l WHERE l.replica = ccpo_answers.replica AND l.expires >= "
+                "excluded.created)) RETURNING id",
+                (qid, question, replica, expiry),
+            )
+            if took:
+                return None
             row = b.tx.one(
-                "SELECT a.question, a.answer, a.feedback, a.replica, a.created, (SELECT "
-                "l.expires FROM ccpo_leases l WHERE l.replica = a.replica) FROM ccpo_answers a "
-                f"WHERE a.id = ?{self.engine.db.lock}",
+                "SELECT question, answer, feedback, replica FROM ccpo_answers WHERE id = ?",
                 (qid,),
             )
-            if row is None:
-                b.tx.run(
-                    "INSERT INTO ccpo_answers (id, question, answer, replica, created) VALUES "
-                    "(?, ?, '', ?, ?)",
-                    (qid, question, replica, b.now),
-                )
-                return None
-            if row[1] != "":
+            if row is not None and row[1] != "":
                 return row[0], json.loads(row[1]), row[2]
-            live = row[5] is not None and float(row[5]) >= b.now
-            if row[3] != replica and live and float(row[4]) >= b.now - expiry:
-                return str(row[3])
-            b.tx.run(
-                "UPDATE ccpo_answers SET question = ?, replica = ?, created = ? WHERE id = ?",
-                (question, replica, b.now, qid),
-            )
-            return None
+            return "another replica" if row is None else str(row[3])  # (None: just withdrawn)
 
-        return self.engine.commit(fn)
+        return self.engine.commit(fn, read=True)  # (the state row is not written)
 
     def unclaim(self, qid: str) -> Pending[None]:
         """Withdraw this replica's claim on ``qid`` (its answer failed): the id is free."""
