@@ -8,53 +8,16 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 import httpx
 
 from tests.helpers.world import make_world
-from tests.runtime.test_one_answer_per_id import Q, serve
+from tests.runtime.test_store_faults import Load
+from tests.runtime.test_store_faults import serve_process as serve
 
 TIMEOUT = 2.0  # server.state_timeout (the default): the limits ccpo sets derive from it
 FREEZE = 8.0  # seconds the replica stays frozen
-
-
-class Asking:
-    """Threads asking ``url`` questions until stopped; every response as (start, end,
-    status, error type or None), times from ``time.monotonic``."""
-
-    def __init__(self, url: str, threads: int, tag: str) -> None:
-        self.url, self.tag, self.stop = url, tag, threading.Event()
-        self.seen: list[tuple[float, float, int, str | None]] = []
-        self._threads = [threading.Thread(target=self._run, args=(k,)) for k in range(threads)]
-
-    def _run(self, k: int) -> None:
-        with httpx.Client(timeout=60) as http:
-            i = 0
-            while not self.stop.is_set():
-                i += 1
-                t0 = time.monotonic()
-                r = http.post(self.url + "/v1/answer", json={"question": f"{Q} {self.tag}{k}-{i}"})
-                kind = None if r.status_code == 200 else r.json()["error"]["type"]
-                self.seen.append((t0, time.monotonic(), r.status_code, kind))
-                if r.status_code != 200:
-                    time.sleep(0.05)
-
-    def __enter__(self) -> Asking:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for t in self._threads:
-            t.join(timeout=90)
-
-    def first_ok_after(self, t: float) -> float | None:
-        """When the first question sent after ``t`` was answered (None: none was)."""
-        ends = [e for s, e, code, _ in self.seen if s > t and code == 200]
-        return min(ends) if ends else None
 
 
 def frozen_in_a_transaction(pid: int, replica: str, url: str, tries: int = 200) -> float:
@@ -93,8 +56,12 @@ def test_a_frozen_replica_costs_the_others_seconds_and_recovers(
         procs = [serve(tmp_path, world, prices_path, policy_dir, url, f"r{i}") for i in range(3)]
         (frozen, fu), (_, bu), (_, cu) = procs
         try:
-            with Asking(fu, 3, "a") as a, Asking(bu, 2, "b") as b, Asking(cu, 2, "c") as c:
-                while sum(code == 200 for *_, code, _ in b.seen + c.seen) < 10:
+            with (
+                Load(fu, 3, feedback=False, tag="a") as a,
+                Load(bu, 2, feedback=False, tag="b") as b,
+                Load(cu, 2, feedback=False, tag="c") as c,
+            ):
+                while b.answers_ok() + c.answers_ok() < 10:
                     time.sleep(0.05)
                 t0 = frozen_in_a_transaction(frozen.pid, "r0", url)
                 time.sleep(max(0.0, t0 + FREEZE - time.monotonic()))
@@ -122,7 +89,7 @@ def test_a_frozen_replica_costs_the_others_seconds_and_recovers(
     print(f"the others answered again {waits} s into an {FREEZE:g} s freeze")
     assert all(t is not None for t in back), waits
     assert max(waits) <= TIMEOUT + 2.5, waits  # (before: the whole freeze, 8 s)
-    errors = {kind for x in (a, b, c) for _, _, code, kind in x.seen if code != 200}
+    errors = {body["error"]["type"] for x in (a, b, c) for code, body, *_ in x.seen if code != 200}
     assert errors <= {"state_unavailable"}, errors
     assert again is not None and again - t1 < 10.0  # the frozen one recovers
     assert metrics["reserved_usd"] == 0 and metrics["inflight_usd"] == 0, metrics

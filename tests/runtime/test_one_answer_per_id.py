@@ -6,47 +6,15 @@ never a second payment. The upstream is the scripted world, which counts what it
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from ccpo.runtime.state import DuplicateKey
-from ccpo.testing import free_port, wait_for_http
-from tests.helpers.serve import deploy_values
 from tests.helpers.world import make_world
-
-Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
-ROOT = Path(__file__).resolve().parents[2]
-ENV_ROOT = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
-
-
-def serve(tmp_path: Path, world, prices: Path, policy: Path, state: str, name: str, **server):
-    """``ccpo serve`` in a subprocess on ``state`` (``server``: more of its settings);
-    (process, URL)."""
-    cfg = tmp_path / f"{name}.yaml"
-    values = deploy_values(world, prices, timeout=60.0, max_cost_total=5.0, kappa=0.0)
-    values["server"] = {"replica": name, **server}
-    cfg.write_text(yaml.safe_dump(values))
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ccpo", "serve", "--policy", str(policy),
-         "--config", str(cfg), "--port", str(port), "--state", state, "--log-level", "warning"],
-        env={**os.environ, "PYTHONPATH": ENV_ROOT}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(url + "/healthz", proc, 90, "ccpo serve")
-    except BaseException:
-        proc.kill()
-        raise
-    return proc, url
+from tests.runtime.test_store_faults import Q
+from tests.runtime.test_store_faults import serve_process as serve
 
 
 def same_id_at_once(urls: list[str], n: int, qid: str) -> list[httpx.Response]:

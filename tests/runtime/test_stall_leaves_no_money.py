@@ -6,7 +6,6 @@ case of questions that were refused or abandoned."""
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 import time
 
@@ -14,19 +13,10 @@ import httpx
 import pytest
 
 from tests.helpers.world import make_world
-from tests.runtime.test_one_answer_per_id import Q, serve
-from tests.runtime.test_store_faults import billed_usd, wait_billed
+from tests.runtime.test_store_faults import Q, billed_usd, pg, wait_billed
+from tests.runtime.test_store_faults import serve_process as serve
 
-
-@pytest.fixture(scope="module")
-def pg():
-    """A cluster of this module's own: its tests pause it."""
-    from ccpo.testing.postgres import PostgresCluster, find_pg_bin
-
-    if find_pg_bin() is None or importlib.util.find_spec("psycopg") is None:
-        pytest.skip("no PostgreSQL or psycopg on this machine")
-    with PostgresCluster(fsync=False) as cluster:
-        yield cluster
+__all__ = ["pg"]  # (the fixture: a cluster of this module's own, which its tests pause)
 
 
 def ask_at_once(url: str, n: int, tag: str) -> tuple[list, list[threading.Thread]]:
