@@ -88,12 +88,14 @@ def billed_and_recorded(world, prices: Path, policy: Path, state: str):
 
 
 class Load:
-    """Threads asking questions (and giving feedback on every answer) until stopped; every
-    response kept as (status, json or None, question id, feedback?, seconds)."""
+    """Threads asking questions (and, with ``feedback``, giving feedback on every answer)
+    until stopped; every response kept as (status, json or None, question id, feedback?,
+    seconds), and each question's (start, end, status) by ``time.monotonic``."""
 
-    def __init__(self, url: str, threads: int = 6) -> None:
-        self.url, self.stop = url, threading.Event()
+    def __init__(self, url: str, threads: int = 6, feedback: bool = True, tag: str = "t") -> None:
+        self.url, self.stop, self.feedback, self.tag = url, threading.Event(), feedback, tag
         self.seen: list[tuple[int, dict | None, str, bool, float]] = []
+        self.spans: list[tuple[float, float, int]] = []
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._run, args=(k,)) for k in range(threads)]
 
@@ -109,13 +111,22 @@ class Load:
         with httpx.Client(base_url=self.url, timeout=30) as http:
             i = 0
             while not self.stop.is_set():
-                qid = f"t{k}-{i}"
+                qid = f"{self.tag}{k}-{i}"
                 i += 1
+                t0 = time.monotonic()
                 r = http.post("/v1/answer", json={"question": f"{Q} #{qid}", "id": qid})
+                self.spans.append((t0, time.monotonic(), r.status_code))
                 self._keep(r, qid, False)
-                if r.status_code == 200:
+                if r.status_code == 200 and self.feedback:
                     f = http.post("/v1/feedback", json={"id": qid, "none_of_them": True})
                     self._keep(f, qid, True)
+                elif r.status_code != 200:
+                    time.sleep(0.05)
+
+    def first_ok_after(self, t: float) -> float | None:
+        """When the first question sent after ``t`` was answered (None: none was)."""
+        ends = [e for s, e, code in self.spans if s > t and code == 200]
+        return min(ends) if ends else None
 
     def __enter__(self) -> Load:
         for t in self._threads:
@@ -199,21 +210,28 @@ def test_database_away_fails_closed_and_recovers(fault, pg, world, policy_dir, p
     assert all(x is not None and x[2] is not None for x in stored_fb)
 
 
-def _serve(tmp_path: Path, world, prices: Path, policy: Path, state: str, **server) -> tuple:
-    """``ccpo serve`` in a subprocess (it gets real signals); (process, URL)."""
-    cfg = tmp_path / "deploy.yaml"
+def serve_process(
+    tmp_path: Path, world, prices: Path, policy: Path, state: str, name: str = "r0", **server
+) -> tuple:
+    """``ccpo serve`` in a subprocess (it gets real signals) on ``state``, replica ``name``
+    (``server``: more of its settings); (process, URL)."""
+    cfg = tmp_path / f"{name}.yaml"
     values = deploy_values(world, prices, timeout=60.0, max_cost_total=5.0, kappa=0.0)
-    values["server"] = server
+    values["server"] = {"replica": name, **server}
     cfg.write_text(yaml.safe_dump(values))
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ccpo", "serve", "--policy", str(policy),
          "--config", str(cfg), "--port", str(port), "--state", state, "--log-level", "warning"],
         env={**os.environ, "PYTHONPATH": ENV_ROOT}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    wait_for_http(url + "/healthz", proc, 90, "ccpo serve")
+    try:
+        wait_for_http(url + "/healthz", proc, 90, "ccpo serve")
+    except BaseException:
+        proc.kill()
+        raise
     return proc, url
 
 
@@ -249,7 +267,9 @@ def test_sigterm_counts_calls_cut_off_after_the_grace_at_their_worst(
     reserved or in flight (it used to record $0 for them)."""
     state = str(tmp_path / "s.db") if store == "sqlite" else pg.new_database()
     with make_world(latency=2.0) as slow:
-        proc, url = _serve(tmp_path, slow, prices_path, policy_dir, state, shutdown_grace=0.3)
+        proc, url = serve_process(
+            tmp_path, slow, prices_path, policy_dir, state, shutdown_grace=0.3
+        )
         try:
             out, t = _ask_in_background(url, 3)
             while slow.n_requests < 3:  # every question has a call in flight
@@ -278,7 +298,7 @@ def test_kill_9_leaves_the_calls_counted_at_their_worst(pg, policy_dir, prices_p
     counting what it held as spent: at least what the endpoint billed, nothing left held."""
     state = pg.new_database()
     with make_world() as slow:
-        proc, url = _serve(tmp_path, slow, prices_path, policy_dir, state)
+        proc, url = serve_process(tmp_path, slow, prices_path, policy_dir, state)
         try:
             # the first question runs alone (it tells the server what a question costs)
             assert httpx.post(url + "/v1/answer", json={"question": Q}, timeout=60).is_success

@@ -6,6 +6,7 @@ HTTP app around it is :mod:`ccpo.runtime.server`; the wire models are
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -226,18 +227,11 @@ class Service:
                     409, "conflict", f"id '{req.id}' is being answered for another question"
                 )
             return await asyncio.shield(busy[1])
-        old = await self.store.answers.lookup(req.id)
-        if old is not None:
-            if (old[0], old[1].get("conversation")) == asked:
-                s = AnswerSet.model_validate(old[1])
-                return s, as_json(s)
-            raise self._reject(
-                409, "conflict", f"id '{req.id}' was already used for another question"
-            )
+        # taken here before any await: a retry arriving meanwhile waits for this one
         fut: asyncio.Future[Answered] = asyncio.get_running_loop().create_future()
         self._answering[req.id] = (asked, fut)
         try:
-            s = await self._answer(req)
+            s = await self._answer_claimed(req, asked)
             fut.set_result(s)
             return s
         except BaseException as e:
@@ -249,6 +243,34 @@ class Service:
             raise
         finally:
             del self._answering[req.id]
+
+    async def _answer_claimed(self, req: AnswerRequest, asked: Asked) -> Answered:
+        """Answer ``req`` (its id new to this replica) once over all replicas: its id claimed
+        in the state first (:meth:`~ccpo.runtime.state.answers.Answers.claim`); an id stored
+        already gives its answer, an id another replica is answering a 409."""
+        assert req.id is not None
+        old = await self.store.answers.claim(req.id, req.question)
+        if isinstance(old, str):  # (refused before any work, as self._reject counts it)
+            self.store.answers.count_rejected()
+            raise ApiError(
+                409,
+                "conflict",
+                f"id '{req.id}' is being answered by another replica; ask again for its answer",
+                headers={"Retry-After": "1"},
+            )
+        if old is not None:
+            if (old[0], old[1].get("conversation")) == asked:
+                s = AnswerSet.model_validate(old[1])
+                return s, as_json(s)
+            raise self._reject(
+                409, "conflict", f"id '{req.id}' was already used for another question"
+            )
+        try:
+            return await self._answer(req)
+        except Exception:
+            with contextlib.suppress(Exception):  # else it is taken over once stale
+                await self.store.answers.unclaim(req.id)
+            raise
 
     def _asked(self, req: AnswerRequest) -> Asked:
         """What an id stands for: the question and, for a chat policy, the conversation (the

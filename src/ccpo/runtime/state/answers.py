@@ -10,6 +10,8 @@ Each operation is a :class:`~ccpo.runtime.state.engine.Pending`: a thread takes 
 - :meth:`Answers.record_feedback`: one feedback, exactly once over all replicas, moving κ and
   the coverage counters;
 - :meth:`Answers.lookup`: a served answer set and its feedback;
+- :meth:`Answers.claim`, :meth:`~Answers.unclaim`: an id taken before it is answered (one
+  replica answers and pays for it), and given back when its answer fails;
 - :meth:`Answers.count_rejected`, :meth:`~Answers.record_error`: request counts kept in memory
   and written with the next transaction;
 - the trim: every ``_TRIM_EVERY`` answers, the oldest beyond ``max_records`` go.
@@ -28,6 +30,8 @@ from ccpo.runtime.state.engine import CommitEngine, Pending
 
 _TRIM_EVERY = 64  # answers inserted between two trims of the answer table
 
+Stored = tuple[str, dict[str, Any], str | None]  # a served answer: question, record, feedback
+
 
 class Answers:
     """Answers and feedback of the state store on the commit ``engine``: operations handed to
@@ -41,16 +45,62 @@ class Answers:
         self.max_records = max_records
         self._inserted = 0  # answers this replica inserted (every _TRIM_EVERY: a trim)
 
-    def lookup(self, qid: str) -> Pending[tuple[str, dict[str, Any], str | None] | None]:
+    def lookup(self, qid: str) -> Pending[Stored | None]:
         """(question, answer-set JSON, feedback JSON or None) of a served id."""
 
-        def fn(b: Batch) -> tuple[str, dict[str, Any], str | None] | None:
+        def fn(b: Batch) -> Stored | None:
             row = b.tx.one(
-                "SELECT question, answer, feedback FROM ccpo_answers WHERE id = ?", (qid,)
+                "SELECT question, answer, feedback FROM ccpo_answers WHERE id = ? AND answer <> ''",
+                (qid,),
             )
             return None if row is None else (row[0], json.loads(row[1]), row[2])
 
         return self.engine.commit(fn, read=True)
+
+    def claim(self, qid: str, question: str) -> Pending[Stored | str | None]:
+        """Take ``qid`` before answering it, so that one replica answers and pays for it: its
+        row goes in with the answer ``''`` (a claim), which :meth:`record_answer` replaces.
+        One statement, atomic on its own (the id's key), so without the state row's lock.
+        Its result: None (claimed: answer it), the stored answer (as :meth:`lookup` gives
+        it), or the id of the replica answering it now (its caller answers 409). A claim
+        whose replica holds no live lease (it died or stopped), or older than the lease
+        expiry (its answer failed and the claim could not be withdrawn), or this replica's
+        own, is taken over."""
+        replica, expiry, now = self.engine.replica, self.engine.expiry, self.engine.db.now
+
+        def fn(b: Batch) -> Stored | str | None:
+            took = b.tx.all(
+                "INSERT INTO ccpo_answers (id, question, answer, replica, created) VALUES "
+                f"(?, ?, '', ?, {now}) ON CONFLICT (id) DO UPDATE SET question = "
+                "excluded.question, replica = excluded.replica, created = excluded.created "
+                "WHERE ccpo_answers.answer = '' AND (ccpo_answers.replica = excluded.replica "
+                "OR ccpo_answers.created < excluded.created - ? OR NOT EXISTS (SELECT 1 FROM "
+                "ccpo_leases l WHERE l.replica = ccpo_answers.replica AND l.expires >= "
+                "excluded.created)) RETURNING id",
+                (qid, question, replica, expiry),
+            )
+            if took:
+                return None
+            row = b.tx.one(
+                "SELECT question, answer, feedback, replica FROM ccpo_answers WHERE id = ?",
+                (qid,),
+            )
+            if row is not None and row[1] != "":
+                return row[0], json.loads(row[1]), row[2]
+            return "another replica" if row is None else str(row[3])  # (None: just withdrawn)
+
+        return self.engine.commit(fn, read=True)  # (the state row is not written)
+
+    def unclaim(self, qid: str) -> Pending[None]:
+        """Withdraw this replica's claim on ``qid`` (its answer failed): the id is free."""
+
+        def fn(b: Batch) -> None:
+            b.tx.run(
+                "DELETE FROM ccpo_answers WHERE id = ? AND answer = '' AND replica = ?",
+                (qid, self.engine.replica),
+            )
+
+        return self.engine.commit(fn)
 
     def trim_due(self, added: int) -> bool:
         """Inserting ``added`` more answers reaches the next trim."""
@@ -118,7 +168,9 @@ class Answers:
 
         def fn(b: Batch) -> tuple[float, int, int]:
             row = b.tx.one(
-                f"SELECT feedback FROM ccpo_answers WHERE id = ?{self.engine.db.lock}", (qid,)
+                f"SELECT feedback FROM ccpo_answers WHERE id = ? AND answer <> ''"
+                f"{self.engine.db.lock}",
+                (qid,),
             )
             if row is None:
                 raise FeedbackError(404, f"no answered question with id '{qid}' (or expired)")

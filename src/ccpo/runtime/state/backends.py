@@ -35,10 +35,13 @@ from ccpo.runtime.state.postgres import PostgresBackend
 from ccpo.runtime.state.sqlite import SQLiteBackend
 
 
-def open_backend(location: str | Path | None, timeout: float = 5.0) -> Backend:
+def open_backend(
+    location: str | Path | None, timeout: float = 5.0, replica: str | None = None
+) -> Backend:
     """The backend for ``server.state``: None (in memory), a file path (SQLite) or a
     ``postgresql://USER@HOST:PORT/DB`` URL. Anything else with ``://`` is refused.
-    ``timeout``: seconds to wait for a connection or the database's lock."""
+    ``timeout``: seconds to wait for a connection or the database's lock; ``replica``: who
+    opens it (PostgreSQL: its sessions' ``application_name``, ``ccpo/<replica>``)."""
     if location is None:
         return SQLiteBackend(None, timeout)
     loc = str(location)
@@ -47,7 +50,7 @@ def open_backend(location: str | Path | None, timeout: float = 5.0) -> Backend:
     problem = location_problem(loc)
     if problem is not None:
         raise CCPOError(f"server.state: {problem}")
-    return PostgresBackend(loc, connect_timeout=timeout)
+    return PostgresBackend(loc, connect_timeout=timeout, replica=replica)
 
 
 __all__ = [

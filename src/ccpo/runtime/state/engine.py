@@ -78,18 +78,23 @@ def answer_rows(replica: str, answers: list[_Record]) -> list[tuple[str, str, st
 
 
 def insert_sql(now_sql: str, n: int) -> str:
-    """The insert of ``n`` answer rows (:func:`answer_rows`), skipping ids already taken."""
+    """The insert of ``n`` answer rows (:func:`answer_rows`), skipping ids already taken but
+    for this replica's claims (:meth:`~ccpo.runtime.state.answers.Answers.claim`: the row of
+    an id being answered, its answer ``''``), which the answer replaces."""
     return (
         "INSERT INTO ccpo_answers (id, question, answer, replica, created) VALUES "
         + ", ".join([f"(?, ?, ?, ?, {now_sql})"] * n)
-        + " ON CONFLICT (id) DO NOTHING"
+        + " ON CONFLICT (id) DO UPDATE SET question = excluded.question, answer = "
+        "excluded.answer, created = excluded.created WHERE ccpo_answers.answer = '' AND "
+        "ccpo_answers.replica = excluded.replica"
     )
 
 
 def insert_answers(tx: Tx, now_sql: str, replica: str, answers: list[_Record]) -> list:
     """Send the inserts of answer records (each with its JSON text, None: made here), 500 rows
-    a statement, skipping ids already taken; each statement's rows (``.fetchall()``) are the
-    ids that went in. Sent before the state row is locked, so that the lock is held for less."""
+    a statement, skipping ids already taken (but this replica's claims); each statement's
+    rows (``.fetchall()``) are the ids that went in. Sent before the state row is locked, so
+    that the lock is held for less."""
     sent = []
     for k in range(0, len(answers), _WHOLE_MAX):
         rows = answer_rows(replica, answers[k : k + _WHOLE_MAX])
@@ -334,12 +339,26 @@ class CommitEngine:
         return await self._await(self._submit_op(op, loop=True))
 
     async def _await(self, op: _Op) -> Any:
-        assert op.afut is not None
+        fut = op.afut
+        assert fut is not None
         try:  # awaited directly (wait_for would wrap it: two more turns of the loop)
             async with asyncio.timeout(self.timeout):  # on expiry op.afut is cancelled: gone
-                return await op.afut
+                return await fut
         except TimeoutError:
+            # the result came in the turn of the loop the deadline did (a stalled loop, a
+            # database back after a stall): committed, so the caller's, not left held
+            if self._committed_result(fut):
+                return fut.result()
             raise self._late() from None
+        except asyncio.CancelledError:  # the caller is gone: a result it missed is undone
+            if self._committed_result(fut) and op.undo is not None:
+                op.undo(fut.result())
+            raise
+
+    @staticmethod
+    def _committed_result(fut: asyncio.Future[Any]) -> bool:
+        """``fut`` holds an operation's result (it committed)."""
+        return fut.done() and not fut.cancelled() and fut.exception() is None
 
     def unavailable(self) -> str | None:
         """Why the database is considered away now (None: it is not): the last transaction

@@ -80,6 +80,10 @@ class Money:
         self.holders: list[tuple[str, float, float]] = []
         self._next_look = 0.0
         self._lease_lost = False
+        # the database's clock at this replica's last read of the leases, and the leases that
+        # expired while it could not see the database (from, until when: see read_leases)
+        self._seen: float | None = None
+        self._grace: tuple[float, float] | None = None
         self.mirror = Lease()  # the lease as this replica's last commit left it
         self.orphan = Lease()  # what a lost lease held (counted as spent when it expired)
         self.others_busy = False  # another replica holds money it will free by itself
@@ -267,6 +271,7 @@ class Money:
         ``b.others_hold``: another holds money; ``b.others_waiting``: an admitted question of
         another waits for room."""
         replica_id, engine = self.engine.replica, self.engine
+        self._blackout(b.now)
         busy = hold = waits = False
         holders: list[tuple[str, float, float]] = []
         for replica, reserved, inflight, expires, idle, waiting, owner, proc in rows:
@@ -284,7 +289,11 @@ class Money:
                 )
                 self._release(b, replica, reserved, inflight)
                 continue
-            dead = float(expires) < b.now or (beat and not mine and gone(proc, self.proc))
+            # this replica's own lease (its owner is this process) is alive whatever its
+            # expiry says: found expired (a stall of the database, or of this process), it
+            # is renewed, not counted as spent
+            expired = not mine and float(expires) < b.now and not self._spared(float(expires))
+            dead = expired or (beat and not mine and gone(proc, self.proc))
             if dead:
                 self._release(b, replica, reserved, inflight)
                 self._lease_lost |= mine
@@ -314,6 +323,30 @@ class Money:
                     b.orphan.reserved + held.reserved, b.orphan.inflight + held.inflight
                 )
                 b.lease_lost = True
+
+    def _blackout(self, now: float) -> None:
+        """``now``: the database's clock in this transaction. A gap since this replica's last
+        read of the leases longer than half the expiry (every replica writes at least every
+        quarter of it: its heartbeat) means it could not see the database meanwhile (the
+        database stalled, or this process did): the leases that expired in that gap may be of
+        live replicas that could not renew either, so they are spared until half an expiry
+        from now (a heartbeat of theirs and more). Leases that expired before it end as
+        usual."""
+        last, self._seen = self._seen, now
+        if last is not None and now - last > self.engine.expiry / 2:
+            self._grace = (last, now + self.engine.expiry / 2)
+            log.warning(
+                "replica %s: no transaction for %.1f s (the database or this process stalled);"
+                " leases that expired meanwhile are given %.0f s to renew",
+                self.engine.replica,
+                now - last,
+                self.engine.expiry / 2,
+            )
+
+    def _spared(self, expires: float) -> bool:
+        """A lease that expired in this replica's last blackout, within its grace."""
+        g = self._grace
+        return g is not None and expires > g[0] and self._seen is not None and self._seen < g[1]
 
     def look(self, rows: list[tuple[Any, ...]]) -> None:
         """From the leases as a transaction read them (``_LEASES``, a read-only one too):

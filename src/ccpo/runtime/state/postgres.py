@@ -48,11 +48,11 @@ class _PgTx(_Tx):
     bound client-side (psycopg's ``ClientCursor``, PostgreSQL's simple query protocol: the
     one that takes several statements at once)."""
 
-    def __init__(self, conn: Any, begin: bool = False) -> None:
+    def __init__(self, conn: Any, begin: Sequence[str] = ()) -> None:
         super().__init__(conn)
         self._queued: list[tuple[str, Sequence[Any], _Later | None]] = []
-        if begin:
-            self.run("BEGIN")
+        for sql in begin:  # (BEGIN and what the transaction sets)
+            self.run(sql)
 
     def send(self, sql: str, params: Sequence[Any] = ()) -> _Later:
         later = _Later(self)
@@ -116,8 +116,27 @@ class PostgresBackend:
     now = "extract(epoch from clock_timestamp())::float8"
     here = False  # every write is a round trip: never on an event loop
 
-    def __init__(self, url: str, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool_size: int = 4,
+        connect_timeout: float = 5.0,
+        replica: str | None = None,
+    ) -> None:
         self.where = safe_url(url)
+        # what a replica frozen (SIGSTOP, a pause of its host) or cut off in the middle of a
+        # transaction may cost the others, which wait for the state row's lock it holds: the
+        # server ends its transaction (and session) after this long idle, and a statement
+        # waiting this long for a lock gives up; the state timeout, at least 1 s
+        self.limit_ms = max(1000, round(connect_timeout * 1000))
+        limits = [
+            f"SET {{}}{name} = {self.limit_ms}"
+            for name in ("idle_in_transaction_session_timeout", "lock_timeout")
+        ]
+        # set on each session as the pool opens it (statements sent whole, reads), and in
+        # each write transaction (a pooler in transaction mode may hand any server session)
+        self._session = "; ".join(x.format("") for x in limits)
+        self._begin = ["BEGIN", *(x.format("LOCAL ") for x in limits)]
         problem = location_problem(url)
         if problem is not None:
             raise CCPOError(f"server.state: {problem}")
@@ -146,16 +165,23 @@ class PostgresBackend:
                 "keepalives_idle": 10,
                 "keepalives_interval": 5,
                 "keepalives_count": 3,
+                # who holds what, in pg_stat_activity and the server's log
+                "application_name": f"ccpo/{replica or 'replica'}"[:63],
             },
+            configure=self._configure,
             timeout=connect_timeout,
             open=True,
             name="ccpo-state",
         )
 
+    def _configure(self, conn: Any) -> None:
+        """A new session: the limits on a frozen replica's transaction (see ``__init__``)."""
+        conn.execute(self._session)
+
     @contextlib.contextmanager
     def write(self) -> Iterator[Tx]:
         with self._pool.connection() as conn:
-            tx = _PgTx(conn, begin=True)
+            tx = _PgTx(conn, begin=self._begin)
             try:
                 yield tx
                 tx.run("COMMIT")

@@ -75,9 +75,9 @@ class StateStore:
         replica: str | None = None,
         timeout: float = 2.0,
     ) -> None:
-        self.db: Backend = open_backend(location, timeout=float(timeout))
-        self.where = self.db.where
         self.replica = replica or default_replica_id()
+        self.db: Backend = open_backend(location, timeout=float(timeout), replica=self.replica)
+        self.where = self.db.where
         self.engine = CommitEngine(self.db, self.replica, expiry, timeout)
         self.answers = Answers(self.engine, max_records)
         try:
