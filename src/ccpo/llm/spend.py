@@ -119,12 +119,8 @@ class SpendLedger:
     def try_reserve(self, usd: float, cap: float | None, call: bool = False) -> bool:
         """Reserve ``usd`` if it fits under ``cap`` (None: always); False, reserving nothing,
         if it does not. ``call``: for a call about to be sent (counted as in flight)."""
-        with self._values() as v:
-            if cap is not None and v.spent + v.reserved + usd > cap * (1 + 1e-12):
-                return False
-            v.reserved += usd
-            v.calls += float(call)
-            return True
+        got = self._reservation(usd, cap, admission=False)
+        return self._reserved(call, got if isinstance(got, bool) else got.result())
 
     async def areserve(
         self,
@@ -138,7 +134,26 @@ class SpendLedger:
         ``admission``: for a question's wallet, which gives way to admitted questions waiting
         for room (here the client checks :meth:`waiting`; a ledger shared by replicas also
         checks theirs)."""
-        return self.try_reserve(usd, cap, call=call)
+        got = self._reservation(usd, cap, admission)
+        return self._reserved(call, got if isinstance(got, bool) else await got)
+
+    def _reservation(self, usd: float, cap: float | None, admission: bool) -> Any:
+        """Reserve ``usd`` under ``cap``: whether it fits (a bool, done here), or a pending
+        reservation that ``try_reserve`` waits for and ``areserve`` awaits (a ledger kept in a
+        database). The one place a ledger kind says how it reserves."""
+        with self._values() as v:
+            if cap is not None and v.spent + v.reserved + usd > cap * (1 + 1e-12):
+                return False
+            v.reserved += usd
+            return True
+
+    def _reserved(self, call: bool, ok: bool) -> bool:
+        """Once the money is held (``ok``), count the call it is for in flight (``call``).
+        Returns ``ok``."""
+        if ok:
+            with self._values() as v:
+                v.calls += float(call)
+        return ok
 
     def settle(self, reserved: float, spent: float, call: bool = False) -> None:
         """Release a reservation of ``reserved`` and record the ``spent`` it really cost.

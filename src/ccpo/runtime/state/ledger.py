@@ -75,37 +75,15 @@ class StoreLedger(SpendLedger):
         with self._values() as v:
             return v.calls <= 0 and v.waiting >= v.admitted
 
-    async def areserve(
-        self,
-        usd: float,
-        cap: float | None,
-        call: bool = False,
-        admission: bool = False,
-    ) -> bool:
-        wallet = self._wallet(usd, cap, admission)
-        return self._reserved(call, wallet if isinstance(wallet, bool) else await wallet)
-
-    def try_reserve(self, usd: float, cap: float | None, call: bool = False) -> bool:
-        """:meth:`areserve`, blocking while the store commits."""
-        wallet = self._wallet(usd, cap, admission=False)
-        return self._reserved(call, wallet if isinstance(wallet, bool) else wallet.result())
-
-    def _wallet(self, usd: float, cap: float | None, admission: bool) -> bool | Pending[bool]:
+    def _reservation(self, usd: float, cap: float | None, admission: bool) -> bool | Pending[bool]:
         """True when ``usd`` needs no write: a call drawn wholly from its question's wallet
         (the wallet is in the store, counted in flight, since the question was admitted),
         or a wallet taken from the spare one (reserved by an earlier transaction); else the
-        store's reservation of it, all of it counted in flight, to be committed."""
+        store's reservation of it, all of it counted in flight, to be committed (awaited by
+        ``areserve`` without blocking the loop, waited for by ``try_reserve``)."""
         if usd <= 0 or self.money.take_spare(usd, cap):
             return True
         return self.money.reserve(usd, cap, usd, idle=self._idle, admission=admission)
-
-    def _reserved(self, call: bool, ok: bool) -> bool:
-        """What a reservation does here once the store holds the money (``ok``): count the
-        call it is for in flight (``call``). Returns ``ok``."""
-        if ok:
-            with self._values() as v:
-                v.calls += float(call)
-        return ok
 
     def settle(self, reserved: float, spent: float, call: bool = False) -> None:
         if reserved > 0 or spent > 0:
