@@ -5,15 +5,4 @@ Every name this module had still resolves here for one release, with a Deprecati
 
 from ccpo._deprecated import moved
 
-__getattr__ = moved(
-    __name__,
-    {
-        "train": "ccpo.learning.training",
-        "TrainResult": "ccpo.learning.training",
-        "TrainConfig": "ccpo.learning.config",
-        "allowed_actions": "ccpo.traces.episodes",
-        "entropy_and_grad": "ccpo.learning.training.update",
-        "target_log_probs": "ccpo.learning.training.update",
-        "policy_probs": "ccpo.learning.heads",
-    },
-)
+__getattr__ = moved(__name__)  # the names and their new homes: ccpo._deprecated.MOVED

@@ -5,4 +5,4 @@ Every name of :mod:`ccpo.api` still resolves here, with a ``DeprecationWarning``
 
 from ccpo._deprecated import moved
 
-__getattr__ = moved(__name__, "ccpo.api")
+__getattr__ = moved(__name__)

@@ -16,7 +16,7 @@ from ccpo.cli import app, run
 __all__ = ["app", "run"]
 
 
-__getattr__ = moved(__name__, "ccpo.cli")
+__getattr__ = moved("ccpo.product.cli")  # also run as __main__ (python -m)
 
 
 if __name__ == "__main__":
