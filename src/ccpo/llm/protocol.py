@@ -83,6 +83,8 @@ class Runner:
     source: str = ""
     agents: dict[tuple[str, str | None], BaseAgent] = field(default_factory=dict)
     signal_stats: SignalStats = field(default_factory=SignalStats)
+    #: a chat step's cap on its reply's tokens (None: none, the model's own limit)
+    chat_max_tokens: int | None = None
 
     @property
     def base(self) -> Endpoint:
@@ -106,7 +108,7 @@ class Runner:
         key = (kind, system if kind == CHAT else None)
         if key not in self.agents:
             self.agents[key] = (
-                ChatAgent(self.cfg.task, self.cfg.max_tokens, CHAT, system)
+                ChatAgent(self.cfg.task, self.cfg.max_tokens, CHAT, system, self.chat_max_tokens)
                 if kind == CHAT
                 else ReActAgent(max_steps=self.cfg.max_steps)
                 if kind == "react"

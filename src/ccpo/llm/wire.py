@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import functools
 import json
 import math
@@ -102,6 +104,11 @@ class ChatRequest:
     stop: list[str] | None = None
     logprobs: bool = True
     top_logprobs: int = 5
+    #: nucleus sampling as a client asked it (None: not sent, the endpoint's default)
+    top_p: float | None = None
+    #: whether ``max_tokens`` is sent; False: the model's own limit applies, and
+    #: ``max_tokens`` is only the worst case budgets count (a chat step without a cap)
+    cap: bool = True
     #: which ladder step sends it (``{"round": "2", "role": "guide"}``): sent as ``X-CCPO-*``
     #: headers, which a replay endpoint reads and real endpoints ignore; not part of the key
     step: dict[str, str] | None = None
@@ -122,6 +129,8 @@ class ChatRequest:
             bool(self.logprobs),
             int(self.top_logprobs) if self.logprobs else 0,
             int(sample),
+            self.top_p,
+            self.cap,
         )
 
     def key_fields(self, model: str) -> dict[str, Any]:
@@ -133,7 +142,57 @@ class ChatRequest:
             "stop": list(self.stop) if self.stop else None,
             "logprobs": bool(self.logprobs),
             "top_logprobs": int(self.top_logprobs) if self.logprobs else 0,
+            # (only when they depart from the default: earlier keys stay as they were)
+            **({} if self.top_p is None else {"top_p": float(self.top_p)}),
+            **({} if self.cap else {"cap": False}),
         }
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling fields a client of ``ccpo serve`` sent with a chat completion
+    (``max_tokens``, ``temperature``, ``top_p``, ``stop``; None: not given). A chat step's
+    request takes them (:meth:`apply`): they reach the model whose reply is returned."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] | None = None
+
+    def apply(self, request: ChatRequest) -> ChatRequest:
+        """``request`` with the fields given here in place of its own (a ``max_tokens``
+        given is sent, as the cap and the worst case)."""
+        changes: dict[str, Any] = {}
+        if self.max_tokens is not None:
+            changes.update(max_tokens=self.max_tokens, cap=True)
+        if self.temperature is not None:
+            changes["temperature"] = self.temperature
+        if self.top_p is not None:
+            changes["top_p"] = self.top_p
+        if self.stop:
+            changes["stop"] = list(self.stop)
+        return dataclasses.replace(request, **changes) if changes else request
+
+    def departures(self, cap: int | None) -> list[str]:
+        """The fields given that depart from how the ladder was calibrated (temperature 0,
+        the endpoint's top_p, no stop sequence, ``cap`` output tokens: None, none): a
+        ``max_tokens`` under the cap, any other temperature, a top_p under 1, a stop."""
+        out = []
+        if self.max_tokens is not None and (cap is None or self.max_tokens < cap):
+            out.append("max_tokens")
+        if self.temperature is not None and self.temperature != 0:
+            out.append("temperature")
+        if self.top_p is not None and self.top_p < 1:
+            out.append("top_p")
+        if self.stop:
+            out.append("stop")
+        return out
+
+
+#: the client's sampling fields for the calls of the question being answered (None: none)
+request_sampling: contextvars.ContextVar[Sampling | None] = contextvars.ContextVar(
+    "request_sampling", default=None
+)
 
 
 def _keyed(m: dict[str, str]) -> dict[str, str]:
@@ -362,8 +421,11 @@ def _request_body(model: str, request: ChatRequest, want_lp: bool) -> bytes:
         "model": model,
         "messages": request.messages,
         "temperature": request.temperature,
-        "max_tokens": request.max_tokens,
     }
+    if request.cap:
+        body["max_tokens"] = request.max_tokens
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
     if request.stop:
         body["stop"] = request.stop
     if want_lp:

@@ -291,6 +291,7 @@ class ConformalAgent:
             budget = max(0.0, cap - self.spent_usd)
         client = cfg.client(cache, self.prices, budget, self.ledger)
         runner = make_runner(cfg, client, "base-guide", "ccpo deploy", self.ladder)
+        runner.chat_max_tokens = self.config.reply_max_tokens
         self._runners[id(loop)] = (loop, runner, cache)
         return runner
 
@@ -415,6 +416,7 @@ class ConformalAgent:
         rounds: list[Any] = []  # live rounds (protocol.live_round): a Round's attributes
         logs: list[RoundLog] = []
         answers: dict[str, str] = {}  # normalised → first spelling
+        finish: dict[str, str | None] = {}  # normalised → the first spelling's finish_reason
         joined: list[tuple[str, float, int, str]] = []  # (normalised, π(a|o_t), t, a)
         by_model: dict[str, float] = dict.fromkeys(self.ladder.models(), 0.0)
         total = worst = costliest = worst_round = 0.0
@@ -455,6 +457,8 @@ class ConformalAgent:
                     )
                     await asyncio.sleep(0)  # (it runs up to its first wait for the network)
                 logs.append(self._round_log(t, ro, lr, d, cb + cg, answers, joined))
+                for out in (ro.base, ro.guide):  # (a reused step's call is the earlier one)
+                    finish.setdefault(self._norm(out.answer), out.calls.finish_reason)
                 if not d.go_on:
                     break
         finally:
@@ -488,6 +492,7 @@ class ConformalAgent:
             policy=self.policy.variant,
             latency_ms=(time.perf_counter() - t0) * 1000.0,
             ttft_ms=(decided - t0) * 1000.0,
+            finish_reason=None if best is None else finish.get(best),
         )
 
     async def _start_rung(self, runner: Runner, question: str) -> int:
@@ -556,6 +561,7 @@ class ConformalAgent:
             policy=self.policy.variant,
             latency_ms=(time.perf_counter() - t0) * 1000.0,
             ttft_ms=(time.perf_counter() - t0) * 1000.0,  # chosen as its one call returns
+            finish_reason=out.calls.finish_reason if text else None,
         )
 
     def _round_log(

@@ -9,7 +9,9 @@ API cost (and tests run the real HTTP path without inventing answers).
 - :func:`create_replay_app`: the app. The reply is the recorded answer with its usage, plus
   ``ccpo_replay`` (the recorded step, which ccpo's agent takes as recorded), so live answers
   equal the policy's replay exactly (a round's recorded ``signals`` ride along with each of
-  its steps). Anything not in the file gets HTTP 404 saying which.
+  its steps). Anything not in the file gets HTTP 404 saying which. A request's
+  ``max_tokens`` under the recorded reply's length cuts it (in proportion), with
+  ``finish_reason: length`` and the cap as its usage: as an endpoint that honours it.
 
 Needs the serve extra (``pip install 'ccpo[serve]'``). Contract: docs/deploy.md, section "Dry
 run against your own logs: `ccpo replay-server`".
@@ -291,6 +293,14 @@ def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) 
             stats["missing"] += 1
             return _error(got[0], got[1], "not_found" if got[0] == 404 else "invalid_request_error")
         stats["answered"] += 1
+        text, n_out, finish, extra = got.text, got.output_tokens, "stop", got.extra
+        cap = body.get("max_completion_tokens", body.get("max_tokens"))
+        if isinstance(cap, int) and not isinstance(cap, bool) and 0 < cap < n_out:
+            # cut as an endpoint cuts at the cap (the recorded tokens' bounds are unknown: the
+            # text is cut in proportion), and said so
+            text, n_out, finish = text[: len(text) * cap // n_out], cap, "length"
+            if extra.get("answer") == got.text:
+                extra = {**extra, "answer": text}
         return JSONResponse(
             {
                 "id": f"replay-{next(counter)}",
@@ -300,21 +310,21 @@ def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) 
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": got.text},
-                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": finish,
                         "logprobs": None,
                     }
                 ],
                 "usage": {
                     "prompt_tokens": got.input_tokens,
-                    "completion_tokens": got.output_tokens,
-                    "total_tokens": got.input_tokens + got.output_tokens,
+                    "completion_tokens": n_out,
+                    "total_tokens": got.input_tokens + n_out,
                 },
                 "ccpo_replay": {
                     "trace_id": got.trace_id,
                     "round": got.round,
                     "role": got.role,
-                    **got.extra,
+                    **extra,
                 },
             }
         )

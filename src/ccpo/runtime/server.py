@@ -63,6 +63,7 @@ from typing import Any
 from ccpo import __version__
 from ccpo.errors import CCPOError
 from ccpo.llm import tracing
+from ccpo.llm.wire import request_sampling
 
 try:
     import uvicorn
@@ -325,10 +326,19 @@ def create_app(service: Service | None = None) -> FastAPI:
         reply = s.agent.takes_conversations  # a chat policy: the conversation, the reply whole
         try:
             native = req.answer_request(conversation=reply)
+            sampling = req.sampling() if reply else None  # (another family ignores them)
         except ApiError:
             s.store.answers.count_rejected()
             raise
-        answer_set = await s.answer(native)
+        if sampling is not None:  # the chat steps' requests take them (ChatAgent.request)
+            departs = sampling.departures(s.agent.config.reply_max_tokens)
+            if departs:
+                response.headers["X-CCPO-Uncalibrated"] = ",".join(departs)
+        token = request_sampling.set(sampling)
+        try:
+            answer_set = await s.answer(native)
+        finally:
+            request_sampling.reset(token)
         _dropped([m.role for m in req.messages], s, response, answer_set.id)
         if not req.stream:
             took = time.perf_counter() - t0
