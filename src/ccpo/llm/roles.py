@@ -31,7 +31,7 @@ from ccpo.llm.prompts import (
     react_messages,
 )
 from ccpo.llm.tasks.search import ReActEnv, SearchBackend
-from ccpo.llm.wire import request_sampling
+from ccpo.llm.wire import reply_sink, request_sampling
 from ccpo.traces.answers import family_of
 from ccpo.traces.conversation import Conversation
 
@@ -208,6 +208,11 @@ class CoTAgent:
         """The step's request, capped at :attr:`max_tokens`."""
         return ChatRequest(messages, temperature=temperature, max_tokens=self.max_tokens, step=step)
 
+    def streams_to(self, step: dict[str, str] | None) -> Callable[[str], None] | None:
+        """Where the reply of ``step`` streams to as it arrives (None: it is read whole): a
+        chain of thought's never (its answer is extracted from the whole reply)."""
+        return None
+
     def output(self, r: ChatResult, calls: Calls) -> BaseOutput:
         """The answer of a reply: the last ``Answer:`` line (:func:`extract_answer`)."""
         return recorded_base(r, r.text.strip(), calls) or BaseOutput(
@@ -228,7 +233,7 @@ class CoTAgent:
         step: dict[str, str] | None = None,
     ) -> BaseOutput:
         req = self.request(self.messages(question, history), temperature, step)
-        r = await client.chat(endpoint, req, sample=sample)
+        r = await client.chat(endpoint, req, sample=sample, on_delta=self.streams_to(step))
         calls = Calls()
         calls.add(r)
         return self.output(r, calls)
@@ -265,6 +270,12 @@ class ChatAgent(CoTAgent):
         )
         sampling = request_sampling.get()
         return req if sampling is None else sampling.apply(req)
+
+    def streams_to(self, step: dict[str, str] | None) -> Callable[[str], None] | None:
+        """The question's :data:`~ccpo.llm.wire.reply_sink` when it is this ``step``'s: the
+        reply the policy decided to return before it was asked."""
+        sink = reply_sink.get()
+        return sink.put if sink is not None and step and sink.step == step else None
 
     def messages(self, question: str | Conversation, history: list[PastRound]) -> list[dict]:
         if history:

@@ -21,7 +21,7 @@ import functools
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -193,6 +193,78 @@ class Sampling:
 request_sampling: contextvars.ContextVar[Sampling | None] = contextvars.ContextVar(
     "request_sampling", default=None
 )
+
+
+@dataclass(frozen=True)
+class ReplySink:
+    """Where the content of a streamed reply goes as it arrives: ``put`` takes each piece.
+    Only the call of ``step`` (``{"round", "role"}``) streams to it: the one whose reply the
+    policy decided to return before it was sent (None: no call yet)."""
+
+    put: Callable[[str], None]
+    step: dict[str, str] | None = None
+
+    def at(self, step: dict[str, str]) -> ReplySink:
+        return ReplySink(self.put, step)
+
+
+#: the sink of the question being answered, when its client reads the reply as it comes
+reply_sink: contextvars.ContextVar[ReplySink | None] = contextvars.ContextVar(
+    "reply_sink", default=None
+)
+
+
+class StreamedReply:
+    """A streamed completion read line by line (server-sent events, :meth:`feed`): its
+    content as it comes, then the completion it adds up to (:meth:`completion`, read as an
+    unstreamed one)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.finish: str | None = None
+        self.logprobs: list[Any] = []
+        self.usage: Any = None
+        self.extra: dict[str, Any] = {}
+        self.done = False
+
+    def feed(self, line: bytes) -> str | None:
+        """One line of the stream; the content it adds (None: none)."""
+        text = line.strip()
+        if not text.startswith(b"data:"):
+            return None
+        data = text[5:].strip()
+        if data == b"[DONE]":
+            self.done = True
+            return None
+        chunk = reply_json(data)
+        if _get(chunk, "error") is not None:
+            raise _Malformed("an error in the stream")
+        for key in ("model", "ccpo_replay"):
+            if _get(chunk, key) is not None:
+                self.extra[key] = _get(chunk, key)
+        if _get(chunk, "usage") is not None:
+            self.usage = _get(chunk, "usage")
+        choices = _get(chunk, "choices") or []
+        if not choices:
+            return None
+        ch = choices[0]
+        if _get(ch, "finish_reason"):
+            self.finish = _get(ch, "finish_reason")
+        lps = _get(_get(ch, "logprobs"), "content")
+        if isinstance(lps, list):
+            self.logprobs.extend(lps)
+        piece = _get(_get(ch, "delta"), "content")
+        if isinstance(piece, str) and piece:
+            self.parts.append(piece)
+            return piece
+        return None
+
+    def completion(self) -> dict[str, Any]:
+        """The completion the stream adds up to, as an unstreamed reply's JSON has it."""
+        message = {"role": "assistant", "content": "".join(self.parts)}
+        choice = {"index": 0, "message": message, "finish_reason": self.finish,
+                  "logprobs": {"content": self.logprobs} if self.logprobs else None}  # fmt: skip
+        return {"choices": [choice], "usage": self.usage, **self.extra}
 
 
 def _keyed(m: dict[str, str]) -> dict[str, str]:
@@ -415,13 +487,16 @@ def _parse_completion(resp: Any, request: ChatRequest) -> ChatResult:
     )
 
 
-def _request_body(model: str, request: ChatRequest, want_lp: bool) -> bytes:
-    """The JSON body of a chat-completion request, as the OpenAI API takes it."""
+def _request_body(model: str, request: ChatRequest, want_lp: bool, stream: bool = False) -> bytes:
+    """The JSON body of a chat-completion request, as the OpenAI API takes it (``stream``:
+    streamed, its usage in the last chunk)."""
     body: dict[str, Any] = {
         "model": model,
         "messages": request.messages,
         "temperature": request.temperature,
     }
+    if stream:
+        body.update(stream=True, stream_options={"include_usage": True})
     if request.cap:
         body["max_tokens"] = request.max_tokens
     if request.top_p is not None:

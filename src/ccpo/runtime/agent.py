@@ -56,6 +56,7 @@ from ccpo.llm.protocol import (
     run_step_alone,
 )
 from ccpo.llm.tasks.loaders import Question, parse_context
+from ccpo.llm.wire import ReplySink, reply_sink
 from ccpo.policies.base import Policy
 from ccpo.policies.provenance import check_provenance
 from ccpo.policies.registry import load_policy
@@ -410,8 +411,44 @@ class ConformalAgent:
         """The set-valued rollout of one admitted question (see :meth:`aanswer`)."""
         q = Question(qid, self.task, prompt_text(question), [], parse_context(context, "context"))
         backend = runner.backend_for(q)
+        token = reply_sink.set(self._streamed_step())
+        try:
+            if self.policy.alone is not None:
+                return await self._alone(runner, question, qid, backend, k, t0)
+            return await self._rounds(runner, env, question, q, qid, backend, k, budget, t0)
+        finally:
+            reply_sink.reset(token)
+
+    def _streamed_step(self) -> ReplySink | None:
+        """The question's reply sink (:data:`~ccpo.llm.wire.reply_sink`, set by a server whose
+        client reads the reply as it comes) at the step whose reply is returned whatever the
+        calls before it say, when there is one: the one step of ``always-<reference>``, and
+        for a single-answer policy the guide of round T (round T always stops, with the
+        guide's reply; the base's only when the guide's is empty, and then nothing streamed).
+        A chat policy's only: another family's answer is read from the whole reply."""
+        sink = reply_sink.get()
+        if sink is None or not self.takes_conversations:
+            return None
         if self.policy.alone is not None:
-            return await self._alone(runner, question, qid, backend, k, t0)
+            t, role = self.policy.alone
+            return sink.at({"round": str(t), "role": role})
+        if self.guarantee.answer == "single":
+            return sink.at({"round": str(self.horizon), "role": "guide"})
+        return None
+
+    async def _rounds(
+        self,
+        runner: Runner,
+        env: Envelope,
+        question: str | Conversation,
+        q: Question,
+        qid: str,
+        backend: Any,
+        k: float | None,
+        budget: float | None,
+        t0: float,
+    ) -> AnswerSet:
+        """The rounds of :meth:`_rollout` (not ``always-<reference>``)."""
         outs: list[RoundOutput] = []
         rounds: list[Any] = []  # live rounds (protocol.live_round): a Round's attributes
         logs: list[RoundLog] = []

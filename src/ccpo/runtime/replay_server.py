@@ -12,6 +12,7 @@ API cost (and tests run the real HTTP path without inventing answers).
   its steps). Anything not in the file gets HTTP 404 saying which. A request's
   ``max_tokens`` under the recorded reply's length cuts it (in proportion), with
   ``finish_reason: length`` and the cap as its usage: as an endpoint that honours it.
+  ``stream: true`` gets the reply as server-sent events (the content in one chunk).
 
 Needs the serve extra (``pip install 'ccpo[serve]'``). Contract: docs/deploy.md, section "Dry
 run against your own logs: `ccpo replay-server`".
@@ -20,6 +21,7 @@ run against your own logs: `ccpo replay-server`".
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ from ccpo.errors import CCPOError
 
 try:
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, StreamingResponse
 except ImportError as e:  # pragma: no cover - only without the extra
     raise CCPOError("ccpo replay-server needs the serve extra: pip install 'ccpo[serve]'") from e
 
@@ -250,6 +252,25 @@ MAX_BODY_BYTES = 4 * 2**20
 """The largest request body the replay endpoint reads (a prompt of ccpo's is far smaller)."""
 
 
+def _streamed(reply: dict[str, Any]) -> StreamingResponse:
+    """``reply`` as a stream: its content in one chunk, then its ``finish_reason``, then its
+    usage and recorded step (``ccpo_replay``), then ``[DONE]``."""
+    head = {"id": reply["id"], "object": "chat.completion.chunk",
+            "created": reply["created"], "model": reply["model"]}  # fmt: skip
+    choice = reply["choices"][0]
+
+    def chunk(delta: dict[str, str], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    events = [
+        chunk({"role": "assistant", "content": choice["message"]["content"]}),
+        chunk({}, choice["finish_reason"]),
+        {**head, "choices": [], "usage": reply["usage"], "ccpo_replay": reply["ccpo_replay"]},
+    ]
+    lines = [f"data: {json.dumps(e)}\n\n" for e in events] + ["data: [DONE]\n\n"]
+    return StreamingResponse(iter(lines), media_type="text/event-stream")
+
+
 def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     """The replay endpoint's app (docs/deploy.md, "Dry run ..."): bodies over ``max_body_bytes``
     are refused (413) before they are read whole; a body that is not JSON (or nested too
@@ -276,10 +297,6 @@ def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) 
             prompt = _prompt_text(body)
         except _BadRequest as e:
             return _error(400, str(e), "invalid_request_error")
-        if body.get("stream"):
-            return _error(
-                400, "stream: the replay endpoint does not stream", "invalid_request_error"
-            )
         h = request.headers
         try:
             round_ = int(h["x-ccpo-round"]) if "x-ccpo-round" in h else None
@@ -301,8 +318,7 @@ def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) 
             text, n_out, finish = text[: len(text) * cap // n_out], cap, "length"
             if extra.get("answer") == got.text:
                 extra = {**extra, "answer": text}
-        return JSONResponse(
-            {
+        reply = {
                 "id": f"replay-{next(counter)}",
                 "object": "chat.completion",
                 "created": int(time.time()),
@@ -326,8 +342,8 @@ def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) 
                     "role": got.role,
                     **extra,
                 },
-            }
-        )
+            }  # fmt: skip
+        return _streamed(reply) if body.get("stream") else JSONResponse(reply)
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> JSONResponse:

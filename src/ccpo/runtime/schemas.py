@@ -13,6 +13,7 @@ layer below takes that object (docs/design.md, "Conversations")."""
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import TYPE_CHECKING, Annotated, Any
@@ -497,19 +498,22 @@ class ChatCompletion(BaseModel):
     ccpo: AnswerSet
 
 
+def completion_chunk(
+    id: str, created: int, delta: dict[str, str], finish: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` event of completion ``id``."""
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return {"id": id, "object": "chat.completion.chunk", "created": created,
+            "model": CHAT_MODEL, "choices": [choice], **extra}  # fmt: skip
+
+
 def chat_completion_chunks(s: AnswerSet, reply: bool = False) -> list[dict[str, Any]]:
     """The answer set as the ``chat.completion.chunk`` events of a streamed completion (as the
     ``openai`` SDK reads them): the role, the content (:func:`chat_content`: a single-answer
     policy's one answer in one chunk; a set one answer per chunk, as lines; with ``reply``, a
     chat policy's reply one line per chunk, its line ends kept), then an empty delta with
     ``finish_reason: stop`` and the full answer set as ``ccpo``."""
-    head = {"id": f"chatcmpl-{s.id}", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": CHAT_MODEL}  # fmt: skip
-
-    def chunk(delta: dict[str, str], finish: str | None = None, **extra: Any) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish}
-        return {**head, "choices": [choice], **extra}
-
+    chunk = functools.partial(completion_chunk, f"chatcmpl-{s.id}", int(time.time()))
     if reply:
         parts = chat_content(s, reply).splitlines(keepends=True)
     else:

@@ -53,17 +53,20 @@ the service it serves is :mod:`ccpo.runtime.service`, the wire models
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
 import time
+import uuid
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from ccpo import __version__
 from ccpo.errors import CCPOError
 from ccpo.llm import tracing
-from ccpo.llm.wire import request_sampling
+from ccpo.llm.wire import ReplySink, reply_sink, request_sampling
 
 try:
     import uvicorn
@@ -100,7 +103,10 @@ from ccpo.runtime.schemas import (
     ServerMetrics,
     chat_completion,
     chat_completion_chunks,
+    chat_content,
+    completion_chunk,
     dropped,
+    finish_reason,
 )
 from ccpo.runtime.service import Service
 
@@ -334,11 +340,24 @@ def create_app(service: Service | None = None) -> FastAPI:
             departs = sampling.departures(s.agent.config.reply_max_tokens)
             if departs:
                 response.headers["X-CCPO-Uncalibrated"] = ",".join(departs)
+        pieces: asyncio.Queue[str] = asyncio.Queue()
         token = request_sampling.set(sampling)
-        try:
-            answer_set = await s.answer(native)
+        sink = reply_sink.set(ReplySink(pieces.put_nowait) if req.stream and reply else None)
+        try:  # (the task runs in a copy of this context: the sampling and the sink)
+            answering = asyncio.ensure_future(s.answer(native))
         finally:
             request_sampling.reset(token)
+            reply_sink.reset(sink)
+        first = asyncio.ensure_future(pieces.get())
+        await asyncio.wait((answering, first), return_when=asyncio.FIRST_COMPLETED)
+        if not answering.done():  # the chosen reply is streaming: pass it through as it comes
+            return StreamingResponse(
+                _passed_through(s, answering, first, pieces, t0),
+                media_type="text/event-stream",
+                headers=dict(response.headers),
+            )
+        first.cancel()
+        answer_set = answering.result()
         _dropped([m.role for m in req.messages], s, response, answer_set.id)
         if not req.stream:
             took = time.perf_counter() - t0
@@ -359,6 +378,56 @@ def create_app(service: Service | None = None) -> FastAPI:
         return StreamingResponse(
             events(), media_type="text/event-stream", headers=dict(response.headers)
         )
+
+    async def _passed_through(
+        s: Service,
+        answering: asyncio.Future[AnswerSet],
+        first: asyncio.Future[str],
+        pieces: asyncio.Queue[str],
+        t0: float,
+    ) -> AsyncIterator[str]:
+        """A chat policy's reply streamed as the upstream writes it (the policy decided to
+        return it before it was asked: ``ConformalAgent._streamed_step``): the role, each
+        piece as it arrives (time to first token: the first), then what the answer set adds
+        (nothing, unless its reply is another), the last chunk with ``finish_reason`` and the
+        AnswerSet as ``ccpo``, and ``[DONE]``. A failure after the first piece is an
+        ``error`` event (the status was sent)."""
+        cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+
+        def event(delta: dict[str, str], finish: str | None = None, **extra: Any) -> str:
+            return f"data: {json.dumps(completion_chunk(cid, created, delta, finish, **extra))}\n\n"
+
+        yield event({"role": "assistant", "content": ""})
+        sent = first.result()
+        yield event({"content": sent})
+        ttft = time.perf_counter() - t0
+        try:
+            while True:
+                more = asyncio.ensure_future(pieces.get())
+                await asyncio.wait((answering, more), return_when=asyncio.FIRST_COMPLETED)
+                if not more.done():  # answered: what came before it is in the queue
+                    more.cancel()
+                    break
+                sent += more.result()
+                yield event({"content": more.result()})
+            while not pieces.empty():
+                piece = pieces.get_nowait()
+                sent += piece
+                yield event({"content": piece})
+            answer_set = answering.result()
+        except ApiError as e:
+            yield f"data: {json.dumps({'error': {'type': e.type, 'message': e.message}})}\n\n"
+            yield "data: [DONE]\n\n"
+            return
+        whole = chat_content(answer_set, True)
+        if whole != sent:
+            rest = whole.removeprefix(sent) if whole.startswith(sent) else whole
+            log.warning("request %s: the reply returned is not the one streamed", answer_set.id)
+            yield event({"content": rest})
+        final = finish_reason(answer_set, True)
+        yield event({}, final, ccpo=answer_set.model_dump(mode="json"))
+        yield "data: [DONE]\n\n"
+        s.latency.observe(ttft, time.perf_counter() - t0)
 
     @app.post(
         "/v1/feedback",
