@@ -292,12 +292,18 @@ class ServerMetrics(BaseModel):
         "alone, as calibrated",
     )
     uptime_s: float
+    errors_by_kind: dict[str, int] = Field(
+        default_factory=dict,
+        description="this replica's 5xx answers by kind (the error body's type: "
+        "upstream_error, policy_error, budget_exhausted, ...), since it started",
+    )
 
 
 class Health(BaseModel):
     status: str = Field(
         description="ok, or degraded (the state database is away: questions "
-        "get 503 state_unavailable until it is back)"
+        "get 503 state_unavailable until it is back; or the policy failed on the last 3 "
+        "questions in a row)"
     )
     policy: str
     horizon: int

@@ -41,8 +41,10 @@ request but the dollars it paid; the state database away → 503 ``state_unavail
 LLM call (``/healthz`` then answers 503 ``degraded``); the server stopping past its grace
 period → 503 ``shutting_down``; text the database cannot store (NUL) → 422. A retry of an id
 still being answered waits for that answer. Every error body is ``{"error": {"type": ...,
-"message": ...}}``, a bug's 500 (``internal_error``) included. Refused requests are counted in
-memory, not written one by one.
+"message": ...}}``, a bug's 500 (``internal_error``; ``policy_error`` when the policy itself
+fails on a question: counted, ``x-should-retry: false``, ``/healthz`` degraded after three in a
+row) included; every 5xx is counted by kind (``ccpo_server_errors``). Refused requests are
+counted in memory, not written one by one.
 
 The module holds the app (routes, error handlers, the Prometheus export, uvicorn's settings);
 the connection guard, where ``serve`` reaches into uvicorn, is :mod:`ccpo.runtime.http`;
@@ -204,6 +206,12 @@ class _MetricsCollector:
                     family = kind(name, doc, labels=["replica"])
                     family.add_metric(label, float(d[field_]))
                     yield family
+        errors = CounterMetricFamily(
+            "ccpo_server_errors", "5xx answers of this replica by kind", labels=["replica", "kind"]
+        )
+        for kind, n in sorted(self.m.errors_by_kind.items()):
+            errors.add_metric([*label, kind], float(n))
+        yield errors
         for name, doc, h in self.latency.families() if self.latency else ():
             hist = HistogramMetricFamily(name, doc, labels=["replica"])
             hist.add_metric(label, h.cumulative(), h.total)
@@ -266,8 +274,16 @@ def create_app(service: Service | None = None) -> FastAPI:
         # async: a sync dependency would hop to a worker thread on every request
         return svc()
 
+    def failed(kind: str) -> None:
+        """Count a 5xx answer of this kind (``/metrics``: ``ccpo_server_errors``)."""
+        s = holder["service"]
+        if s is not None:
+            s.failures[kind] += 1
+
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError) -> JSONResponse:
+        if e.status >= 500:
+            failed(e.type)
         return error_response(e.status, e.type, e.message, e.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -286,6 +302,7 @@ def create_app(service: Service | None = None) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, e: Exception) -> JSONResponse:
+        failed("internal_error")
         return bug_response(request.method, request.url.path, e)
 
     @app.exception_handler(StarletteHTTPException)
@@ -416,6 +433,8 @@ def create_app(service: Service | None = None) -> FastAPI:
                 yield event({"content": piece})
             answer_set = answering.result()
         except ApiError as e:
+            if e.status >= 500:
+                s.failures[e.type] += 1
             yield f"data: {json.dumps({'error': {'type': e.type, 'message': e.message}})}\n\n"
             yield "data: [DONE]\n\n"
             return

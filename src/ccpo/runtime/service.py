@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import time
+from collections import Counter
 from pathlib import Path
 
 from ccpo.errors import CCPOError
@@ -39,6 +40,10 @@ from ccpo.runtime.state import (
 from ccpo.traces.conversation import ConversationError, check_size
 
 log = logging.getLogger("ccpo.serve")
+
+POLICY_FAILURES = 3
+"""Questions in a row the policy itself fails on (a bug, not an endpoint) before ``/healthz``
+says ``degraded``; one answered question clears it."""
 
 Answered = tuple[AnswerSet, str]  # an answer set and its JSON text
 Asked = tuple[str, str | None]  # a question and its conversation's key (chat policies)
@@ -125,6 +130,9 @@ class Service:
         )  # fmt: skip
         self.started = time.monotonic()
         self.latency = Latency()  # this replica's, for /metrics
+        #: this replica's 5xx answers by kind (the error body's type), for /metrics
+        self.failures: Counter[str] = Counter()
+        self._policy_failures: list[str] = []  # the questions in a row the policy failed on
         self._short_since: int | None = None  # feedback count at the last drift warning
 
     def _limiter(self, per_minute: float | None, burst: int) -> RateLimiter | None:
@@ -289,6 +297,18 @@ class Service:
             log.warning("request %s: %s", req.id, e)
             msg = self.public(f"LLM endpoint unusable: {e}")
             raise ApiError(502, "upstream_error", msg) from None
+        except Exception as e:  # the policy itself (a bug): the same question fails again
+            self.store.answers.record_error()
+            self._policy_failures.append(type(e).__name__)
+            log.error("request %s: the policy failed", req.id, exc_info=e)
+            raise ApiError(
+                500,
+                "policy_error",
+                f"the policy failed on this question ({type(e).__name__}); a retry would "
+                "fail the same way and pay for its calls again",
+                headers={"x-should-retry": "false"},  # (the openai SDKs read it)
+            ) from None
+        self._policy_failures.clear()
         text = as_json(s)  # once: stored, and the response's body
         counted = {"id": s.id, "question": s.question, "cost_usd": s.cost_usd,
                    "answers": s.answers, "rounds": s.rounds}  # fmt: skip
@@ -409,20 +429,28 @@ class Service:
             route_embeddings=self.agent.route_embeddings,
             route_fallbacks=self.agent.route_fallbacks,
             uptime_s=time.monotonic() - self.started,
+            errors_by_kind=dict(self.failures),
         )
 
     def health(self) -> Health:
         """``ok``, or ``degraded`` with why (the state database is away: questions get 503
-        until it is back); answered without touching the database."""
+        until it is back; or the policy failed on the last :data:`POLICY_FAILURES` questions);
+        answered without touching the database."""
         a = self.agent
         why = self.store.health()
+        why = None if why is None else f"state database unavailable: {why}"
+        failed = self._policy_failures
+        if why is None and len(failed) >= POLICY_FAILURES:
+            why = (
+                f"the policy failed on the last {len(failed)} questions ({failed[-1]}); see the log"
+            )
         return Health(
             status="ok" if why is None else "degraded",
             policy=a.policy.variant,
             horizon=a.horizon,
             alpha=a.alpha,
             kappa=a.kappa,
-            detail=None if why is None else f"state database unavailable: {why}",
+            detail=why,
         )
 
     async def aclose(self) -> None:
