@@ -16,8 +16,9 @@ streams
 
 - **direct**: the conversation straight to big-m (``stream: true``);
 - **routed** and **cascade**: the conversation to ``ccpo serve`` (``stream: true``);
-- **cascade, unstreamed**: the same without streaming (what every request waited for before
-  a decided reply streamed through: its first token comes with the whole reply);
+- **routed, unstreamed** and **cascade, unstreamed**: the same without streaming (what every
+  request waited for before a decided reply streamed through: its first token comes with the
+  whole reply);
 
 and records the time to the first content chunk and to the last byte, and the cost (usage x
 price; direct: big-m's). Every reply is checked against the world's logged reply of the
@@ -185,6 +186,7 @@ def main() -> None:
                          {**ccpo, "stream": True}),
                         ("ccpo cascade", streamed, procs["cascade"][1] + CHAT,
                          {**ccpo, "stream": True}),
+                        ("ccpo routed, unstreamed", whole, procs["routed"][1] + CHAT, ccpo),
                         ("ccpo cascade, unstreamed", whole, procs["cascade"][1] + CHAT, ccpo),
                     ]  # fmt: skip
                     for name, run, url, body in runs:

@@ -14,38 +14,35 @@ import threading
 import httpx
 import pytest
 
-from ccpo.llm.collect import collect
-from ccpo.llm.config import build_config
-from ccpo.runtime.config import load_deploy_config
-from ccpo.runtime.server import Service
 from ccpo.testing.scripted_server import ScriptedServer
-from tests.helpers.chat import chat_reply, collect_values, conversation
-from tests.helpers.cli import ccpo_ok
-from tests.helpers.serve import STORE, LiveServer, post
+from tests.helpers.chat import chat_reply, chat_service, conversation, trained_chat_policies
+from tests.helpers.serve import LiveServer, post
 
 
 @pytest.fixture(scope="module")
 def chat_policies(tmp_path_factory):
     """A single-answer and a set policy trained on the scripted chat world's ladder."""
-    d = tmp_path_factory.mktemp("chat")
-    with ScriptedServer(fallback=chat_reply) as srv:
-        assert collect(build_config(None, collect_values(srv, d, 120)), progress=False).done
-    for answer in ("single", "set"):
-        ccpo_ok("train", "--traces", str(d / "chat.jsonl"), "--prices", str(d / "prices.json"),
-                "--method", "cstop", "--answer", answer, "--alpha", "0.2",
-                "--out", str(d / answer))  # fmt: skip
+    from ccpo.evaluation.harness import trace_provenance
+    from ccpo.learning.config import StopConfig
+    from ccpo.policies.reference import ReferencePolicy
+    from ccpo.traces.episodes import build_episodes
+    from ccpo.traces.io import read_traces
+    from ccpo.traces.prices import load_prices
+
+    d = trained_chat_policies(
+        tmp_path_factory.mktemp("chat"), single=("--answer", "single"), set=("--answer", "set")
+    )
+    traces = d / "chat.jsonl"  # and always-big-m, as test_chat_deploy makes it
+    ep = build_episodes(read_traces(traces), load_prices(d / "prices.json"))
+    pol = ReferencePolicy.fit(ep, "single", StopConfig(alpha=0.2))
+    pol.calibrate(ep)
+    pol.provenance = {**trace_provenance(traces), "alpha": 0.2}
+    pol.save(d / "reference")
     return d
 
 
 def _serve(d, answer: str, url: str) -> LiveServer:
-    values = {
-        "endpoints": {"*": {"url": url}},
-        "prices": [str(d / "prices.json")],
-        "timeout": 15.0,
-        "backoff_base": 0.005,
-        "server": {"state": STORE.default()},
-    }
-    return LiveServer(Service.from_artifact(d / answer, load_deploy_config(None, values)))
+    return chat_service(d, url, answer)
 
 
 def _to_the_last_round(live: LiveServer, horizon: int = 2) -> int:
@@ -111,3 +108,25 @@ def test_the_last_rounds_reply_streams_while_the_upstream_writes_it(chat_policie
                 c["choices"][0]["delta"].get("content") or "" for c in chunks
             )
         assert srv.requests and not any(q.get("stream") for q in srv.requests)
+
+
+def test_the_reference_alone_streams_its_one_call(chat_policies) -> None:
+    hold = threading.Event()
+    srv = ScriptedServer(fallback=chat_reply, hold=hold)
+    with srv, _serve(chat_policies, "reference", srv.url) as live:
+        body = {"model": "ccpo", "messages": conversation(7), "stream": True}
+        lines = []
+        with httpx.stream("POST", live.url + "/v1/chat/completions", json=body, timeout=20) as r:
+            it = r.iter_lines()
+            for ln in it:
+                lines.append(ln)
+                if any(c["choices"][0]["delta"].get("content") for c in _chunks(lines)):
+                    break
+            assert not hold.is_set()  # the upstream is still writing it
+            assert [(q["model"], q.get("stream")) for q in srv.requests] == [("big-m", True)]
+            hold.set()
+            lines.extend(it)
+        chunks = _chunks(lines)
+        whole = chat_reply({"model": "big-m", "messages": conversation(7)})
+        assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == whole
+        assert chunks[-1]["ccpo"]["answer"] == whole and chunks[-1]["ccpo"]["cost_usd"] > 0

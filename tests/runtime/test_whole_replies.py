@@ -12,14 +12,10 @@ import json
 import httpx
 import pytest
 
-from ccpo.llm.collect import collect
-from ccpo.llm.config import build_config
-from ccpo.runtime.config import load_deploy_config
-from ccpo.runtime.server import Service
 from ccpo.testing.scripted_server import ScriptedServer, tokenize
-from tests.helpers.chat import chat_reply, collect_values, conversation, order_of
-from tests.helpers.cli import ccpo_ok, start_server, stop_server
-from tests.helpers.serve import STORE, LiveServer, post
+from tests.helpers.chat import chat_service, conversation, order_of, trained_chat_policies
+from tests.helpers.cli import start_server, stop_server
+from tests.helpers.serve import LiveServer, post
 
 WORDS = 700  # a reply longer than the 512 tokens every call was capped at before
 
@@ -33,12 +29,7 @@ def long_reply(req: dict) -> str:
 @pytest.fixture(scope="module")
 def chat_policy(tmp_path_factory):
     """A CStop policy trained on a chat ladder collected from the scripted chat world."""
-    d = tmp_path_factory.mktemp("chat")
-    with ScriptedServer(fallback=chat_reply) as srv:
-        assert collect(build_config(None, collect_values(srv, d, 120)), progress=False).done
-    ccpo_ok("train", "--traces", str(d / "chat.jsonl"), "--prices", str(d / "prices.json"),
-            "--method", "cstop", "--alpha", "0.2", "--out", str(d / "pol"))  # fmt: skip
-    return d
+    return trained_chat_policies(tmp_path_factory.mktemp("chat"), pol=())
 
 
 @pytest.fixture
@@ -48,15 +39,7 @@ def long_world():
 
 
 def _serve(chat_policy, url: str, **values) -> LiveServer:
-    cfg = {
-        "endpoints": {"*": {"url": url}},
-        "prices": [str(chat_policy / "prices.json")],
-        "timeout": 5.0,
-        "backoff_base": 0.005,
-        "server": {"state": STORE.default()},
-        **values,
-    }
-    return LiveServer(Service.from_artifact(chat_policy / "pol", load_deploy_config(None, cfg)))
+    return chat_service(chat_policy, url, **values)
 
 
 def _chat(url: str, i: int, **fields) -> httpx.Response:
