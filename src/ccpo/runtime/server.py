@@ -366,7 +366,12 @@ def create_app(service: Service | None = None) -> FastAPI:
             request_sampling.reset(token)
             reply_sink.reset(sink)
         first = asyncio.ensure_future(pieces.get())
-        await asyncio.wait((answering, first), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait((answering, first), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server stopping: the question stops with it
+            first.cancel()
+            answering.cancel()
+            raise
         if not answering.done():  # the chosen reply is streaming: pass it through as it comes
             return StreamingResponse(
                 _passed_through(s, answering, first, pieces, t0),
@@ -418,6 +423,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         sent = first.result()
         yield event({"content": sent})
         ttft = time.perf_counter() - t0
+        more: asyncio.Future[str] | None = None
         try:
             while True:
                 more = asyncio.ensure_future(pieces.get())
@@ -438,6 +444,11 @@ def create_app(service: Service | None = None) -> FastAPI:
             yield f"data: {json.dumps({'error': {'type': e.type, 'message': e.message}})}\n\n"
             yield "data: [DONE]\n\n"
             return
+        finally:  # the client gone, or the server stopping: the question stops with it
+            if more is not None:
+                more.cancel()
+            if not answering.done():
+                answering.cancel()
         whole = chat_content(answer_set, True)
         if whole != sent:
             rest = whole.removeprefix(sent) if whole.startswith(sent) else whole
