@@ -16,6 +16,10 @@ streams
 
 - **direct**: the conversation straight to big-m (``stream: true``);
 - **routed** and **cascade**: the conversation to ``ccpo serve`` (``stream: true``);
+- **routed, hedged**: the routed policy with ``hedge_above`` (round 2's guide sent beside
+  round 1 when the router's chance of going on is above it); its cost is the dollars the
+  server paid, cancelled calls (at their worst case: ``reply_max_tokens`` 400, above the
+  longest reply, in every ccpo run) included;
 - **routed, unstreamed** and **cascade, unstreamed**: the same without streaming (what every
   request waited for before a decided reply streamed through: its first token comes with the
   whole reply);
@@ -104,11 +108,14 @@ def train(d: Path, n: int) -> dict[str, Path]:
     return out
 
 
-def serve(d: Path, name: str, policy: Path, upstream: str) -> tuple[subprocess.Popen, str]:
+def serve(
+    d: Path, name: str, policy: Path, upstream: str, **extra: object
+) -> tuple[subprocess.Popen, str]:
     cfg = d / f"{name}.yaml"
     cfg.write_text(yaml.safe_dump({
         "endpoints": {"*": {"url": upstream}}, "prices": [str(d / "prices.json")],
         "timeout": 60.0, "server": {"state": str(d / f"{name}.sqlite")},
+        "reply_max_tokens": 400, **extra,  # above the longest reply (about 265 tokens)
     }))  # fmt: skip
     port = free_port()
     proc = subprocess.Popen(
@@ -154,6 +161,11 @@ def whole(client: httpx.Client, url: str, body: dict) -> tuple[float, float, str
     return took, took, j["choices"][0]["message"]["content"], j
 
 
+def spent_delta(url: str, before: float) -> float:
+    """The dollars a server paid since ``before`` (its total then): cancelled calls too."""
+    return httpx.get(url + "/metrics.json").json()["dollars_spent"] - before
+
+
 def q(xs: list[float], p: float) -> float:
     return float(np.percentile(xs, p))
 
@@ -164,6 +176,7 @@ def main() -> None:
     ap.add_argument("--train", type=int, default=200, help="conversations collected to train")
     ap.add_argument("--first-token", type=float, default=0.3, help="s to the first token")
     ap.add_argument("--per-word", type=float, default=0.005, help="s a word after it")
+    ap.add_argument("--hedge-above", type=float, default=0.3, help="the hedged run's level")
     args = ap.parse_args()
     rows: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -173,8 +186,11 @@ def main() -> None:
                                token_latency=args.per_word)  # fmt: skip
         with world:
             procs = {name: serve(d, name, p, world.url) for name, p in policies.items()}
+            procs["hedged"] = serve(d, "hedged", policies["routed"], world.url,
+                                    hedge_above=args.hedge_above)  # fmt: skip
             try:
                 client = httpx.Client(timeout=120)
+                hedged_spent = 0.0
                 for i in range(10_000, 10_000 + args.conversations):
                     msgs = conversation(i)
                     ccpo = {"model": "ccpo", "messages": msgs}
@@ -186,6 +202,8 @@ def main() -> None:
                          {**ccpo, "stream": True}),
                         ("ccpo cascade", streamed, procs["cascade"][1] + CHAT,
                          {**ccpo, "stream": True}),
+                        (f"ccpo routed, hedged above {args.hedge_above}", streamed,
+                         procs["hedged"][1] + CHAT, {**ccpo, "stream": True}),
                         ("ccpo routed, unstreamed", whole, procs["routed"][1] + CHAT, ccpo),
                         ("ccpo cascade, unstreamed", whole, procs["cascade"][1] + CHAT, ccpo),
                     ]  # fmt: skip
@@ -196,6 +214,9 @@ def main() -> None:
                         if "ccpo" in last:
                             s = last["ccpo"]
                             cost, rounds = s["cost_usd"], s["rounds"]
+                            if "hedged" in name:  # what the cancelled calls cost (worst case)
+                                cost = spent_delta(procs["hedged"][1], hedged_spent)
+                                hedged_spent += cost
                             finish = (last["choices"][0] or {}).get("finish_reason")
                         else:
                             u = last["usage"]

@@ -20,6 +20,7 @@ Contract: docs/design.md, sections "Ladders" (how a round runs), "Labels from a 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import math
 import zlib
@@ -366,11 +367,30 @@ async def _ask_alone(
     )
 
 
+#: steps of the question being answered already sent ahead (hedged): (round, role) → (the
+#: call, what to do when the round takes it); a round takes such a step instead of asking
+prefetched: contextvars.ContextVar[
+    dict[tuple[int, str], tuple[asyncio.Future[Any], Any]] | None
+] = contextvars.ContextVar("prefetched", default=None)
+
+
 async def _answer_alone(
     r: Runner, question: str | Conversation, t: int, role: str, backend: Any
 ) -> tuple[BaseOutput, float | None]:
     """An ``agree`` step (:func:`_ask_alone`) and its signal: a base's ``log p``, a guide's
-    ``1 − p`` (:func:`agree_signals`), or what a replay endpoint recorded."""
+    ``1 − p`` (:func:`agree_signals`), or what a replay endpoint recorded; a step sent ahead
+    (:data:`prefetched`) is taken, not asked again."""
+    ahead = (prefetched.get() or {}).pop((t, role), None)
+    if ahead is not None:
+        call, taken = ahead
+        taken()
+        return await call
+    return await _step_alone(r, question, t, role, backend)
+
+
+async def _step_alone(
+    r: Runner, question: str | Conversation, t: int, role: str, backend: Any
+) -> tuple[BaseOutput, float | None]:
     out = await _ask_alone(r, question, r.ladder.round(t).step(role), _step(t, role), backend)
     if out.recorded is not None:
         key = "logprob_mean" if role == "base" else "uncertainty"

@@ -52,6 +52,7 @@ from ccpo.llm.protocol import (
     Runner,
     live_round,
     make_runner,
+    prefetched,
     run_round,
     run_step_alone,
 )
@@ -86,6 +87,27 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- the agent
+class _Held:
+    """The pieces of a reply sent ahead (hedged), kept until its round takes it (:meth:`take`),
+    then passed on to ``to`` as they come (None: not streamed)."""
+
+    def __init__(self, to: Any) -> None:
+        self.to, self.pieces, self.taken = to, [], False
+
+    def put(self, piece: str) -> None:
+        if self.taken and self.to is not None:
+            self.to(piece)
+        else:
+            self.pieces.append(piece)
+
+    def take(self) -> None:
+        self.taken = True
+        if self.to is not None:
+            for p in self.pieces:
+                self.to(p)
+        self.pieces.clear()
+
+
 class PolicyProvenanceWarning(UserWarning):
     """The policy was trained with other models than it is deployed with, or on synthetic
     traces (``warnings.simplefilter("error", PolicyProvenanceWarning)`` makes it refuse)."""
@@ -199,6 +221,8 @@ class ConformalAgent:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: question embeddings asked before routing, and of them the ones that fell back
         self.route_embeddings = self.route_fallbacks = 0
+        #: guide calls sent ahead (hedge_above), and of them those cancelled as not needed
+        self.hedged = self.hedges_cancelled = 0
         model = policy.route_embedding_model
         self._route_endpoint = None if model is None else self.collect_config.endpoint_for(model)
         load_http()  # now, not on the first question (import ccpo.runtime does not load it)
@@ -461,6 +485,8 @@ class ConformalAgent:
         before = before_worst = 0.0
         first = await self._start_rung(runner, q.question) + 1  # before any call (routing)
         rounds.extend(routed_rounds([], first - 1))  # skipped rounds: blank, as in replay
+        ahead = self._hedge(runner, question, q.question, first, backend)
+        sent_ahead = prefetched.set(ahead)
         try:
             for t in range(first, self.horizon + 1):
                 if nxt is None:
@@ -502,6 +528,13 @@ class ConformalAgent:
             if nxt is not None:  # an error or a cancellation before it was awaited
                 nxt.cancel()
                 await asyncio.gather(nxt, return_exceptions=True)  # its calls settle first
+            prefetched.reset(sent_ahead)
+            if ahead:  # sent ahead and not needed: cancelled, paid by its usage when it had
+                calls = [c for c, _ in ahead.values()]  # finished, else at its worst case
+                for c in calls:
+                    c.cancel()
+                await asyncio.gather(*calls, return_exceptions=True)
+                self.hedges_cancelled += len(calls)
             # known to the next questions' estimates once the question is over, not round by
             # round: its first rounds and calls are its cheapest (its prompts grow), and a
             # question admitted on them would hold too little
@@ -531,6 +564,49 @@ class ConformalAgent:
             ttft_ms=(decided - t0) * 1000.0,
             finish_reason=None if best is None else finish.get(best),
         )
+
+    def _hedge(
+        self,
+        runner: Runner,
+        question: str | Conversation,
+        text: str,
+        first: int,
+        backend: Any,
+    ) -> dict[tuple[int, str], tuple[asyncio.Future[Any], Any]]:
+        """Hedging (``hedge_above``, off by default): the guide of round ``first + 1`` sent at
+        once, beside round ``first``, when the policy's chance of going on past round
+        ``first`` on this question is above ``hedge_above`` (a routed policy's router: 1 −
+        r̂ of its start; another policy has none and never hedges). Round ``first + 1`` takes
+        the call (:data:`~ccpo.llm.protocol.prefetched`) if it runs; else it is cancelled when
+        the question is over. A streamed reply's pieces are held until the round takes it."""
+        level, t = self.config.hedge_above, first + 1
+        if level is None or t > self.horizon or self.ladder.round(t).verdict != "agree":
+            return {}
+        if self.ladder.reused(t, "guide", first) is not None:
+            return {}  # (the round copies an earlier call: nothing to send)
+        chance = self._escalation(text, first)
+        if chance is None or chance <= level:
+            return {}
+        step = {"round": str(t), "role": "guide"}
+        sink = reply_sink.get()
+        held = _Held(sink.put if sink is not None and sink.step == step else None)
+        token = reply_sink.set(None if held.to is None else ReplySink(held.put, step))
+        try:  # (the task runs in a copy of this context)
+            call = asyncio.ensure_future(run_step_alone(runner, question, t, "guide", backend))
+        finally:
+            reply_sink.reset(token)
+        self.hedged += 1
+        return {(t, "guide"): (call, held.take)}
+
+    def _escalation(self, text: str, first: int) -> float | None:
+        """The policy's chance that round ``first`` does not settle the question, from its
+        text alone: 1 − r̂ of a routed policy's (text) router; None for any other policy."""
+        router = getattr(self.policy, "router", None)
+        if router is not None and router.embedding_model is not None:
+            router = getattr(self.policy, "fallback", None)  # the text-only one
+        if router is None:
+            return None
+        return float(1.0 - router.probs(router.features([text]))[0, first - 1])
 
     async def _start_rung(self, runner: Runner, question: str) -> int:
         """The round to start at (0-based), from the question alone: with a router that reads

@@ -227,6 +227,14 @@ class DeployConfig(EndpointSettings):
         description="a chat ladder's cap on each reply's tokens (None: none, the model's own "
         "limit: the logged replies it was calibrated on were not cut)",
     )
+    hedge_above: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="hedging (None: off): send the next round's guide at once, beside the "
+        "first round, when a routed policy's chance of going on for the question is above "
+        "this; cancelled (paid by its usage, or its worst case) when not needed",
+    )
     route_embedding_timeout: float = Field(
         1.0,
         gt=0,

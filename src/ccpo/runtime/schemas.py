@@ -292,6 +292,8 @@ class ServerMetrics(BaseModel):
         "alone, as calibrated",
     )
     uptime_s: float
+    hedged: int = Field(0, description="guide calls sent ahead (hedge_above), this replica's")
+    hedges_cancelled: int = Field(0, description="of them, cancelled as not needed")
     errors_by_kind: dict[str, int] = Field(
         default_factory=dict,
         description="this replica's 5xx answers by kind (the error body's type: "

@@ -161,6 +161,8 @@ _COUNTERS = {  # Metrics field -> (Prometheus name, help)
     "state_commits_here": ("ccpo_state_commits_here", "of those, committed on the event loop"),
     "route_embeddings": ("ccpo_route_embeddings", "question embeddings asked before routing"),
     "route_fallbacks": ("ccpo_route_fallbacks", "of them, missing: routed by the text alone"),
+    "hedged": ("ccpo_hedged", "guide calls sent ahead (hedge_above)"),
+    "hedges_cancelled": ("ccpo_hedges_cancelled", "of them, cancelled as not needed"),
 }
 _GAUGES = {
     "mean_set_size": ("ccpo_mean_set_size", "mean number of answers returned"),

@@ -429,6 +429,8 @@ class Service:
             route_embeddings=self.agent.route_embeddings,
             route_fallbacks=self.agent.route_fallbacks,
             uptime_s=time.monotonic() - self.started,
+            hedged=self.agent.hedged,
+            hedges_cancelled=self.agent.hedges_cancelled,
             errors_by_kind=dict(self.failures),
         )
 
