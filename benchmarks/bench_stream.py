@@ -233,6 +233,8 @@ def main() -> None:
                         row["total"].append(total)
                         row["cost"].append(cost)
                         row["rounds"].append(rounds)
+                m = httpx.get(procs["hedged"][1] + "/metrics.json").json()
+                hedges = (m["hedged"], m["hedges_cancelled"])
             finally:
                 for proc, _ in procs.values():
                     proc.terminate()
@@ -241,6 +243,7 @@ def main() -> None:
     d50, dt50, dcost = q(direct["ttft"], 50), q(direct["total"], 50), np.mean(direct["cost"])
     print(f"{args.conversations} conversations, one at a time; upstream: {args.first_token} s "
           f"to the first token, then {args.per_word * 1000:.0f} ms a word\n")  # fmt: skip
+    print(f"hedged run: {hedges[0]} guide calls sent ahead, {hedges[1]} of them cancelled\n")
     print(
         "| run | TTFT p50 | TTFT p95 | TTFT p50 ÷ direct | total p50 | total p95 | "
         "total p50 ÷ direct | mean rounds | cost / conversation | saving vs direct | "

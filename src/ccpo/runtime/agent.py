@@ -520,8 +520,9 @@ class ConformalAgent:
                     )
                     await asyncio.sleep(0)  # (it runs up to its first wait for the network)
                 logs.append(self._round_log(t, ro, lr, d, cb + cg, answers, joined))
-                for out in (ro.base, ro.guide):  # (a reused step's call is the earlier one)
-                    finish.setdefault(self._norm(out.answer), out.calls.finish_reason)
+                for out in (ro.base, ro.guide):  # (a reused step has no call of its own)
+                    if out.calls.finish_reason is not None:
+                        finish.setdefault(self._norm(out.answer), out.calls.finish_reason)
                 if not d.go_on:
                     break
         finally:
