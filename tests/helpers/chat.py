@@ -130,3 +130,38 @@ class RecordingProxy:
     def __exit__(self, *exc: object) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+def trained_chat_policies(d: Path, **answers: tuple[str, ...]) -> Path:
+    """In ``d``: the scripted chat world's ladder collected (120 conversations, ``chat.jsonl``
+    and ``prices.json``) and a CStop policy trained on it at α = 0.2 per ``name=(extra train
+    arguments)``, in ``d / name``."""
+    from ccpo.llm.collect import collect
+    from ccpo.llm.config import build_config
+    from ccpo.testing.scripted_server import ScriptedServer
+    from tests.helpers.cli import ccpo_ok
+
+    with ScriptedServer(fallback=chat_reply) as srv:
+        assert collect(build_config(None, collect_values(srv, d, 120)), progress=False).done
+    for name, extra in answers.items():
+        ccpo_ok("train", "--traces", str(d / "chat.jsonl"), "--prices", str(d / "prices.json"),
+                "--method", "cstop", "--alpha", "0.2", *extra, "--out", str(d / name))  # fmt: skip
+    return d
+
+
+def chat_service(d: Path, url: str, policy: str = "pol", server: dict | None = None, **values):
+    """``ccpo serve``'s app (a :class:`~tests.helpers.serve.LiveServer`, not started) with the
+    policy ``d / policy`` of :func:`trained_chat_policies` against the endpoint at ``url``."""
+    from ccpo.runtime.config import load_deploy_config
+    from ccpo.runtime.server import Service
+    from tests.helpers.serve import STORE, LiveServer
+
+    cfg = {
+        "endpoints": {"*": {"url": url}},
+        "prices": [str(d / "prices.json")],
+        "timeout": 15.0,
+        "backoff_base": 0.005,
+        "server": {"state": STORE.default(), **(server or {})},
+        **values,
+    }
+    return LiveServer(Service.from_artifact(d / policy, load_deploy_config(None, cfg)))

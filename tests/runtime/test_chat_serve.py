@@ -14,15 +14,10 @@ import httpx
 import openai
 import pytest
 
-from ccpo.llm.collect import collect
-from ccpo.llm.config import build_config
-from ccpo.runtime.config import load_deploy_config
-from ccpo.runtime.server import Service
 from ccpo.testing.scripted_server import ScriptedServer
 from ccpo.traces import conversation as conversation_module
-from tests.helpers.chat import SKILL, chat_reply, collect_values, conversation
-from tests.helpers.cli import ccpo_ok
-from tests.helpers.serve import STORE, LiveServer, make_service, post
+from tests.helpers.chat import SKILL, chat_reply, chat_service, conversation, trained_chat_policies
+from tests.helpers.serve import LiveServer, make_service, post
 
 GOOD = "  Order {i}: a refund, or wait two days.\n\nAnything else?\n"
 
@@ -30,12 +25,7 @@ GOOD = "  Order {i}: a refund, or wait two days.\n\nAnything else?\n"
 @pytest.fixture(scope="module")
 def chat_policy(tmp_path_factory):
     """A CStop policy trained on a chat ladder collected from the scripted chat world."""
-    d = tmp_path_factory.mktemp("chat")
-    with ScriptedServer(fallback=chat_reply) as srv:
-        assert collect(build_config(None, collect_values(srv, d, 120)), progress=False).done
-    ccpo_ok("train", "--traces", str(d / "chat.jsonl"), "--prices", str(d / "prices.json"),
-            "--method", "cstop", "--alpha", "0.2", "--out", str(d / "pol"))  # fmt: skip
-    return d
+    return trained_chat_policies(tmp_path_factory.mktemp("chat"), pol=())
 
 
 @pytest.fixture
@@ -45,14 +35,7 @@ def chat_world():
 
 
 def _serve(chat_policy, srv, **server) -> LiveServer:
-    values = {
-        "endpoints": {"*": {"url": srv.url}},
-        "prices": [str(chat_policy / "prices.json")],
-        "timeout": 5.0,
-        "backoff_base": 0.005,
-        "server": {"state": STORE.default(), **server},
-    }
-    return LiveServer(Service.from_artifact(chat_policy / "pol", load_deploy_config(None, values)))
+    return chat_service(chat_policy, srv.url, server=server, timeout=5.0)
 
 
 def _all_right() -> int:

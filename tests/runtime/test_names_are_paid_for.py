@@ -57,6 +57,7 @@ def _serve(policy, srv, tmp_path, **server) -> LiveServer:
         "timeout": 5.0,
         "backoff_base": 0.005,
         "max_tokens": 16,
+        "reply_max_tokens": 16,  # a chat reply's cap: under a budget, its worst case is priced
         "max_cost_total": CAP,
         "server": {"state": STORE.at(tmp_path, "state.sqlite"), **server},
     }

@@ -63,6 +63,7 @@ from ccpo.llm.wire import (
     ChatRequest,
     ChatResult,
     Endpoint,
+    StreamedReply,
     TokenLogprob,
     _Malformed,
     _orjson,  # noqa: F401  (re-exported: the JSON module in use)
@@ -214,19 +215,34 @@ class LLMClient:
             return dataclasses.replace(request, logprobs=False)
         return request
 
-    async def chat(self, endpoint: Endpoint, request: ChatRequest, sample: int = 0) -> ChatResult:
+    async def chat(
+        self,
+        endpoint: Endpoint,
+        request: ChatRequest,
+        sample: int = 0,
+        on_delta: Callable[[str], None] | None = None,
+    ) -> ChatResult:
         """One completion, from the cache when possible; ``sample`` distinguishes draws.
+        ``on_delta``: the reply is streamed, each piece of its content given to it as it
+        arrives (a cached reply whole, at once); the result is the same.
 
         The cache key is always that of the request actually sent: an endpoint that refuses
         log-probs has its answers cached under the key without them, so a later run against
         an endpoint that serves them asks again.
         """
         with tracing.llm_call(endpoint, request) as span:  # a no-op unless tracing is on
-            return span.done(await self._chat(endpoint, request, sample))
+            return span.done(await self._chat(endpoint, request, sample, on_delta))
 
-    async def _chat(self, endpoint: Endpoint, request: ChatRequest, sample: int) -> ChatResult:
+    async def _chat(
+        self,
+        endpoint: Endpoint,
+        request: ChatRequest,
+        sample: int,
+        on_delta: Callable[[str], None] | None = None,
+    ) -> ChatResult:
         try:
-            return await self._chat_once(endpoint, self._as_sent(endpoint, request), sample)
+            sent = self._as_sent(endpoint, request)
+            return await self._chat_once(endpoint, sent, sample, on_delta)
         except _LogprobsRefused:
             if (endpoint.base_url, endpoint.model) not in self._no_logprobs:
                 log.warning(
@@ -234,7 +250,8 @@ class LLMClient:
                     endpoint.where,
                 )
                 self._no_logprobs.add((endpoint.base_url, endpoint.model))
-            return await self._chat_once(endpoint, self._as_sent(endpoint, request), sample)
+            sent = self._as_sent(endpoint, request)
+            return await self._chat_once(endpoint, sent, sample, on_delta)
 
     async def embed(
         self, endpoint: Endpoint, texts: list[str], timeout: float
@@ -407,7 +424,13 @@ class LLMClient:
                 self.ledger.settle(env.free, 0.0)
             env.free = 0.0
 
-    async def _chat_once(self, endpoint: Endpoint, request: ChatRequest, sample: int) -> ChatResult:
+    async def _chat_once(
+        self,
+        endpoint: Endpoint,
+        request: ChatRequest,
+        sample: int,
+        on_delta: Callable[[str], None] | None = None,
+    ) -> ChatResult:
         cached = self.cache.enabled
         fields: dict[str, Any] = {}
         key: Hashable
@@ -417,12 +440,17 @@ class LLMClient:
             hit = self.cache.get(key)
             if hit is not None:
                 self.n_cached += 1
-                return ChatResult.from_cache(hit)
+                res = ChatResult.from_cache(hit)
+                if on_delta is not None and res.text:
+                    on_delta(res.text)
+                return res
         else:  # the same request in flight is all it is compared with: no digest needed
             key = request.flight_key(endpoint.model, sample)
         fut = self._inflight.get(key)
         if fut is not None:  # the same request is being paid for right now: wait for it
             res = await asyncio.shield(fut)
+            if on_delta is not None and res.text:
+                on_delta(res.text)
             return ChatResult(**{**res.__dict__, "cached": True, "cost_usd": 0.0})
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
@@ -459,7 +487,7 @@ class LLMClient:
 
             cost = 0.0
             try:
-                res = await self._call(endpoint, request, rebill)
+                res = await self._call(endpoint, request, rebill, on_delta)
                 cost = res.cost_usd = self._cost(endpoint.model, res)
             except asyncio.CancelledError:
                 cost = worst  # cut off mid-call (a shutdown): it may have been billed in full
@@ -491,6 +519,7 @@ class LLMClient:
         endpoint: Endpoint,
         request: ChatRequest,
         rebill: Callable[[], Awaitable[None]] | None = None,
+        on_delta: Callable[[str], None] | None = None,
     ) -> ChatResult:
         """Send ``request`` until it succeeds, retrying the failures :func:`status_error` and
         :func:`transport_error` deem passing (the one place a call meets the network).
@@ -500,7 +529,8 @@ class LLMClient:
         came back that cannot be read (its usage unknown). Before retrying one, ``rebill()``
         counts it at its worst case and reserves the next attempt's; when the last attempt
         is one, the :class:`LLMCallError` says so (``unsure``). An HTTP error status or a
-        connection never made is not billed."""
+        connection never made is not billed. With ``on_delta`` the reply is streamed to it;
+        an attempt that has passed some of its content on is not retried."""
         url = chat_url(endpoint.base_url)
         headers = self._headers(endpoint, request)
         if "@" in url and "Authorization" in headers:
@@ -508,25 +538,45 @@ class LLMClient:
             # the pair, httpx would send the URL's as basic auth instead of the key)
             url = without_userinfo(url)
         want_lp = request.logprobs
-        body = _request_body(endpoint.model, request, want_lp)
+        body = _request_body(endpoint.model, request, want_lp, stream=on_delta is not None)
         attempt = 0
+        passed_on = False  # some of a streamed reply's content went to on_delta
         while True:
             self.n_attempts += 1
             retry_after: float | None = None
             unsure = False
             try:
-                async with self._sem_for(endpoint):
-                    status, resp_headers, raw = await self._http.post(url, headers, body)
-                if 200 <= status < 300:
-                    unsure = True  # billed; usage unknown until it parses
-                    return _parse_completion(reply_json(raw), request)
+                if on_delta is None:
+                    async with self._sem_for(endpoint):
+                        status, resp_headers, raw = await self._http.post(url, headers, body)
+                    if 200 <= status < 300:
+                        unsure = True  # billed; usage unknown until it parses
+                        return _parse_completion(reply_json(raw), request)
+                else:
+                    streamed = StreamedReply()
+
+                    def on_line(line: bytes, streamed: StreamedReply = streamed) -> None:
+                        nonlocal passed_on, unsure
+                        unsure = True  # a 2xx is streaming: billed
+                        piece = streamed.feed(line)
+                        if piece is not None:
+                            passed_on = True
+                            on_delta(piece)
+
+                    async with self._sem_for(endpoint):
+                        status, resp_headers, raw = await self._http.post_lines(
+                            url, headers, body, on_line
+                        )
+                    if 200 <= status < 300:
+                        unsure = True
+                        return _parse_completion(streamed.completion(), request)
                 last, retry_after = status_error(endpoint, status, resp_headers, raw, want_lp)
             except self._http.errors as e:
                 last = transport_error(e, endpoint, self._http.timeouts)
                 unsure = not any(isinstance(x, self._http.unsent) for x in _causes(e))
             except (_Malformed, ValueError, TypeError, KeyError, AttributeError) as e:
                 last = f"malformed response ({type(e).__name__})"
-            if attempt >= self.retry.max_retries:
+            if attempt >= self.retry.max_retries or passed_on:
                 err = LLMCallError(
                     f"{endpoint.where}: giving up after {attempt + 1} attempts (last error: {last})"
                 )

@@ -20,6 +20,7 @@ Contract: docs/design.md, sections "Ladders" (how a round runs), "Labels from a 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import math
 import zlib
@@ -83,6 +84,8 @@ class Runner:
     source: str = ""
     agents: dict[tuple[str, str | None], BaseAgent] = field(default_factory=dict)
     signal_stats: SignalStats = field(default_factory=SignalStats)
+    #: a chat step's cap on its reply's tokens (None: none, the model's own limit)
+    chat_max_tokens: int | None = None
 
     @property
     def base(self) -> Endpoint:
@@ -106,7 +109,7 @@ class Runner:
         key = (kind, system if kind == CHAT else None)
         if key not in self.agents:
             self.agents[key] = (
-                ChatAgent(self.cfg.task, self.cfg.max_tokens, CHAT, system)
+                ChatAgent(self.cfg.task, self.cfg.max_tokens, CHAT, system, self.chat_max_tokens)
                 if kind == CHAT
                 else ReActAgent(max_steps=self.cfg.max_steps)
                 if kind == "react"
@@ -366,11 +369,40 @@ async def _ask_alone(
     )
 
 
+#: steps of the question being answered already sent ahead (hedged): (round, role) → (the
+#: call, what to do when the round takes it); a round takes such a step instead of asking
+prefetched: contextvars.ContextVar[
+    dict[tuple[int, str], tuple[asyncio.Future[Any], Any]] | None
+] = contextvars.ContextVar("prefetched", default=None)
+
+
 async def _answer_alone(
     r: Runner, question: str | Conversation, t: int, role: str, backend: Any
 ) -> tuple[BaseOutput, float | None]:
     """An ``agree`` step (:func:`_ask_alone`) and its signal: a base's ``log p``, a guide's
-    ``1 − p`` (:func:`agree_signals`), or what a replay endpoint recorded."""
+    ``1 − p`` (:func:`agree_signals`), or what a replay endpoint recorded; a step sent ahead
+    (:data:`prefetched`) is taken, not asked again."""
+    ahead = (prefetched.get() or {}).pop((t, role), None)
+    if ahead is not None:
+        call, taken = ahead
+        taken()
+        return await call
+    return await _step_alone(r, question, t, role, backend)
+
+
+async def ask_step(
+    r: Runner, question: str | Conversation, t: int, role: str, backend: Any
+) -> tuple[BaseOutput, float | None]:
+    """Step ``role`` of ``agree`` round ``t`` asked on its own, with the request (and cache
+    key) the whole round sends: what hedging sends ahead (:data:`prefetched`)."""
+    if r.ladder.round(t).verdict != "agree":
+        raise CCPOError(f"round {t} is a judge round: its {role} cannot be asked alone")
+    return await _step_alone(r, question, t, role, backend)
+
+
+async def _step_alone(
+    r: Runner, question: str | Conversation, t: int, role: str, backend: Any
+) -> tuple[BaseOutput, float | None]:
     out = await _ask_alone(r, question, r.ladder.round(t).step(role), _step(t, role), backend)
     if out.recorded is not None:
         key = "logprob_mean" if role == "base" else "uncertainty"

@@ -31,6 +31,7 @@ from ccpo.llm.prompts import (
     react_messages,
 )
 from ccpo.llm.tasks.search import ReActEnv, SearchBackend
+from ccpo.llm.wire import reply_sink, request_sampling
 from ccpo.traces.answers import family_of
 from ccpo.traces.conversation import Conversation
 
@@ -46,8 +47,11 @@ class Calls:
     output_tokens: int = 0
     logprobs: list[float] | None = field(default_factory=list)
     n: int = 0
+    #: the last call's ``finish_reason`` as the endpoint sent it (``length``: cut at the cap)
+    finish_reason: str | None = None
 
     def add(self, r: ChatResult) -> None:
+        self.finish_reason = r.finish_reason
         self.input_tokens += r.input_tokens
         self.output_tokens += r.output_tokens
         self.n += 1
@@ -198,6 +202,17 @@ class CoTAgent:
         assert isinstance(question, str)
         return cot_messages(self.task, question, history, self.family)
 
+    def request(
+        self, messages: list[dict], temperature: float, step: dict[str, str] | None
+    ) -> ChatRequest:
+        """The step's request, capped at :attr:`max_tokens`."""
+        return ChatRequest(messages, temperature=temperature, max_tokens=self.max_tokens, step=step)
+
+    def streams_to(self, step: dict[str, str] | None) -> Callable[[str], None] | None:
+        """Where the reply of ``step`` streams to as it arrives (None: it is read whole): a
+        chain of thought's never (its answer is extracted from the whole reply)."""
+        return None
+
     def output(self, r: ChatResult, calls: Calls) -> BaseOutput:
         """The answer of a reply: the last ``Answer:`` line (:func:`extract_answer`)."""
         return recorded_base(r, r.text.strip(), calls) or BaseOutput(
@@ -217,16 +232,16 @@ class CoTAgent:
         context_backend: SearchBackend | None = None,
         step: dict[str, str] | None = None,
     ) -> BaseOutput:
-        req = ChatRequest(
-            self.messages(question, history),
-            temperature=temperature,
-            max_tokens=self.max_tokens,
-            step=step,
-        )
-        r = await client.chat(endpoint, req, sample=sample)
+        req = self.request(self.messages(question, history), temperature, step)
+        r = await client.chat(endpoint, req, sample=sample, on_delta=self.streams_to(step))
         calls = Calls()
         calls.add(r)
         return self.output(r, calls)
+
+
+UNCAPPED_REPLY_TOKENS = 32_768
+"""The output tokens a chat step sent without a cap counts at its worst case (budgets): above
+the longest logged reply of the bundled chat set (30,382 tokens, gpt-4-1106-preview)."""
 
 
 @dataclass
@@ -236,6 +251,31 @@ class ChatAgent(CoTAgent):
     answer extraction, nothing stripped."""
 
     system: str | None = None
+    #: the cap sent with each reply (None: none, the model's own limit; docs/deploy.md,
+    #: "Conversations": the logged replies a chat ladder is calibrated on were not cut)
+    cap: int | None = None
+
+    def request(
+        self, messages: list[dict], temperature: float, step: dict[str, str] | None
+    ) -> ChatRequest:
+        """The step's request: without a cap unless the ladder has one (budgets then count
+        :data:`UNCAPPED_REPLY_TOKENS` as its worst case), with the sampling fields the
+        client sent (:data:`~ccpo.llm.wire.request_sampling`) in place of the ladder's."""
+        req = ChatRequest(
+            messages,
+            temperature=temperature,
+            max_tokens=self.cap or UNCAPPED_REPLY_TOKENS,
+            cap=self.cap is not None,
+            step=step,
+        )
+        sampling = request_sampling.get()
+        return req if sampling is None else sampling.apply(req)
+
+    def streams_to(self, step: dict[str, str] | None) -> Callable[[str], None] | None:
+        """The question's :data:`~ccpo.llm.wire.reply_sink` when it is this ``step``'s: the
+        reply the policy decided to return before it was asked."""
+        sink = reply_sink.get()
+        return sink.put if sink is not None and step and sink.step == step else None
 
     def messages(self, question: str | Conversation, history: list[PastRound]) -> list[dict]:
         if history:

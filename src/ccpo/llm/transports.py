@@ -6,7 +6,9 @@
 - :func:`make_transport` picks one from ``http_backend`` (:data:`HTTP_BACKENDS`; ``auto``
   takes aiohttp when it is installed, else httpx).
 
-A transport's ``post(url, headers, body)`` returns (status, headers, body bytes); its
+A transport's ``post(url, headers, body)`` returns (status, headers, body bytes);
+``post_lines(url, headers, body, on_line)`` the same for a streamed reply, whose 2xx body goes
+line by line to ``on_line`` as it arrives (and is returned empty); its
 ``errors`` are the failures below HTTP, ``timeouts`` its time-outs and ``unsent`` the failures
 before the request left (never billed). ``RetryPolicy.timeout`` bounds each attempt (aiohttp:
 the whole attempt; httpx: each of connect, write and read).
@@ -15,6 +17,7 @@ the whole attempt; httpx: each of connect, write and read).
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from typing import Any
 
 from ccpo.errors import CCPOError
@@ -58,6 +61,21 @@ class _AiohttpTransport(_Transport):
         self._session: Any = None
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, Any, bytes]:
+        async with self._open().post(url, data=body, headers=headers) as r:
+            return r.status, r.headers, await r.read()
+
+    async def post_lines(
+        self, url: str, headers: dict[str, str], body: bytes, on_line: Callable[[bytes], None]
+    ) -> tuple[int, Any, bytes]:
+        async with self._open().post(url, data=body, headers=headers) as r:
+            if not 200 <= r.status < 300:
+                return r.status, r.headers, await r.read()
+            async for line in r.content:
+                on_line(line)
+            return r.status, r.headers, b""
+
+    def _open(self) -> Any:
+        """The session (made on first use)."""
         if self._session is None:
             import aiohttp
 
@@ -68,8 +86,7 @@ class _AiohttpTransport(_Transport):
                 connector=aiohttp.TCPConnector(limit=0),
                 timeout=aiohttp.ClientTimeout(total=self._timeout),
             )
-        async with self._session.post(url, data=body, headers=headers) as r:
-            return r.status, r.headers, await r.read()
+        return self._session
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -87,6 +104,21 @@ class _HttpxTransport(_Transport):
         self._client: Any = None
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, Any, bytes]:
+        r = await self._open().post(url, content=body, headers=headers)
+        return r.status_code, r.headers, r.content
+
+    async def post_lines(
+        self, url: str, headers: dict[str, str], body: bytes, on_line: Callable[[bytes], None]
+    ) -> tuple[int, Any, bytes]:
+        async with self._open().stream("POST", url, content=body, headers=headers) as r:
+            if not 200 <= r.status_code < 300:
+                return r.status_code, r.headers, await r.aread()
+            async for line in r.aiter_lines():
+                on_line(line.encode("utf-8"))
+            return r.status_code, r.headers, b""
+
+    def _open(self) -> Any:
+        """The client (made on first use)."""
         if self._client is None:
             import httpx
 
@@ -98,8 +130,7 @@ class _HttpxTransport(_Transport):
                 follow_redirects=True,
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
             )
-        r = await self._client.post(url, content=body, headers=headers)
-        return r.status_code, r.headers, r.content
+        return self._client
 
     async def aclose(self) -> None:
         if self._client is not None:

@@ -15,11 +15,13 @@
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import functools
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -102,6 +104,11 @@ class ChatRequest:
     stop: list[str] | None = None
     logprobs: bool = True
     top_logprobs: int = 5
+    #: nucleus sampling as a client asked it (None: not sent, the endpoint's default)
+    top_p: float | None = None
+    #: whether ``max_tokens`` is sent; False: the model's own limit applies, and
+    #: ``max_tokens`` is only the worst case budgets count (a chat step without a cap)
+    cap: bool = True
     #: which ladder step sends it (``{"round": "2", "role": "guide"}``): sent as ``X-CCPO-*``
     #: headers, which a replay endpoint reads and real endpoints ignore; not part of the key
     step: dict[str, str] | None = None
@@ -122,6 +129,8 @@ class ChatRequest:
             bool(self.logprobs),
             int(self.top_logprobs) if self.logprobs else 0,
             int(sample),
+            self.top_p,
+            self.cap,
         )
 
     def key_fields(self, model: str) -> dict[str, Any]:
@@ -133,7 +142,129 @@ class ChatRequest:
             "stop": list(self.stop) if self.stop else None,
             "logprobs": bool(self.logprobs),
             "top_logprobs": int(self.top_logprobs) if self.logprobs else 0,
+            # (only when they depart from the default: earlier keys stay as they were)
+            **({} if self.top_p is None else {"top_p": float(self.top_p)}),
+            **({} if self.cap else {"cap": False}),
         }
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling fields a client of ``ccpo serve`` sent with a chat completion
+    (``max_tokens``, ``temperature``, ``top_p``, ``stop``; None: not given). A chat step's
+    request takes them (:meth:`apply`): they reach the model whose reply is returned."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] | None = None
+
+    def apply(self, request: ChatRequest) -> ChatRequest:
+        """``request`` with the fields given here in place of its own (a ``max_tokens``
+        given is sent, as the cap and the worst case)."""
+        changes: dict[str, Any] = {}
+        if self.max_tokens is not None:
+            changes.update(max_tokens=self.max_tokens, cap=True)
+        if self.temperature is not None:
+            changes["temperature"] = self.temperature
+        if self.top_p is not None:
+            changes["top_p"] = self.top_p
+        if self.stop:
+            changes["stop"] = list(self.stop)
+        return dataclasses.replace(request, **changes) if changes else request
+
+    def departures(self, cap: int | None) -> list[str]:
+        """The fields given that depart from how the ladder was calibrated (temperature 0,
+        the endpoint's top_p, no stop sequence, ``cap`` output tokens: None, none): a
+        ``max_tokens`` under the cap, any other temperature, a top_p under 1, a stop."""
+        out = []
+        if self.max_tokens is not None and (cap is None or self.max_tokens < cap):
+            out.append("max_tokens")
+        if self.temperature is not None and self.temperature != 0:
+            out.append("temperature")
+        if self.top_p is not None and self.top_p < 1:
+            out.append("top_p")
+        if self.stop:
+            out.append("stop")
+        return out
+
+
+#: the client's sampling fields for the calls of the question being answered (None: none)
+request_sampling: contextvars.ContextVar[Sampling | None] = contextvars.ContextVar(
+    "request_sampling", default=None
+)
+
+
+@dataclass(frozen=True)
+class ReplySink:
+    """Where the content of a streamed reply goes as it arrives: ``put`` takes each piece.
+    Only the call of ``step`` (``{"round", "role"}``) streams to it: the one whose reply the
+    policy decided to return before it was sent (None: no call yet)."""
+
+    put: Callable[[str], None]
+    step: dict[str, str] | None = None
+
+    def at(self, step: dict[str, str]) -> ReplySink:
+        return ReplySink(self.put, step)
+
+
+#: the sink of the question being answered, when its client reads the reply as it comes
+reply_sink: contextvars.ContextVar[ReplySink | None] = contextvars.ContextVar(
+    "reply_sink", default=None
+)
+
+
+class StreamedReply:
+    """A streamed completion read line by line (server-sent events, :meth:`feed`): its
+    content as it comes, then the completion it adds up to (:meth:`completion`, read as an
+    unstreamed one)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.finish: str | None = None
+        self.logprobs: list[Any] = []
+        self.usage: Any = None
+        self.extra: dict[str, Any] = {}
+        self.done = False
+
+    def feed(self, line: bytes) -> str | None:
+        """One line of the stream; the content it adds (None: none)."""
+        text = line.strip()
+        if not text.startswith(b"data:"):
+            return None
+        data = text[5:].strip()
+        if data == b"[DONE]":
+            self.done = True
+            return None
+        chunk = reply_json(data)
+        if _get(chunk, "error") is not None:
+            raise _Malformed("an error in the stream")
+        for key in ("model", "ccpo_replay"):
+            if _get(chunk, key) is not None:
+                self.extra[key] = _get(chunk, key)
+        if _get(chunk, "usage") is not None:
+            self.usage = _get(chunk, "usage")
+        choices = _get(chunk, "choices") or []
+        if not choices:
+            return None
+        ch = choices[0]
+        if _get(ch, "finish_reason"):
+            self.finish = _get(ch, "finish_reason")
+        lps = _get(_get(ch, "logprobs"), "content")
+        if isinstance(lps, list):
+            self.logprobs.extend(lps)
+        piece = _get(_get(ch, "delta"), "content")
+        if isinstance(piece, str) and piece:
+            self.parts.append(piece)
+            return piece
+        return None
+
+    def completion(self) -> dict[str, Any]:
+        """The completion the stream adds up to, as an unstreamed reply's JSON has it."""
+        message = {"role": "assistant", "content": "".join(self.parts)}
+        choice = {"index": 0, "message": message, "finish_reason": self.finish,
+                  "logprobs": {"content": self.logprobs} if self.logprobs else None}  # fmt: skip
+        return {"choices": [choice], "usage": self.usage, **self.extra}
 
 
 def _keyed(m: dict[str, str]) -> dict[str, str]:
@@ -364,14 +495,20 @@ def _parse_completion(resp: Any, request: ChatRequest) -> ChatResult:
     )
 
 
-def _request_body(model: str, request: ChatRequest, want_lp: bool) -> bytes:
-    """The JSON body of a chat-completion request, as the OpenAI API takes it."""
+def _request_body(model: str, request: ChatRequest, want_lp: bool, stream: bool = False) -> bytes:
+    """The JSON body of a chat-completion request, as the OpenAI API takes it (``stream``:
+    streamed, its usage in the last chunk)."""
     body: dict[str, Any] = {
         "model": model,
         "messages": request.messages,
         "temperature": request.temperature,
-        "max_tokens": request.max_tokens,
     }
+    if stream:
+        body.update(stream=True, stream_options={"include_usage": True})
+    if request.cap:
+        body["max_tokens"] = request.max_tokens
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
     if request.stop:
         body["stop"] = request.stop
     if want_lp:

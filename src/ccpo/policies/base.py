@@ -146,6 +146,18 @@ class Policy(ABC):
     #: online tracker moves along; ``None`` when not kept
     calibration: Any = None
 
+    def escalation_chance(self, question: str, start: int) -> float | None:
+        """Its chance, from the question's text alone, that round ``start`` (1-based) does not
+        settle the question (a routed policy's router: 1 − r̂); None when it has no such
+        estimate before its first call. Hedging reads it (``hedge_above``)."""
+        return None
+
+    def decided_step(self, horizon: int) -> tuple[int, str] | None:
+        """(round t, role) of the step whose reply is returned whatever the calls before it
+        say, so that it can be streamed as it is written: a single answer's guide of round T
+        (round T always stops with it); None for a set."""
+        return (horizon, "guide") if self.answer == "single" else None
+
     def round_roles(self, t: int) -> tuple[str, ...]:
         """The steps of round ``t`` (1-based) it calls when it runs that round: both by
         default; ``always-<reference>`` calls its one step (the others are neither called nor

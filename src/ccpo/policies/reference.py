@@ -101,6 +101,10 @@ class ReferencePolicy(Policy):
         """Its step's round, before any call: the rounds before it are skipped."""
         return self.step[0] - 1
 
+    def decided_step(self, horizon: int) -> tuple[int, str] | None:
+        """Its one step: returned whatever happens, so streamed as it is written."""
+        return self.step
+
     def round_roles(self, t: int) -> tuple[str, ...]:
         """Its one step in its round (the agent stops there: :meth:`decide`)."""
         return (self.step[1],) if t == self.step[0] else ()

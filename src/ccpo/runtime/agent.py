@@ -49,11 +49,14 @@ from ccpo.llm.client import (
 from ccpo.llm.protocol import (
     RoundOutput,
     Runner,
+    ask_step,
     live_round,
     make_runner,
+    prefetched,
     run_round,
 )
 from ccpo.llm.tasks.loaders import Question, parse_context
+from ccpo.llm.wire import ReplySink, reply_sink
 from ccpo.policies.base import Policy
 from ccpo.policies.provenance import check_provenance
 from ccpo.policies.registry import load_policy
@@ -83,6 +86,27 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- the agent
+class _Held:
+    """The pieces of a reply sent ahead (hedged), kept until its round takes it (:meth:`take`),
+    then passed on to ``to`` as they come (None: not streamed)."""
+
+    def __init__(self, to: Any) -> None:
+        self.to, self.pieces, self.taken = to, [], False
+
+    def put(self, piece: str) -> None:
+        if self.taken and self.to is not None:
+            self.to(piece)
+        else:
+            self.pieces.append(piece)
+
+    def take(self) -> None:
+        self.taken = True
+        if self.to is not None:
+            for p in self.pieces:
+                self.to(p)
+        self.pieces.clear()
+
+
 class PolicyProvenanceWarning(UserWarning):
     """The policy was trained with other models than it is deployed with, or on synthetic
     traces (``warnings.simplefilter("error", PolicyProvenanceWarning)`` makes it refuse)."""
@@ -196,6 +220,8 @@ class ConformalAgent:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: question embeddings asked before routing, and of them the ones that fell back
         self.route_embeddings = self.route_fallbacks = 0
+        #: guide calls sent ahead (hedge_above), and of them those cancelled as not needed
+        self.hedged = self.hedges_cancelled = 0
         model = policy.route_embedding_model
         self._route_endpoint = None if model is None else self.collect_config.endpoint_for(model)
         load_http()  # now, not on the first question (import ccpo.runtime does not load it)
@@ -289,6 +315,7 @@ class ConformalAgent:
             budget = max(0.0, cap - self.spent_usd)
         client = cfg.client(cache, self.prices, budget, self.ledger)
         runner = make_runner(cfg, client, "base-guide", "ccpo deploy", self.ladder)
+        runner.chat_max_tokens = self.config.reply_max_tokens
         self._runners[id(loop)] = (loop, runner, cache)
         return runner
 
@@ -407,11 +434,45 @@ class ConformalAgent:
         """The set-valued rollout of one admitted question (see :meth:`aanswer`)."""
         q = Question(qid, self.task, prompt_text(question), [], parse_context(context, "context"))
         backend = runner.backend_for(q)
+        token = reply_sink.set(self._streamed_step())
+        try:
+            return await self._rounds(runner, env, question, q, qid, backend, k, budget, t0)
+        finally:
+            reply_sink.reset(token)
+
+    def _streamed_step(self) -> ReplySink | None:
+        """The question's reply sink (:data:`~ccpo.llm.wire.reply_sink`, set by a server whose
+        client reads the reply as it comes) at the step whose reply is returned whatever the
+        calls before it say, when the policy has one
+        (:meth:`~ccpo.policies.base.Policy.decided_step`: the one step of
+        ``always-<reference>``; the guide of round T for a single-answer policy). A chat
+        policy's only: another family's answer is read from the whole reply."""
+        sink = reply_sink.get()
+        if sink is None or not self.takes_conversations:
+            return None
+        step = self.policy.decided_step(self.horizon)
+        return None if step is None else sink.at({"round": str(step[0]), "role": step[1]})
+
+    async def _rounds(
+        self,
+        runner: Runner,
+        env: Envelope,
+        question: str | Conversation,
+        q: Question,
+        qid: str,
+        backend: Any,
+        k: float | None,
+        budget: float | None,
+        t0: float,
+    ) -> AnswerSet:
+        """The rounds of :meth:`_rollout`: from the round the policy starts at, each with the
+        steps it calls (:meth:`~ccpo.policies.base.Policy.round_roles`), until it stops."""
         roles = self.policy.round_roles  # the steps of each round it calls
         outs: list[RoundOutput] = []
         rounds: list[Any] = []  # live rounds (protocol.live_round): a Round's attributes
         logs: list[RoundLog] = []
         answers: dict[str, str] = {}  # normalised → first spelling
+        finish: dict[str, str | None] = {}  # normalised → the first spelling's finish_reason
         joined: list[tuple[str, float, int, str]] = []  # (normalised, π(a|o_t), t, a)
         by_model: dict[str, float] = dict.fromkeys(self.ladder.models(), 0.0)
         total = worst = costliest = worst_round = 0.0
@@ -419,6 +480,8 @@ class ConformalAgent:
         before = before_worst = 0.0
         first = await self._start_rung(runner, q.question) + 1  # before any call (routing)
         rounds.extend(routed_rounds([], first - 1))  # skipped rounds: blank, as in replay
+        ahead = self._hedge(runner, question, q.question, first, backend)
+        sent_ahead = prefetched.set(ahead)
         try:
             for t in range(first, self.horizon + 1):
                 if nxt is None:
@@ -452,12 +515,22 @@ class ConformalAgent:
                     )
                     await asyncio.sleep(0)  # (it runs up to its first wait for the network)
                 logs.append(self._round_log(t, ro, lr, d, cb + cg, answers, joined))
+                for out in (ro.base, ro.guide):  # (a reused step has no call of its own)
+                    if out.calls.finish_reason is not None:
+                        finish.setdefault(self._norm(out.answer), out.calls.finish_reason)
                 if not d.go_on:
                     break
         finally:
             if nxt is not None:  # an error or a cancellation before it was awaited
                 nxt.cancel()
                 await asyncio.gather(nxt, return_exceptions=True)  # its calls settle first
+            prefetched.reset(sent_ahead)
+            if ahead:  # sent ahead and not needed: cancelled, paid by its usage when it had
+                calls = [c for c, _ in ahead.values()]  # finished, else at its worst case
+                for c in calls:
+                    c.cancel()
+                await asyncio.gather(*calls, return_exceptions=True)
+                self.hedges_cancelled += len(calls)
             # known to the next questions' estimates once the question is over, not round by
             # round: its first rounds and calls are its cheapest (its prompts grow), and a
             # question admitted on them would hold too little
@@ -485,7 +558,41 @@ class ConformalAgent:
             policy=self.policy.variant,
             latency_ms=(time.perf_counter() - t0) * 1000.0,
             ttft_ms=(decided - t0) * 1000.0,
+            finish_reason=None if best is None else finish.get(best),
         )
+
+    def _hedge(
+        self,
+        runner: Runner,
+        question: str | Conversation,
+        text: str,
+        first: int,
+        backend: Any,
+    ) -> dict[tuple[int, str], tuple[asyncio.Future[Any], Any]]:
+        """Hedging (``hedge_above``, off by default): the guide of round ``first + 1`` sent at
+        once, beside round ``first``, when the policy's chance of going on past round
+        ``first`` on this question is above ``hedge_above`` (a routed policy's router: 1 −
+        r̂ of its start; another policy has none and never hedges). Round ``first + 1`` takes
+        the call (:data:`~ccpo.llm.protocol.prefetched`) if it runs; else it is cancelled when
+        the question is over. A streamed reply's pieces are held until the round takes it."""
+        level, t = self.config.hedge_above, first + 1
+        if level is None or t > self.horizon or self.ladder.round(t).verdict != "agree":
+            return {}
+        if self.ladder.reused(t, "guide", first) is not None:
+            return {}  # (the round copies an earlier call: nothing to send)
+        chance = self.policy.escalation_chance(text, first)
+        if chance is None or chance <= level:
+            return {}
+        step = {"round": str(t), "role": "guide"}
+        sink = reply_sink.get()
+        held = _Held(sink.put if sink is not None and sink.step == step else None)
+        token = reply_sink.set(None if held.to is None else ReplySink(held.put, step))
+        try:  # (the task runs in a copy of this context)
+            call = asyncio.ensure_future(ask_step(runner, question, t, "guide", backend))
+        finally:
+            reply_sink.reset(token)
+        self.hedged += 1
+        return {(t, "guide"): (call, held.take)}
 
     async def _start_rung(self, runner: Runner, question: str) -> int:
         """The round to start at (0-based), from the question alone: with a router that reads

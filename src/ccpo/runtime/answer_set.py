@@ -132,3 +132,8 @@ class AnswerSet(BaseModel):
         "of its reply, the first moment any of it can be sent (null in answers stored by old "
         "versions)",
     )
+    finish_reason: str | None = Field(
+        None,
+        description="why the endpoint stopped writing the one answer's reply, as it said: "
+        "stop, or length when it was cut at max_tokens (null: no answer, or not reported)",
+    )

@@ -221,6 +221,20 @@ class DeployConfig(EndpointSettings):
     max_cost_per_request: float | None = Field(None, gt=0, description="USD cap per question")
     max_cost_total: float | None = Field(None, ge=0, description="USD cap over all questions")
     server: ServerConfig = Field(default_factory=ServerConfig, description="ccpo serve")
+    reply_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="a chat ladder's cap on each reply's tokens (None: none, the model's own "
+        "limit: the logged replies it was calibrated on were not cut)",
+    )
+    hedge_above: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="hedging (None: off): send the next round's guide at once, beside the "
+        "first round, when a routed policy's chance of going on for the question is above "
+        "this; cancelled (paid by its usage, or its worst case) when not needed",
+    )
     route_embedding_timeout: float = Field(
         1.0,
         gt=0,

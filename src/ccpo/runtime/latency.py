@@ -2,10 +2,11 @@
 
 :class:`Histogram` counts observations (seconds) in fixed buckets, as Prometheus histograms
 do (cumulative ``le`` buckets, a sum and a count); :class:`Latency` holds the two that
-``/metrics`` exports: ``ccpo_ttft_seconds`` (from a request's arrival to the first byte of its
-reply's content: the policy chooses first, so nothing streams before the last round it pays
-for) and ``ccpo_latency_seconds`` (to the last byte). They are this replica's, in memory
-(restarts begin again at zero), and count answered requests only. Pure Python: the server
+``/metrics`` exports: ``ccpo_ttft_seconds`` (from a request's arrival to the first content
+chunk sent: a chat policy's reply the policy decided to return before asking streams as the
+upstream writes it, any other once the policy has chosen; unstreamed, the whole reply) and
+``ccpo_latency_seconds`` (to the last byte). They are this replica's, in memory (restarts
+begin again at zero), and count answered requests only. Pure Python: the server
 turns them into metric families (:mod:`ccpo.runtime.server`).
 
 Contract: docs/deploy.md, section "Metrics".
@@ -17,8 +18,13 @@ import bisect
 import threading
 from dataclasses import dataclass, field
 
-#: upper bounds (seconds) of the buckets: from a cached answer to a slow multi-round chat
-BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+#: upper bounds (seconds) of the buckets, for LLM latencies: 50 ms to 60 s, no step more than
+#: half again the one before it above 1 s (a 1.2 s time to first token is told from a 2 s one);
+#: a cached answer falls in the first, a slower one in +Inf
+BUCKETS: tuple[float, ...] = (
+    0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10,
+    12.5, 15, 20, 25, 30, 40, 50, 60,
+)  # fmt: skip
 
 
 @dataclass

@@ -9,7 +9,10 @@ API cost (and tests run the real HTTP path without inventing answers).
 - :func:`create_replay_app`: the app. The reply is the recorded answer with its usage, plus
   ``ccpo_replay`` (the recorded step, which ccpo's agent takes as recorded), so live answers
   equal the policy's replay exactly (a round's recorded ``signals`` ride along with each of
-  its steps). Anything not in the file gets HTTP 404 saying which.
+  its steps). Anything not in the file gets HTTP 404 saying which. A request's
+  ``max_tokens`` under the recorded reply's length cuts it (in proportion), with
+  ``finish_reason: length`` and the cap as its usage: as an endpoint that honours it.
+  ``stream: true`` gets the reply as server-sent events (the content in one chunk).
 
 Needs the serve extra (``pip install 'ccpo[serve]'``). Contract: docs/deploy.md, section "Dry
 run against your own logs: `ccpo replay-server`".
@@ -18,6 +21,7 @@ run against your own logs: `ccpo replay-server`".
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,7 +32,7 @@ from ccpo.errors import CCPOError
 
 try:
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, StreamingResponse
 except ImportError as e:  # pragma: no cover - only without the extra
     raise CCPOError("ccpo replay-server needs the serve extra: pip install 'ccpo[serve]'") from e
 
@@ -248,6 +252,25 @@ MAX_BODY_BYTES = 4 * 2**20
 """The largest request body the replay endpoint reads (a prompt of ccpo's is far smaller)."""
 
 
+def _streamed(reply: dict[str, Any]) -> StreamingResponse:
+    """``reply`` as a stream: its content in one chunk, then its ``finish_reason``, then its
+    usage and recorded step (``ccpo_replay``), then ``[DONE]``."""
+    head = {"id": reply["id"], "object": "chat.completion.chunk",
+            "created": reply["created"], "model": reply["model"]}  # fmt: skip
+    choice = reply["choices"][0]
+
+    def chunk(delta: dict[str, str], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    events = [
+        chunk({"role": "assistant", "content": choice["message"]["content"]}),
+        chunk({}, choice["finish_reason"]),
+        {**head, "choices": [], "usage": reply["usage"], "ccpo_replay": reply["ccpo_replay"]},
+    ]
+    lines = [f"data: {json.dumps(e)}\n\n" for e in events] + ["data: [DONE]\n\n"]
+    return StreamingResponse(iter(lines), media_type="text/event-stream")
+
+
 def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     """The replay endpoint's app (docs/deploy.md, "Dry run ..."): bodies over ``max_body_bytes``
     are refused (413) before they are read whole; a body that is not JSON (or nested too
@@ -274,10 +297,6 @@ def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) 
             prompt = _prompt_text(body)
         except _BadRequest as e:
             return _error(400, str(e), "invalid_request_error")
-        if body.get("stream"):
-            return _error(
-                400, "stream: the replay endpoint does not stream", "invalid_request_error"
-            )
         h = request.headers
         try:
             round_ = int(h["x-ccpo-round"]) if "x-ccpo-round" in h else None
@@ -291,8 +310,15 @@ def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) 
             stats["missing"] += 1
             return _error(got[0], got[1], "not_found" if got[0] == 404 else "invalid_request_error")
         stats["answered"] += 1
-        return JSONResponse(
-            {
+        text, n_out, finish, extra = got.text, got.output_tokens, "stop", got.extra
+        cap = body.get("max_completion_tokens", body.get("max_tokens"))
+        if isinstance(cap, int) and not isinstance(cap, bool) and 0 < cap < n_out:
+            # cut as an endpoint cuts at the cap (the recorded tokens' bounds are unknown: the
+            # text is cut in proportion), and said so
+            text, n_out, finish = text[: len(text) * cap // n_out], cap, "length"
+            if extra.get("answer") == got.text:
+                extra = {**extra, "answer": text}
+        reply = {
                 "id": f"replay-{next(counter)}",
                 "object": "chat.completion",
                 "created": int(time.time()),
@@ -300,24 +326,24 @@ def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) 
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": got.text},
-                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": finish,
                         "logprobs": None,
                     }
                 ],
                 "usage": {
                     "prompt_tokens": got.input_tokens,
-                    "completion_tokens": got.output_tokens,
-                    "total_tokens": got.input_tokens + got.output_tokens,
+                    "completion_tokens": n_out,
+                    "total_tokens": got.input_tokens + n_out,
                 },
                 "ccpo_replay": {
                     "trace_id": got.trace_id,
                     "round": got.round,
                     "role": got.role,
-                    **got.extra,
+                    **extra,
                 },
-            }
-        )
+            }  # fmt: skip
+        return _streamed(reply) if body.get("stream") else JSONResponse(reply)
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> JSONResponse:

@@ -13,6 +13,8 @@ layer below takes that object (docs/design.md, "Conversations")."""
 
 from __future__ import annotations
 
+import functools
+import math
 import time
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -29,6 +31,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ccpo.llm.wire import Sampling
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.state.db import unstorable
 from ccpo.traces.conversation import Conversation, ConversationError, conversation_of
@@ -289,12 +292,20 @@ class ServerMetrics(BaseModel):
         "alone, as calibrated",
     )
     uptime_s: float
+    hedged: int = Field(0, description="guide calls sent ahead (hedge_above), this replica's")
+    hedges_cancelled: int = Field(0, description="of them, cancelled as not needed")
+    errors_by_kind: dict[str, int] = Field(
+        default_factory=dict,
+        description="this replica's 5xx answers by kind (the error body's type: "
+        "upstream_error, policy_error, budget_exhausted, ...), since it started",
+    )
 
 
 class Health(BaseModel):
     status: str = Field(
         description="ok, or degraded (the state database is away: questions "
-        "get 503 state_unavailable until it is back)"
+        "get 503 state_unavailable until it is back; or the policy failed on the last 3 "
+        "questions in a row)"
     )
     policy: str
     horizon: int
@@ -371,8 +382,10 @@ UNSUPPORTED_CHAT_FIELDS: dict[str, tuple[tuple[Any, ...], str]] = {
 
 
 class ChatCompletionRequest(Storable):
-    """An OpenAI chat-completion request. Sampling fields (temperature, top_p, max_tokens,
-    ...) are accepted and ignored (the policy decides); fields that would change what the
+    """An OpenAI chat-completion request. Sampling fields: a chat policy passes
+    ``max_tokens`` (or ``max_completion_tokens``), ``temperature``, ``top_p`` and ``stop`` on
+    to its models (:meth:`sampling`); another family, and other sampling fields, ignore them
+    (the policy decides); fields that would change what the
     reply is (n > 1, tools, tool_choice, functions, function_call, logprobs, top_logprobs,
     response_format other than text) are refused with a 422 naming them."""
 
@@ -423,6 +436,28 @@ class ChatCompletionRequest(Storable):
                 msg = f"{loc}: {msg}"
             raise ApiError(422, "invalid_request", msg) from None
 
+    def sampling(self) -> Sampling | None:
+        """The sampling fields given (None: none), checked: a 422 names a wrong one."""
+        given = self.model_extra or {}
+        cap = given.get("max_completion_tokens", given.get("max_tokens"))
+        temp, top_p, stop = given.get("temperature"), given.get("top_p"), given.get("stop")
+        if isinstance(stop, str):
+            stop = [stop]
+        checks = (
+            ("max_tokens", cap, isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1,
+             "a whole number of tokens, at least 1"),
+            ("temperature", temp, _number(temp) and 0 <= temp <= 2, "a number from 0 to 2"),
+            ("top_p", top_p, _number(top_p) and 0 < top_p <= 1, "a number in (0, 1]"),
+            ("stop", stop, isinstance(stop, list) and len(stop) <= 4
+             and all(isinstance(x, str) and x for x in stop), "up to 4 non-empty strings"),
+        )  # fmt: skip
+        for name, value, ok, what in checks:
+            if value is not None and not ok:
+                raise ApiError(422, "invalid_request", f"{name}: must be {what}")
+        if cap is None and temp is None and top_p is None and not stop:
+            return None
+        return Sampling(cap, temp, top_p, tuple(stop) if stop else None)
+
     def dropped(self) -> list[str]:
         """What a policy of another family than ``chat`` does not pass on (:func:`dropped`)."""
         return dropped([m.role for m in self.messages])
@@ -436,6 +471,10 @@ def dropped(roles: list[str]) -> list[str]:
     system = any(r in ("system", "developer") for r in roles)
     others = [i for i, r in enumerate(roles) if r not in ("system", "developer")]
     return [*(["system"] if system else []), *(["history"] if others != users[-1:] else [])]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 class ChatChoice(BaseModel):
@@ -467,19 +506,22 @@ class ChatCompletion(BaseModel):
     ccpo: AnswerSet
 
 
+def completion_chunk(
+    id: str, created: int, delta: dict[str, str], finish: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` event of completion ``id``."""
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return {"id": id, "object": "chat.completion.chunk", "created": created,
+            "model": CHAT_MODEL, "choices": [choice], **extra}  # fmt: skip
+
+
 def chat_completion_chunks(s: AnswerSet, reply: bool = False) -> list[dict[str, Any]]:
     """The answer set as the ``chat.completion.chunk`` events of a streamed completion (as the
     ``openai`` SDK reads them): the role, the content (:func:`chat_content`: a single-answer
     policy's one answer in one chunk; a set one answer per chunk, as lines; with ``reply``, a
     chat policy's reply one line per chunk, its line ends kept), then an empty delta with
     ``finish_reason: stop`` and the full answer set as ``ccpo``."""
-    head = {"id": f"chatcmpl-{s.id}", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": CHAT_MODEL}  # fmt: skip
-
-    def chunk(delta: dict[str, str], finish: str | None = None, **extra: Any) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish}
-        return {**head, "choices": [choice], **extra}
-
+    chunk = functools.partial(completion_chunk, f"chatcmpl-{s.id}", int(time.time()))
     if reply:
         parts = chat_content(s, reply).splitlines(keepends=True)
     else:
@@ -488,8 +530,14 @@ def chat_completion_chunks(s: AnswerSet, reply: bool = False) -> list[dict[str, 
     return [
         chunk({"role": "assistant", "content": ""}),
         *(chunk({"content": p}) for p in parts),
-        chunk({}, "stop", ccpo=s.model_dump(mode="json")),
+        chunk({}, finish_reason(s, reply), ccpo=s.model_dump(mode="json")),
     ]
+
+
+def finish_reason(s: AnswerSet, reply: bool = False) -> str:
+    """A chat completion's ``finish_reason``: a chat policy's, the endpoint's for the reply it
+    returns (``length`` when it was cut); else ``stop`` (the content is the policy's)."""
+    return (s.finish_reason or "stop") if reply else "stop"
 
 
 def chat_completion(s: AnswerSet, reply: bool = False) -> ChatCompletion:
@@ -502,7 +550,7 @@ def chat_completion(s: AnswerSet, reply: bool = False) -> ChatCompletion:
             ChatChoice(
                 index=0,
                 message={"role": "assistant", "content": chat_content(s, reply)},
-                finish_reason="stop",
+                finish_reason=finish_reason(s, reply),
             )
         ],
         ccpo=s,

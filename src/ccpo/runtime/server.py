@@ -42,8 +42,10 @@ request but the dollars it paid; the state database away → 503 ``state_unavail
 LLM call (``/healthz`` then answers 503 ``degraded``); the server stopping past its grace
 period → 503 ``shutting_down``; text the database cannot store (NUL) → 422. A retry of an id
 still being answered waits for that answer. Every error body is ``{"error": {"type": ...,
-"message": ...}}``, a bug's 500 (``internal_error``) included. Refused requests are counted in
-memory, not written one by one.
+"message": ...}}``, a bug's 500 (``internal_error``; ``policy_error`` when the policy itself
+fails on a question: counted, ``x-should-retry: false``, ``/healthz`` degraded after three in a
+row) included; every 5xx is counted by kind (``ccpo_server_errors``). Refused requests are
+counted in memory, not written one by one.
 
 The module holds the app (routes, error handlers, the Prometheus export, uvicorn's settings);
 the connection guard, where ``serve`` reaches into uvicorn, is :mod:`ccpo.runtime.http`;
@@ -54,16 +56,20 @@ the service it serves is :mod:`ccpo.runtime.service`, the wire models
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
 import time
+import uuid
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from ccpo import __version__
 from ccpo.errors import CCPOError
 from ccpo.llm import tracing
+from ccpo.llm.wire import ReplySink, reply_sink, request_sampling
 
 try:
     import uvicorn
@@ -100,7 +106,10 @@ from ccpo.runtime.schemas import (
     ServerMetrics,
     chat_completion,
     chat_completion_chunks,
+    chat_content,
+    completion_chunk,
     dropped,
+    finish_reason,
 )
 from ccpo.runtime.service import Service
 
@@ -153,6 +162,8 @@ _COUNTERS = {  # Metrics field -> (Prometheus name, help)
     "state_commits_here": ("ccpo_state_commits_here", "of those, committed on the event loop"),
     "route_embeddings": ("ccpo_route_embeddings", "question embeddings asked before routing"),
     "route_fallbacks": ("ccpo_route_fallbacks", "of them, missing: routed by the text alone"),
+    "hedged": ("ccpo_hedged", "guide calls sent ahead (hedge_above)"),
+    "hedges_cancelled": ("ccpo_hedges_cancelled", "of them, cancelled as not needed"),
 }
 _GAUGES = {
     "mean_set_size": ("ccpo_mean_set_size", "mean number of answers returned"),
@@ -198,6 +209,12 @@ class _MetricsCollector:
                     family = kind(name, doc, labels=["replica"])
                     family.add_metric(label, float(d[field_]))
                     yield family
+        errors = CounterMetricFamily(
+            "ccpo_server_errors", "5xx answers of this replica by kind", labels=["replica", "kind"]
+        )
+        for kind, n in sorted(self.m.errors_by_kind.items()):
+            errors.add_metric([*label, kind], float(n))
+        yield errors
         for name, doc, h in self.latency.families() if self.latency else ():
             hist = HistogramMetricFamily(name, doc, labels=["replica"])
             hist.add_metric(label, h.cumulative(), h.total)
@@ -260,8 +277,16 @@ def create_app(service: Service | None = None) -> FastAPI:
         # async: a sync dependency would hop to a worker thread on every request
         return svc()
 
+    def failed(kind: str) -> None:
+        """Count a 5xx answer of this kind (``/metrics``: ``ccpo_server_errors``)."""
+        s = holder["service"]
+        if s is not None:
+            s.failures[kind] += 1
+
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError) -> JSONResponse:
+        if e.status >= 500:
+            failed(e.type)
         return error_response(e.status, e.type, e.message, e.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -280,6 +305,7 @@ def create_app(service: Service | None = None) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, e: Exception) -> JSONResponse:
+        failed("internal_error")
         return bug_response(request.method, request.url.path, e)
 
     @app.exception_handler(StarletteHTTPException)
@@ -326,10 +352,37 @@ def create_app(service: Service | None = None) -> FastAPI:
         reply = s.agent.takes_conversations  # a chat policy: the conversation, the reply whole
         try:
             native = req.answer_request(conversation=reply)
+            sampling = req.sampling() if reply else None  # (another family ignores them)
         except ApiError:
             s.store.answers.count_rejected()
             raise
-        answer_set = await s.answer(native)
+        if sampling is not None:  # the chat steps' requests take them (ChatAgent.request)
+            departs = sampling.departures(s.agent.config.reply_max_tokens)
+            if departs:
+                response.headers["X-CCPO-Uncalibrated"] = ",".join(departs)
+        pieces: asyncio.Queue[str] = asyncio.Queue()
+        token = request_sampling.set(sampling)
+        sink = reply_sink.set(ReplySink(pieces.put_nowait) if req.stream and reply else None)
+        try:  # (the task runs in a copy of this context: the sampling and the sink)
+            answering = asyncio.ensure_future(s.answer(native))
+        finally:
+            request_sampling.reset(token)
+            reply_sink.reset(sink)
+        first = asyncio.ensure_future(pieces.get())
+        try:
+            await asyncio.wait((answering, first), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server stopping: the question stops with it
+            first.cancel()
+            answering.cancel()
+            raise
+        if not answering.done():  # the chosen reply is streaming: pass it through as it comes
+            return StreamingResponse(
+                _passed_through(s, answering, first, pieces, t0),
+                media_type="text/event-stream",
+                headers=dict(response.headers),
+            )
+        first.cancel()
+        answer_set = answering.result()
         _dropped([m.role for m in req.messages], s, response, answer_set.id)
         if not req.stream:
             took = time.perf_counter() - t0
@@ -350,6 +403,64 @@ def create_app(service: Service | None = None) -> FastAPI:
         return StreamingResponse(
             events(), media_type="text/event-stream", headers=dict(response.headers)
         )
+
+    async def _passed_through(
+        s: Service,
+        answering: asyncio.Future[AnswerSet],
+        first: asyncio.Future[str],
+        pieces: asyncio.Queue[str],
+        t0: float,
+    ) -> AsyncIterator[str]:
+        """A chat policy's reply streamed as the upstream writes it (the policy decided to
+        return it before it was asked: ``ConformalAgent._streamed_step``): the role, each
+        piece as it arrives (time to first token: the first), then what the answer set adds
+        (nothing, unless its reply is another), the last chunk with ``finish_reason`` and the
+        AnswerSet as ``ccpo``, and ``[DONE]``. A failure after the first piece is an
+        ``error`` event (the status was sent)."""
+        cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+
+        def event(delta: dict[str, str], finish: str | None = None, **extra: Any) -> str:
+            return f"data: {json.dumps(completion_chunk(cid, created, delta, finish, **extra))}\n\n"
+
+        yield event({"role": "assistant", "content": ""})
+        sent = first.result()
+        yield event({"content": sent})
+        ttft = time.perf_counter() - t0
+        more: asyncio.Future[str] | None = None
+        try:
+            while True:
+                more = asyncio.ensure_future(pieces.get())
+                await asyncio.wait((answering, more), return_when=asyncio.FIRST_COMPLETED)
+                if not more.done():  # answered: what came before it is in the queue
+                    more.cancel()
+                    break
+                sent += more.result()
+                yield event({"content": more.result()})
+            while not pieces.empty():
+                piece = pieces.get_nowait()
+                sent += piece
+                yield event({"content": piece})
+            answer_set = answering.result()
+        except ApiError as e:
+            if e.status >= 500:
+                s.failures[e.type] += 1
+            yield f"data: {json.dumps({'error': {'type': e.type, 'message': e.message}})}\n\n"
+            yield "data: [DONE]\n\n"
+            return
+        finally:  # the client gone, or the server stopping: the question stops with it
+            if more is not None:
+                more.cancel()
+            if not answering.done():
+                answering.cancel()
+        whole = chat_content(answer_set, True)
+        if whole != sent:
+            rest = whole.removeprefix(sent) if whole.startswith(sent) else whole
+            log.warning("request %s: the reply returned is not the one streamed", answer_set.id)
+            yield event({"content": rest})
+        final = finish_reason(answer_set, True)
+        yield event({}, final, ccpo=answer_set.model_dump(mode="json"))
+        yield "data: [DONE]\n\n"
+        s.latency.observe(ttft, time.perf_counter() - t0)
 
     @app.post(
         "/v1/feedback",

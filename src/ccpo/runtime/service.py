@@ -12,6 +12,7 @@ import json
 import logging
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 from ccpo.errors import CCPOError
@@ -56,6 +57,10 @@ def state_away(why: str) -> str:
     at = why.find(_SCHEMA_WHY)
     return _STATE_AWAY if at < 0 else f"{_STATE_AWAY}: {why[at:]}"
 
+
+POLICY_FAILURES = 3
+"""Questions in a row the policy itself fails on (a bug, not an endpoint) before ``/healthz``
+says ``degraded``; one answered question clears it."""
 
 Answered = tuple[AnswerSet, str]  # an answer set and its JSON text
 Asked = tuple[str, str | None]  # a question and its conversation's key (chat policies)
@@ -136,6 +141,9 @@ class Service:
         self._idle.set()
         self.started = time.monotonic()
         self.latency = Latency()  # this replica's, for /metrics
+        #: this replica's 5xx answers by kind (the error body's type), for /metrics
+        self.failures: Counter[str] = Counter()
+        self._policy_failures: list[str] = []  # the questions in a row the policy failed on
         self._short_since: int | None = None  # feedback count at the last drift warning
 
     def _limiter(self, per_minute: float | None, burst: int) -> RateLimiter | None:
@@ -326,6 +334,18 @@ class Service:
             self.store.answers.record_error()
             why = "an LLM endpoint refused the request (its key or model)"
             raise self.withheld(502, "upstream_error", why, e, req.id) from None
+        except Exception as e:  # the policy itself (a bug): the same question fails again
+            self.store.answers.record_error()
+            self._policy_failures.append(type(e).__name__)
+            log.error("request %s: the policy failed", req.id, exc_info=e)
+            raise ApiError(
+                500,
+                "policy_error",
+                f"the policy failed on this question ({type(e).__name__}); a retry would "
+                "fail the same way and pay for its calls again",
+                headers={"x-should-retry": "false"},  # (the openai SDKs read it)
+            ) from None
+        self._policy_failures.clear()
         text = as_json(s)  # once: stored, and the response's body
         counted = {"id": s.id, "question": s.question, "cost_usd": s.cost_usd,
                    "answers": s.answers, "rounds": s.rounds}  # fmt: skip
@@ -446,21 +466,31 @@ class Service:
             route_embeddings=self.agent.route_embeddings,
             route_fallbacks=self.agent.route_fallbacks,
             uptime_s=time.monotonic() - self.started,
+            hedged=self.agent.hedged,
+            hedges_cancelled=self.agent.hedges_cancelled,
+            errors_by_kind=dict(self.failures),
         )
 
     def health(self) -> Health:
         """``ok``, or ``degraded`` with why (the state database is away: questions get 503
-        until it is back); answered without touching the database."""
+        until it is back; or the policy failed on the last :data:`POLICY_FAILURES` questions);
+        answered without touching the database."""
         a = self.agent
-        why = self.store.health()
+        away = self.store.health()
+        # the driver's reason may name the database's host and port: the log has it
+        why = None if away is None else state_away(away)
+        failed = self._policy_failures
+        if why is None and len(failed) >= POLICY_FAILURES:
+            why = (
+                f"the policy failed on the last {len(failed)} questions ({failed[-1]}); see the log"
+            )
         return Health(
             status="ok" if why is None else "degraded",
             policy=a.policy.variant,
             horizon=a.horizon,
             alpha=a.alpha,
             kappa=a.kappa,
-            # why may name the database's host and port: the log has it (when it went away)
-            detail=None if why is None else state_away(why),
+            detail=why,
         )
 
     async def aclose(self) -> None:

@@ -65,6 +65,12 @@ class ScriptedServer:
     - **Stop sequences** are honoured (the reply is cut at the first one), like a real server.
     - **Latency**: ``latency`` seconds per successful reply (``time.sleep`` in the handler
       thread).
+    - **Generation time**: ``first_token_latency`` seconds before the first token, then
+      ``token_latency`` seconds a token (the reply as ``max_tokens`` leaves it).
+    - **Streaming**: ``stream: true`` is answered as server-sent events, one token a chunk as
+      it is written (with its log-prob when asked), the ``finish_reason`` in the last, the
+      usage in one more with ``stream_options.include_usage``, then ``[DONE]``; with ``hold``
+      (an event) set, a stream waits after its first token until it is set.
     - **Failure injection**: with probability ``failure_rate`` (seeded ``random.Random(seed)``)
       a request fails with one of ``failure_kinds``: ``"429"``, ``"500"`` (any HTTP status given
       as digits), ``"timeout"`` (sleeps ``timeout_sleep`` seconds, then closes the connection
@@ -120,6 +126,10 @@ class ScriptedServer:
     embed: Callable[[str], list[float]] | None = None
     embed_latency: float = 0.0
     n_embeddings: int = 0
+    first_token_latency: float = 0.0
+    token_latency: float = 0.0
+    #: set: a streamed reply waits after its first token until it is (10 s at most)
+    hold: threading.Event | None = None
 
     def __post_init__(self) -> None:
         if self.logprobs_mode not in ("ok", "ignore", "reject", "reject500"):
@@ -190,6 +200,19 @@ class ScriptedServer:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+                self.wfile.flush()
+
+            def _stream(self, events: Any) -> None:
+                """Server-sent events, each written (chunked) as it is made."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for e in events:
+                    data = (e if isinstance(e, str) else f"data: {json.dumps(e)}\n\n").encode()
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
 
         class Server(ThreadingHTTPServer):
@@ -339,4 +362,34 @@ class ScriptedServer:
             b = self.billed.setdefault(str(req.get("model", "scripted")), [0, 0])
             b[0] += n_in
             b[1] += len(toks)
+        if self.first_token_latency:
+            time.sleep(self.first_token_latency)
+        if req.get("stream"):
+            h._stream(self._events(req, body, toks))
+            return
+        if self.token_latency:
+            time.sleep(self.token_latency * max(0, len(toks) - 1))
         h._send(200, body)
+
+    def _events(self, req: dict[str, Any], body: dict[str, Any], toks: list[str]) -> Any:
+        """The completion ``body`` as the chunks of a stream, one token each, as written."""
+        head = {k: body[k] for k in ("id", "created", "model")}
+        choice = body["choices"][0]
+        lps = (choice.get("logprobs") or {}).get("content")
+
+        def chunk(delta: dict[str, Any], **more: Any) -> dict[str, Any]:
+            c = {"index": 0, "delta": delta, "finish_reason": None, "logprobs": None, **more}
+            return {**head, "object": "chat.completion.chunk", "choices": [c]}
+
+        yield chunk({"role": "assistant", "content": ""})
+        for j, t in enumerate(toks if choice["message"]["content"] else []):
+            if j and self.token_latency:
+                time.sleep(self.token_latency)
+            if j == 1 and self.hold is not None:
+                self.hold.wait(10)
+            yield chunk({"content": t}, logprobs={"content": [lps[j]]} if lps else None)
+        yield chunk({}, finish_reason=choice["finish_reason"])
+        if (req.get("stream_options") or {}).get("include_usage") and "usage" in body:
+            yield {**head, "object": "chat.completion.chunk", "choices": [],
+                   "usage": body["usage"]}  # fmt: skip
+        yield "data: [DONE]\n\n"

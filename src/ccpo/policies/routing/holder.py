@@ -110,6 +110,14 @@ class RouterHolder:
     def route_embedding_model(self) -> str | None:
         return self.router.embedding_model
 
+    def escalation_chance(self, question: str, start: int) -> float | None:
+        """1 − r̂ of round ``start`` (1-based) by the text router (the fallback of one that
+        reads embeddings: hedging decides before any embedding call)."""
+        router = self.router if self.router.embedding_model is None else self.fallback
+        if router is None:
+            return None
+        return float(1.0 - router.probs(router.features([question]))[0, start - 1])
+
     def start_rung(self, question: str, embedding: Sequence[float] | None = None) -> int:
         """The first round (0-based) whose r̂ clears τ̂, from the question alone: its text
         and, when the router reads one and it is given, its embedding (else the fallback)."""
