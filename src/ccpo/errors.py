@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import importlib
 import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
 #: errno values of a write the system refused part-way for want of room (or a failing disk)
@@ -96,3 +98,20 @@ class UnknownModelPriceError(CCPOError):
 
 class PhaseError(CCPOError):
     """An API phase was called out of order (e.g. ``predict_set`` before ``calibrate``)."""
+
+
+@contextmanager
+def failing_as(what: str) -> Iterator[None]:
+    """Any error but a :class:`CCPOError` raised inside becomes one: "<what> failed
+    (<ErrorType>: <its first line>)", chained to the original, so a command that runs a
+    policy (``dry-run``, ``check``) ends in one line, never a traceback (``--debug`` shows
+    it)."""
+    try:
+        yield
+    except CCPOError:
+        raise
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise CCPOError(
+            f"{what} failed ({type(e).__name__}: {first}); ccpo --debug shows where"
+        ) from e

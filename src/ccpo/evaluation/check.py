@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ccpo.errors import CCPOError
+from ccpo.errors import CCPOError, failing_as
 from ccpo.evaluation.yardstick import yardstick
 from ccpo.learning.conformal import coverage_interval
 from ccpo.policies.base import Policy
@@ -194,9 +194,10 @@ def run_check(
             f"against {against_text(labels)}"
         )
     ep = build_episodes(read_traces(traces), prices)
-    report = check_policy(
-        pol, ep, name=Path(policy_dir).name, traces=traces.name, against=against_text(labels)
-    )
+    with failing_as(f"the policy {policy_dir} on {traces}"):
+        report = check_policy(
+            pol, ep, name=Path(policy_dir).name, traces=traces.name, against=against_text(labels)
+        )
     return report, warnings
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ccpo.api import ConformalPolicy
-from ccpo.errors import CCPOError
+from ccpo.errors import CCPOError, failing_as
 from ccpo.policies.base import Policy
 from ccpo.traces.io import read_traces
 
@@ -150,7 +150,8 @@ def dry_run(
         replay.prices = agent.prices  # the same table as the live agent's
         if agent.kappa is not None and replay.policy is not None:
             replay.policy.set_threshold(agent.kappa)  # and the same κ (a config may set one)
-        expected = replay.predict_set(chosen)
+        with failing_as(f"the replay of the policy {policy} on {traces_path}"):
+            expected = replay.predict_set(chosen)
 
         async def ask_all() -> list[Any]:
             sem = asyncio.Semaphore(concurrency)
@@ -171,7 +172,8 @@ def dry_run(
                 await agent.aclose()
 
         t0 = time.perf_counter()
-        served = asyncio.run(ask_all())
+        with failing_as(f"the live policy {policy} against the replay of {traces_path}"):
+            served = asyncio.run(ask_all())
         seconds = time.perf_counter() - t0
     diffs: list[str] = []
     for tr, got, want in zip(chosen, served, expected, strict=True):
