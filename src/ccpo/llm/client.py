@@ -231,27 +231,20 @@ class LLMClient:
         an endpoint that serves them asks again.
         """
         with tracing.llm_call(endpoint, request) as span:  # a no-op unless tracing is on
-            return span.done(await self._chat(endpoint, request, sample, on_delta))
-
-    async def _chat(
-        self,
-        endpoint: Endpoint,
-        request: ChatRequest,
-        sample: int,
-        on_delta: Callable[[str], None] | None = None,
-    ) -> ChatResult:
-        try:
-            sent = self._as_sent(endpoint, request)
-            return await self._chat_once(endpoint, sent, sample, on_delta)
-        except _LogprobsRefused:
-            if (endpoint.base_url, endpoint.model) not in self._no_logprobs:
-                log.warning(
-                    "%s rejected the log-probs request; continuing without log-probs",
-                    endpoint.where,
+            try:
+                got = await self._chat_once(
+                    endpoint, self._as_sent(endpoint, request), sample, on_delta
                 )
-                self._no_logprobs.add((endpoint.base_url, endpoint.model))
-            sent = self._as_sent(endpoint, request)
-            return await self._chat_once(endpoint, sent, sample, on_delta)
+            except _LogprobsRefused:
+                if (endpoint.base_url, endpoint.model) not in self._no_logprobs:
+                    log.warning(
+                        "%s rejected the log-probs request; continuing without log-probs",
+                        endpoint.where,
+                    )
+                    self._no_logprobs.add((endpoint.base_url, endpoint.model))
+                sent = self._as_sent(endpoint, request)
+                got = await self._chat_once(endpoint, sent, sample, on_delta)
+            return span.done(got)
 
     async def embed(
         self, endpoint: Endpoint, texts: list[str], timeout: float
