@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.chat import trained_chat_policies
 from tests.helpers.policies import make_policy, make_stop_policy
 from tests.helpers.serve import STORE, write_prices
 from tests.helpers.world import make_world
@@ -79,3 +80,11 @@ def state_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "state.sqlite")
     return request.getfixturevalue("pg_cluster").new_database()
+
+
+# ----------------------------------------------------------------------------- chat
+@pytest.fixture(scope="module")
+def chat_policy(tmp_path_factory):
+    """A CStop policy trained on a chat ladder collected from the scripted chat world (one per
+    module that asks for it)."""
+    return trained_chat_policies(tmp_path_factory.mktemp("chat"), pol=())

@@ -16,16 +16,10 @@ import pytest
 
 from ccpo.testing.scripted_server import ScriptedServer
 from ccpo.traces import conversation as conversation_module
-from tests.helpers.chat import SKILL, chat_reply, chat_service, conversation, trained_chat_policies
+from tests.helpers.chat import SKILL, chat_reply, chat_service, conversation
 from tests.helpers.serve import LiveServer, make_service, post
 
 GOOD = "  Order {i}: a refund, or wait two days.\n\nAnything else?\n"
-
-
-@pytest.fixture(scope="module")
-def chat_policy(tmp_path_factory):
-    """A CStop policy trained on a chat ladder collected from the scripted chat world."""
-    return trained_chat_policies(tmp_path_factory.mktemp("chat"), pol=())
 
 
 @pytest.fixture

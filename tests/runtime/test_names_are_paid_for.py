@@ -18,7 +18,6 @@ from ccpo.testing.scripted_server import ScriptedServer
 from ccpo.traces.prices import load_prices, write_price_file
 from tests.helpers.chat import SKILL, chat_reply, conversation
 from tests.helpers.serve import STORE, LiveServer, post
-from tests.runtime.test_chat_serve import chat_policy  # noqa: F401  (the module's fixture)
 
 CAP = 0.05  # USD, max_cost_total
 NAME = "customer-" + "x" * 1500  # a long name (a local server takes any string)
@@ -66,7 +65,7 @@ def _serve(policy, srv, tmp_path, **server) -> LiveServer:
 
 @pytest.mark.parametrize("usage", [True, False], ids=["usage", "no-usage"])
 def test_the_cap_holds_and_the_spend_is_recorded_against_a_bill_of_names(
-    chat_policy,  # noqa: F811
+    chat_policy,
     tmp_path,
     usage,
 ) -> None:
@@ -94,7 +93,7 @@ def test_the_cap_holds_and_the_spend_is_recorded_against_a_bill_of_names(
     assert recorded >= billed * (1 - 1e-9), (recorded, billed)
 
 
-def test_a_name_counts_in_the_size_limit_before_any_call(chat_policy, tmp_path) -> None:  # noqa: F811
+def test_a_name_counts_in_the_size_limit_before_any_call(chat_policy, tmp_path) -> None:
     """A conversation whose content fits ``max_conversation_chars`` but whose name does not
     is a 422 before any paid call."""
     assert sum(len(m["content"]) for m in named(1)) < 1000

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from ccpo.testing.scripted_server import ScriptedServer, tokenize
-from tests.helpers.chat import chat_service, conversation, order_of, trained_chat_policies
+from tests.helpers.chat import chat_service, conversation, order_of
 from tests.helpers.cli import start_server, stop_server
 from tests.helpers.serve import LiveServer, post
 
@@ -24,12 +24,6 @@ def long_reply(req: dict) -> str:
     """Every model's reply: the same 700-word text (so the first round agrees)."""
     i = order_of(req["messages"])
     return f"Order {i}:" + "".join(f" step{k}" for k in range(WORDS)) + "\n"
-
-
-@pytest.fixture(scope="module")
-def chat_policy(tmp_path_factory):
-    """A CStop policy trained on a chat ladder collected from the scripted chat world."""
-    return trained_chat_policies(tmp_path_factory.mktemp("chat"), pol=())
 
 
 @pytest.fixture
