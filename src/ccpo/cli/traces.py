@@ -149,11 +149,22 @@ def traces_import(
             "similarity, length, refusal, logprob); policies trained on the traces use them.",
         ),
     ] = None,
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            metavar="one|pair",
+            help="one (the default): each round calls one model, cheapest first, so the "
+            "ladder can stop after any call, its cheapest model's reply included. pair: "
+            "round t calls the t-th cheapest model and the next stronger one (the layout "
+            "of earlier imports; the default with --guide).",
+        ),
+    ] = None,
 ) -> None:
     """Import per-question answers of several models (question_id, question, model, answer,
     input_tokens, output_tokens[, correct, logprob, confidence, gold, reasoning]) as a
-    cascade: round t's base is the t-th cheapest model, its guide the next stronger one (or
-    --guide). The traces record this ladder (verdict = agreement), so a policy trained on them
+    cascade, cheapest model first: one model per round (--steps one), or round t's base the
+    t-th cheapest model and its guide the next stronger one (--steps pair, or --guide). The
+    traces record this ladder (verdict = agreement), so a policy trained on them
     can be served on the same models; an answer a later round repeats is charged once. Without
     'correct' (or with --reference) the labels are agreement with a reference model; a
     question whose reference answer is empty is dropped (counted). With --prices, the prices
@@ -171,7 +182,7 @@ def traces_import(
     rule = None if accept is None else parse_rule(accept)
     price_table = load_prices(*(prices or []))
     chosen = import_signals((signals or "").replace(",", " ").split())
-    with open_table(table, task, price_table, guide, family, reference, rule) as imp:
+    with open_table(table, task, price_table, guide, family, reference, rule, steps) as imp:
         plan = imp.cascade
         costs = ", ".join(f"{m} {100 * plan.cost_per_question[m]:.4f}" for m in plan.order())
         console.print(
@@ -197,6 +208,9 @@ def traces_import(
             t.add_column(c)
         ladder = imp.ladder()
         for i, (b, g) in enumerate(zip(plan.bases, plan.guides, strict=True), start=1):
+            if plan.one_model:
+                t.add_row(str(i), b, "(the same reply)", "one model")
+                continue
             paid = [
                 f"{m} (reused, paid once)" if ladder.reused(i, role) else m
                 for m, role in ((b, "base"), (g, "guide"))

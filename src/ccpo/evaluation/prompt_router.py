@@ -9,9 +9,9 @@ training questions' out-of-fold predictions whose acceptance on the training que
 α: fitted on training data, with nothing certified on new questions (compare ``cstop-single+route``,
 whose λ̂ is certified by Learn-then-Test: docs/theory.md, "Routing before the first call").
 
-Rungs of an ``agree`` ladder: rung 0 is round 1's base, rung k round k's guide; a question
-routed to rung k pays that one call (its latency: that call's, rounds 1's two calls' longer
-one for rungs 0 and 1). Main names: :class:`PromptRouterRow`, :func:`rung_arrays`.
+Rungs of an ``agree`` ladder of pairs: rung 0 is round 1's base, rung k round k's guide; a
+question routed to rung k pays that one call (its latency: that call's, rounds 1's two calls'
+longer one for rungs 0 and 1). Of a ladder of one-model steps, rung k is round k + 1. Main names: :class:`PromptRouterRow`, :func:`rung_arrays`.
 """
 
 from __future__ import annotations
@@ -28,15 +28,19 @@ NAME = "prompt-router"
 
 
 def rung_arrays(ep: Episodes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(cost [N, T + 1] USD, accepted [N, T + 1] bool, latency [N, T + 1] s or None) of
-    calling each rung alone. A later round's base repeats the earlier guide, so round k ≥ 2
-    (1-based) pays only its guide; round 1's two calls split by the view started at round 2.
-    Any other ladder (one guide for every round) is refused."""
+    """(cost [N, R] USD, accepted [N, R] bool, latency [N, R] s or None) of calling each of
+    the R rungs alone. One-model steps: R = T, a rung is a round. Pairs: R = T + 1; a later
+    round's base repeats the earlier guide, so round k ≥ 2 (1-based) pays only its guide;
+    round 1's two calls split by the view started at round 2. Any other ladder (one guide for
+    every round) is refused."""
     if ep.routes is None:
         raise CCPOError(
             f"'{NAME}' needs the traces of an agree ladder (an import or a bundled set)"
         )
     rc, T = ep.round_cost, ep.horizon
+    if ep.one_model:
+        ok = ep.correct[:, :, BASE] | ~ep.solvable[:, None]
+        return rc.copy(), ok, None if ep.round_latency is None else ep.round_latency.copy()
     cost = np.zeros((ep.n, T + 1))
     cost[:, 2:] = rc[:, 1:]
     cost[:, 1] = ep.routes.cost[1, :, 1] - rc[:, 1]
@@ -67,6 +71,7 @@ class PromptRouterRow(Row):
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:
         idx = np.asarray(train_idx)
         cost = rung_arrays(ep)[0]
+        shift = cost.shape[1] - ep.horizon  # pairs: round s's reply is rung s + 1
         self.rung_cost = cost[idx].mean(axis=0)
         self.router = fit_router(ep, idx, seed=seed)
         probs = self._out_of_fold(ep, idx, seed)
@@ -74,9 +79,9 @@ class PromptRouterRow(Row):
         taus = np.unique(np.concatenate([probs[:, :-1].ravel(), [1.0]]))
         best = (np.inf, 1.0)
         for tau in taus:
-            s = starts(probs, tau, self.rung_cost[1:])
+            s = starts(probs, tau, self.rung_cost[shift:])
             hit = y[np.arange(idx.size), s]
-            spend = float(cost[idx, s + 1].mean())
+            spend = float(cost[idx, s + shift].mean())
             if hit.mean() >= 1 - alpha and spend < best[0]:
                 best = (spend, float(tau))
         self.tau = best[1]
@@ -100,7 +105,8 @@ class PromptRouterRow(Row):
         assert ep.routes is not None
         cost, ok, lat = rung_arrays(ep)
         probs = self.router.question_probs(ep.routes.questions)
-        rung = starts(probs, self.tau, self.rung_cost[1:]) + 1  # [N]
+        shift = cost.shape[1] - ep.horizon  # pairs: round s's reply is rung s + 1
+        rung = starts(probs, self.tau, self.rung_cost[shift:]) + shift  # [N]
         q = np.arange(ep.n)
         test = splits.test
         ones = np.ones(test.shape, dtype=np.int64)

@@ -33,6 +33,7 @@ from ccpo.traces.latency import call_seconds, round_seconds
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.routing import RouteViews, route_views
 from ccpo.traces.schema import ACTIONS, Trace
+from ccpo.traces.signals import is_solo
 
 BASE, GUIDE, NEXT = 0, 1, 2
 ACTION_INDEX = {a: i for i, a in enumerate(ACTIONS)}
@@ -69,6 +70,8 @@ class Episodes:
     strongest_latency: np.ndarray | None = None
     routes: RouteViews | None = None  # every start round's view (traces.routing); agree only
     family: str = ""  # the task's answer family (traces.answers.family_of); '' unknown
+    #: every round is one model's call (traces.signals.is_solo): a round is a rung
+    one_model: bool = False
 
     @property
     def n(self) -> int:
@@ -118,6 +121,7 @@ class Episodes:
             else self.strongest_latency[idx],
             routes=None if self.routes is None else self.routes.subset(idx),
             family=self.family,
+            one_model=self.one_model,
         )
 
     @property
@@ -219,6 +223,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         strongest_latency=strongest_seconds(traces, strongest) if strongest else None,
         routes=route_views(traces, prices),
         family=family_of(task, traces[0].family),
+        one_model=all(is_solo(r) for tr in traces for r in tr.rounds),
     )
 
 

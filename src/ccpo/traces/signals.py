@@ -11,6 +11,11 @@ gets exactly the v1 columns, so older policies see the same observations bit for
 - :func:`signal_columns`: the extra columns of rounds 1..t; the pure ones are recomputed
   from the answers, the ones that need a call (``embedding``, ``verdict``) read from the
   round's recorded ``signals``.
+- :func:`is_solo`, :func:`compared`: a **one-model step** (a round whose guide repeats its
+  base's call: one reply, paid once) is compared with the reply of the step before it, so its
+  columns say how this reply relates to the last one paid for: "base" is the previous step's
+  reply (blank at the first step run), "guide" this step's. A pair round compares its base
+  and guide replies, as before.
 
 Contract: docs/design.md, section "Signals"; the maths: :mod:`ccpo.traces.similarity`.
 """
@@ -75,6 +80,52 @@ def text_signals(base_answer: str, guide_answer: str) -> dict[str, Any]:
     }
 
 
+def is_solo(r: Any) -> bool:
+    """Whether round ``r`` is a one-model step: an ``agree`` round whose guide is its base's
+    model with its prompt (the same call, paid once; docs/design.md, "Ladders")."""
+    b, g = r.base, r.guide
+    return (
+        _get(r, "verdict_mode") == "agree"
+        and b.model == g.model
+        and _get(b, "prompt") == _get(g, "prompt")
+    )
+
+
+class _Blank:
+    """The reply of no step (before the first step run): empty, without log-probs."""
+
+    answer = ""
+    logprob_mean = None
+    uncertainty = None
+
+
+def compared(rounds: Sequence[Any], i: int) -> tuple[Any, Any]:
+    """The two replies round ``i``'s signal columns compare, as (earlier, later) steps with
+    ``answer``, ``logprob_mean`` and ``uncertainty``: a pair round's base and guide; a
+    one-model step's predecessor (the previous round's latest reply; blank at the first) and
+    itself.
+    Confidence of a one-model step's reply: its base's ``logprob_mean`` (exp is p)."""
+    r = rounds[i]
+    if not is_solo(r):
+        return r.base, r.guide
+    if i == 0:
+        return _Blank(), _Reply(r.base)
+    prev = rounds[i - 1]  # its latest reply: a one-model step's, or a pair's guide
+    return _Reply(prev.base if is_solo(prev) else prev.guide), _Reply(r.base)
+
+
+class _Reply:
+    """A step's reply seen as either role: its probability p (exp of a base's mean
+    log-prob, or 1 − a guide's uncertainty) as both a base score and a guide uncertainty."""
+
+    def __init__(self, step: Any) -> None:
+        self.answer = step.answer or ""
+        lp, u = getattr(step, "logprob_mean", None), getattr(step, "uncertainty", None)
+        p = math.exp(lp) if lp is not None else (None if u is None else 1.0 - u)
+        self.logprob_mean = None if p is None else math.log(max(p, 1e-6))
+        self.uncertainty = None if p is None else 1.0 - p
+
+
 def _get(obj: Any, name: str) -> Any:
     if obj is None:
         return None
@@ -87,8 +138,9 @@ def _words(text: str) -> float:
     return math.log1p(word_count(text)) / 5.0
 
 
-def _round_row(r: Any, signals: Sequence[str]) -> list[float]:
-    b, g = r.base, r.guide
+def _round_row(rounds: Sequence[Any], i: int, signals: Sequence[str]) -> list[float]:
+    r = rounds[i]
+    b, g = compared(rounds, i)
     rec = _get(r, "signals")
     row: list[float] = []
     for s in signals:
@@ -117,9 +169,10 @@ def _round_row(r: Any, signals: Sequence[str]) -> list[float]:
 
 def signal_columns(rounds: Sequence[Any], signals: Sequence[str]) -> np.ndarray:
     """The columns ``signals`` add for each of ``rounds``, shape [len(rounds), k] (float64;
-    row t from round t alone: the classifier's [o_t, o_{t−1}] pairs rounds)."""
+    row t from round t alone, a one-model step's from it and the step before:
+    :func:`compared`; the classifier's [o_t, o_{t−1}] pairs rounds)."""
     k = len(signal_names(signals))
     out = np.zeros((len(rounds), k))
-    for i, r in enumerate(rounds):
-        out[i] = _round_row(r, signals)
+    for i in range(len(rounds)):
+        out[i] = _round_row(rounds, i, signals)
     return out

@@ -28,7 +28,7 @@ from ccpo.traces.schema import (
     Trace,
     Usage,
 )
-from ccpo.traces.signals import CALLED_SIGNALS, normalize_signals, text_signals
+from ccpo.traces.signals import CALLED_SIGNALS, compared, normalize_signals, text_signals
 
 NO_GOLD = "<no gold: no model answered correctly>"
 
@@ -201,13 +201,18 @@ def import_signals(names: list[str]) -> tuple[str, ...]:
 def with_text_signals(tr: Trace, signals: tuple[str, ...]) -> Trace:
     """``tr`` recording the ladder ``signals`` (checked by :func:`import_signals`), each
     round with its :func:`~ccpo.traces.signals.text_signals` computed from the table's
-    answers. An empty ``signals`` returns ``tr`` unchanged."""
+    answers (a one-model step's against the step before it:
+    :func:`~ccpo.traces.signals.compared`). An empty ``signals`` returns ``tr`` unchanged."""
     if not signals:
         return tr
     rounds = [
         r.model_copy(
-            update={"signals": RoundSignals(**text_signals(r.base.answer, r.guide.answer))}
+            update={
+                "signals": RoundSignals(
+                    **text_signals(*(s.answer for s in compared(tr.rounds, i)))
+                )
+            }
         )
-        for r in tr.rounds
+        for i, r in enumerate(tr.rounds)
     ]
     return tr.model_copy(update={"signals": list(import_signals(list(signals))), "rounds": rounds})

@@ -100,10 +100,12 @@ def open_table(
     family: str | None = None,
     reference: str | None = None,
     accept: AcceptRule | None = None,
+    steps: str | None = None,
 ) -> TableImport:
     """Read and check ``path`` (streamed into a temporary file), plan its cascade and its
     labels (docs/import.md): the ``correct`` column, agreement with a reference model, or with
-    ``accept`` the rows' ``score`` by that rule. Raises
+    ``accept`` the rows' ``score`` by that rule. ``steps``: ``"one"`` (a model per round) or
+    ``"pair"``; by default one-model steps, pairs with ``guide`` (:func:`default_steps`). Raises
     :class:`~ccpo.errors.UnknownModelPriceError` for a model without a price and a one-line
     :class:`CCPOError` for any other problem."""
     try:
@@ -140,7 +142,8 @@ def open_table(
             m: prices.price(m).input_usd_per_mtok + prices.price(m).output_usd_per_mtok
             for m in models
         }
-        cascade = plan_cascade(cost, guide, unit)
+        chosen = steps or default_steps(guide)
+        cascade = plan_cascade(cost, guide, unit, chosen)
         if reference is not None and reference not in models:
             raise CCPOError(
                 f"--reference '{reference}' is not a model of the table ({', '.join(models)})"
@@ -168,6 +171,13 @@ def open_table(
     except BaseException:
         spill.close()
         raise
+
+
+def default_steps(guide: str | None) -> str:
+    """The layout an import uses unless ``--steps`` says: one model per step, so the ladder
+    can stop after any one call (its cheapest model's reply included), except with
+    ``--guide``, which pairs every model with that guide."""
+    return "pair" if guide is not None else "one"
 
 
 def _scored(
