@@ -161,7 +161,7 @@ def train_cmd(
             "a set policy on chat traces: the app is shown one reply of the set, and the "
             "guarantee covers the set, not that reply (--answer single guarantees the reply)"
         )
-    ep, sp, sizes = train_splits(ep, seed)
+    ep, sp, sizes = train_splits(ep, seed, spec.single)
     short = calibration_shortfall(alpha, sizes["calibration"])
     if short is not None and spec.technique.calibrates:  # κ̂ by split conformal
         warn(short)
@@ -219,15 +219,16 @@ def compare_cmd(
     )
 
 
-def train_splits(ep, seed: int):
-    """``train``'s split: the training questions of the harness (:func:`ccpo.evaluation.harness.
-    split_sizes`, chosen by :func:`~ccpo.evaluation.harness.id_splits`: order-free), and κ̂
+def train_splits(ep, seed: int, single: bool = False):
+    """``train``'s split: the training questions (:func:`ccpo.evaluation.harness.train_size`:
+    as ``compare`` trains, or for a single answer ⌈0.3 n⌉ so that Learn-then-Test has the
+    rest; chosen by :func:`~ccpo.evaluation.harness.id_splits`: order-free), and the policy
     calibrated on **every** other question (the paper's 1000/200/200 protocol, with a test
     split, stays in ``compare`` / ``reproduce``). Returns the reordered episodes, the splits
     and the sizes ``{"train", "calibration"}`` that summary.json records."""
-    from ccpo.evaluation.harness import id_splits, split_sizes
+    from ccpo.evaluation.harness import id_splits, train_size
 
-    n_train = split_sizes(ep.n)[0]
+    n_train = train_size(ep.n, single)
     ep, sp = id_splits(ep, (n_train, ep.n - n_train, 0), 1, seed)
     return ep, sp, {"train": n_train, "calibration": ep.n - n_train}
 
@@ -250,6 +251,23 @@ def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None
             f"action at every round (κ = {kappa:.3g}), so it runs all T rounds and returns "
             f"every answer, at the cost of running everything; {remedy}"
         )
+
+
+def ltt_slack(n_cal: int, alpha: float, delta: float) -> str | None:
+    """What ``n_cal`` calibration questions cost a single answer, when it is much: the most
+    misses Learn-then-Test lets a certified rule make on them (below 0.8 α, the rest of α is
+    paid in calls to stronger models), and how many questions would allow 0.8 α."""
+    from ccpo.policies.single import allowed_misses, questions_for
+
+    k = allowed_misses(n_cal, alpha, delta)
+    if k < 0 or k / n_cal >= 0.8 * alpha:
+        return None
+    need = questions_for(alpha, delta, 0.8)
+    return (
+        f"note: on {n_cal} calibration questions a certified rule may miss on at most {k} "
+        f"({k / n_cal:.1%}) at α = {alpha:g}, δ = {delta:g}, so the policy escalates more than "
+        f"α asks; about {need} calibration questions would let it miss on {0.8 * alpha:.0%}"
+    )
 
 
 def _print_latency(summary: dict) -> None:
@@ -348,6 +366,9 @@ def _report(spec, got, ep, cal, alpha: float, out: Path) -> None:
             f"calibration {what} {summary['calibration_coverage']:.3f}, "
             f"{summary['calibration_rounds']:.2f} rounds on {n_cal}"
         )
+        slack = ltt_slack(summary["sizes"]["calibration"], alpha, spec.delta)
+        if slack:
+            console.print(slack, highlight=False)
     else:
         console.print(
             f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} {how}; "

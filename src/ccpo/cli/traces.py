@@ -82,6 +82,14 @@ def traces_stats(
     )
     acc = "acc" if labels == [GOLD] else ("accept" if rule_labels(labels[0]) else "agree")
     t = Table()
+    if lad is not None and all(r.one_model for r in lad.rounds):  # one model per step
+        for c in ("step", "model", acc, "tokens", "cost ¢"):
+            t.add_column(c, justify="right")
+        for r, lr in zip(st.table(), lad.rounds, strict=False):
+            t.add_row(str(r["round"]), lr.base.model, f"{r['base_acc']:.3f}",
+                      f"{r['base_tokens']:.0f}", f"{r['cost_cents']:.4f}")  # fmt: skip
+        console.print(t)
+        return
     for c in ("round", f"base {acc}", f"guide {acc}", "guide yes", "base tok", "guide tok",
               "cost ¢"):  # fmt: skip
         t.add_column(c, justify="right")
@@ -204,18 +212,21 @@ def traces_import(
                     highlight=False,
                 )
         t = Table()
-        for c in ("round", "base", "guide", "verdict"):
-            t.add_column(c)
         ladder = imp.ladder()
-        for i, (b, g) in enumerate(zip(plan.bases, plan.guides, strict=True), start=1):
-            if plan.one_model:
-                t.add_row(str(i), b, "(the same reply)", "one model")
-                continue
-            paid = [
-                f"{m} (reused, paid once)" if ladder.reused(i, role) else m
-                for m, role in ((b, "base"), (g, "guide"))
-            ]
-            t.add_row(str(i), *paid, "agree")
+        if plan.one_model:
+            for c in ("step", "model", "mean cost ¢"):
+                t.add_column(c)
+            for i, m in enumerate(plan.bases, start=1):
+                t.add_row(str(i), m, f"{100 * plan.cost_per_question[m]:.4f}")
+        else:
+            for c in ("round", "base", "guide", "verdict"):
+                t.add_column(c)
+            for i, (b, g) in enumerate(zip(plan.bases, plan.guides, strict=True), start=1):
+                paid = [
+                    f"{m} (reused, paid once)" if ladder.reused(i, role) else m
+                    for m, role in ((b, "base"), (g, "guide"))
+                ]
+                t.add_row(str(i), *paid, "agree")
         console.print(t)
         if chosen:
             console.print(f"signals: {', '.join(chosen)}", highlight=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -59,10 +60,27 @@ def split_sizes(
     return sizes
 
 
-def train_calibration_size(n: int) -> int:
-    """How many of ``n`` questions ``ccpo train`` calibrates κ̂ on (its split rule: every
-    question outside the training split of :func:`split_sizes`)."""
-    return n - split_sizes(n)[0]
+#: a single answer's stopping rule is fitted on this share of ``train``'s questions (at least
+#: :data:`SINGLE_FIT_MIN`, at most half): Learn-then-Test pays for few calibration questions
+#: in misses it must not make (:func:`ccpo.policies.single.allowed_misses`), while the
+#: classifier it certifies needs few questions to fit (docs/decisions.md)
+SINGLE_FIT_SHARE = 0.3
+SINGLE_FIT_MIN = 40
+
+
+def train_size(n: int, single: bool = False) -> int:
+    """How many of ``n`` questions ``ccpo train`` fits on: a single answer's stopping rule
+    ⌈0.3 n⌉ (at least 40, at most half), so that the rest calibrates it; any other policy as
+    ``compare`` trains (:func:`split_sizes`)."""
+    if not single:
+        return split_sizes(n)[0]
+    return max(1, min(n // 2, max(SINGLE_FIT_MIN, math.ceil(SINGLE_FIT_SHARE * n))))
+
+
+def train_calibration_size(n: int, single: bool = False) -> int:
+    """How many of ``n`` questions ``ccpo train`` calibrates on (its split rule: every
+    question outside the training split of :func:`train_size`)."""
+    return n - train_size(n, single)
 
 
 def calibration_shortfall(alpha: float, n_cal: int) -> str | None:

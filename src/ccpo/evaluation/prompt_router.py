@@ -11,7 +11,8 @@ whose λ̂ is certified by Learn-then-Test: docs/theory.md, "Routing before the 
 
 Rungs of an ``agree`` ladder of pairs: rung 0 is round 1's base, rung k round k's guide; a
 question routed to rung k pays that one call (its latency: that call's, rounds 1's two calls'
-longer one for rungs 0 and 1). Of a ladder of one-model steps, rung k is round k + 1. Main names: :class:`PromptRouterRow`, :func:`rung_arrays`.
+longer one for rungs 0 and 1). Of a ladder of one-model steps, rung k is round k + 1.
+Main names: :class:`PromptRouterRow`, :func:`rung_arrays`.
 """
 
 from __future__ import annotations

@@ -122,12 +122,16 @@ def training_rows(obs: np.ndarray) -> np.ndarray:
 def fit_classifier(x: np.ndarray, y: np.ndarray, cfg: StopConfig) -> Any:
     """The learner of ``cfg`` fitted on rows ``x`` with labels ``y``; with a single class in
     the labels (tiny data), that constant rate (still a valid score: the threshold then runs
-    every question to the same depth)."""
+    every question to the same depth). Boosted trees on fewer than 10 × ``min_samples_leaf``
+    rows (a two-model ladder has one row per question) take leaves of a tenth of the rows
+    (at least 5), so that a split remains possible."""
     if y.all() or not y.any():
         return float(y.mean())
     from threadpoolctl import threadpool_limits
 
     model = make_learner(cfg)
+    if cfg.learner != "logistic":
+        model.set_params(min_samples_leaf=min(cfg.min_samples_leaf, max(5, len(y) // 10)))
     with threadpool_limits(limits=1):  # small data: threads cost more than they give
         model.fit(x, y)
     return model

@@ -93,6 +93,43 @@ def reachable_alpha(k: int, n: int, delta: float) -> float:
     return 1.0 if k >= n else float(beta.ppf(1.0 - delta, k + 1, n - k))
 
 
+def allowed_misses(n: int, alpha: float, delta: float = DELTA) -> int:
+    """The most calibration misses k of n at which a rule still passes the binomial test at
+    level δ (P(Binomial(n, α) ≤ k) ≤ δ); −1 when even k = 0 does not. A certified rule misses
+    on at most k/n of the calibration questions: the rest of α is what few questions cost
+    (docs/theory.md, "Learn-then-Test (single answer)", "How many calibration questions")."""
+    from scipy.stats import binom
+
+    if n < 1:
+        return -1
+    k = int(binom.ppf(delta, n, alpha))  # the least k with P(X ≤ k) ≥ δ
+    while k >= 0 and binom.cdf(k, n, alpha) > delta:
+        k -= 1
+    return k
+
+
+def questions_for(alpha: float, delta: float = DELTA, share: float = 0.0) -> int:
+    """The least number of calibration questions n at which a rule missing on ``share`` · α of
+    them can be certified (:func:`allowed_misses` ≥ ⌈share · α · n⌉, and ≥ 0): ``share = 0``
+    is the least n that can certify anything, ⌈log δ / log(1 − α)⌉."""
+    import math
+
+    if share <= 0.0:
+        return max(1, math.ceil(math.log(delta) / math.log1p(-alpha) - 1e-12))
+    n = questions_for(alpha, delta)
+    while allowed_misses(n, alpha, delta) < math.ceil(share * alpha * n - 1e-9):
+        n += max(1, n // 50)
+    return n
+
+
+def _too_few(n: int, alpha: float, delta: float) -> str:
+    """ " (… certify nothing below N calibration questions)" when ``n`` is below that."""
+    need = questions_for(alpha, delta)
+    if n >= need:
+        return ""
+    return f"; at α = {alpha:g} nothing can be certified on fewer than {need} calibration questions"
+
+
 def ltt_threshold(
     ep: Episodes,
     scores: np.ndarray,
@@ -122,8 +159,9 @@ def ltt_threshold(
             f"a single answer cannot be certified at α = {alpha:g}: even running all "
             f"{ep.horizon} rounds and returning round {ep.horizon}'s answer misses on "
             f"{int(k[0])} of {n} calibration questions, which certifies α ≥ "
-            f"{reachable_alpha(int(k[0]), n, delta):.3f} at δ = {delta:g}; use a larger "
-            "--alpha, or --answer set (a set can hold the earlier right answer)"
+            f"{reachable_alpha(int(k[0]), n, delta):.3f} at δ = {delta:g}"
+            f"{_too_few(n, alpha, delta)}; use a larger --alpha, more questions, or "
+            "--answer set (a set can hold the earlier right answer)"
         )
     return Calibration(float(lams[last]), int(k[last]), n, int(last + 1))
 

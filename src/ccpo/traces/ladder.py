@@ -106,6 +106,12 @@ class LadderRound:
     def step(self, role: str) -> Step:
         return self.base if role == "base" else self.guide
 
+    @property
+    def one_model(self) -> bool:
+        """A one-model step: an ``agree`` round whose guide repeats its base's call (one
+        reply, paid once; :func:`ccpo.traces.signals.is_solo` on a recorded round)."""
+        return self.verdict == "agree" and self.base == self.guide
+
 
 @dataclass(frozen=True)
 class Ladder:
@@ -207,7 +213,8 @@ class Ladder:
     def describe(self) -> str:
         """One line per round, for messages and ``--help`` output (and the signals)."""
         rounds = "; ".join(
-            f"round {t}: {r.base.model} → {r.guide.model} ({r.verdict})"
+            f"round {t}: {r.base.model}"
+            + (" (one model)" if r.one_model else f" → {r.guide.model} ({r.verdict})")
             for t, r in enumerate(self.rounds, start=1)
         )
         return f"{rounds}; signals: {', '.join(self.signals)}" if self.signals else rounds

@@ -208,9 +208,7 @@ def with_text_signals(tr: Trace, signals: tuple[str, ...]) -> Trace:
     rounds = [
         r.model_copy(
             update={
-                "signals": RoundSignals(
-                    **text_signals(*(s.answer for s in compared(tr.rounds, i)))
-                )
+                "signals": RoundSignals(**text_signals(*(s.answer for s in compared(tr.rounds, i))))
             }
         )
         for i, r in enumerate(tr.rounds)
