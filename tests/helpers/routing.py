@@ -14,12 +14,16 @@ from ccpo.testing.ladder_table import write_ladder_table
 from tests.helpers.cli import ccpo_ok
 
 
-def imported_ladder(folder: Path, n: int = 300, seed: int = 0) -> tuple[Path, Path]:
-    """(traces, prices) of the 4-model table imported without labels (agreement with big-m)."""
+def imported_ladder(
+    folder: Path, n: int = 300, seed: int = 0, steps: str = "pair"
+) -> tuple[Path, Path]:
+    """(traces, prices) of the 4-model table imported without labels (agreement with big-m),
+    as paired rounds (T = 3: what the routing tests were written for) or one model per step
+    (``steps="one"``, T = 4)."""
     table, prices = write_ladder_table(folder, n=n, seed=seed, labels=False)
     traces = folder / "ladder.jsonl"
     ccpo_ok("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
-            "--prices", str(prices), "--out", str(traces))  # fmt: skip
+            "--prices", str(prices), "--out", str(traces), "--steps", steps)  # fmt: skip
     return traces, prices
 
 

@@ -110,7 +110,8 @@ def test_served_answers_equal_the_replay_on_an_imported_ladder(imported, replay,
                                                                tmp_path):  # fmt: skip
     prov = json.loads((imported[method] / "policy.json").read_text())["provenance"]
     ladder = prov["ladder"]
-    assert [r["verdict"] for r in ladder["rounds"]] == ["agree"] * 3
+    assert [r["verdict"] for r in ladder["rounds"]] == ["agree"] * 4  # one model per step
+    assert all(r["base"] == r["guide"] for r in ladder["rounds"])
     assert (ladder["task"], ladder["family"]) == ("medqa", "mcq")
     depth = _serve_and_compare(imported[method], imported["traces"], replay, tmp_path, 40)
     assert sum(depth.values()) == 40
@@ -200,7 +201,8 @@ def test_dry_run_checks_a_policy_against_its_own_logs(imported, tmp_path):
     cfg.write_text(yaml.safe_dump({"kappa": 0.0}))  # κ = 0: every action, every round
     res = ccpo_ok(*args, "--config", str(cfg))
     assert "60/60" in res.stdout
-    # break the deployment: round 2's base gets another prompt, so it is a call of its own
+    # break the deployment: round 2's base gets another prompt, so its guide (the same model
+    # with the ladder's prompt) is no longer the same call: the model is asked twice
     broken = tmp_path / "broken"
     shutil.copytree(imported["ccpo"], broken)
     meta = json.loads((broken / "policy.json").read_text())
@@ -212,7 +214,7 @@ def test_dry_run_checks_a_policy_against_its_own_logs(imported, tmp_path):
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert bad.returncode == 1, bad.stderr
-    assert "differs:" in bad.stderr and "models paid [['tiny-m', 'small-m'], ['small-m'" in (
+    assert "differs:" in bad.stderr and "models paid [['tiny-m'], ['small-m', 'small-m']" in (
         " ".join(bad.stderr.split())
     )
     n_equal = int(re.search(r"(\d+)/60 answer sets equal", bad.stdout).group(1))

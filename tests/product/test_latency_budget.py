@@ -119,7 +119,7 @@ def test_check_reports_the_latency_against_the_recorded_budget(
                                        strengths=(0.05, 0.05, 0.05, 0.85))  # fmt: skip
     hard = tmp_path / "hard.jsonl"
     ccpo_ok("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
-            "--prices", str(prices), "--out", str(hard))  # fmt: skip
+            "--prices", str(prices), "--out", str(hard), "--steps", "pair")  # fmt: skip
     pol = tmp_path / "pol"
     ok = _train(ladder, pol, "--answer", "single", "--method", "cstop",
                 "--latency-budget", "1.6")  # fmt: skip

@@ -210,9 +210,10 @@ def test_what_turns_tracing_on():
 
 
 def test_a_reused_step_has_no_span_and_its_round_says_so(tmp_path):
-    """An imported cascade's round t + 1 base repeats round t's guide (paid once): the round
-    event lists it in ``ccpo.reused`` and no LLM-call span is made for it. (An imported
-    4-model table, a CStop policy, κ = 0 so that every round runs, against replay-server.)"""
+    """An imported ladder of one model per step: each round's guide repeats its base's call
+    (paid once): the round event lists it in ``ccpo.reused`` and no LLM-call span is made for
+    it. (An imported 4-model table, a depth-k policy, κ = 0 so that every round runs, against
+    replay-server.)"""
     import yaml
 
     from ccpo.testing.ladder_table import write_ladder_table
@@ -260,9 +261,9 @@ def test_a_reused_step_has_no_span_and_its_round_says_so(tmp_path):
     T = ans["horizon"]
     assert T >= 2 and ans["rounds"] == root.attributes["ccpo.rounds"] == T
     reused = {ev["ccpo.round"]: ev.get("ccpo.reused", []) for _, ev in root.events}
-    assert reused == {1: [], **{t: ["base"] for t in range(2, T + 1)}}
+    assert reused == {t: ["guide"] for t in range(1, T + 1)}
     made = sorted((s.attributes["ccpo.round"], s.attributes["ccpo.role"]) for s in calls)
-    assert made == [(1, "base"), *((t, "guide") for t in range(1, T + 1))]
+    assert made == [(t, "base") for t in range(1, T + 1)]
     assert [lg["models"] for lg in ans["log"]] == [
         [s.attributes["gen_ai.request.model"] for s in calls if s.attributes["ccpo.round"] == t]
         for t in range(1, T + 1)

@@ -35,13 +35,14 @@ def test_the_set_loads_with_its_rule_prices_and_licence() -> None:
     path = bundled_sets()["arena-public"]
     assert path.stat().st_size < 1_200_000  # small enough to ship
     traces = read_traces(path)
-    assert len(traces) == 291 and {t.n_rounds for t in traces} == {4}
+    assert len(traces) == 291 and {t.n_rounds for t in traces} == {5}  # one model per step
     labels = labels_of(traces)
     assert rule_labels(labels) == {"kind": "scored", "rule": "score>=reference-1",
                                    "reference": "gpt-4-1106-preview"}  # fmt: skip
     assert all(t.solvable for t in traces)  # the reference's own reply meets the rule
-    ladder = [traces[0].rounds[0].base.model] + [r.guide.model for r in traces[0].rounds]
+    ladder = [r.base.model for r in traces[0].rounds]
     assert tuple(ladder) == MODELS
+    assert all(r.guide.reused and r.guide.model == r.base.model for r in traces[0].rounds)
     assert all(t.signals == SIGNALS for t in traces)  # the lexical signals, recorded per round
     assert all(r.signals is not None and r.signals.sim_chars is not None
                for t in traces for r in t.rounds)  # fmt: skip

@@ -58,15 +58,18 @@ def _write(tmp: Path, rows: list[dict], kind: str) -> Path:
 @pytest.mark.parametrize("kind", ["jsonl", "csv"])
 def test_a_messages_column_becomes_the_conversation(tmp_path, kind) -> None:
     traces, _ = import_table(_write(tmp_path, _rows(), kind), "chat", PRICES)
-    for i, tr in enumerate(traces):
+    for i, tr in enumerate(traces):  # one model per step
         assert tr.messages == conversation(i) and tr.question == "Same options."
         assert tr.rounds[0].base.answer == f"  Order {i}: refund.\n"  # as written
-        assert tr.rounds[0].guide.answer == f"Order {i}: refund."
-        assert tr.rounds[0].guide.verdict == "no"  # verbatim comparison: not the same reply
+        assert tr.rounds[1].base.answer == f"Order {i}: refund."
+        assert tr.rounds[0].guide.answer == tr.rounds[0].base.answer  # the same call
         assert tr.rounds[0].base.prompt == "chat" and tr.meta["labels"] == "reference:big-m"
     out = tmp_path / "out.jsonl"
     write_traces(out, traces)
     assert [t.messages for t in read_traces(out)] == [t.messages for t in traces]
+    pairs, _ = import_table(_write(tmp_path, _rows(), kind), "chat", PRICES, steps="pair")
+    assert pairs[0].rounds[0].guide.answer == "Order 0: refund."
+    assert pairs[0].rounds[0].guide.verdict == "no"  # verbatim comparison: not the same reply
 
 
 def test_a_table_without_messages_still_reads_as_before(tmp_path) -> None:

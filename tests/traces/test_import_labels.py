@@ -30,7 +30,7 @@ def _import(tmp_path: Path, table: Path, *extra: str, out: str = "o.jsonl"):
 
 def test_a_table_without_correct_is_labelled_by_the_most_expensive_model(tmp_path: Path) -> None:
     table = write_csv(tmp_path / "t.csv", table_rows(), NO_LABELS)
-    res, out = _import(tmp_path, table)
+    res, out = _import(tmp_path, table, "--steps", "pair")  # round 1: two models' labels
     assert res.returncode == 0, res.stderr
     flat = " ".join(res.stdout.split())
     assert "labels: agreement with gpt-4o (the most expensive model of the table" in flat
@@ -60,7 +60,7 @@ def test_reference_replaces_labels_with_a_note_and_empty_reference_answers_are_d
         if r["question_id"] == "q2" and r["model"] == "gpt-4o-mini":
             r["answer"] = "  "  # the reference said nothing on q2
     table = write_csv(tmp_path / "t.csv", rows)
-    res, out = _import(tmp_path, table, "--reference", "gpt-4o-mini")
+    res, out = _import(tmp_path, table, "--reference", "gpt-4o-mini", "--steps", "pair")
     assert res.returncode == 0, res.stderr
     flat = " ".join(res.stdout.split())
     assert "labels: agreement with gpt-4o-mini (named with --reference)" in flat

@@ -38,13 +38,23 @@ def test_import_records_the_pure_signals(tmp_path):
             "--prices", str(_prices(tmp_path)))  # fmt: skip
     traces = read_traces(out)
     assert [t.signals for t in traces] == [["similarity", "refusal"]] * 2
-    for tr in traces:
-        for r in tr.rounds:
-            b, g = r.base.answer, r.guide.answer
+    for tr in traces:  # one model per step: each reply against the step before it
+        replies = ["", *(r.base.answer for r in tr.rounds)]
+        for i, r in enumerate(tr.rounds):
+            b, g = replies[i], replies[i + 1]
+            assert g == REPLIES[tr.id][i] and r.guide.answer == g
             assert r.signals.sim_words == word_jaccard(b, g)
             assert r.signals.sim_chars == char_ngram_cosine(b, g)
     a = next(t for t in traces if t.id == "a")
-    assert a.rounds[0].signals.base_refusal and not a.rounds[0].signals.guide_refusal
+    assert a.rounds[0].signals.guide_refusal and not a.rounds[0].signals.base_refusal
+    assert a.rounds[1].signals.base_refusal and not a.rounds[1].signals.guide_refusal
+    # pairs (--steps pair): a round's two models' replies
+    ccpo_ok("traces", "import", str(_table(tmp_path / "t.csv")), "--task", "free",
+            "--family", "exact", "--signals", "similarity", "--out", str(out), "--force",
+            "--steps", "pair", "--prices", str(_prices(tmp_path)))  # fmt: skip
+    for tr in read_traces(out):
+        for r in tr.rounds:
+            assert r.signals.sim_words == word_jaccard(r.base.answer, r.guide.answer)
 
 
 def test_import_refuses_a_signal_that_needs_a_call(tmp_path):

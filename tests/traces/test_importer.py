@@ -37,13 +37,17 @@ def _typed(row: dict) -> dict:
 
 def test_happy_path_csv_and_jsonl_give_the_same_cascade(tmp_path: Path) -> None:
     prices = load_prices()
-    traces, plan = import_table(write_csv(tmp_path / "t.csv", table_rows()), "mmlu", prices)
+    # pairs (--steps pair), whose verdicts compare two models; one model per step, the
+    # default: tests/traces/test_one_model_steps.py
+    traces, plan = import_table(
+        write_csv(tmp_path / "t.csv", table_rows()), "mmlu", prices, steps="pair"
+    )
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text("".join(json.dumps(_typed(r)) + "\n" for r in table_rows()), encoding="utf-8")
-    traces2, plan2 = import_table(jsonl, "mmlu", prices)
+    traces2, plan2 = import_table(jsonl, "mmlu", prices, steps="pair")
     bom = tmp_path / "bom.csv"  # a spreadsheet's "CSV UTF-8" export starts with a BOM
     bom.write_bytes(b"\xef\xbb\xbf" + (tmp_path / "t.csv").read_bytes())
-    assert import_table(bom, "mmlu", prices)[1] == plan
+    assert import_table(bom, "mmlu", prices, steps="pair")[1] == plan
     same = [t.model_dump(exclude={"meta"}) for t in traces]
     assert same == [t.model_dump(exclude={"meta"}) for t in traces2]
     assert traces[0].meta["source"] == "imported from t.csv by ccpo traces import"
@@ -74,7 +78,9 @@ def test_rounds_are_ordered_by_price_per_token_then_cost_per_question(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prices = load_prices()
-    _, plan = import_table(write_csv(tmp_path / "t.csv", table_rows()), "mmlu", prices)
+    _, plan = import_table(
+        write_csv(tmp_path / "t.csv", table_rows()), "mmlu", prices, steps="pair"
+    )
     assert plan.bases == ("gpt-4.1-nano", "gpt-4o-mini", "gpt-4.1-mini")
     assert plan.guides == ("gpt-4o-mini", "gpt-4.1-mini", "gpt-4o")
     # a cheap-per-token model that writes many tokens stays below the dearer-per-token ones
@@ -85,14 +91,16 @@ def test_rounds_are_ordered_by_price_per_token_then_cost_per_question(
             r["output_tokens"] = 100_000
     table = write_csv(tmp_path / "u.csv", rows)
     _, plan = import_table(table, "mmlu", prices)
-    assert plan.bases[0] == "gpt-4.1-nano" and plan.guides[-1] == "gpt-4o"
+    assert plan.bases[0] == "gpt-4.1-nano" and plan.bases[-1] == "gpt-4o"
     assert plan.cost_per_question["gpt-4.1-nano"] > plan.cost_per_question["gpt-4o"]
     # the same through the console script: round 1's base is the cheapest per token
     monkeypatch.setenv("COLUMNS", "200")
     out = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / "o"))
     assert out.returncode == 0, out.stderr
-    row1 = next(line for line in out.stdout.splitlines() if line.startswith("│ 1 "))
-    assert "gpt-4.1-nano" in row1.split("│")[2] and "gpt-4o-mini" in row1.split("│")[3]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("│ ")]
+    assert [r.split("│")[2].strip() for r in rows] == [
+        "gpt-4.1-nano", "gpt-4o-mini", "gpt-4.1-mini", "gpt-4o",
+    ]  # fmt: skip
 
 
 def test_a_tie_in_price_per_token_goes_to_the_lower_cost_per_question(tmp_path: Path) -> None:
@@ -103,8 +111,7 @@ def test_a_tie_in_price_per_token_goes_to_the_lower_cost_per_question(tmp_path: 
         if r["model"] == "gpt-4.1-nano"
     ]  # same list price as gpt-4.1-nano, fewer tokens
     _, plan = import_table(write_csv(tmp_path / "t.csv", rows + twin), "mmlu", load_prices())
-    assert plan.bases == ("gemini-2.0-flash", "gpt-4.1-nano")
-    assert plan.guides == ("gpt-4.1-nano", "gpt-4o")
+    assert plan.order() == ["gemini-2.0-flash", "gpt-4.1-nano", "gpt-4o"]
 
 
 def test_named_guide_guides_every_round(tmp_path: Path) -> None:

@@ -166,3 +166,43 @@ def test_train_leaves_a_single_answer_most_questions_to_calibrate() -> None:
     assert train_size(60, single=True) == 30  # at most half
     assert train_size(1400, single=True) == 420
     assert train_size(291) == 209  # set policies train as compare does
+
+
+def test_a_routed_one_model_ladder_calls_each_model_it_runs_once_live(tmp_path: Path) -> None:
+    """Routing on one model per step, live against a scripted server on 127.0.0.1: a question
+    started at step s calls no model of an earlier step and each model it runs exactly once
+    (a step is one call); against the file's own replay, dry-run equals the replay."""
+    from collections import Counter
+
+    from ccpo.evaluation.dry_run import dry_run
+    from ccpo.policies.registry import load_policy
+    from ccpo.runtime.agent import ConformalAgent
+    from ccpo.testing.scripted_server import ScriptedServer
+    from ccpo.traces.ladder import Ladder
+    from tests.helpers.routing import imported_ladder, routed_policy
+
+    traces, prices = imported_ladder(tmp_path, n=160, steps="one")
+    folder = routed_policy(tmp_path / "policy", traces, prices, tau=0.6)
+    pol = load_policy(folder)
+    ladder = Ladder.from_dict(pol.provenance["ladder"])
+    assert ladder.T == 4 and all(r.one_model for r in ladder.rounds)
+    values = {"endpoints": {"*": {"url": "URL"}}, "prices": [str(prices)], "timeout": 5.0}
+    starts: Counter[int] = Counter()
+    with ScriptedServer(fallback="Answer: A") as srv:
+        values["endpoints"]["*"]["url"] = srv.url
+        with ConformalAgent.from_artifact(folder, values) as agent:
+            for tr in read_traces(traces)[:40]:
+                srv.reset_counters()
+                got = agent.answer(tr.question, id=tr.id)
+                start = pol.start_rung(tr.question)
+                called = Counter(req["model"] for req in srv.requests)
+                ran = [ladder.rounds[lg.round - 1].base.model for lg in got.log]
+                assert got.log[0].round == start + 1
+                assert called == Counter(ran) and max(called.values()) == 1, (tr.id, called)
+                starts[start] += 1
+    assert len(starts) >= 2 and max(starts) > 0, starts  # routing is in play
+    # a question sent straight to the last step calls the strongest model alone, once
+    assert starts[ladder.T - 1] > 0
+    report = dry_run(folder, traces, {"prices": [str(prices)]})
+    assert report.ok, report.differences[:3]
+    assert report.live_cost_usd == pytest.approx(report.replay_cost_usd, rel=0, abs=1e-12)
