@@ -57,6 +57,7 @@ def evaluate(
     require_training("ccpo evaluate")  # box plots (matplotlib)
     from ccpo.evaluation.harness import evaluate_policies, load_splits
     from ccpo.evaluation.rows import TrainingCache, resolve_policies
+    from ccpo.report.money import print_money
     from ccpo.report.results import write_results
     from ccpo.report.tables import print_results
 
@@ -83,6 +84,7 @@ def evaluate(
         prices=used,
     )
     print_results(console, rows, traces.name, alpha, splits, sizes, ep.labels)
+    print_money(console, rows, sizes[2])
     console.print(f"wrote {', '.join(str(p) for p in files.values())}")
 
 
@@ -134,6 +136,11 @@ def check_cmd(
     else:
         for line in report_lines(report):
             console.print(line, highlight=False, soft_wrap=True)
+        if report.money is not None:
+            from ccpo.report.money import rung_table
+            from ccpo.report.tables import render_rich
+
+            console.print(render_rich(rung_table(report.money)))
     if not report.holds:
         raise typer.Exit(EXIT_FAILED)
 

@@ -28,7 +28,8 @@ verdict and report are the same. Beside it, ``always-<reference>`` on the same q
 (:mod:`ccpo.evaluation.yardstick`): what calling the reference alone costs, and the policy's
 cost as a share of it; and its mean estimated latency (:mod:`ccpo.traces.latency`) against
 the latency budget it was trained with, if any (:mod:`ccpo.policies.budget`; the verdict and
-the exit code stay the coverage's).
+the exit code stay the coverage's); and where the money goes (:mod:`ccpo.evaluation.money`):
+per rung, the share of questions paid and returned, and the spend on replies never returned.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError, failing_as
+from ccpo.evaluation.money import money_flow
 from ccpo.evaluation.yardstick import yardstick
 from ccpo.learning.conformal import coverage_interval
 from ccpo.policies.base import Policy
@@ -83,6 +85,8 @@ class CheckReport:
     cost_ratio_to_reference: float | None = None
     latency_s_per_question: float | None = None  # estimated (None: the traces give none)
     latency_budget_s: float | None = None  # the policy's --latency-budget, if trained with one
+    #: where the money goes at its own threshold (evaluation.money.MoneyFlow.to_json)
+    money: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> str:
@@ -138,6 +142,7 @@ def check_policy(
     lo, hi = coverage_interval(covered, ep.n, LEVEL)
     cov_r, cost_r, _, _ = _means(rollout(restore))
     y = yardstick(name, policy, ep, np.arange(ep.n), cost)
+    flow = money_flow(ep, own)
     return CheckReport(
         policy=name,
         traces=traces,
@@ -164,6 +169,7 @@ def check_policy(
         cost_ratio_to_reference=None if y is None else y.ratio,
         latency_s_per_question=None if math.isnan(latency) else latency,
         latency_budget_s=policy.provenance.get("latency_budget_s"),
+        money=None if flow is None else flow.to_json(),
     )
 
 
@@ -235,6 +241,13 @@ def report_lines(r: CheckReport) -> list[str]:
     if r.latency_budget_s is not None:
         lat = math.nan if r.latency_s_per_question is None else r.latency_s_per_question
         lines.append(budget_line(lat, r.latency_budget_s))
+    if r.money is not None:
+        usd = r.money["unreturned_usd_per_question"]
+        lines.append(
+            f"${usd:.6f} per question ({r.money['unreturned_share']:.1%} of its cost, "
+            f"${usd * r.questions:.4f} over the file) paid for replies never returned "
+            "(where the money goes, per rung: the table below)"
+        )
     lines.append(f"verdict: {r.verdict}")
     if not r.holds:
         fix = (

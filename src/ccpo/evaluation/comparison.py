@@ -25,6 +25,7 @@ from ccpo.evaluation.rows import (
 from ccpo.learning.baselines import Row, Splits
 from ccpo.learning.config import TrainConfig
 from ccpo.policies.spec import variant_name
+from ccpo.report.money import print_money
 from ccpo.report.plots import training_curves
 from ccpo.report.results import write_results
 from ccpo.report.tables import print_results
@@ -162,5 +163,6 @@ def run_compare(
         files["curves"] = training_curves(logs, alpha, out / "training_curves.png")
     seconds = time.perf_counter() - t0
     print_results(console, rows, title, alpha, splits, sizes, ep.labels)
+    print_money(console, rows, sizes[2])
     console.print(f"compare took {seconds:.1f} s; wrote {out}/results.json and plots")
     return CompareOutput(rows, files, seconds)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ccpo.errors import CCPOError
+from ccpo.evaluation.money import money_flow
 from ccpo.learning import conformal
 from ccpo.learning.baselines import Row, Splits
 from ccpo.traces.episodes import Episodes, Metrics, build_episodes, conformal_sets
@@ -156,11 +157,15 @@ class ResultRow:
     latency_s_per_split: list[float] = field(default_factory=list)
     kind: str = "point"
     extra: dict[str, Any] = field(default_factory=dict)
+    #: where the money goes (evaluation.money: MoneyFlow.to_json, over every test split);
+    #: None when the row does not say (the oracle bound) and in older results
+    money: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        if not d["extra"]:
-            d.pop("extra")
+        for key in ("extra", "money"):
+            if not d[key]:
+                d.pop(key)
         return d
 
 
@@ -274,7 +279,9 @@ def evaluate_policies(
         pol.fit(ep, splits.train, alpha, seed)
         m = with_latency(ep, pol.evaluate(ep, splits, alpha, seed), splits.test)
         extra = getattr(pol, "result_extra", lambda: {})()
-        rows.append(row_from_metrics(pol.name, m, kind=pol.kind, **extra))
+        row = row_from_metrics(pol.name, m, kind=pol.kind, **extra)
+        flow = money_flow(ep, m, splits.test)
+        rows.append(row if flow is None else replace(row, money=flow.to_json()))
         if progress is not None:
             progress(pol.name)
     return rows

@@ -23,7 +23,8 @@ from ccpo.errors import CCPOError
 from ccpo.learning.baselines import Row, Splits
 from ccpo.policies.routing.router import Router, fit_router, starts
 from ccpo.policies.single import reached_labels
-from ccpo.traces.episodes import BASE, GUIDE, Episodes, Metrics
+from ccpo.traces.episodes import BASE, GUIDE, Episodes, Metrics, one_step
+from ccpo.traces.schema import ACTIONS
 
 NAME = "prompt-router"
 
@@ -58,6 +59,16 @@ def rung_arrays(ep: Episodes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None
     if ep.round_latency is not None:
         lat = np.concatenate([ep.round_latency[:, :1], ep.round_latency], axis=1)
     return cost, ok, lat
+
+
+def rung_steps(ep: Episodes, rung: np.ndarray, count: int) -> np.ndarray | None:
+    """[..., T, 2] bool: the one step that calls rung ``rung`` [...] of :func:`rung_arrays`
+    (its ``count`` rungs are the ladder's :class:`~ccpo.traces.rungs.Rungs`, in order); None
+    when the ladder's rungs are not known or not those."""
+    if ep.rungs is None or ep.rungs.count != count:
+        return None
+    at = np.array([(t - 1, ACTIONS.index(role)) for t, role in ep.rungs.steps])[rung]
+    return one_step(at[..., 0], at[..., 1], ep.horizon)
 
 
 class PromptRouterRow(Row):
@@ -111,12 +122,15 @@ class PromptRouterRow(Row):
         q = np.arange(ep.n)
         test = splits.test
         ones = np.ones(test.shape, dtype=np.int64)
+        step = rung_steps(ep, rung[test], cost.shape[1])
         return Metrics(
             cost=cost[q, rung][test],
             covered=ok[q, rung][test],
             length=ones,
             set_size=ones,
             latency=None if lat is None else lat[q, rung][test],
+            called=step,
+            returned=step,
         )
 
     def result_extra(self) -> dict[str, float]:

@@ -30,7 +30,7 @@ from ccpo.policies.registry import load_policy
 from ccpo.policies.single import DELTA
 from ccpo.policies.spec import PolicySpec, compare_rows, names_a_method, parse_spec, variant_name
 from ccpo.policies.techniques.rl import AUTO_RL_STEPS
-from ccpo.traces.episodes import Episodes, Metrics, conformal_rollout
+from ccpo.traces.episodes import Episodes, Metrics, conformal_rollout, step_mask
 
 #: the single-answer rows of ``compare`` (:mod:`ccpo.policies.single`), beside the set rows
 SINGLE_ROWS = ("cstop-single", "auto-single")
@@ -250,12 +250,16 @@ class AlwaysRow(Row):
         assert ep.strongest_correct is not None
         test = splits.test
         ones = np.ones(test.shape, dtype=np.int64)
+        alone = ep.strongest_step
+        step = None if alone is None else step_mask(alone, test.shape, ep.horizon)
         return Metrics(
             cost=ep.strongest_cost[test],
             covered=ep.strongest_correct[test] | ~ep.solvable[test],
             length=ones,
             set_size=ones,
             latency=None if ep.strongest_latency is None else ep.strongest_latency[test],
+            called=step,
+            returned=step,
         )
 
 

@@ -29,7 +29,7 @@ from ccpo.learning.config import StopConfig
 from ccpo.policies.base import Answered, AnswerKind, Calibration, Policy, RoundDecision
 from ccpo.policies.folder import read_side_files, shared_fields, write_folder
 from ccpo.policies.single import DELTA, Unreachable, binomial_pvalues, reachable_alpha
-from ccpo.traces.episodes import Episodes, Metrics
+from ccpo.traces.episodes import Episodes, Metrics, step_mask
 from ccpo.traces.featurize import FEATURE_SPEC
 from ccpo.traces.labels import GOLD, reference_model
 from ccpo.traces.schema import ACTIONS
@@ -199,7 +199,8 @@ class ReferencePolicy(Policy):
         ones = np.ones(cost.shape, dtype=np.int64)
         lat = ep.strongest_latency
         lat = None if lat is None else (lat if idx is None else lat[idx])
-        return Metrics(cost, ~_misses(ep, idx), ones, ones, lat)
+        step = step_mask(self.step, cost.shape, ep.horizon)  # its one call, run and returned
+        return Metrics(cost, ~_misses(ep, idx), ones, ones, lat, called=step, returned=step)
 
     def replay_answers(self, ep: Episodes) -> tuple[np.ndarray, np.ndarray]:
         """Round t of its step is the one "run", its role's answer the one returned."""

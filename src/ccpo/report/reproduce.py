@@ -23,6 +23,7 @@ from ccpo.evaluation.seeds import (
     seed_ratio_lines,
 )
 from ccpo.report.document import Doc
+from ccpo.report.money import MONEY_NOTE, money_table
 from ccpo.report.results import price_items
 from ccpo.report.tables import (
     MISS,
@@ -239,6 +240,7 @@ def write_report(
         "splits. `oracle` is a cost floor (it knows which round first holds a correct "
         "answer), not a policy: cost / oracle = 1.00× would be perfect."
     )
+    doc.para(MONEY_NOTE + " One such table closes each set's section at each α.")
     savings = [g.saving for g in groups if g.saving]
     if savings:
         doc.heading("The saving")
@@ -288,6 +290,10 @@ def write_report(
                 )
                 doc.images([s.folder / "training_curves.png"], ["training curves"])
                 doc.bullets(kappa_notes(s))
+                money = money_table(s.rows, s.n_test, "")
+                if money.rows:
+                    doc.heading("Where the money goes (paid · returned)", 4)
+                    doc.table(money)
         doc.heading("cost vs coverage across α", 3)
         doc.images([frontiers[name]], ["frontier"])
     return doc.write("report")

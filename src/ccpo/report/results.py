@@ -23,6 +23,7 @@ from typing import Any
 from ccpo import __version__
 from ccpo.evaluation.harness import ResultRow
 from ccpo.report.document import Doc
+from ccpo.report.money import MONEY_NOTE, money_table
 from ccpo.report.plots import box_plots
 from ccpo.report.tables import refusal_notes, results_table, saving_line
 from ccpo.traces.labels import GOLD
@@ -90,6 +91,10 @@ def _write_results(
         md.para(f"**Cheapest at the target:** {saving}")
     md.table(results_table(rows, head, alpha, n_test, labels))
     md.bullets(refusal_notes(rows))
+    money = money_table(rows, n_test)
+    if money.rows:
+        md.para(MONEY_NOTE)
+        md.table(money)
     if meta.get("prices"):
         md.para("**Prices used** (USD per million input / output tokens):")
         md.bullets(price_items(meta["prices"]))

@@ -9,7 +9,9 @@ Everything that scores a policy uses exactly these semantics, replay and live al
 - :func:`single_clears` (the stopping rule the live decision shares), :func:`single_rollout`,
   :func:`answer_actions`, :func:`single_losses`: single-answer policies.
 - :func:`strongest_model`, :func:`strongest_calls`: the ``always-<model>`` row.
-- :class:`Metrics`: cost, covered, length and set size per question.
+- :class:`Metrics`: cost, covered, length and set size per question, and which steps were
+  run and returned (:func:`round_steps`, :func:`one_step`: where the money goes,
+  :mod:`ccpo.traces.rungs`).
 
 Shapes: N questions, T rounds, F features, K evaluation splits, n questions per split.
 Contract: docs/design.md, section "Episode semantics"; derivation of the covering score:
@@ -32,6 +34,7 @@ from ccpo.traces.labels import labels_of, reference_model
 from ccpo.traces.latency import call_seconds, round_seconds
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.routing import RouteViews, route_views
+from ccpo.traces.rungs import Rungs, ladder_rungs
 from ccpo.traces.schema import ACTIONS, Trace
 from ccpo.traces.signals import is_solo
 
@@ -72,6 +75,7 @@ class Episodes:
     family: str = ""  # the task's answer family (traces.answers.family_of); '' unknown
     #: every round is one model's call (traces.signals.is_solo): a round is a rung
     one_model: bool = False
+    rungs: Rungs | None = None  # each distinct paid call and its cost (traces.rungs)
 
     @property
     def n(self) -> int:
@@ -122,6 +126,7 @@ class Episodes:
             routes=None if self.routes is None else self.routes.subset(idx),
             family=self.family,
             one_model=self.one_model,
+            rungs=None if self.rungs is None else self.rungs.subset(idx),
         )
 
     @property
@@ -224,6 +229,7 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         routes=route_views(traces, prices),
         family=family_of(task, traces[0].family),
         one_model=all(is_solo(r) for tr in traces for r in tr.rounds),
+        rungs=ladder_rungs(traces, prices),
     )
 
 
@@ -304,6 +310,32 @@ class Metrics:
     length: np.ndarray  # rounds run
     set_size: np.ndarray  # distinct answers returned
     latency: np.ndarray | None = None  # estimated seconds (None: from rounds run)
+    #: [..., T, 2] bool: the steps run (a step repeating an earlier call stands for that
+    #: call); None where the row does not say (the oracle bound)
+    called: np.ndarray | None = None
+    #: [..., T, 2] bool: the steps whose reply is returned (a set's non-empty members)
+    returned: np.ndarray | None = None
+
+
+def round_steps(ran: np.ndarray) -> np.ndarray:
+    """[..., T, 2] bool: both steps of every round marked in ``ran`` [..., T] (read-only)."""
+    ran = np.asarray(ran, dtype=bool)
+    return np.broadcast_to(ran[..., None], (*ran.shape, 2))
+
+
+def one_step(round_: np.ndarray, role: Any, horizon: int) -> np.ndarray:
+    """[..., T, 2] bool: step (``round_``, ``role``) alone (0-based round and role index,
+    arrays [...] or scalars broadcasting against each other)."""
+    round_, role = np.asarray(round_), np.asarray(role)
+    at = (np.arange(horizon) == round_[..., None])[..., None]
+    return at & (np.arange(2) == role[..., None, None])
+
+
+def step_mask(step: tuple[int, str], shape: tuple[int, ...], horizon: int) -> np.ndarray:
+    """[*shape, T, 2] bool: step (round t, 1-based; role) alone, for every question
+    (read-only)."""
+    t, role = step
+    return np.broadcast_to(one_step(t - 1, ACTIONS.index(role), horizon), (*shape, horizon, 2))
 
 
 def _gather(arr: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
@@ -346,6 +378,8 @@ def point_rollout(
         covered=hit | ~_gather(ep.solvable, idx),
         length=stop + 1,
         set_size=np.ones_like(stop),
+        called=round_steps(ran),
+        returned=one_step(stop, chosen, T),
     )
 
 
@@ -449,6 +483,8 @@ def conformal_rollout(
         length=reach.sum(-1),
         set_size=np.bitwise_count(mask).astype(np.int64),
         latency=lat,  # the rounds reached (a prefix, or a routed start's view)
+        called=round_steps(reach),
+        returned=included,
     )
 
 
@@ -494,6 +530,8 @@ def single_rollout(
         covered=hit | ~ep.solvable[sel],
         length=stop + 1,
         set_size=np.ones_like(stop),
+        called=round_steps(ran),
+        returned=one_step(stop, stop_actions(ep.answered[sel], stop), ep.horizon),
     )
 
 
@@ -505,9 +543,15 @@ def single_losses(ep: Episodes, scores: np.ndarray, lams: np.ndarray) -> np.ndar
     return ~_returned_correct(ep.answered[None], ep.correct[None], stop) & ep.solvable[None]
 
 
+def stop_actions(answered: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """[...] the answer action (:func:`answer_actions`) of the stop round ``stop`` [...]
+    (``answered`` [..., T, 2], broadcasting against ``stop``)."""
+    return np.take_along_axis(answer_actions(answered), stop[..., None], -1)[..., 0]
+
+
 def _returned_correct(answered: np.ndarray, correct: np.ndarray, stop: np.ndarray) -> np.ndarray:
     """Whether the one answer returned at round ``stop`` [...] is correct (``answered``,
     ``correct`` [..., T, 2], broadcasting against ``stop``)."""
-    act = np.take_along_axis(answer_actions(answered), stop[..., None], -1)[..., 0]
+    act = stop_actions(answered, stop)
     corr = np.take_along_axis(correct, stop[..., None, None], -2)[..., 0, :]
     return np.take_along_axis(corr, act[..., None], -1)[..., 0]

@@ -35,6 +35,7 @@ from ccpo.traces.episodes import (
     conformal_rollout,
     conformal_sets,
     covering_scores,
+    round_steps,
 )
 
 
@@ -147,7 +148,10 @@ class RoutedSetPolicy(RouterHolder, Policy):
     ) -> Metrics:
         m = conformal_rollout(scores.ep, scores.probs, thresholds, idx)
         start = scores.start if idx is None else scores.start[np.asarray(idx)]
-        return replace(m, length=m.length - start)  # latency: the skipped rounds cost 0 s
+        run = round_steps(np.arange(ep.horizon) >= start[..., None])  # skipped: not called
+        assert m.called is not None
+        # latency: the skipped rounds cost 0 s
+        return replace(m, length=m.length - start, called=m.called & run)
 
     def replay_answers(self, ep: Episodes) -> tuple[np.ndarray, np.ndarray]:
         view = self.episode_scores(ep)

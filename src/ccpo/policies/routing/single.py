@@ -34,7 +34,15 @@ from ccpo.policies.single import (
     ltt_threshold,
     reached_labels,
 )
-from ccpo.traces.episodes import Episodes, Metrics, answer_actions, single_losses, single_stops
+from ccpo.traces.episodes import (
+    Episodes,
+    Metrics,
+    answer_actions,
+    one_step,
+    round_steps,
+    single_losses,
+    single_stops,
+)
 
 
 # ----------------------------------------------------------------------------- replay
@@ -94,6 +102,8 @@ def routed_outcomes(
         length=stop - s + 1,
         set_size=np.ones_like(stop),
         latency=lat,  # rounds s..stop, as run: the start round's calls at once
+        called=round_steps(ran),  # round s's repeat of a skipped call stands for that call
+        returned=one_step(stop, act, ep.horizon),
     )
     return s, stop, m
 
