@@ -18,6 +18,7 @@ from pathlib import Path
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.llm.client import BudgetExceeded, LLMCallError
+from ccpo.llm.wire import EndpointError
 from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.config import DeployConfig
@@ -39,6 +40,7 @@ from ccpo.runtime.state import (
     StateUnavailable,
     StoreLedger,
 )
+from ccpo.runtime.state.db import OperationRefused
 from ccpo.traces.conversation import ConversationError, check_size
 
 log = logging.getLogger("ccpo.serve")
@@ -330,11 +332,15 @@ class Service:
             self.store.answers.record_error()
             why = "an LLM endpoint still failed after its retries"
             raise self.withheld(502, "upstream_error", why, e, req.id) from None
-        except CCPOError as e:  # e.g. the endpoint refused our key or model name
+        except EndpointError as e:  # the endpoint refused our key, or knows no such model
             self.store.answers.record_error()
             why = "an LLM endpoint refused the request (its key or model)"
             raise self.withheld(502, "upstream_error", why, e, req.id) from None
-        except Exception as e:  # the policy itself (a bug): the same question fails again
+        except OperationRefused as e:  # the state database refused one of its writes
+            self.store.answers.record_error()
+            raise self.withheld(500, "internal_error", "the state database refused an "
+                                "operation", e, req.id) from None  # fmt: skip
+        except Exception as e:  # the policy (a bug, or an error of its own): it fails again
             self.store.answers.record_error()
             self._policy_failures.append(type(e).__name__)
             log.error("request %s: the policy failed", req.id, exc_info=e)
