@@ -18,6 +18,7 @@ from pathlib import Path
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.llm.client import BudgetExceeded, LLMCallError
+from ccpo.llm.http_errors import NotRecorded
 from ccpo.llm.wire import EndpointError
 from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.answer_set import AnswerSet
@@ -328,6 +329,14 @@ class Service:
         except BudgetExceeded as e:
             self.store.answers.record_error()
             raise ApiError(503, "budget_exhausted", f"total budget reached: {e}") from None
+        except NotRecorded as e:  # a replay endpoint: the model and URL are right
+            self.store.answers.record_error()
+            what = "conversation" if agent.takes_conversations else "question"
+            why = (
+                f"this {what} is not in the recorded traces the LLM endpoints replay (ccpo "
+                f"replay-server answers only the {what}s of its trace file)"
+            )
+            raise self.withheld(404, "not_recorded", why, e, req.id) from None
         except LLMCallError as e:
             self.store.answers.record_error()
             why = "an LLM endpoint still failed after its retries"
