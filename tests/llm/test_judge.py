@@ -302,3 +302,24 @@ def test_the_conversation_is_the_traces_messages_when_it_has_them(tmp_path) -> N
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     chat = type(tr).model_validate({**tr.to_json_dict(), "messages": msgs})
     assert chat.conversation().as_list() == msgs
+
+
+def test_the_ladders_prices_travel_beside_the_judged_traces(tmp_path) -> None:
+    """The import's own price file (``traces.prices.json``, from its ``--prices``) is carried
+    beside the judged output, with only the judge's price given to ``judge``: ``train`` then
+    prices the judged traces without ``--prices``, as it would the imported ones."""
+    from ccpo.traces.prices import read_price_file, write_price_file
+
+    traces, prices = _traces(tmp_path)
+    judge_only = write_price_file(tmp_path / "judge-price.json", {JUDGE: (1000.0, 1000.0)}, "t")
+    out = tmp_path / "judged.jsonl"
+    with ScriptedServer(fallback=Judge(), logprobs_mode="reject") as srv:
+        res = _judge(traces, judge_only, srv, out, tmp_path / "c.sqlite")
+    assert res.returncode == 0, res.stderr
+    side = tmp_path / "judged.prices.json"
+    assert f"wrote the prices of its models to {side}" in " ".join(res.stdout.split())
+    carried, given = read_price_file(side), read_price_file(prices)
+    assert sorted(carried.models) == sorted(MODELS)  # the ladder's, not the judge's
+    assert all(carried.price(m) == given.price(m) for m in MODELS)
+    res = run_ccpo("traces", "stats", str(out))  # no --prices: read beside the traces
+    assert res.returncode == 0, res.stderr

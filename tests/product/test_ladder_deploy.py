@@ -128,7 +128,7 @@ def test_served_answers_equal_the_replay_on_an_imported_ladder(imported, replay,
 
 def test_the_replay_endpoint_refuses_what_it_has_not_recorded(imported, replay):
     sdk = openai.OpenAI(base_url=replay + "/v1", api_key="none", max_retries=0)
-    with pytest.raises(openai.NotFoundError, match="no question of"):
+    with pytest.raises(openai.NotFoundError, match="this question is not in the recorded traces"):
         sdk.chat.completions.create(
             model="tiny-m", messages=[{"role": "user", "content": "Question: never asked?"}]
         )

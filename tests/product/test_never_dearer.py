@@ -94,3 +94,17 @@ def test_check_of_a_single_answer_names_lambda_and_proposes_no_refused_value(
     assert "no λ restores 1 − α on this file" in flat and "set kappa:" not in flat
     got = json.loads(run_ccpo("check", "--policy", str(pol), "--traces", traffic, "--json").stdout)
     assert got["kappa_to_restore"] is None and got["threshold_name"] == "λ̂"
+
+
+def test_auto_s_pick_dearer_once_calibrated_is_not_told_to_use_auto() -> None:
+    """auto picks on its training folds; calibrated (a dearer threshold on few calibration
+    questions) its pick may cost more than the reference alone: the warning then says so,
+    not "train with --method auto", which it was."""
+    from ccpo.evaluation.yardstick import Yardstick
+
+    picked = Yardstick("cstop-single", "big-m", 0.011, 0.010, False, True, by_auto=True)
+    said = picked.warning()
+    assert said is not None and "costs 110% of always-big-m" in said
+    assert "auto chose it on its training folds" in said and "--method auto" not in said
+    other = Yardstick("cstop-single", "big-m", 0.011, 0.010, False, True)
+    assert "train with --method auto, which keeps always-big-m" in (other.warning() or "")

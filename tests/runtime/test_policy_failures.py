@@ -2,7 +2,9 @@
 twice: over real HTTP against the scripted world, each question is a 500 ``policy_error`` that
 the openai SDK does not retry (``x-should-retry: false``: its calls are paid once), counted in
 ``/metrics`` (the errors and the 5xx by kind), and ``/healthz`` says ``degraded`` after three in
-a row, until a question is answered again. An upstream that fails is counted by its own kind."""
+a row, until a question is answered again; the same for an error of ccpo's own raised by the
+policy (a ``CCPOError``: not an endpoint's). An upstream that fails is counted by its own
+kind."""
 
 from __future__ import annotations
 
@@ -12,21 +14,27 @@ import httpx
 import openai
 import pytest
 
+from ccpo.errors import CCPOError
 from tests.helpers.serve import LiveServer, make_service
 
 Q = "Which is a prime number?\nA. 4\nB. 6\nC. 7\nD. 9"
 
 
-def _broken(*args, **kwargs):
-    raise ValueError("operands could not be broadcast together with shapes (3,52) (38,)")
+def _broken(error: type[Exception]):
+    def decide(*args, **kwargs):
+        raise error("operands could not be broadcast together with shapes (3,52) (38,)")
+
+    return decide
 
 
+# a bug in numpy's hands, or an error of ccpo's own raised by the policy: not an endpoint's
+@pytest.mark.parametrize("error", [ValueError, CCPOError])
 def test_a_failing_policy_is_counted_degrades_health_and_is_not_retried(
-    policy_dir, world, prices_path
+    policy_dir, world, prices_path, error
 ) -> None:
     svc = make_service(policy_dir, world, prices_path)
     works = svc.agent.policy.decide
-    svc.agent.policy.decide = _broken  # a bug in the policy: it fails on every question
+    svc.agent.policy.decide = _broken(error)  # a bug in the policy: it fails on every question
     with LiveServer(svc) as live:
         sdk = openai.OpenAI(base_url=live.url + "/v1", api_key="none")  # its default retries
         calls = []
@@ -39,7 +47,7 @@ def test_a_failing_policy_is_counted_degrades_health_and_is_not_retried(
             calls.append(world.n_requests - before)
             r = e.value.response
             assert r.json()["error"]["type"] == "policy_error"
-            assert "ValueError" in r.json()["error"]["message"]
+            assert error.__name__ in r.json()["error"]["message"]
             assert "broadcast" not in r.text  # (the exception's text stays in the log)
             assert r.headers["x-should-retry"] == "false"
         # one question's calls, paid once each time: not three times over the SDK's retries
@@ -53,7 +61,7 @@ def test_a_failing_policy_is_counted_degrades_health_and_is_not_retried(
                          text, re.M), text[-1500:]  # fmt: skip
         h = httpx.get(live.url + "/healthz")
         assert h.status_code == 503 and h.json()["status"] == "degraded"
-        assert "the policy failed on the last 3 questions (ValueError)" in h.json()["detail"]
+        assert f"the policy failed on the last 3 questions ({error.__name__})" in h.json()["detail"]
         # fixed: one answered question and it is ok again
         svc.agent.policy.decide = works
         assert sdk.chat.completions.create(

@@ -2,7 +2,8 @@
 ``ccpo serve``, over real HTTP against a scripted upstream on 127.0.0.1 that streams one token a
 chunk: the first piece reaches the client while the upstream is still writing the reply (it
 is held after its first token until the test lets it go), the pieces join to the whole reply,
-and the time to first token is counted at that first piece. A set policy, whose reply is
+and the time to first token is counted at that first piece (in ``/metrics`` and in the
+answer's ``ttft_ms``). A set policy, whose reply is
 chosen after its calls, streams nothing of them."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 
 import httpx
 import pytest
@@ -124,9 +126,13 @@ def test_the_reference_alone_streams_its_one_call(chat_policies) -> None:
                     break
             assert not hold.is_set()  # the upstream is still writing it
             assert [(q["model"], q.get("stream")) for q in srv.requests] == [("big-m", True)]
+            time.sleep(0.3)  # the rest of the reply comes 0.3 s after its first piece
             hold.set()
             lines.extend(it)
         chunks = _chunks(lines)
         whole = chat_reply({"model": "big-m", "messages": conversation(7)})
         assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == whole
-        assert chunks[-1]["ccpo"]["answer"] == whole and chunks[-1]["ccpo"]["cost_usd"] > 0
+        s = chunks[-1]["ccpo"]
+        assert s["answer"] == whole and s["cost_usd"] > 0
+        # the answer's time to first token is its first piece's, not the end of the reply
+        assert 0 < s["ttft_ms"] < s["latency_ms"] - 250, s

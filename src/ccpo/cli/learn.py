@@ -336,7 +336,7 @@ def _report(spec, got, ep, cal, alpha: float, out: Path) -> None:
     for note in got.notes:
         console.print(note)
     cost = summary["calibration_cost_cents"] / 100 / max(len(cal), 1)
-    y = yardstick(pol.variant, pol, ep, cal, cost)
+    y = yardstick(pol.variant, pol, ep, cal, cost, by_auto="auto" in summary)
     if y is not None:
         summary.update(reference=y.name, cost_ratio_to_reference=y.ratio)
     with staged_folder(out) as tmp:  # all files or none (a full disk)

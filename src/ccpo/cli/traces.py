@@ -178,7 +178,6 @@ def traces_import(
     question whose reference answer is empty is dropped (counted). With --prices, the prices
     of the table's models are written beside the output (OUT.prices.json), where stats, train
     and compare find them. The table is streamed (memory: one question at a time)."""
-    from ccpo.evaluation.harness import sidecar_path
     from ccpo.traces.accept import parse_rule
     from ccpo.traces.importer import import_signals, open_table, with_text_signals
     from ccpo.traces.io import write_traces
@@ -247,17 +246,25 @@ def traces_import(
         )
     console.print(f"[green]wrote[/green] {n} traces to {out}")
     if prices:
-        from ccpo.traces.io import written_whole
-        from ccpo.traces.prices import PriceTable
+        _write_sidecar(out, price_table, plan.order())
 
-        own = PriceTable({m: price_table.price(m) for m in plan.order()}, price_table.sources)
-        side = sidecar_path(out)
-        with written_whole(side) as tmp:
-            tmp.write_text(json.dumps(own.to_price_file(), indent=1) + "\n", encoding="utf-8")
-        console.print(
-            f"[green]wrote[/green] the prices of its models to {side} (read beside the traces "
-            "by stats, train and compare)"
-        )
+
+def _write_sidecar(out: Path, table, models) -> None:
+    """The prices of ``models`` (those ``table`` has) beside the trace file ``out``
+    (``OUT.prices.json``, where stats, train and compare read them), said on the console."""
+    from ccpo.evaluation.harness import sidecar_path
+    from ccpo.traces.io import written_whole
+    from ccpo.traces.prices import PriceTable
+
+    own = PriceTable({m: table.price(m) for m in models if table.has(m)}, table.sources)
+    side = sidecar_path(out)
+    with written_whole(side) as tmp:
+        tmp.write_text(json.dumps(own.to_price_file(), indent=1) + "\n", encoding="utf-8")
+    console.print(
+        f"[green]wrote[/green] the prices of its models to {side} (read beside the traces by "
+        "stats, train and compare)",
+        soft_wrap=True,  # (a path is never cut)
+    )
 
 
 def traces_judge(
@@ -310,21 +317,24 @@ def traces_judge(
     are ccpo's own (versioned), at temperature 0; every call is cached, so an interrupted run
     resumes without paying twice. A judge reply without a readable rating is asked once more,
     then left unjudged: its question is left out and counted, never guessed. The judge, the
-    mode and the rule are recorded in meta.labels and named in every guarantee."""
+    mode and the rule are recorded in meta.labels and named in every guarantee. The ladder
+    models' prices (the input's own TRACES.prices.json beside it, and --prices) are written
+    beside the output, as import writes them."""
     import asyncio
 
     from ccpo.cli.options import EXIT_FAILED
+    from ccpo.evaluation.harness import prices_for, sidecar_prices
     from ccpo.llm.client import Endpoint, LLMClient
     from ccpo.llm.config import default_cache_path
     from ccpo.llm.judge import PROMPT_VERSION, Judge, JudgeCache, judge_traces, reference_of
     from ccpo.traces.accept import parse_rule
     from ccpo.traces.io import read_traces, write_traces
     from ccpo.traces.labels import against_text
-    from ccpo.traces.prices import load_prices
 
     if out.exists() and not force:
         raise CCPOError(f"{out} exists; pass --force to overwrite it")
-    price_table = load_prices(*(prices or []))
+    own_prices = sidecar_prices(traces)  # the input's (an import's --prices), carried over
+    price_table = prices_for(traces, prices or [])
     price_table.check([judge_model])
     rows = read_traces(traces)
     if not rows:
@@ -380,6 +390,8 @@ def traces_judge(
             shown = "; ".join(ids[:5]) + (" …" if len(ids) > 5 else "")
             console.print(f"{len(ids)} {what}: {shown}", highlight=False)
     console.print(f"[green]wrote[/green] {n} traces to {out}")
+    if prices or own_prices:  # the ladder's prices travel with its traces, as import's do
+        _write_sidecar(out, price_table, sorted({m for tr in rows for m in tr.models()}))
 
 
 def _judge_spend(s) -> str:

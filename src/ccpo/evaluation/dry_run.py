@@ -44,8 +44,9 @@ class DryRunReport:
         return self.equal == self.questions
 
 
-class _ReplayThread:
-    """The replay endpoint's app under uvicorn in a daemon thread on a free loopback port."""
+class ReplayThread:
+    """The replay endpoint's app (``app``) under uvicorn in a daemon thread on a free loopback
+    port, its base URL ``url`` (``…/v1``); a context manager."""
 
     def __init__(self, app: Any) -> None:
         import uvicorn
@@ -60,7 +61,7 @@ class _ReplayThread:
             target=lambda: self.server.run(sockets=[self._sock]), daemon=True
         )
 
-    def __enter__(self) -> _ReplayThread:
+    def __enter__(self) -> ReplayThread:
         self._thread.start()
         t0 = time.monotonic()
         while not self.server.started:
@@ -134,7 +135,7 @@ def dry_run(
     all_traces = read_traces(traces_path)
     step = max(1, len(all_traces) // n) if n else 1
     chosen = all_traces[::step][: n or len(all_traces)]
-    with _ReplayThread(create_replay_app(ReplayIndex(all_traces, str(traces_path)))) as rs:
+    with ReplayThread(create_replay_app(ReplayIndex(all_traces, str(traces_path)))) as rs:
         models = {m for tr in all_traces for m in tr.models()}
         models |= {tr.question_embedding.model for tr in all_traces if tr.question_embedding}
         models = sorted(models)

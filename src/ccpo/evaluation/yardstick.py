@@ -31,6 +31,7 @@ class Yardstick:
     reference_usd: float  # calling ``model`` alone, mean per question
     is_reference: bool  # the policy is that very call
     fallback: bool = True  # auto can fall back to it (the model answers alone in the ladder)
+    by_auto: bool = False  # auto picked the policy (on its training folds)
 
     @property
     def name(self) -> str:
@@ -55,11 +56,18 @@ class Yardstick:
         """Said when the policy is not cheaper than calling the reference alone."""
         if self.is_reference or self.cost_usd < self.reference_usd:
             return None
-        what = (
-            f"train with --method auto, which keeps {self.name} when no learned policy is cheaper"
-            if self.fallback
-            else "call it alone, or try a larger --alpha"
-        )
+        if self.by_auto:  # it was cheaper on the training folds, not once calibrated
+            what = (
+                "auto chose it on its training folds, where it was cheaper; its calibrated "
+                "threshold is dearer: more calibration questions or a larger --alpha may help"
+            )
+        elif self.fallback:
+            what = (
+                f"train with --method auto, which keeps {self.name} when no learned policy is "
+                "cheaper"
+            )
+        else:
+            what = "call it alone, or try a larger --alpha"
         return (
             f"{self.policy} is not cheaper than calling {self.model} alone: it costs "
             f"{self.ratio:.0%} of {self.name}; {what}"
@@ -67,14 +75,19 @@ class Yardstick:
 
 
 def yardstick(
-    name: str, policy: Policy, ep: Episodes, idx: np.ndarray, cost_usd: float
+    name: str,
+    policy: Policy,
+    ep: Episodes,
+    idx: np.ndarray,
+    cost_usd: float,
+    by_auto: bool = False,
 ) -> Yardstick | None:
-    """The comparison of ``policy`` (shown as ``name``) on the questions ``idx`` of ``ep``
-    (``cost_usd``: its mean there); ``None`` when the traces have no one model to call
-    alone. ``always-<reference>`` is that very call."""
+    """The comparison of ``policy`` (shown as ``name``; ``by_auto``: auto's pick) on the
+    questions ``idx`` of ``ep`` (``cost_usd``: its mean there); ``None`` when the traces have
+    no one model to call alone. ``always-<reference>`` is that very call."""
     if not ep.strongest or ep.strongest_cost is None or len(idx) == 0:
         return None
     ref = float(ep.strongest_cost[np.asarray(idx)].mean())
     fallback = ep.strongest_step is not None
     is_reference = policy.method == REFERENCE
-    return Yardstick(name, ep.strongest, float(cost_usd), ref, is_reference, fallback)
+    return Yardstick(name, ep.strongest, float(cost_usd), ref, is_reference, fallback, by_auto)

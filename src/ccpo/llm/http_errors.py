@@ -6,7 +6,9 @@
   log-probs refused (:class:`_LogprobsRefused`); 408/409/429 and 5xx are retried, after the
   wait the server asks for (:func:`parse_retry_after`: ``Retry-After``, ``retry-after-ms``).
 - :func:`transport_error`: a failure below HTTP in a few words (refused, time-out, other).
-- :class:`LLMCallError`: a call failed for good (``unsure``: it may have been billed).
+- :class:`LLMCallError`: a call failed for good (``unsure``: it may have been billed);
+  :class:`NotRecorded`: a replay endpoint (``ccpo replay-server``) holds no reply to the
+  question; :class:`~ccpo.llm.wire.EndpointError`: the key, model or URL is the owner's to fix.
 - An upstream error's text never reaches a message or a log (providers echo the key they
   were sent, partly masked): only its identifiers do (:func:`error_codes`).
 """
@@ -21,7 +23,7 @@ import time
 from typing import Any
 
 from ccpo.errors import CCPOError
-from ccpo.llm.wire import Endpoint, host_port, is_openai_api
+from ccpo.llm.wire import Endpoint, EndpointError, host_port, is_openai_api
 
 
 class LLMCallError(CCPOError):
@@ -30,6 +32,17 @@ class LLMCallError(CCPOError):
     case)."""
 
     unsure: bool = False
+
+
+#: the error code of a replay endpoint's 404 for a question (or conversation) its trace file
+#: does not hold (:mod:`ccpo.runtime.replay_server`)
+NOT_RECORDED = "not_recorded"
+
+
+class NotRecorded(LLMCallError):
+    """A replay endpoint (``ccpo replay-server``) has no recorded reply to this question or
+    conversation: this request fails, the next one may be recorded; the model and the URL are
+    right."""
 
 
 class _LogprobsRefused(Exception):
@@ -102,22 +115,28 @@ def key_source(endpoint: Endpoint) -> str:
     )
 
 
-def auth_error(endpoint: Endpoint, status: int) -> CCPOError:
+def auth_error(endpoint: Endpoint, status: int) -> EndpointError:
     """An HTTP 401/403: the key is the user's to fix (named by where it came from)."""
-    return CCPOError(
+    return EndpointError(
         f"{endpoint.where}: authentication failed (HTTP {status}); check the API key in "
         f"{key_source(endpoint)}"
     )
 
 
 def refused_error(endpoint: Endpoint, status: int, body: Any) -> CCPOError:
-    """An HTTP 4xx that retrying cannot help (404: a :class:`CCPOError`, the model or URL is
-    the user's to fix; another: an :class:`LLMCallError` for this request only), with the
+    """An HTTP 4xx that retrying cannot help (404: an :class:`EndpointError`, the model or URL
+    is the user's to fix, unless a replay endpoint says the question is not recorded,
+    :class:`NotRecorded`; another: an :class:`LLMCallError` for this request only), with the
     body's identifiers (:func:`error_codes`) and never its text."""
     codes = error_codes(body)
     said = f": {', '.join(codes)}" if codes else ""
+    if status == 404 and NOT_RECORDED in codes:
+        return NotRecorded(
+            f"{endpoint.where}: the question is not in the recorded traces it replays (HTTP "
+            f"404{said}): a replay endpoint answers only the questions of its trace file"
+        )
     if status == 404:
-        return CCPOError(
+        return EndpointError(
             f"{endpoint.where}: not found (HTTP 404{said}); check the model name and the base "
             "URL (it usually ends in /v1)"
         )

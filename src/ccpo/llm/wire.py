@@ -1,7 +1,8 @@
 """What goes over the wire to an OpenAI-compatible endpoint, and what comes back.
 
 - :class:`Endpoint`: a model at a ``base_url`` and where its API key comes from
-  (:meth:`Endpoint.resolve_key`: the OpenAI key is never sent to another host unless named).
+  (:meth:`Endpoint.resolve_key`: the OpenAI key is never sent to another host unless named);
+  :class:`EndpointError`: a setting of an endpoint that its owner must fix.
 - :class:`ChatRequest` (everything that goes into the cache key), written as the OpenAI API
   takes it by :func:`_request_body`; :class:`ChatResult` and :class:`TokenLogprob`, read from
   a reply by :func:`_parse_completion` (:class:`_Malformed` for anything unusable; usage the
@@ -35,6 +36,12 @@ except ImportError:  # pragma: no cover - the core install
 
 
 DUMMY_API_KEY = "sk-no-key-required"
+
+
+class EndpointError(CCPOError):
+    """An endpoint's setting the deployment's owner must fix, the same for every request: its
+    key (missing, refused: HTTP 401/403), its model name or its URL (HTTP 404). Not a failure
+    of one call (:class:`~ccpo.llm.http_errors.LLMCallError`), nor of the policy."""
 
 
 OPENAI_HOST = "api.openai.com"
@@ -77,7 +84,7 @@ class Endpoint:
         if self.api_key_env:
             val = os.environ.get(self.api_key_env)
             if not val:
-                raise CCPOError(
+                raise EndpointError(
                     f"model '{self.model}': environment variable {self.api_key_env} is not set "
                     "(it should hold the API key)"
                 )

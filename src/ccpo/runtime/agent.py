@@ -107,6 +107,19 @@ class _Held:
         self.pieces.clear()
 
 
+class _Timed:
+    """A streamed reply's pieces passed on to ``to``, the moment the first one with content
+    passed noted (``at``): the time to first token a client of the stream sees."""
+
+    def __init__(self, to: Any) -> None:
+        self.to, self.at = to, None
+
+    def put(self, piece: str) -> None:
+        if self.at is None and piece:
+            self.at = time.perf_counter()
+        self.to(piece)
+
+
 class PolicyProvenanceWarning(UserWarning):
     """The policy was trained with other models than it is deployed with, or on synthetic
     traces (``warnings.simplefilter("error", PolicyProvenanceWarning)`` makes it refuse)."""
@@ -434,9 +447,11 @@ class ConformalAgent:
         """The set-valued rollout of one admitted question (see :meth:`aanswer`)."""
         q = Question(qid, self.task, prompt_text(question), [], parse_context(context, "context"))
         backend = runner.backend_for(q)
-        token = reply_sink.set(self._streamed_step())
+        sink = self._streamed_step()
+        timed = None if sink is None else _Timed(sink.put)
+        token = reply_sink.set(None if timed is None else ReplySink(timed.put, sink.step))
         try:
-            return await self._rounds(runner, env, question, q, qid, backend, k, budget, t0)
+            return await self._rounds(runner, env, question, q, qid, backend, k, budget, t0, timed)
         finally:
             reply_sink.reset(token)
 
@@ -464,9 +479,11 @@ class ConformalAgent:
         k: float | None,
         budget: float | None,
         t0: float,
+        timed: _Timed | None = None,
     ) -> AnswerSet:
         """The rounds of :meth:`_rollout`: from the round the policy starts at, each with the
-        steps it calls (:meth:`~ccpo.policies.base.Policy.round_roles`), until it stops."""
+        steps it calls (:meth:`~ccpo.policies.base.Policy.round_roles`), until it stops.
+        ``timed``: the streamed step's sink, which times the first piece it passed on."""
         roles = self.policy.round_roles  # the steps of each round it calls
         outs: list[RoundOutput] = []
         rounds: list[Any] = []  # live rounds (protocol.live_round): a Round's attributes
@@ -540,7 +557,9 @@ class ConformalAgent:
                 client = runner.client
                 client.ledger.note_worst(client.question_estimate(worst_round * self.horizon) or 0)
         best = one_answer(joined)
-        decided = time.perf_counter()  # the reply is chosen: its first token could be sent
+        # the first token: streamed as it came (a step decided before it was called), else
+        # sent once the reply is chosen, not before
+        first = timed.at if timed is not None and timed.at is not None else time.perf_counter()
         return AnswerSet(
             id=qid,
             question=q.question,
@@ -557,7 +576,7 @@ class ConformalAgent:
             kappa=k,
             policy=self.policy.variant,
             latency_ms=(time.perf_counter() - t0) * 1000.0,
-            ttft_ms=(decided - t0) * 1000.0,
+            ttft_ms=(first - t0) * 1000.0,
             finish_reason=None if best is None else finish.get(best),
         )
 

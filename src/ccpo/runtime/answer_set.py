@@ -128,8 +128,10 @@ class AnswerSet(BaseModel):
     latency_ms: float = Field(0.0, description="wall time of the whole request")
     ttft_ms: float | None = Field(
         None,
-        description="time to first token: from the question's arrival to the policy's choice "
-        "of its reply, the first moment any of it can be sent (null in answers stored by old "
+        description="time to first token: from the question's arrival to the first piece of "
+        "the reply's content passed on as the upstream streamed it (a streamed request whose "
+        "reply the policy chose before calling its step), else to the policy's choice of its "
+        "reply, the first moment any of it can be sent (null in answers stored by old "
         "versions)",
     )
     finish_reason: str | None = Field(

@@ -9,7 +9,9 @@ API cost (and tests run the real HTTP path without inventing answers).
 - :func:`create_replay_app`: the app. The reply is the recorded answer with its usage, plus
   ``ccpo_replay`` (the recorded step, which ccpo's agent takes as recorded), so live answers
   equal the policy's replay exactly (a round's recorded ``signals`` ride along with each of
-  its steps). Anything not in the file gets HTTP 404 saying which. A request's
+  its steps). Anything not in the file gets HTTP 404 saying which (a question or
+  conversation it does not hold: code ``not_recorded``, which ccpo's client reports as
+  such, never as a wrong model or URL). A request's
   ``max_tokens`` under the recorded reply's length cuts it (in proportion), with
   ``finish_reason: length`` and the cap as its usage: as an endpoint that honours it.
   ``stream: true`` gets the reply as server-sent events (the content in one chunk).
@@ -26,9 +28,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ccpo.errors import CCPOError
+from ccpo.llm.http_errors import NOT_RECORDED
 
 try:
     from fastapi import FastAPI, Request
@@ -46,6 +49,16 @@ from ccpo.traces.schema import Trace
 _CONVERSATION = "\x00conversation:"  # a recorded conversation's key: never in a prompt's text
 #: where ccpo's prompts put the question: (prefix, what ends it)
 _QUESTION_MARKS = (("Question: ", ("\nThought ", "\n\nBase answer:")), ("Q: ", ("\nA: ",)))
+
+
+class Miss(NamedTuple):
+    """A request the file has no step for: the HTTP status and message of the refusal, and
+    its error code (:data:`~ccpo.llm.http_errors.NOT_RECORDED`: the question is not in the
+    file at all, which ccpo's client reports as such; None: not for that model or step)."""
+
+    status: int
+    message: str
+    code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,21 +197,28 @@ class ReplayIndex:
         round_: int | None,
         role: str | None,
         messages: list[Any] | None = None,
-    ) -> Recorded | tuple[int, str]:
-        """The recorded step of a request, or (HTTP status, message) when there is none."""
+    ) -> Recorded | Miss:
+        """The recorded step of a request, or a :class:`Miss` saying why there is none."""
         q = self.find_conversation(messages or []) or self.find_question(text)
         if q is None:
-            return 404, f"no question of {self.source} appears in the prompt"
+            what = "conversation" if self.conversations else "question"
+            why = (
+                f"this {what} is not in the recorded traces of {self.source}: a replay "
+                f"endpoint answers only the {what}s its trace file holds"
+            )
+            return Miss(404, why, NOT_RECORDED)
         models = self.by_question[q]
         if model not in models:
-            return 404, (
+            return Miss(404, (
                 f"model '{model}' has no recorded answer to this question in {self.source} "
                 f"(recorded: {', '.join(sorted(models))})"
-            )
+            ))  # fmt: skip
         if round_ is not None and role is not None:
             rec = self.steps.get((q, model, round_, role))
             if rec is None:
-                return 404, f"model '{model}' is not the {role} of round {round_} in {self.source}"
+                return Miss(
+                    404, f"model '{model}' is not the {role} of round {round_} in {self.source}"
+                )
             return rec
         steps = models[model]
         if round_ is not None:
@@ -206,18 +226,21 @@ class ReplayIndex:
         if role is not None:
             steps = [s for s in steps if s.role == role]
         if not steps:
-            return 404, f"model '{model}' has no such step of this question in {self.source}"
+            return Miss(404, f"model '{model}' has no such step of this question in {self.source}")
         if len({(s.answer, s.input_tokens, s.output_tokens) for s in steps}) > 1:
             where = ", ".join(f"round {s.round} {s.role}" for s in steps)
-            return 400, (
+            return Miss(400, (
                 f"model '{model}' answers this question in several steps ({where}); send the "
                 "X-CCPO-Round and X-CCPO-Role headers to choose one"
-            )
+            ))  # fmt: skip
         return steps[0]
 
 
-def _error(status: int, message: str, type_: str) -> JSONResponse:
-    return error_response(status, type_, message)  # the body every ccpo server refuses with
+def _error(status: int, message: str, type_: str, code: str | None = None) -> JSONResponse:
+    """The body every ccpo server refuses with, with an OpenAI-style ``code`` when given."""
+    if code is None:
+        return error_response(status, type_, message)
+    return JSONResponse({"error": {"type": type_, "code": code, "message": message}}, status)
 
 
 class _BadRequest(ValueError):
@@ -306,9 +329,10 @@ def create_replay_app(index: ReplayIndex, max_body_bytes: int = MAX_BODY_BYTES) 
         if role is not None and role not in ("base", "guide"):
             return _error(400, "X-CCPO-Role: must be base or guide", "invalid_request_error")
         got = index.lookup(prompt, body["model"], round_, role, body["messages"])
-        if isinstance(got, tuple):
+        if isinstance(got, Miss):
             stats["missing"] += 1
-            return _error(got[0], got[1], "not_found" if got[0] == 404 else "invalid_request_error")
+            kind = "not_found" if got.status == 404 else "invalid_request_error"
+            return _error(got.status, got.message, kind, got.code)
         stats["answered"] += 1
         text, n_out, finish, extra = got.text, got.output_tokens, "stop", got.extra
         cap = body.get("max_completion_tokens", body.get("max_tokens"))

@@ -36,16 +36,18 @@ slower than ``body_timeout`` → 408 and closed; a head over 16 kB → 431 and c
 HTTP parser refuses → 400 and closed; connections
 over ``max_connections`` → 503 and closed. Then: questions over ``max_question_chars`` → 422;
 per-request budget → 402; total budget spent → 503; an LLM endpoint that still fails after its
-retries → 502 (a short reason and the request's id: the endpoint, its host and port and what
-it said are in the server log only, as is the state database's URL), with nothing recorded for that
-request but the dollars it paid; the state database away → 503 ``state_unavailable`` before any
-LLM call (``/healthz`` then answers 503 ``degraded``); the server stopping past its grace
-period → 503 ``shutting_down``; text the database cannot store (NUL) → 422. A retry of an id
+retries, or refuses ccpo's key or model → 502 (a short reason and the request's id: the
+endpoint, its host and port and what it said are in the server log only, as is the state
+database's URL), with nothing recorded for that request but the dollars it paid; a question
+a replay endpoint (``ccpo replay-server``) does not hold → 404 ``not_recorded``; the state
+database away → 503 ``state_unavailable`` before any LLM call (``/healthz`` then answers 503
+``degraded``); the server stopping past its grace period → 503 ``shutting_down``; text the
+database cannot store (NUL) → 422. A retry of an id
 still being answered waits for that answer. Every error body is ``{"error": {"type": ...,
 "message": ...}}``, a bug's 500 (``internal_error``; ``policy_error`` when the policy itself
-fails on a question: counted, ``x-should-retry: false``, ``/healthz`` degraded after three in a
-row) included; every 5xx is counted by kind (``ccpo_server_errors``). Refused requests are
-counted in memory, not written one by one.
+fails on a question, with any error of its own: counted, ``x-should-retry: false``,
+``/healthz`` degraded after three in a row) included; every 5xx is counted by kind
+(``ccpo_server_errors``). Refused requests are counted in memory, not written one by one.
 
 The module holds the app (routes, error handlers, the Prometheus export, uvicorn's settings);
 the connection guard, where ``serve`` reaches into uvicorn, is :mod:`ccpo.runtime.http`;
@@ -130,6 +132,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 _ANSWER_ERRORS: dict[int | str, dict[str, Any]] = {
     **_ERRORS,
     402: {"model": ErrorBody, "description": "the per-request budget would be exceeded"},
+    404: {
+        "model": ErrorBody,
+        "description": "not_recorded: the question is not in the recorded traces that the "
+        "LLM endpoints replay (ccpo replay-server)",
+    },
     409: {"model": ErrorBody, "description": "id already used for another question"},
     502: {"model": ErrorBody, "description": "an LLM endpoint failed after its retries"},
     503: {
@@ -341,7 +348,11 @@ def create_app(service: Service | None = None) -> FastAPI:
                 "description": "the completion; with stream: true, chat.completion.chunk events "
                 "(the answer set once the policy stops) and [DONE]",
             },
-            404: {"model": ErrorBody, "description": "unknown model"},
+            404: {
+                "model": ErrorBody,
+                "description": "unknown model; or not_recorded: the conversation is not in "
+                "the recorded traces that the LLM endpoints replay (ccpo replay-server)",
+            },
         },
         summary="The same, OpenAI-compatible: model 'ccpo'; the last user message is the question",
     )

@@ -18,6 +18,8 @@ from pathlib import Path
 from ccpo.errors import CCPOError
 from ccpo.learning.conformal import OnlineThreshold
 from ccpo.llm.client import BudgetExceeded, LLMCallError
+from ccpo.llm.http_errors import NotRecorded
+from ccpo.llm.wire import EndpointError
 from ccpo.runtime.agent import ConformalAgent, RequestBudgetExceeded
 from ccpo.runtime.answer_set import AnswerSet
 from ccpo.runtime.config import DeployConfig
@@ -39,6 +41,7 @@ from ccpo.runtime.state import (
     StateUnavailable,
     StoreLedger,
 )
+from ccpo.runtime.state.db import OperationRefused
 from ccpo.traces.conversation import ConversationError, check_size
 
 log = logging.getLogger("ccpo.serve")
@@ -326,15 +329,27 @@ class Service:
         except BudgetExceeded as e:
             self.store.answers.record_error()
             raise ApiError(503, "budget_exhausted", f"total budget reached: {e}") from None
+        except NotRecorded as e:  # a replay endpoint: the model and URL are right
+            self.store.answers.record_error()
+            what = "conversation" if agent.takes_conversations else "question"
+            why = (
+                f"this {what} is not in the recorded traces the LLM endpoints replay (ccpo "
+                f"replay-server answers only the {what}s of its trace file)"
+            )
+            raise self.withheld(404, "not_recorded", why, e, req.id) from None
         except LLMCallError as e:
             self.store.answers.record_error()
             why = "an LLM endpoint still failed after its retries"
             raise self.withheld(502, "upstream_error", why, e, req.id) from None
-        except CCPOError as e:  # e.g. the endpoint refused our key or model name
+        except EndpointError as e:  # the endpoint refused our key, or knows no such model
             self.store.answers.record_error()
             why = "an LLM endpoint refused the request (its key or model)"
             raise self.withheld(502, "upstream_error", why, e, req.id) from None
-        except Exception as e:  # the policy itself (a bug): the same question fails again
+        except OperationRefused as e:  # the state database refused one of its writes
+            self.store.answers.record_error()
+            raise self.withheld(500, "internal_error", "the state database refused an "
+                                "operation", e, req.id) from None  # fmt: skip
+        except Exception as e:  # the policy (a bug, or an error of its own): it fails again
             self.store.answers.record_error()
             self._policy_failures.append(type(e).__name__)
             log.error("request %s: the policy failed", req.id, exc_info=e)
