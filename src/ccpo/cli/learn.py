@@ -256,13 +256,14 @@ def warn_degenerate(full: float, kappa: float, alpha: float, n_cal: int) -> None
 def ltt_slack(n_cal: int, alpha: float, delta: float) -> str | None:
     """What ``n_cal`` calibration questions cost a single answer, when it is much: the most
     misses Learn-then-Test lets a certified rule make on them (below 0.8 α, the rest of α is
-    paid in calls to stronger models), and how many questions would allow 0.8 α."""
+    paid in calls to stronger models), and how many questions would allow 0.8 α (said when
+    that is at least a quarter more)."""
     from ccpo.policies.single import allowed_misses, questions_for
 
     k = allowed_misses(n_cal, alpha, delta)
-    if k < 0 or k / n_cal >= 0.8 * alpha:
-        return None
     need = questions_for(alpha, delta, 0.8)
+    if k < 0 or k / n_cal >= 0.8 * alpha or need < 1.25 * n_cal:
+        return None
     return (
         f"note: on {n_cal} calibration questions a certified rule may miss on at most {k} "
         f"({k / n_cal:.1%}) at α = {alpha:g}, δ = {delta:g}, so the policy escalates more than "
