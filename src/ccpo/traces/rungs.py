@@ -43,8 +43,12 @@ class Rungs:
         return len(self.models)
 
     def label(self, r: int) -> str:
-        """ "gpt-4o (round 4 guide)": the rung's model and the step that calls it."""
+        """ "gpt-4o (round 4 guide)": the rung's model and the step that calls it; on a
+        ladder of one model per step (a rung per round, each its base's call) "gpt-4o (step
+        4)"."""
         t, role = self.steps[r]
+        if self.steps == tuple((u, "base") for u in range(1, self.count + 1)):
+            return f"{self.models[r]} (step {t})"
         return f"{self.models[r]} (round {t} {role})"
 
     def subset(self, idx: np.ndarray) -> Rungs:
