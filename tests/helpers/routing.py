@@ -91,3 +91,14 @@ def over_share(miss: np.ndarray, alpha: float) -> float:
     """The share of splits (rows of ``miss`` [K, n]) whose miss rate passes α + 2 SE."""
     n = miss.shape[1]
     return float((miss.mean(1) > alpha + 2 * np.sqrt(alpha * (1 - alpha) / n)).mean())
+
+
+def held_out_splits(setting, alpha: float):
+    """(refused [K], the share of test questions started after round 1, test metrics [K, n])
+    of a :func:`routed_on_held_out` setting: (τ̂, λ̂) calibrated on each calibration split,
+    scored on its test split."""
+    ep, pol, cal, test = setting
+    scores = pol.episode_scores(ep)
+    th, refused = pol.split_thresholds(ep, scores, cal, alpha)
+    later = float((pol.router.start(scores.probs[test], th[:, :1]) > 0).mean())
+    return refused, later, pol.rollout(ep, scores, th, test)

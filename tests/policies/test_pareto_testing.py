@@ -28,7 +28,12 @@ from ccpo.policies.single import (
     reachable_alpha,
     reached_labels,
 )
-from tests.helpers.routing import imported_ladder, over_share, routed_on_held_out
+from tests.helpers.routing import (
+    held_out_splits,
+    imported_ladder,
+    over_share,
+    routed_on_held_out,
+)
 
 ALPHA, DELTA, N_TRAIN, SPLITS = 0.2, 0.1, 300, 200
 
@@ -40,14 +45,11 @@ def setting(tmp_path_factory):
 
 
 def test_the_joint_guarantee_holds_on_held_out_splits(setting) -> None:
-    ep, pol, cal, test = setting
+    pol = setting[1]
     assert pol.sequence is not None and tuple(pol.sequence[0]) == (NO_ROUTE, RUN_ALL)
-    scores = pol.episode_scores(ep)
-    th, refused = pol.split_thresholds(ep, scores, cal, ALPHA)
+    refused, later, m = held_out_splits(setting, ALPHA)
     assert not refused.any()
-    starts = pol.router.start(scores.probs[test], th[:, :1])
-    assert (starts > 0).mean() > 0.05  # routing is in play
-    m = pol.rollout(ep, scores, th, test)
+    assert later > 0.05  # routing is in play
     assert over_share(~m.covered, ALPHA) <= DELTA + 0.05
     assert m.covered.mean() >= 1 - ALPHA
 
