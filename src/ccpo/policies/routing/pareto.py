@@ -70,12 +70,11 @@ def pair_outcomes(
     return loss, cost, stop - start[None] + 1
 
 
-def pareto_front(risk: np.ndarray, cost: np.ndarray, rounds: Any = None) -> np.ndarray:
+def pareto_front(risk: np.ndarray, cost: np.ndarray, *ties: np.ndarray) -> np.ndarray:
     """Indices of the points no other beats on both risk and cost, from the least risk to the
-    least cost (risk strictly rising, cost strictly falling); of points equal on both, the one
-    of fewest ``rounds`` (the first when ``None`` or equal too)."""
-    rounds = np.zeros_like(risk) if rounds is None else rounds
-    order = np.lexsort((rounds, cost, risk))
+    least cost (risk strictly rising, cost strictly falling); of points equal on both, the
+    least by ``ties`` (keys in order of priority; the first point when all are equal)."""
+    order = np.lexsort((*reversed(ties), cost, risk))
     keep, best = [], np.inf
     for i in order:
         if cost[i] < best:
@@ -101,7 +100,8 @@ def pareto_sequence(
         risk = (loss | first).mean(1)  # counted with θ_0's misses: what the walk meets after it
         figures.append(np.stack([risk, cost.mean(1), rounds.mean(1)], axis=1))
     every, est = np.concatenate(pairs), np.concatenate(figures)
-    front = pareto_front(est[:, 0], est[:, 1], est[:, 2])
+    front = pareto_front(est[:, 0], est[:, 1], est[:, 2], every[:, 1])  # ties: fewer rounds,
+    # then the least λ (the sooner stop where training questions cannot tell them apart)
     is_first = (every[:, 0] == NO_ROUTE) & (every[:, 1] == RUN_ALL)
     if not is_first.any():
         raise CCPOError("the Pareto grid must hold (no routing, run every round)")
