@@ -45,6 +45,7 @@ class Routed(Protocol):
     (:class:`~ccpo.policies.routing.single.RoutedScores`)."""
 
     fallback_probs: np.ndarray | None
+    latency: np.ndarray | None  # [S, N, T] estimated seconds of round t started at s
 
     def at(
         self, tau: Any, sel: Any = ..., fallback: bool = ...
@@ -54,20 +55,21 @@ class Routed(Protocol):
 def pair_outcomes(
     ep: Episodes, sc: Routed, tau: float, lams: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(loss [M, n] bool, cost [M, n] USD, rounds run [M, n]) of every question of ``ep`` at
-    (τ, λ) for each λ of ``lams``: the loss is a miss in either mode when a fallback router
-    exists (docs/theory.md, "Embeddings, with a fallback"), cost and rounds those of the mode
-    with embeddings."""
+    """(loss [M, n] bool, cost [M, n] USD, delay [M, n]) of every question of ``ep`` at (τ, λ)
+    for each λ of ``lams``: the loss is a miss in either mode when a fallback router exists
+    (docs/theory.md, "Embeddings, with a fallback"); cost and delay are those of the mode with
+    embeddings, the delay in estimated seconds (rounds run when ``sc`` has no latency)."""
     lams = np.asarray(lams, dtype=np.float64)
     start, h, cost = sc.at(tau)
     loss = single_losses(ep, h, lams)
     if sc.fallback_probs is not None:
         loss = loss | single_losses(ep, sc.at(tau, fallback=True)[1], lams)
     ran = np.arange(ep.horizon) >= start[:, None]
-    spent = np.cumsum(cost * ran, axis=-1)  # [n, T]: paid up to and with round t
     stop = single_stops(h[None], lams[:, None])  # [M, n]
-    cost = np.take_along_axis(spent[None], stop[..., None], -1)[..., 0]
-    return loss, cost, stop - start[None] + 1
+    per_round = np.ones_like(cost) if sc.latency is None else sc.latency[start, np.arange(ep.n)]
+    spent, waited = (np.cumsum(x * ran, axis=-1)[None] for x in (cost, per_round))
+    until = stop[..., None]  # paid and waited up to and with the stop round
+    return loss, *(np.take_along_axis(x, until, -1)[..., 0] for x in (spent, waited))
 
 
 def pareto_front(risk: np.ndarray, cost: np.ndarray, *ties: np.ndarray) -> np.ndarray:
@@ -86,7 +88,7 @@ def pareto_front(risk: np.ndarray, cost: np.ndarray, *ties: np.ndarray) -> np.nd
 def pareto_sequence(
     ep: Episodes, sc: Routed, taus=PARETO_TAUS, grid: int = GRID
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(the order of the test [m, 2] of (τ, λ) pairs; their estimated risk, cost and rounds
+    """(the order of the test [m, 2] of (τ, λ) pairs; their estimated risk, cost and delay
     [m, 3]) from the training questions ``ep`` and their out-of-fold scores ``sc``: θ_0 = (no
     routing, run every round), then the Pareto front of the grid from the safest pair to the
     cheapest (θ_0 dropped from it). A pair's risk counts θ_0's misses with its own: the walk
@@ -95,13 +97,13 @@ def pareto_sequence(
     first = pair_outcomes(ep, sc, NO_ROUTE, np.array([RUN_ALL]))[0]  # θ_0's misses [1, n]
     pairs, figures = [], []
     for tau in taus:
-        loss, cost, rounds = pair_outcomes(ep, sc, float(tau), lams)
+        loss, cost, delay = pair_outcomes(ep, sc, float(tau), lams)
         pairs.append(np.stack([np.full(lams.size, float(tau)), lams], axis=1))
         risk = (loss | first).mean(1)  # counted with θ_0's misses: what the walk meets after it
-        figures.append(np.stack([risk, cost.mean(1), rounds.mean(1)], axis=1))
+        figures.append(np.stack([risk, cost.mean(1), delay.mean(1)], axis=1))
     every, est = np.concatenate(pairs), np.concatenate(figures)
-    front = pareto_front(est[:, 0], est[:, 1], est[:, 2], every[:, 1])  # ties: fewer rounds,
-    # then the least λ (the sooner stop where training questions cannot tell them apart)
+    front = pareto_front(est[:, 0], est[:, 1], est[:, 2], every[:, 1])  # ties: the least
+    # delay, then the least λ (the sooner stop where training questions cannot tell them apart)
     is_first = (every[:, 0] == NO_ROUTE) & (every[:, 1] == RUN_ALL)
     if not is_first.any():
         raise CCPOError("the Pareto grid must hold (no routing, run every round)")
