@@ -1,6 +1,6 @@
 """A routed single-answer policy on the synthetic 4-model import (label-free), with its
 router threshold set by hand so that routing is in play (a fixed τ keeps the guarantee: it is
-chosen before calibration)."""
+chosen before calibration), or calibrated as ``train --route`` does (Pareto testing)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def routed_policy(
     order = np.arange(ep.n)
     pol = fit_policy("cstop-lr", ep, order[::2], alpha, 0, single=True, routed=True,
                      route_embeddings=embeddings)  # fmt: skip
-    pol.taus = (tau,)
+    fix_tau(pol, tau)
     pol.calibrate(ep, order[1::2])
     pol.provenance = {**trace_provenance(traces), "alpha": alpha}
     pol.prices = table.to_price_file()
@@ -64,18 +64,26 @@ def difficulty_embedder(traces: Path, noise: float = 0.15, seed: int = 0):
     return lambda text: vec.get(text, [0.0] * 8)
 
 
+def fix_tau(pol, tau: float) -> None:
+    """Calibrate ``pol`` at the router threshold ``tau`` alone (λ by Learn-then-Test there),
+    rather than along its Pareto sequence."""
+    pol.taus, pol.sequence = (tau,), None
+
+
 def routed_on_held_out(
-    traces: Path, prices: Path, n_train: int, alpha: float, delta: float, tau: float,
+    traces: Path, prices: Path, n_train: int, alpha: float, delta: float, tau: float | None,
     splits: int, embeddings: bool = False,
 ):  # fmt: skip
     """(episodes, a ``cstop-lr`` routed policy fitted on ``n_train`` questions (seed 0) with τ
-    fixed at ``tau`` before calibration, calibration halves [splits, n], test halves) of the
-    other questions, drawn with seed 1: the setting of the held-out guarantee tests."""
+    fixed at ``tau`` before calibration (None: τ and λ by Pareto testing), calibration
+    halves [splits, n], test halves) of the other questions, drawn with seed 1: the setting
+    of the held-out guarantee tests."""
     ep, _ = load_episodes(traces, [str(prices)])
     order = np.random.default_rng(0).permutation(ep.n)
     pol = fit_policy("cstop-lr", ep, order[:n_train], alpha, 0, single=True, delta=delta,
                      routed=True, route_embeddings=embeddings)  # fmt: skip
-    pol.taus = (tau,)
+    if tau is not None:
+        fix_tau(pol, tau)
     rest = order[n_train:]
     rng = np.random.default_rng(1)
     perms = np.stack([rng.permutation(rest) for _ in range(splits)])
@@ -87,3 +95,14 @@ def over_share(miss: np.ndarray, alpha: float) -> float:
     """The share of splits (rows of ``miss`` [K, n]) whose miss rate passes α + 2 SE."""
     n = miss.shape[1]
     return float((miss.mean(1) > alpha + 2 * np.sqrt(alpha * (1 - alpha) / n)).mean())
+
+
+def held_out_splits(setting, alpha: float):
+    """(refused [K], the share of test questions started after round 1, test metrics [K, n])
+    of a :func:`routed_on_held_out` setting: (τ̂, λ̂) calibrated on each calibration split,
+    scored on its test split."""
+    ep, pol, cal, test = setting
+    scores = pol.episode_scores(ep)
+    th, refused = pol.split_thresholds(ep, scores, cal, alpha)
+    later = float((pol.router.start(scores.probs[test], th[:, :1]) > 0).mean())
+    return refused, later, pol.rollout(ep, scores, th, test)

@@ -1,5 +1,6 @@
 """``ccpo train --route`` through the real entry point: a routed single-answer folder (router
-file, τ̂ beside λ̂, loaded back as a routed policy); one-line usage errors for a set policy and
+file with the Pareto sequence its calibration walked, τ̂ beside λ̂, loaded back as a routed
+policy that recalibrates as it was calibrated); one-line usage errors for a set policy and
 for a judge ladder, which cannot be routed."""
 
 from __future__ import annotations
@@ -8,7 +9,11 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+
+from ccpo.evaluation.harness import load_episodes
 from ccpo.policies.registry import load_policy
+from ccpo.policies.routing.pareto import PARETO_TAUS
 from ccpo.policies.routing.single import ROUTE_FILE, TAUS, RoutedPolicy
 from tests.helpers.cli import assert_usage_error
 from tests.helpers.routing import imported_ladder
@@ -27,10 +32,18 @@ def test_train_route_writes_a_routed_folder(tmp_path) -> None:
               "--alpha", "0.2", "--prices", str(prices), "--out", str(out))  # fmt: skip
     assert r.returncode == 0, r.stderr
     meta = json.loads((out / "policy.json").read_text())
-    assert (out / ROUTE_FILE).is_file() and meta["route"]["tau"] in TAUS
-    assert json.loads((out / "summary.json").read_text())["route_tau"] == meta["route"]["tau"]
+    assert (out / ROUTE_FILE).is_file() and meta["route"]["tau"] in PARETO_TAUS
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["route_tau"] == meta["route"]["tau"]
+    assert summary["route_calibration"] == "pareto"
     pol = load_policy(out)
     assert isinstance(pol, RoutedPolicy) and pol.is_calibrated and pol.variant.endswith("+route")
+    assert pol.sequence is not None and tuple(pol.sequence[0]) == (2.0, 2.0)
+    assert [pol.tau, pol.threshold] in pol.sequence.tolist()
+    ep, _ = load_episodes(traces, [str(prices)])
+    cal = np.arange(ep.n)
+    th, _ = pol.split_thresholds(ep, pol.episode_scores(ep), cal[None], pol.alpha)
+    assert th.shape == (1, 2) and list(th[0]) in pol.sequence.tolist()
 
 
 def test_route_refuses_unroutable_methods_and_judge_ladders(tmp_path) -> None:

@@ -115,7 +115,7 @@ def _rollout_and_restore(policy: Policy, ep: Episodes, alpha: float):
     """(the policy's replay at a threshold, the threshold that restores 1 − α on ``ep``):
     calibrated on all of ``ep`` as the policy calibrates (module docstring)."""
     scores = policy.episode_scores(ep)
-    restore, refused = policy.split_thresholds(ep, scores, np.arange(ep.n)[None], alpha)
+    restore, refused = policy.restoring().split_thresholds(ep, scores, np.arange(ep.n)[None], alpha)
     # a routed policy's split threshold is (τ, λ): λ is restored, at its own τ̂
     lam = float(np.ravel(restore[0])[-1])
     return (lambda k: policy.rollout(ep, scores, k)), lam, bool(refused[0])

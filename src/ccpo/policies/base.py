@@ -251,6 +251,12 @@ class Policy(ABC):
         """(thresholds [K], refused [K]) calibrated at ``alpha`` on each row of ``cal``
         [K, n]; a refused split gets the most conservative threshold."""
 
+    def restoring(self) -> Policy:
+        """The policy whose :meth:`split_thresholds` gives the threshold ``check`` proposes
+        to restore (the ``kappa:`` a deploy config sets): itself; a routed single answer at
+        its own τ̂, since only λ can be set."""
+        return self
+
     @abstractmethod
     def rollout(
         self, ep: Episodes, scores: np.ndarray, thresholds: Any, idx: np.ndarray | None = None

@@ -155,15 +155,21 @@ def ltt_threshold(
     fails = np.flatnonzero(p > delta)
     last = (fails[0] if fails.size else lams.size) - 1
     if last < 0:
-        raise Unreachable(
-            f"a single answer cannot be certified at α = {alpha:g}: even running all "
-            f"{ep.horizon} rounds and returning round {ep.horizon}'s answer misses on "
-            f"{int(k[0])} of {n} calibration questions, which certifies α ≥ "
-            f"{reachable_alpha(int(k[0]), n, delta):.3f} at δ = {delta:g}"
-            f"{_too_few(n, alpha, delta)}; use a larger --alpha, more questions, or "
-            "--answer set (a set can hold the earlier right answer)"
-        )
+        raise unreachable(alpha, delta, int(k[0]), n, ep.horizon)
     return Calibration(float(lams[last]), int(k[last]), n, int(last + 1))
+
+
+def unreachable(alpha: float, delta: float, k0: int, n: int, horizon: int) -> Unreachable:
+    """The refusal when the most conservative rule (all ``horizon`` rounds, round T's answer)
+    misses on ``k0`` of ``n`` calibration questions: it names the α that is certified."""
+    return Unreachable(
+        f"a single answer cannot be certified at α = {alpha:g}: even running all "
+        f"{horizon} rounds and returning round {horizon}'s answer misses on "
+        f"{k0} of {n} calibration questions, which certifies α ≥ "
+        f"{reachable_alpha(k0, n, delta):.3f} at δ = {delta:g}{_too_few(n, alpha, delta)}; "
+        "use a larger --alpha, more questions, or --answer set (a set can hold the earlier "
+        "right answer)"
+    )
 
 
 def reached_labels(ep: Episodes) -> np.ndarray:

@@ -28,8 +28,10 @@ from ccpo.policies.routing.router import Router
 NO_ROUTE = 2.0
 """τ above every prediction: start at round 1 (the unrouted policy)."""
 TAUS = (NO_ROUTE, 0.25, 0.5, 0.75)
-"""The router thresholds τ may take, fixed before any data: one is picked on the training
-split (or :func:`ccpo.policies.routing.single.joint_ltt` certifies all four at δ/4 each)."""
+"""The router thresholds a τ-first calibration may take, fixed before any data: one is picked
+on the training split (or :func:`ccpo.policies.routing.single.joint_ltt` certifies all four
+at δ/4 each). Pareto testing walks a finer grid
+(:data:`ccpo.policies.routing.pareto.PARETO_TAUS`)."""
 ROUTE_FILE = "route.json"
 SUFFIX = "+route"
 

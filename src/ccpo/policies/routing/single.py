@@ -5,9 +5,11 @@ round's answer is correct; at a threshold τ the question starts at the cheapest
 prediction clears τ (:data:`NO_ROUTE`: round 1); a router that reads question embeddings has
 a text-only fallback for a question whose embedding is missing. The wrapped single-answer
 policy's stopping rule goes on from there; skipped rounds are neither called nor paid
-(:mod:`ccpo.traces.routing`). :func:`route` fits it on the training split and picks τ there
-(:func:`choose_tau`, cross-fitted); :func:`joint_ltt` certifies λ̂ (and τ̂ among ``taus``,
-Bonferroni) by Learn-then-Test, each question at its worse of with and without its
+(:mod:`ccpo.traces.routing`). :func:`route` fits it on the training split and, from
+out-of-fold scores there (:func:`out_of_fold`), orders the (τ, λ) pairs its calibration walks
+(:mod:`ccpo.policies.routing.pareto`: Pareto testing, one fixed sequence at δ); a folder
+without that order picks τ on the training split (:func:`choose_tau`) and certifies λ̂ there
+(:func:`joint_ltt`). Either way each question counts at its worse of with and without its
 embedding, so P_cal(P(wrong answer on a solvable question) ≤ α) ≥ 1 − δ holds with routing in
 play (docs/theory.md, "Routing before the first call").
 
@@ -16,6 +18,7 @@ Main names: :class:`RoutedPolicy`, :func:`route`, :func:`choose_tau`, :func:`joi
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ import numpy as np
 from ccpo.errors import CCPOError
 from ccpo.policies.base import Calibration, Policy
 from ccpo.policies.routing.holder import NO_ROUTE, ROUTE_FILE, SUFFIX, TAUS, RouterHolder
+from ccpo.policies.routing.pareto import pareto_ltt, pareto_sequence
 from ccpo.policies.routing.router import Router, fit_router
 from ccpo.policies.single import (
     GRID,
@@ -148,6 +152,10 @@ class RoutedPolicy(RouterHolder, Policy):
     #: the text-only router used when a question's embedding is missing (``router`` reads
     #: embeddings); None when ``router`` reads the text alone
     fallback: Router | None = None
+    #: the fixed sequence of (τ, λ) pairs Pareto testing walks ([m, 2], made on the training
+    #: split: :func:`~ccpo.policies.routing.pareto.pareto_sequence`); None: τ among ``taus``,
+    #: λ by Learn-then-Test at each (:func:`joint_ltt`; folders of earlier versions)
+    sequence: np.ndarray | None = None
 
     answer = "single"
 
@@ -174,20 +182,33 @@ class RoutedPolicy(RouterHolder, Policy):
         return RoutedScores(probs, stops, views.cost, self.router, views.latency, fb)
 
     def summary_fields(self) -> dict[str, Any]:
-        return {"route_tau": self.tau}
+        how = "tau-first" if self.sequence is None else "pareto"
+        return {"route_tau": self.tau, "route_calibration": how}
 
     def round_costs(self, ep: Episodes) -> np.ndarray:
         sc = self.episode_scores(ep)
         return sc.at(self._tau())[2]
 
+    def certify(self, ep: Episodes, sc: RoutedScores, alpha: float) -> tuple[float, Calibration]:
+        """(τ̂, the calibration of λ̂) on the calibration questions ``ep``: Pareto testing
+        along :attr:`sequence` (:func:`~ccpo.policies.routing.pareto.pareto_ltt`), or, without
+        one, :func:`joint_ltt` over :attr:`taus`. Raises :class:`Unreachable`."""
+        if self.sequence is None:
+            return joint_ltt(ep, sc, alpha, self.inner.delta, self.taus)
+        return pareto_ltt(ep, sc, alpha, self.inner.delta, self.sequence)
+
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
-        """(τ̂, λ̂) by :func:`joint_ltt` on the calibration questions (sets both)."""
+        """(τ̂, λ̂) by :meth:`certify` on the calibration questions (sets both)."""
         sub = ep if cal is None else ep.subset(cal)
-        sc = self.episode_scores(sub)
-        tau, found = joint_ltt(sub, sc, self.alpha, self.inner.delta, self.taus)
+        tau, found = self.certify(sub, self.episode_scores(sub), self.alpha)
         self.tau = tau
         self.inner.lam = found.threshold
         return found
+
+    def restoring(self) -> RoutedPolicy:
+        """This policy calibrated at its own τ̂ alone (λ by Learn-then-Test there): what
+        ``check`` proposes, since a deploy config sets λ, not τ."""
+        return replace(self, taus=(self._tau(),), sequence=None)
 
     def split_thresholds(
         self, ep: Episodes, scores: RoutedScores, cal: np.ndarray, alpha: float
@@ -198,8 +219,7 @@ class RoutedPolicy(RouterHolder, Policy):
         refused = np.zeros(len(cal), dtype=bool)
         for k, c in enumerate(cal):
             try:
-                sub, sc = ep.subset(c), scores.take(c)
-                tau, found = joint_ltt(sub, sc, alpha, self.inner.delta, self.taus)
+                tau, found = self.certify(ep.subset(c), scores.take(c), alpha)
                 out[k] = (tau, found.threshold)
             except Unreachable:
                 refused[k] = True
@@ -235,10 +255,22 @@ class RoutedPolicy(RouterHolder, Policy):
         return single_losses(ep, h, lams)
 
     # ------------------------------------------------------------------ persistence
+    def save(self, folder: str | Path) -> Path:
+        """:meth:`RouterHolder.save`, with the Pareto sequence in ``route.json``."""
+        out = RouterHolder.save(self, folder)
+        if self.sequence is not None:
+            path = Path(folder) / ROUTE_FILE
+            d = json.loads(path.read_text())
+            d["sequence"] = np.asarray(self.sequence).tolist()
+            path.write_text(json.dumps(d) + "\n")
+        return out
+
     @classmethod
     def load(cls, folder: str | Path, meta: dict[str, Any]) -> RoutedPolicy:
         router, fallback, tau, taus = RouterHolder.load_router(folder, meta)
-        return cls(SingleAnswerPolicy.load(folder, meta), router, tau, taus, fallback)
+        seq = json.loads((Path(folder) / ROUTE_FILE).read_text()).get("sequence")
+        seq = None if seq is None else np.asarray(seq, dtype=np.float64).reshape(-1, 2)
+        return cls(SingleAnswerPolicy.load(folder, meta), router, tau, taus, fallback, seq)
 
 
 def route(
@@ -250,11 +282,14 @@ def route(
     embedded: bool = False,
 ) -> RoutedPolicy:
     """``inner`` (a single-answer policy fitted on ``train_idx``) behind a router fitted on
-    the same training questions, its stopping classifier refitted on every start
-    (:func:`started_stopper`), and τ chosen on the training questions alone
-    (:func:`choose_tau`); not calibrated yet (call :meth:`RoutedPolicy.calibrate`).
-    ``embedded``: the router reads the recorded question embeddings too, with a text-only
-    fallback router for questions whose embedding is missing at serve time."""
+    the same questions, its stopping classifier refitted on every start
+    (:func:`started_stopper`), and, from out-of-fold scores of the training questions alone
+    (:func:`out_of_fold`), the Pareto sequence its calibration walks
+    (:func:`~ccpo.policies.routing.pareto.pareto_sequence`) and the τ of :func:`choose_tau`
+    (kept in ``taus``: the calibration without a sequence); not calibrated yet (call
+    :meth:`RoutedPolicy.calibrate`). ``embedded``: the router reads the recorded question
+    embeddings too, with a text-only fallback router for questions whose embedding is
+    missing at serve time."""
     if not isinstance(inner, SingleAnswerPolicy):
         raise CCPOError(
             "--route applies to single-answer policies (--answer single): routing a set "
@@ -264,41 +299,55 @@ def route(
     router = fit_router(ep, idx, seed=seed, embedded=embedded)
     fallback = fit_router(ep, idx, seed=seed) if embedded else None
     pol = RoutedPolicy(started_stopper(inner, ep, idx), router, fallback=fallback)
-    tau, figures = choose_tau(pol, ep, idx, seed, folds)
+    rng = np.random.default_rng([seed, 0x7A0])
+    sub, sc = out_of_fold(pol, ep, rng.permutation(idx), seed, folds)
+    tau, figures = choose_tau(pol, sub, sc, rng)
     pol.taus = (tau,)
+    pol.sequence, est = pareto_sequence(sub, sc)
     costs = {f"route/cost@{t:g}": c for t, c in figures.items() if np.isfinite(c)}
-    pol.log.append({"route/tau": tau, **costs})
+    pol.log.append({"route/tau": tau, "route/pareto_pairs": float(len(est)), **costs})
     return pol
 
 
-def choose_tau(
-    pol: RoutedPolicy, ep: Episodes, train_idx: np.ndarray, seed: int = 0, folds: int = 5,
-    splits: int = 20,
-) -> tuple[float, dict[float, float]]:  # fmt: skip
-    """The τ of :data:`TAUS` of least validation cost on the training questions alone:
-    out-of-fold router and stopping scores (``folds`` folds, each fitted as ``pol`` was on the
-    others), λ̂ by Learn-then-Test at δ on random halves, cost on the other halves; a τ that
-    some half cannot certify costs +∞; ties go to the earlier τ (no routing first)."""
+def out_of_fold(
+    pol: RoutedPolicy, ep: Episodes, perm: np.ndarray, seed: int = 0, folds: int = 5
+) -> tuple[Episodes, RoutedScores]:
+    """(the training questions ``perm`` of ``ep``, in that order; their routed scores, each
+    fold's from a router, fallback and stopping classifier fitted as ``pol`` was on the
+    other folds): what the choices made on the training split are estimated on."""
     from ccpo.policies.single import fit_single
 
-    rng = np.random.default_rng([seed, 0x7A0])
-    perm = rng.permutation(np.asarray(train_idx))
     k = folds if perm.size >= 10 * folds else 2
     parts = np.array_split(perm, k)
     sub = ep.subset(perm)
     probs = np.zeros((sub.n, ep.horizon))
+    fb = None if pol.fallback is None else np.zeros((sub.n, ep.horizon))
     stops = np.zeros((ep.horizon, sub.n, ep.horizon))
     at = 0
     for j, held in enumerate(parts):
         rest = np.concatenate([p for i, p in enumerate(parts) if i != j])
         inner = fit_single(ep, rest, pol.inner.config, pol.inner.method, pol.inner.delta)
         router = fit_router(ep, rest, seed=seed, embedded=pol.fallback is not None)
-        fold = RoutedPolicy(started_stopper(inner, ep, rest), router)
+        text = None if fb is None else fit_router(ep, rest, seed=seed)
+        fold = RoutedPolicy(started_stopper(inner, ep, rest), router, fallback=text)
         sc = fold.episode_scores(ep.subset(held))
-        probs[at : at + held.size], stops[:, at : at + held.size] = sc.probs, sc.stops
+        got = slice(at, at + held.size)
+        probs[got], stops[:, got] = sc.probs, sc.stops
+        if fb is not None:
+            fb[got] = sc.fallback_probs
         at += held.size
     assert sub.routes is not None
-    sc = RoutedScores(probs, stops, sub.routes.cost, pol.router, sub.routes.latency)
+    return sub, RoutedScores(probs, stops, sub.routes.cost, pol.router, sub.routes.latency, fb)
+
+
+def choose_tau(
+    pol: RoutedPolicy, sub: Episodes, sc: RoutedScores, rng: np.random.Generator,
+    splits: int = 20,
+) -> tuple[float, dict[float, float]]:  # fmt: skip
+    """The τ of :data:`TAUS` of least validation cost on the training questions ``sub``
+    alone, from their out-of-fold scores ``sc`` (:func:`out_of_fold`): λ̂ by Learn-then-Test
+    at δ on random halves (drawn from ``rng``), cost on the other halves; a τ that some half
+    cannot certify costs +∞; ties go to the earlier τ (no routing first)."""
     halves = np.stack([rng.permutation(sub.n) for _ in range(splits)])
     cal, test = halves[:, : sub.n // 2], halves[:, sub.n // 2 :]
     figures: dict[float, float] = {}
@@ -342,5 +391,5 @@ def started_stopper(
 
 __all__ = [
     "NO_ROUTE", "ROUTE_FILE", "SUFFIX", "TAUS", "RoutedPolicy", "RoutedScores", "choose_tau",
-    "joint_ltt", "route", "routed_outcomes", "started_stopper",
+    "joint_ltt", "out_of_fold", "route", "routed_outcomes", "started_stopper",
 ]  # fmt: skip
