@@ -251,15 +251,15 @@ def test_readme_example_runs_as_written_and_feeds_the_harness(tmp_path: Path) ->
     assert res.returncode == 0, res.stderr
     for line in (
         "wrote 5 traces to imported.jsonl",
-        "│ 3     │ gpt-4.1-mini (reused, paid once) │ gpt-4o       │ agree   │",
+        "│ 4    │ gpt-4o       │ 0.0142      │",  # one model per step
     ):
         assert line in res.stdout and line in readme
     out = tmp_path / "imported.jsonl"
     assert run_ccpo("traces", "validate", str(out)).returncode == 0
     ep, _ = load_episodes(out)
-    assert (ep.n, ep.horizon) == (5, 3)
+    assert (ep.n, ep.horizon) == (5, 4) and ep.one_model
     assert ep.correct[:, 0, 0].sum() == 1  # gpt-4.1-nano right on 1 of 5
-    assert math.isclose(float(ep.uncertainty[0, 0]), 1 - 0.81)  # gpt-4o-mini's confidence
+    assert math.isclose(float(ep.uncertainty[0, 1]), 1 - 0.81)  # gpt-4o-mini's confidence
 
 
 @pytest.mark.parametrize(
