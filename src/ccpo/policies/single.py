@@ -118,7 +118,7 @@ def questions_for(alpha: float, delta: float = DELTA, share: float = 0.0) -> int
         return max(1, math.ceil(math.log(delta) / math.log1p(-alpha) - 1e-12))
     n = questions_for(alpha, delta)
     while allowed_misses(n, alpha, delta) < math.ceil(share * alpha * n - 1e-9):
-        n += max(1, n // 50)
+        n += 1  # one at a time: the least such n (k*(n) / n is not monotone in n)
     return n
 
 
