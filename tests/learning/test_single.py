@@ -84,7 +84,7 @@ def _held_out_coverage(ep, alpha, method="cstop", seed=0, n_train=200, splits=10
     sp = make_splits(ep.n, (n_train, (ep.n - n_train) // 2, (ep.n - n_train) // 2), splits, seed)
     # the learned rule: calling the reference alone would agree by construction
     pol = fit_policy(method, ep, sp.train, alpha, seed, single=True,
-                     settings={"auto_reference": False})  # fmt: skip
+                     settings={"auto_reference": False, "auto_route": False})  # fmt: skip
     h = pol.stop_scores(ep.obs)
     lams, refused = calibrate_splits(ep, h, alpha, 0.1, sp.cal)
     m = single_rollout(ep, h, lams, sp.test)

@@ -104,7 +104,9 @@ def test_cross_fit_records_each_candidates_latency_and_respects_the_budget(
     idx = np.arange(140)
     free = fit_policy("auto", ep, idx, 0.2, 0, single=True).info["auto"]
     lat = {k: v[LATENCY] for k, v in free["validation"].items()}
-    assert set(lat) == {"cstop", "cstop-lr", "depth-k", "always-big-m"}
+    routed = {k for k in lat if k.endswith("+route")}  # the cheapest cascade behind the router
+    assert set(lat) == {"cstop", "cstop-lr", "depth-k", "always-big-m", "router", *routed}
+    assert len(routed) == 1 and all(math.isfinite(lat[k]) for k in lat)
     assert lat["always-big-m"] == pytest.approx(float(ep.strongest_latency[idx].mean()))
     assert lat[free["picked"]] > min(lat.values()) and "latency_budget_s" not in free
     budget = (lat[free["picked"]] + min(lat.values())) / 2

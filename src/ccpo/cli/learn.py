@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -25,6 +25,7 @@ from ccpo.cli.options import (
 )
 from ccpo.learning.config import StopConfig, TrainConfig
 from ccpo.policies.budget import LATENCY, budget_line, check_budget_value, within
+from ccpo.policies.routing.holder import SUFFIX as ROUTE_SUFFIX
 from ccpo.policies.spec import default_answer, method_help, parse_spec
 from ccpo.traces.ladder import CHAT
 
@@ -293,18 +294,34 @@ def _print_choice(
     figures: dict[str, dict[str, float]], picked: str, budget: float | None = None
 ) -> None:
     """auto's candidates with their validation cost and coverage, the pick marked; with a
-    latency budget, their estimated latency too, those over it marked."""
+    latency budget, their estimated latency too, those over it marked; what the routed
+    candidates are, when there are any."""
+    width = max(10, *(len(n) for n in figures))
     for name, f in figures.items():
         mark = "  ← picked" if name == picked else ""
         lat = None if budget is None else f.get(LATENCY, math.nan)
         if lat is not None and not within(lat, budget):
             mark = "  not eligible" if math.isnan(lat) else "  over the latency budget"
         console.print(
-            f"  {name:10s} validation cost {f['cost_cents_per_question']:.4f}¢/question, "
+            f"  {name:{width}s} validation cost {f['cost_cents_per_question']:.4f}¢/question, "
             f"coverage {f['coverage']:.3f}"
             + ("" if lat is None else f", latency {lat:.2f} s")
             + mark
         )
+    both = [n for n in figures if n.endswith(ROUTE_SUFFIX)]
+    if "router" in figures or both:
+        said = ["router: the prompt alone picks the model whose reply is returned"]
+        said += [f"{n}: that router picks where to start, then {n[: -len(ROUTE_SUFFIX)]} "
+                 "decides after each reply" for n in both]  # fmt: skip
+        console.print("  (" + "; ".join(said) + ")", highlight=False)
+
+
+def _auto_pick(auto: dict[str, Any] | None) -> str:
+    """`` (auto)`` after a fitted policy's name, `` (auto: router)`` for a routed pick."""
+    if not auto:
+        return ""
+    picked = auto.get("picked", "")
+    return " (auto: router)" if picked == "router" else " (auto)"
 
 
 def _fit(spec, ep, sp, alpha: float, seed: int, prices: dict, provenance: dict):
@@ -363,7 +380,7 @@ def _report(spec, got, ep, cal, alpha: float, out: Path) -> None:
         what = against_text(pol.provenance.get("against", "gold")).replace("accuracy", "coverage")
         ltt = pol.threshold_text(f" (Learn-then-Test, δ = {spec.delta:g})")
         console.print(
-            f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} {how}; {ltt}; "
+            f"fitted [bold]{pol.variant}[/bold]{_auto_pick(auto)} {how}; {ltt}; "
             f"calibration {what} {summary['calibration_coverage']:.3f}, "
             f"{summary['calibration_rounds']:.2f} rounds on {n_cal}"
         )
@@ -372,7 +389,7 @@ def _report(spec, got, ep, cal, alpha: float, out: Path) -> None:
             console.print(slack, highlight=False)
     else:
         console.print(
-            f"fitted [bold]{pol.variant}[/bold]{' (auto)' if auto else ''} {how}; "
+            f"fitted [bold]{pol.variant}[/bold]{_auto_pick(auto)} {how}; "
             f"{pol.threshold_text()}; calibration coverage "
             f"{summary['calibration_coverage']:.3f} on {n_cal}"
         )

@@ -183,6 +183,11 @@ class StopConfig:
         "auto: calling the reference (or strongest) model alone is a candidate, kept when no "
         "learned policy is cheaper",
     )
+    auto_route: bool = knob(
+        True,
+        "auto, one answer: a router before any call, and the cheapest cascade behind it, are "
+        "candidates too where the ladder can be routed (agree ladders)",
+    )
     eta0: float = knob(
         0.05,
         "online κ tracker of `ccpo serve --adapt-kappa` (κ̂ steps per feedback)",

@@ -51,7 +51,7 @@ class Selection:
         return {**out, "validation": self.figures}
 
 
-def _figures(got: tuple[float, ...]) -> dict[str, float]:
+def as_figures(got: tuple[float, ...]) -> dict[str, float]:
     """A validator's tuple as the figures of one candidate (latency when it gives one)."""
     out = {COST: got[0] * 100, "coverage": got[1]}
     return {**out, LATENCY: got[2]} if len(got) > 2 else out
@@ -98,7 +98,7 @@ def cross_fit(
             scores[start : start + held.size] = got
             start += held.size
         assert scores is not None
-        figures[name] = _figures(validate(sub, scores))
+        figures[name] = as_figures(validate(sub, scores))
     for name, figures_of in (direct or {}).items():
-        figures[name] = _figures(figures_of(sub))
+        figures[name] = as_figures(figures_of(sub))
     return Selection(pick(figures, latency_budget), figures, k, latency_budget)

@@ -290,6 +290,22 @@ def route(
     :meth:`RoutedPolicy.calibrate`). ``embedded``: the router reads the recorded question
     embeddings too, with a text-only fallback router for questions whose embedding is
     missing at serve time."""
+    return routed_fit(inner, ep, train_idx, seed, folds, embedded)[0]
+
+
+def routed_fit(
+    inner: Policy,
+    ep: Episodes,
+    train_idx: np.ndarray,
+    seed: int = 0,
+    folds: int = 5,
+    embedded: bool = False,
+    grid: int = GRID,
+) -> tuple[RoutedPolicy, Episodes, RoutedScores]:
+    """:func:`route`, with the training questions and their out-of-fold scores it ordered
+    the sequence on (what ``auto`` validates a routed candidate on). ``grid``: the λ grid
+    of the sequence (1: λ ∈ {run every round, 1, 0}; with ``depth-k`` inside, λ = 0 returns
+    the start round's reply: a router alone)."""
     if not isinstance(inner, SingleAnswerPolicy):
         raise CCPOError(
             "--route applies to single-answer policies (--answer single): routing a set "
@@ -303,10 +319,37 @@ def route(
     sub, sc = out_of_fold(pol, ep, rng.permutation(idx), seed, folds)
     tau, figures = choose_tau(pol, sub, sc, rng)
     pol.taus = (tau,)
-    pol.sequence, est = pareto_sequence(sub, sc)
+    pol.sequence, est = pareto_sequence(sub, sc, grid=grid)
     costs = {f"route/cost@{t:g}": c for t, c in figures.items() if np.isfinite(c)}
     pol.log.append({"route/tau": tau, "route/pareto_pairs": float(len(est)), **costs})
-    return pol
+    return pol, sub, sc
+
+
+def routed_validation(
+    sub: Episodes, sc: RoutedScores, sequence: np.ndarray, alpha: float, delta: float,
+    seed: int = 0, splits: int = 20,
+) -> tuple[float, float, float]:  # fmt: skip
+    """(USD per question, coverage, estimated seconds per question) of a routed policy on
+    the training questions ``sub`` from their out-of-fold scores ``sc``, as
+    :func:`~ccpo.policies.single.validation_figures` scores a cascade: (τ̂, λ̂) by Pareto
+    testing along ``sequence`` on random halves, the figures on the other halves; (inf, nan,
+    nan) when some half is refused. The sequence was ordered on all of ``sub``, so the
+    estimate leans a little to the routed side; it only ranks ``auto``'s candidates, on
+    training questions (docs/theory.md, "auto: cross-fitting keeps the guarantee")."""
+    rng = np.random.default_rng([seed, 0x5146])
+    perms = np.stack([rng.permutation(sub.n) for _ in range(splits)])
+    cost, covered, latency = [], [], []
+    for p in perms:
+        c, t = p[: sub.n // 2], p[sub.n // 2 :]
+        try:
+            tau, found = pareto_ltt(sub.subset(c), sc.take(c), alpha, delta, sequence)
+        except Unreachable:
+            return float("inf"), float("nan"), float("nan")
+        m = routed_outcomes(sub, sc, tau, found.threshold, t)[2]
+        cost.append(m.cost.mean())
+        covered.append(m.covered.mean())
+        latency.append(np.nan if m.latency is None else m.latency.mean())
+    return float(np.mean(cost)), float(np.mean(covered)), float(np.mean(latency))
 
 
 def out_of_fold(
@@ -391,5 +434,6 @@ def started_stopper(
 
 __all__ = [
     "NO_ROUTE", "ROUTE_FILE", "SUFFIX", "TAUS", "RoutedPolicy", "RoutedScores", "choose_tau",
-    "joint_ltt", "out_of_fold", "route", "routed_outcomes", "started_stopper",
+    "joint_ltt", "out_of_fold", "route", "routed_fit", "routed_outcomes", "routed_validation",
+    "started_stopper",
 ]  # fmt: skip

@@ -11,10 +11,12 @@ import numpy as np
 
 from ccpo.learning.config import StopConfig
 from ccpo.learning.replay import calibrated_rollout
-from ccpo.policies.auto import Direct, Fitter, Selection, cross_fit
+from ccpo.policies.auto import Direct, Fitter, Selection, as_figures, cross_fit
 from ccpo.policies.base import Policy
+from ccpo.policies.budget import COST, pick
 from ccpo.policies.reference import ReferencePolicy
-from ccpo.policies.single import SINGLE_METHODS, validation_figures
+from ccpo.policies.routing.single import RoutedPolicy, routed_fit, routed_validation
+from ccpo.policies.single import GRID, SINGLE_METHODS, validation_figures
 from ccpo.policies.spec import PolicySpec
 from ccpo.policies.techniques.reference import reference_candidate
 from ccpo.policies.techniques.rl import AUTO_RL_STEPS, rl_fitter
@@ -27,6 +29,9 @@ NAMES = ("auto",)
 AUTO_CANDIDATES = ("cstop", "cstop-lr", "depth-k", "agree-k", "ccpo")
 #: candidates of ``auto`` trained by :func:`ccpo.learning.training.train`
 RL_CANDIDATES = ("ccpo",)
+#: the routed candidates of ``auto`` of one answer, where the ladder can be routed: a router
+#: before any call (``router``), and the cheapest cascade behind it (``both``)
+ROUTED = ("router", "both")
 
 
 def fit(
@@ -111,10 +116,13 @@ def _fit_single(
     spec: PolicySpec, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int,
     folds: int = 5,
 ) -> Policy:  # fmt: skip
-    """``auto`` of one answer: each candidate's out-of-fold stopping scores validated by
-    :func:`~ccpo.policies.single.validation_figures`, the cheapest refitted."""
+    """``auto`` of one answer: each cascade's out-of-fold stopping scores validated by
+    :func:`~ccpo.policies.single.validation_figures`; then, where the ladder can be routed,
+    the router alone and the cheapest cascade behind the router (:func:`routed_candidates`);
+    the cheapest of all (or calling the reference alone), refitted on every training
+    question."""
     cfg = single_config(spec.settings, alpha, seed)
-    candidates = spec.candidates or SINGLE_METHODS
+    candidates = tuple(c for c in (spec.candidates or SINGLE_METHODS) if c not in ROUTED)
     fitters = {name: single_fitter(name, spec.settings, spec.delta) for name in candidates}
 
     def validate(sub: Episodes, scores: np.ndarray) -> tuple[float, float, float]:
@@ -123,9 +131,44 @@ def _fit_single(
     direct = reference_candidate(ep, alpha, cfg.auto_reference)
     sel = cross_fit(ep, train_idx, alpha, fitters, validate, seed, folds, 0xA071, direct,
                     spec.latency_budget)  # fmt: skip
+    routed: dict[str, RoutedPolicy] = {}
+    wanted = [c for c in ROUTED if c in spec.candidates] if spec.candidates else list(ROUTED)
+    if wanted and cfg.auto_route and ep.routes is not None:
+        cascades = {n: f for n, f in sel.figures.items() if n in fitters}
+        best = min(cascades, key=lambda n: cascades[n][COST])
+        figures, routed = routed_candidates(spec, ep, train_idx, alpha, seed, best, wanted)
+        merged = {**sel.figures, **figures}
+        sel = Selection(pick(merged, spec.latency_budget), merged, sel.folds, sel.latency_budget)
     if sel.method in direct:
         policy: Policy = ReferencePolicy.fit(ep, "single", cfg, spec.delta)
+    elif sel.method in routed:
+        policy = routed[sel.method]
     else:
         policy = fitters[sel.method](ep, np.asarray(train_idx), alpha, seed)
     policy.info = {"auto": sel.to_json()}
     return policy
+
+
+def routed_candidates(
+    spec: PolicySpec, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int,
+    cascade: str, which: Sequence[str] = ROUTED,
+) -> tuple[dict[str, dict[str, float]], dict[str, RoutedPolicy]]:  # fmt: skip
+    """The routed candidates of a single answer (``which`` of :data:`ROUTED`), each fitted on
+    ``train_idx`` with its validation figures from out-of-fold scores there
+    (:func:`~ccpo.policies.routing.single.routed_validation`): ``router``, a router before
+    any call whose start round's reply is returned (``depth-k`` behind it, λ ∈ {0: stop at
+    the start, 1: run to the last round}), and ``both``, the cascade ``cascade`` behind the
+    router (its Pareto sequence over every λ)."""
+    fit = {"router": ("depth-k", 1), "both": (cascade, GRID)}
+    figures: dict[str, dict[str, float]] = {}
+    policies: dict[str, RoutedPolicy] = {}
+    for name in which:
+        method, grid = fit[name]
+        inner = single_fitter(method, spec.settings, spec.delta)(ep, train_idx, alpha, seed)
+        pol, sub, sc = routed_fit(inner, ep, train_idx, seed, embedded=spec.route_embeddings,
+                                  grid=grid)  # fmt: skip
+        assert pol.sequence is not None
+        got = routed_validation(sub, sc, pol.sequence, alpha, spec.delta, seed)
+        key = name if name == "router" else f"{cascade}+route"
+        figures[key], policies[key] = as_figures(got), pol
+    return figures, policies
