@@ -36,8 +36,10 @@ def hard(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("answer", ["set", "single"])
 def test_auto_keeps_the_reference_alone_where_nothing_is_cheaper(hard: Path, answer: str) -> None:
     out = hard.parent / f"auto-{answer}"
+    # one answer: without the routed candidates (a router spends the miss budget: below)
+    unrouted = ["--no-auto-route"] if answer == "single" else []
     r = ccpo_ok("train", "--traces", str(hard), "--alpha", "0.1", "--answer", answer,
-                "--auto-ccpo-steps", "0", "--out", str(out))  # fmt: skip
+                "--auto-ccpo-steps", "0", "--out", str(out), *unrouted)  # fmt: skip
     flat = _flat(r.stdout)
     assert "always-big-m validation cost" in flat and "← picked" in flat
     assert "fitted always-big-m (auto)" in flat and "big-m answers alone" in flat
@@ -56,6 +58,20 @@ def test_auto_keeps_the_reference_alone_where_nothing_is_cheaper(hard: Path, ans
     got = json.loads(chk.stdout)
     assert got["coverage"] == 1.0 and got["rounds"] == 1.0
     assert got["cost_ratio_to_reference"] == pytest.approx(1.0)
+
+
+def test_a_routed_pick_is_never_dearer_than_the_reference_and_holds_alpha(hard: Path) -> None:
+    """With the routed candidates (the default), a router may start a share of the questions
+    at a cheap rung, spending the miss budget α allows: its pick is certified, costs no more
+    than the reference alone on the calibration questions, and holds α there."""
+    out = hard.parent / "auto-routed"
+    r = ccpo_ok("train", "--traces", str(hard), "--alpha", "0.1", "--answer", "single",
+                "--auto-ccpo-steps", "0", "--out", str(out))  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    validation = summary["auto"]["validation"]
+    assert "router" in validation and "always-big-m" in validation, _flat(r.stdout)
+    assert summary["cost_ratio_to_reference"] <= 1.0
+    assert summary["calibration_coverage"] >= 0.9
 
 
 def test_train_says_what_a_policy_costs_against_the_reference_and_warns(hard: Path) -> None:
