@@ -336,7 +336,7 @@ def print_tables(name: str, alpha: float, rows: dict[str, list[dict]]) -> None:
           f"{next(iter(rows.values()))[0]['questions']} questions checked per seed")  # fmt: skip
     print(
         f"| layout | row | agreement (target {1 - alpha:.2f}) | lowest seed | cost ÷ always-ref "
-        "| cost ÷ oracle | ref paid | rounds | auto kept |\n|---|---|---|---|---|---|---|---|---|"
+        "| cost ÷ oracle | ref paid | rounds | kept |\n|---|---|---|---|---|---|---|---|---|"
     )
     for label, runs in rows.items():
         t = {k: [r[k] for r in runs] for k in runs[0]}
