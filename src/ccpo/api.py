@@ -67,9 +67,11 @@ class ConformalPolicy:
         config: all training hyperparameters (:class:`TrainConfig`); ``method``/``alpha`` win.
         prices: a price table (default: the bundled one).
         answer: ``"set"`` (an answer set covering a correct answer) or ``"single"`` (exactly
-            one answer, correct w.p. ≥ 1 − α on solvable questions, with probability ≥ 1 − δ
-            over calibration; methods ``auto``, ``cstop``, ``cstop-lr``, ``depth-k``).
-        delta: δ of a single-answer policy's Learn-then-Test calibration.
+            one answer, correct w.p. ≥ 1 − α on solvable questions, on average over
+            calibration draws, or with probability ≥ 1 − δ over them with
+            ``settings={"guarantee": "pac"}``; methods ``auto``, ``cstop``, ``cstop-lr``,
+            ``depth-k``).
+        delta: δ of a single-answer policy's Learn-then-Test calibration (``"pac"``).
     """
 
     def __init__(

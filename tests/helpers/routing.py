@@ -36,7 +36,7 @@ def routed_policy(
     ep, table = load_episodes(traces, [str(prices)])
     order = np.arange(ep.n)
     pol = fit_policy("cstop-lr", ep, order[::2], alpha, 0, single=True, routed=True,
-                     route_embeddings=embeddings)  # fmt: skip
+                     route_embeddings=embeddings, settings=PAC)  # fmt: skip
     fix_tau(pol, tau)
     pol.calibrate(ep, order[1::2])
     pol.provenance = {**trace_provenance(traces), "alpha": alpha}
@@ -46,6 +46,8 @@ def routed_policy(
 
 
 EMBED_MODEL = "emb-m"
+#: Learn-then-Test at δ: what the routing guarantee tests were written for
+PAC = {"guarantee": "pac"}
 
 
 def difficulty_embedder(traces: Path, noise: float = 0.15, seed: int = 0):
@@ -72,16 +74,19 @@ def fix_tau(pol, tau: float) -> None:
 
 def routed_on_held_out(
     traces: Path, prices: Path, n_train: int, alpha: float, delta: float, tau: float | None,
-    splits: int, embeddings: bool = False,
+    splits: int, embeddings: bool = False, settings: dict | None = None,
 ):  # fmt: skip
     """(episodes, a ``cstop-lr`` routed policy fitted on ``n_train`` questions (seed 0) with τ
-    fixed at ``tau`` before calibration (None: τ and λ by Pareto testing), calibration
+    fixed at ``tau`` before calibration (None: τ and λ by Pareto testing), certified by
+    Learn-then-Test at δ unless ``settings`` say otherwise (``{"guarantee": "marginal"}``),
+    calibration
     halves [splits, n], test halves) of the other questions, drawn with seed 1: the setting
     of the held-out guarantee tests."""
     ep, _ = load_episodes(traces, [str(prices)])
+    settings = PAC if settings is None else settings
     order = np.random.default_rng(0).permutation(ep.n)
     pol = fit_policy("cstop-lr", ep, order[:n_train], alpha, 0, single=True, delta=delta,
-                     routed=True, route_embeddings=embeddings)  # fmt: skip
+                     routed=True, route_embeddings=embeddings, settings=settings)  # fmt: skip
     if tau is not None:
         fix_tau(pol, tau)
     rest = order[n_train:]

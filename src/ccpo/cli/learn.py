@@ -69,8 +69,8 @@ def train_cmd(
         typer.Option(
             help="set: return an answer set covering a correct answer w.p. ≥ 1 − α (the "
             "paper's policies); single: return exactly one answer, correct w.p. ≥ 1 − α on "
-            "solvable questions (methods auto, cstop, cstop-lr, depth-k; calibrated by "
-            "Learn-then-Test, guarantee with probability ≥ 1 − δ). Default: single on chat "
+            "solvable questions (methods auto, cstop, cstop-lr, depth-k; see --guarantee). "
+            "Default: single on chat "
             "traces (a reply is one reply), set otherwise.",
             show_default=False,
         ),
@@ -78,7 +78,8 @@ def train_cmd(
     delta: Annotated[
         float,
         typer.Option(
-            help="--answer single: the guarantee holds w.p. ≥ 1 − δ over the calibration questions."
+            help="--answer single --guarantee pac: the guarantee holds w.p. ≥ 1 − δ over the "
+            "calibration questions."
         ),
     ] = 0.1,
     route: Annotated[
@@ -378,13 +379,19 @@ def _report(spec, got, ep, cal, alpha: float, out: Path) -> None:
         from ccpo.traces.labels import against_text
 
         what = against_text(pol.provenance.get("against", "gold")).replace("accuracy", "coverage")
-        ltt = pol.threshold_text(f" (Learn-then-Test, δ = {spec.delta:g})")
+        marginal = summary.get("guarantee") == "marginal"
+        how_certified = (
+            " (conformal risk control: marginal)"
+            if marginal
+            else f" (Learn-then-Test, δ = {spec.delta:g})"
+        )
+        ltt = pol.threshold_text(how_certified)
         console.print(
             f"fitted [bold]{pol.variant}[/bold]{_auto_pick(auto)} {how}; {ltt}; "
             f"calibration {what} {summary['calibration_coverage']:.3f}, "
             f"{summary['calibration_rounds']:.2f} rounds on {n_cal}"
         )
-        slack = ltt_slack(summary["sizes"]["calibration"], alpha, spec.delta)
+        slack = None if marginal else ltt_slack(summary["sizes"]["calibration"], alpha, spec.delta)
         if slack:
             console.print(slack, highlight=False)
     else:

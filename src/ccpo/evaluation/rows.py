@@ -222,6 +222,9 @@ def policy_extra(row: PolicyRow, single: bool, delta: float) -> dict[str, Any]:
     """results.json's fields of a policy row beyond its metrics: auto's pick, the mean
     threshold, and for one answer δ and the share of refused splits."""
     out: dict[str, Any] = {"answer": "single", "delta": delta} if single else {}
+    marginal = single and row.policy is not None and getattr(row.policy, "marginal", False)
+    if marginal:
+        out["guarantee"] = "marginal"
     out.update(row.auto_pick())
     if row._thresholds is None:
         return out

@@ -183,6 +183,12 @@ class StopConfig:
         "auto: calling the reference (or strongest) model alone is a candidate, kept when no "
         "learned policy is cheaper",
     )
+    guarantee: str = knob(
+        "marginal",
+        "one answer: pac (acceptance ≥ 1 − α with probability ≥ 1 − δ over the calibration "
+        "questions: Learn-then-Test) or marginal (≥ 1 − α on average over calibration draws: "
+        "conformal risk control; needs far fewer calibration questions)",
+    )
     auto_route: bool = knob(
         True,
         "auto, one answer: a router before any call, and the cheapest cascade behind it, are "
@@ -201,3 +207,5 @@ class StopConfig:
             raise ValueError(f"learner must be 'hgb' or 'logistic', got {self.learner!r}")
         if self.auto_ccpo_steps < 0:
             raise ValueError(f"auto_ccpo_steps must be >= 0, got {self.auto_ccpo_steps}")
+        if self.guarantee not in ("pac", "marginal"):
+            raise ValueError(f"guarantee must be 'pac' or 'marginal', got {self.guarantee!r}")

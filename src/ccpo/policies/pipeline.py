@@ -125,7 +125,8 @@ def _calibration(pol: Policy, ep: Episodes, cal: np.ndarray, n_train: int) -> di
     m = pol.rollout(cal_ep, scores, threshold)
     out: dict[str, Any] = (
         {"threshold": threshold, "delta": pol.delta,
-         "calibration_misses": None if got is None else got.misses}
+         "calibration_misses": None if got is None else got.misses,
+         **({"guarantee": "marginal"} if getattr(pol, "marginal", False) else {})}
         if pol.single else {"kappa": threshold}
     )  # fmt: skip
     out.update(

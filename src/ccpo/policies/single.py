@@ -1,4 +1,4 @@
-"""Single-answer policies: exactly one answer per question, calibrated by Learn-then-Test.
+"""Single-answer policies: exactly one answer per question, calibrated along a fixed sequence.
 
 After round t a stopping score h_t ∈ [0, 1] is computed from o_1..o_t; the episode stops at
 the first round with h_t ≥ λ̂ (round T at the latest) and returns that round's answer
@@ -6,11 +6,14 @@ the first round with h_t ≥ λ̂ (round T at the latest) and returns that round
 :mod:`ccpo.policies.classifier` labelled "stopping here returns a correct answer"
 (``cstop`` / ``cstop-lr``) or the fixed h_t = t/T (``depth-k``).
 
-The loss is not monotone in λ, so split conformal does not apply: λ̂ comes from fixed-sequence
-Learn-then-Test over λ = 2 (run every round), 1, 1 − 1/G, …, 0, which gives
-P_cal(P(wrong answer on a solvable question) ≤ α) ≥ 1 − δ (docs/theory.md, "Learn-then-Test
-(single answer)"). When even running every round is not certified, :func:`ltt_threshold`
-refuses with :class:`Unreachable`, naming the least α that is.
+The loss is not monotone in λ, so split conformal does not apply: λ̂ is the last threshold
+passed along the fixed sequence λ = 2 (run every round), 1, 1 − 1/G, …, 0, by conformal risk
+control on the monotonised loss (the default, ``guarantee = "marginal"``: P(wrong answer on a
+solvable question) ≤ α on average over calibration draws) or by fixed-sequence Learn-then-Test
+(``"pac"``: P_cal(P(wrong answer on a solvable question) ≤ α) ≥ 1 − δ); derivations in
+:mod:`ccpo.policies.risk_control` and docs/theory.md ("Learn-then-Test (single answer)",
+"Marginal single answers"). When even running every round is not certified,
+:func:`ltt_threshold` refuses with :class:`Unreachable`, naming the least α that is.
 
 Main names: :class:`SingleAnswerPolicy`, :func:`fit_single`, :func:`ltt_threshold`,
 :func:`validation_cost` (:func:`validation_figures`: with the estimated latency).
@@ -35,6 +38,7 @@ from ccpo.policies.classifier import (
 )
 from ccpo.policies.cstop import STOPPING_METHODS
 from ccpo.policies.folder import load_classifier, save_classifier, shared_fields
+from ccpo.policies.risk_control import MARGINAL, PAC, last_passing, marginal_questions
 from ccpo.policies.rules import depth_scores
 from ccpo.traces.episodes import (
     NEXT,
@@ -134,15 +138,16 @@ def ltt_threshold(
     ep: Episodes,
     scores: np.ndarray,
     alpha: float,
-    delta: float = DELTA,
+    delta: float | None = DELTA,
     grid: int = GRID,
     *also: np.ndarray,
 ) -> Calibration:
     """λ̂ by fixed-sequence testing on the calibration questions ``ep`` with stopping scores
-    ``scores`` [n, T] (module docstring). With ``also`` (more score arrays of the same
-    questions), a question's loss is its worst under any of them, so λ̂ holds whichever one
-    each question meets (a router's fallback: docs/theory.md). Raises :class:`Unreachable`
-    when λ_0 is not certified."""
+    ``scores`` [n, T] (module docstring); ``delta`` None: by conformal risk control, a
+    marginal guarantee (:mod:`ccpo.policies.risk_control`). With ``also`` (more score arrays
+    of the same questions), a question's loss is its worst under any of them, so λ̂ holds
+    whichever one each question meets (a router's fallback: docs/theory.md). Raises
+    :class:`Unreachable` when λ_0 is not certified."""
     n = ep.n
     if n < 1:
         raise CCPOError("cannot calibrate a single-answer policy on zero questions")
@@ -151,22 +156,27 @@ def ltt_threshold(
     for other in also:
         loss = loss | single_losses(ep, other, lams)
     k = loss.sum(-1)  # [M]
-    p = binomial_pvalues(k, n, alpha)
-    fails = np.flatnonzero(p > delta)
-    last = (fails[0] if fails.size else lams.size) - 1
+    last = last_passing(loss, alpha, delta)
     if last < 0:
         raise unreachable(alpha, delta, int(k[0]), n, ep.horizon)
     return Calibration(float(lams[last]), int(k[last]), n, int(last + 1))
 
 
-def unreachable(alpha: float, delta: float, k0: int, n: int, horizon: int) -> Unreachable:
+def unreachable(alpha: float, delta: float | None, k0: int, n: int, horizon: int) -> Unreachable:
     """The refusal when the most conservative rule (all ``horizon`` rounds, round T's answer)
-    misses on ``k0`` of ``n`` calibration questions: it names the α that is certified."""
+    misses on ``k0`` of ``n`` calibration questions: it names the α that is certified
+    (``delta`` None: the marginal bound (k0 + 1)/(n + 1))."""
+    if delta is None:
+        need = marginal_questions(alpha)
+        few = (f"; at α = {alpha:g} nothing can be certified on fewer than {need} calibration "
+               "questions" if n < need else "")  # fmt: skip
+        reach = f"{(k0 + 1) / (n + 1):.3f} (marginal){few}"
+    else:
+        reach = f"{reachable_alpha(k0, n, delta):.3f} at δ = {delta:g}{_too_few(n, alpha, delta)}"
     return Unreachable(
         f"a single answer cannot be certified at α = {alpha:g}: even running all "
         f"{horizon} rounds and returning round {horizon}'s answer misses on "
-        f"{k0} of {n} calibration questions, which certifies α ≥ "
-        f"{reachable_alpha(k0, n, delta):.3f} at δ = {delta:g}{_too_few(n, alpha, delta)}; "
+        f"{k0} of {n} calibration questions, which certifies α ≥ {reach}; "
         "use a larger --alpha, more questions, or --answer set (a set can hold the earlier "
         "right answer)"
     )
@@ -236,17 +246,29 @@ class SingleAnswerPolicy(Policy):
     def scores(self, obs: np.ndarray) -> np.ndarray:
         return self.stop_scores(obs)
 
+    @property
+    def marginal(self) -> bool:
+        """λ̂ holds on average over calibration draws (conformal risk control), not with
+        probability 1 − δ (:mod:`ccpo.policies.risk_control`)."""
+        return self.config.guarantee == MARGINAL
+
+    @property
+    def level(self) -> float | None:
+        """What the calibration tests at: δ, or None for the marginal guarantee."""
+        return None if self.marginal else self.delta
+
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
-        """λ̂ by Learn-then-Test on the calibration questions (sets ``lam``)."""
+        """λ̂ by Learn-then-Test (or conformal risk control: :attr:`marginal`) on the
+        calibration questions (sets ``lam``)."""
         sub = ep if cal is None else ep.subset(cal)
-        found = ltt_threshold(sub, self.stop_scores(sub.obs), self.alpha, self.delta)
+        found = ltt_threshold(sub, self.stop_scores(sub.obs), self.alpha, self.level)
         self.lam = found.threshold
         return found
 
     def split_thresholds(
         self, ep: Episodes, scores: np.ndarray, cal: np.ndarray, alpha: float
     ) -> tuple[np.ndarray, np.ndarray]:
-        return calibrate_splits(ep, scores, alpha, self.delta, cal)
+        return calibrate_splits(ep, scores, alpha, self.level, cal)
 
     def rollout(
         self, ep: Episodes, scores: np.ndarray, thresholds: Any, idx: np.ndarray | None = None
@@ -294,7 +316,8 @@ class SingleAnswerPolicy(Policy):
         return cls(
             model=model,
             horizon=int(meta["horizon"]),
-            config=StopConfig(**meta["config"]),
+            # folders made before the marginal guarantee were certified by Learn-then-Test
+            config=StopConfig(**{"guarantee": PAC, **meta["config"]}),
             variant=meta.get("variant", single_name(meta["method"])),
             delta=float(meta.get("delta", DELTA)),
             lam=meta["lambda_hat"] if "lambda_hat" in meta else meta.get("kappa_batch"),
@@ -327,7 +350,7 @@ def fit_single(
 
 
 def calibrate_splits(
-    ep: Episodes, scores: np.ndarray, alpha: float, delta: float, cal: np.ndarray
+    ep: Episodes, scores: np.ndarray, alpha: float, delta: float | None, cal: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """λ̂ of every calibration split ``cal`` [K, n] (question indices of ``ep``) and whether
     it was refused ([K] bool; a refused split gets :data:`RUN_ALL`, the most conservative
@@ -343,7 +366,7 @@ def calibrate_splits(
 
 
 def validation_cost(
-    ep: Episodes, scores: np.ndarray, alpha: float, delta: float, splits: int = 20, seed=0
+    ep: Episodes, scores: np.ndarray, alpha: float, delta: float | None, splits: int = 20, seed=0
 ) -> tuple[float, float]:
     """(cost USD per question, coverage) of the calibrated rule on ``ep`` as the harness
     measures it: λ̂ by LTT on random halves, scored on the others; (inf, nan) when some half
@@ -353,7 +376,7 @@ def validation_cost(
 
 
 def validation_figures(
-    ep: Episodes, scores: np.ndarray, alpha: float, delta: float, splits: int = 20, seed=0
+    ep: Episodes, scores: np.ndarray, alpha: float, delta: float | None, splits: int = 20, seed=0
 ) -> tuple[float, float, float]:
     """:func:`validation_cost` and the estimated seconds per question of the same replay
     (:mod:`ccpo.traces.latency`); (inf, nan, nan) when some half cannot be calibrated."""

@@ -257,7 +257,8 @@ def write_report(
         "test split's coverage, sqrt(α(1 − α)/n_test); a smaller shortfall is marked (within "
         "noise); ★ marks the cheapest method that meets the target in its column. Rows "
         "`*-single` return exactly one answer per question (set size 1; calibrated by "
-        "Learn-then-Test, so the guarantee holds with probability ≥ 1 − δ)."
+        "conformal risk control: the guarantee holds on average over calibration draws, "
+        "as split conformal's for the sets)."
     )
     doc.table(summary_table(groups))
     doc.bullets(

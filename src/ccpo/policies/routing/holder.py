@@ -76,6 +76,8 @@ class RouterHolder:
     log = Inner()
     config = Inner()
     delta = Inner()
+    marginal = Inner(doc="One answer: λ̂ (and τ̂) hold on average over calibration draws.")
+    level = Inner(doc="One answer: what the calibration tests at (δ, or None: marginal).")
     prices = Inner(settable=True)
     provenance = Inner(settable=True)
     info = Inner(settable=True)

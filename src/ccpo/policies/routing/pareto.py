@@ -24,11 +24,11 @@ import numpy as np
 
 from ccpo.errors import CCPOError
 from ccpo.policies.base import Calibration
+from ccpo.policies.risk_control import last_passing
 from ccpo.policies.routing.holder import NO_ROUTE
 from ccpo.policies.single import (
     GRID,
     RUN_ALL,
-    binomial_pvalues,
     candidate_thresholds,
     unreachable,
 )
@@ -114,22 +114,24 @@ def pareto_sequence(
 
 
 def pareto_ltt(
-    ep: Episodes, sc: Routed, alpha: float, delta: float, sequence: np.ndarray
+    ep: Episodes, sc: Routed, alpha: float, delta: float | None, sequence: np.ndarray
 ) -> tuple[float, Calibration]:
     """(τ̂, the calibration of λ̂): fixed-sequence testing along ``sequence`` [m, 2] (made on
     the training split: :func:`pareto_sequence`) on the calibration questions ``ep`` at the
-    full δ; the last pair rejected before the first failure. Raises
-    :class:`~ccpo.policies.single.Unreachable`, naming the α it certifies, when θ_0 fails."""
+    full δ (``delta`` None: conformal risk control along the sequence, a marginal guarantee:
+    :mod:`ccpo.policies.risk_control`); the last pair passed before the first failure.
+    Raises :class:`~ccpo.policies.single.Unreachable`, naming the α it certifies, when θ_0
+    fails."""
     seq = np.asarray(sequence, dtype=np.float64)
     n = ep.n
     if n < 1:
         raise CCPOError("cannot calibrate a single-answer policy on zero questions")
-    k = np.zeros(len(seq), dtype=np.int64)
+    loss = np.zeros((len(seq), n), dtype=bool)
     for tau in np.unique(seq[:, 0]):
         rows = seq[:, 0] == tau
-        k[rows] = pair_outcomes(ep, sc, float(tau), seq[rows, 1])[0].sum(-1)
-    fails = np.flatnonzero(binomial_pvalues(k, n, alpha) > delta)
-    last = (fails[0] if fails.size else len(seq)) - 1
+        loss[rows] = pair_outcomes(ep, sc, float(tau), seq[rows, 1])[0]
+    k = loss.sum(-1)
+    last = last_passing(loss, alpha, delta)
     if last < 0:
         raise unreachable(alpha, delta, int(k[0]), n, ep.horizon)
     return float(seq[last, 0]), Calibration(float(seq[last, 1]), int(k[last]), n, int(last + 1))

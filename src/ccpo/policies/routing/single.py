@@ -113,21 +113,26 @@ def routed_outcomes(
 
 
 def joint_ltt(
-    ep: Episodes, sc: RoutedScores, alpha: float, delta: float, taus=TAUS
+    ep: Episodes, sc: RoutedScores, alpha: float, delta: float | None, taus=TAUS
 ) -> tuple[float, Calibration]:
     """(τ̂, the calibration of λ̂) on the calibration questions ``ep``: for each τ of ``taus``
-    fixed-sequence LTT over λ at δ/m; the certified pair of least calibration cost. With a
+    fixed-sequence LTT over λ at δ/m; the certified pair of least calibration cost (``delta``
+    None: the marginal walk over λ, at a single τ only). With a
     fallback router, a question's loss is its worse with or without its embedding, so the
     pair holds whichever each question meets. Raises :class:`Unreachable` when no τ
     certifies λ_0."""
     m = len(taus)
+    if delta is None and m > 1:  # the least cost over several marginal walks is not one
+        raise CCPOError("a marginal guarantee at one of several τ needs a Pareto sequence: "
+                        "retrain the policy with --route")  # fmt: skip
+    level = None if delta is None else delta / m
     best: tuple[float, float, Calibration] | None = None
     last_error: Unreachable | None = None
     for tau in taus:
         _, h, _ = sc.at(tau)
         also = () if sc.fallback_probs is None else (sc.at(tau, fallback=True)[1],)
         try:
-            cal = ltt_threshold(ep, h, alpha, delta / m, GRID, *also)
+            cal = ltt_threshold(ep, h, alpha, level, GRID, *also)
         except Unreachable as e:
             last_error = e
             continue
@@ -194,8 +199,8 @@ class RoutedPolicy(RouterHolder, Policy):
         along :attr:`sequence` (:func:`~ccpo.policies.routing.pareto.pareto_ltt`), or, without
         one, :func:`joint_ltt` over :attr:`taus`. Raises :class:`Unreachable`."""
         if self.sequence is None:
-            return joint_ltt(ep, sc, alpha, self.inner.delta, self.taus)
-        return pareto_ltt(ep, sc, alpha, self.inner.delta, self.sequence)
+            return joint_ltt(ep, sc, alpha, self.inner.level, self.taus)
+        return pareto_ltt(ep, sc, alpha, self.inner.level, self.sequence)
 
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
         """(τ̂, λ̂) by :meth:`certify` on the calibration questions (sets both)."""
@@ -326,8 +331,8 @@ def routed_fit(
 
 
 def routed_validation(
-    sub: Episodes, sc: RoutedScores, sequence: np.ndarray, alpha: float, delta: float,
-    seed: int = 0, splits: int = 20,
+    sub: Episodes, sc: RoutedScores, sequence: np.ndarray, alpha: float,
+    delta: float | None, seed: int = 0, splits: int = 20,
 ) -> tuple[float, float, float]:  # fmt: skip
     """(USD per question, coverage, estimated seconds per question) of a routed policy on
     the training questions ``sub`` from their out-of-fold scores ``sc``, as
@@ -398,7 +403,8 @@ def choose_tau(
         costs = []
         for c, t in zip(cal, test, strict=True):
             try:
-                found = ltt_threshold(sub.subset(c), sc.take(c).at(tau)[1], pol.alpha, pol.delta)
+                found = ltt_threshold(sub.subset(c), sc.take(c).at(tau)[1], pol.alpha,
+                                      pol.inner.level)  # fmt: skip
             except Unreachable:
                 costs = [float("inf")]
                 break

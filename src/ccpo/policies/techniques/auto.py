@@ -15,6 +15,7 @@ from ccpo.policies.auto import Direct, Fitter, Selection, as_figures, cross_fit
 from ccpo.policies.base import Policy
 from ccpo.policies.budget import COST, pick
 from ccpo.policies.reference import ReferencePolicy
+from ccpo.policies.risk_control import MARGINAL
 from ccpo.policies.routing.single import RoutedPolicy, routed_fit, routed_validation
 from ccpo.policies.single import GRID, SINGLE_METHODS, validation_figures
 from ccpo.policies.spec import PolicySpec
@@ -125,8 +126,10 @@ def _fit_single(
     candidates = tuple(c for c in (spec.candidates or SINGLE_METHODS) if c not in ROUTED)
     fitters = {name: single_fitter(name, spec.settings, spec.delta) for name in candidates}
 
+    level = None if cfg.guarantee == MARGINAL else spec.delta
+
     def validate(sub: Episodes, scores: np.ndarray) -> tuple[float, float, float]:
-        return validation_figures(sub, scores, alpha, spec.delta, seed=seed)
+        return validation_figures(sub, scores, alpha, level, seed=seed)
 
     direct = reference_candidate(ep, alpha, cfg.auto_reference)
     sel = cross_fit(ep, train_idx, alpha, fitters, validate, seed, folds, 0xA071, direct,
@@ -168,7 +171,7 @@ def routed_candidates(
         pol, sub, sc = routed_fit(inner, ep, train_idx, seed, embedded=spec.route_embeddings,
                                   grid=grid)  # fmt: skip
         assert pol.sequence is not None
-        got = routed_validation(sub, sc, pol.sequence, alpha, spec.delta, seed)
+        got = routed_validation(sub, sc, pol.sequence, alpha, pol.inner.level, seed)
         key = name if name == "router" else f"{cascade}+route"
         figures[key], policies[key] = as_figures(got), pol
     return figures, policies
