@@ -80,14 +80,22 @@ def traces_stats(
         + (" (mixed labels: one guarantee needs one)" if len(labels) > 1 else ""),
         highlight=False,
     )
+    if st.simulated:
+        from ccpo.traces.verify import simulated_note
+
+        console.print(f"[yellow]note:[/yellow] {simulated_note(st.simulated)}", highlight=False)
     acc = "acc" if labels == [GOLD] else ("accept" if rule_labels(labels[0]) else "agree")
     t = Table()
-    if lad is not None and all(r.one_model for r in lad.rounds):  # one model per step
-        for c in ("step", "model", acc, "tokens", "cost ¢"):
+    if lad is not None and all(r.one_model or r.verifies for r in lad.rounds):  # one per step
+        verify = any(r.verifies for r in lad.rounds)
+        for c in ("step", "model", acc, *(("yes",) if verify else ()), "tokens", "cost ¢"):
             t.add_column(c, justify="right")
         for r, lr in zip(st.table(), lad.rounds, strict=False):
-            t.add_row(str(r["round"]), lr.base.model, f"{r['base_acc']:.3f}",
-                      f"{r['base_tokens']:.0f}", f"{r['cost_cents']:.4f}")  # fmt: skip
+            name = f"{lr.guide.model} verifies" if lr.verifies else lr.base.model
+            yes = (f"{r['verdict_yes']:.3f}" if lr.verifies else "",) if verify else ()
+            tokens = r["guide_tokens"] if lr.verifies else r["base_tokens"]
+            t.add_row(str(r["round"]), name, f"{r['base_acc']:.3f}", *yes, f"{tokens:.0f}",
+                      f"{r['cost_cents']:.4f}")  # fmt: skip
         console.print(t)
         return
     for c in ("round", f"base {acc}", f"guide {acc}", "guide yes", "base tok", "guide tok",
@@ -167,6 +175,34 @@ def traces_import(
             "of earlier imports; the default with --guide).",
         ),
     ] = None,
+    verifier: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODEL",
+            help="Add a verify step after each step but the last (one-model steps): MODEL "
+            "asked whether the reply is acceptable (Yes/No), priced as its own step, so a "
+            "policy learns when a verdict is cheaper than the next model. Its verdicts come "
+            "from the table's verdict, verdict_input_tokens, verdict_output_tokens "
+            "[, verdict_confidence] columns, or --simulate-verifier.",
+        ),
+    ] = None,
+    verify_after: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODEL[,MODEL]",
+            help="With --verifier: verify only the replies of these steps' models.",
+        ),
+    ] = None,
+    simulate_verifier: Annotated[
+        float | None,
+        typer.Option(
+            metavar="ACCURACY",
+            help="With --verifier, for a table without verdict columns: SIMULATE each verdict "
+            "as the reply's label flipped with probability 1 − ACCURACY (a hash of question "
+            "id and model), the prompt's and reply's tokens in and 1 out at MODEL's price. "
+            "The traces record it (meta.simulated_verifier) and every report says so.",
+        ),
+    ] = None,
 ) -> None:
     """Import per-question answers of several models (question_id, question, model, answer,
     input_tokens, output_tokens[, correct, logprob, confidence, gold, reasoning]) as a
@@ -190,7 +226,11 @@ def traces_import(
     rule = None if accept is None else parse_rule(accept)
     price_table = load_prices(*(prices or []))
     chosen = import_signals((signals or "").replace(",", " ").split())
-    with open_table(table, task, price_table, guide, family, reference, rule, steps) as imp:
+    after = [m.strip() for m in (verify_after or "").split(",") if m.strip()] or None
+    with open_table(
+        table, task, price_table, guide, family, reference, rule, steps, verifier, after,
+        simulate_verifier,
+    ) as imp:  # fmt: skip
         plan = imp.cascade
         costs = ", ".join(f"{m} {100 * plan.cost_per_question[m]:.4f}" for m in plan.order())
         console.print(
@@ -216,8 +256,12 @@ def traces_import(
         if plan.one_model:
             for c in ("step", "model", "mean cost ¢"):
                 t.add_column(c)
-            for i, m in enumerate(plan.bases, start=1):
-                t.add_row(str(i), m, f"{100 * plan.cost_per_question[m]:.4f}")
+            for i, lr in enumerate(ladder.rounds, start=1):
+                m = lr.base.model
+                if lr.verifies:
+                    t.add_row(str(i), f"{lr.guide.model} verifies {m}'s reply", "")
+                else:
+                    t.add_row(str(i), m, f"{100 * plan.cost_per_question[m]:.4f}")
         else:
             for c in ("round", "base", "guide", "verdict"):
                 t.add_column(c)
@@ -230,6 +274,17 @@ def traces_import(
         console.print(t)
         if chosen:
             console.print(f"signals: {', '.join(chosen)}", highlight=False)
+        if plan.verifier is not None:
+            from ccpo.traces.verify import simulated_note, simulated_record
+
+            sim = imp.simulate
+            console.print(
+                f"verdicts: {'[yellow]' + simulated_note(simulated_record(plan.verifier, sim))}"
+                "[/yellow]"
+                if sim is not None
+                else "verdicts: the table's verdict columns (the verifier's own calls)",
+                highlight=False,
+            )
         n = write_traces(out, (with_text_signals(tr, chosen) for tr in imp.traces()))
         dropped, unscored = imp.dropped, imp.unscored
     if unscored:

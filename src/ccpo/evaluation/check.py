@@ -83,6 +83,7 @@ class CheckReport:
     cost_ratio_to_reference: float | None = None
     latency_s_per_question: float | None = None  # estimated (None: the traces give none)
     latency_budget_s: float | None = None  # the policy's --latency-budget, if trained with one
+    simulated: str = ""  # what the file's simulated verdicts are (traces.verify); '' real
 
     @property
     def verdict(self) -> str:
@@ -164,6 +165,7 @@ def check_policy(
         cost_ratio_to_reference=None if y is None else y.ratio,
         latency_s_per_question=None if math.isnan(latency) else latency,
         latency_budget_s=policy.provenance.get("latency_budget_s"),
+        simulated=ep.simulated,
     )
 
 
@@ -216,6 +218,8 @@ def report_lines(r: CheckReport) -> list[str]:
         f"{r.rounds:.2f} rounds on average; {r.unsolvable:.1%} of questions unanswerable by "
         "any round (counted as covered)",
     ]
+    if r.simulated:
+        lines.append(f"note: {r.simulated}")
     if r.reference is not None and r.cost_ratio_to_reference is not None:
         lines.append(
             f"{r.policy} costs {r.cost_ratio_to_reference:.0%} of {r.reference} on this file "
