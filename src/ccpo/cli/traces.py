@@ -211,9 +211,12 @@ def traces_import(
     traces record this ladder (verdict = agreement), so a policy trained on them
     can be served on the same models; an answer a later round repeats is charged once. Without
     'correct' (or with --reference) the labels are agreement with a reference model; a
-    question whose reference answer is empty is dropped (counted). With --prices, the prices
-    of the table's models are written beside the output (OUT.prices.json), where stats, train
-    and compare find them. The table is streamed (memory: one question at a time)."""
+    question whose reference answer is empty is dropped (counted). --verifier adds verify
+    steps (a verifier's Yes/No on a step's reply: verdict, verdict_input_tokens,
+    verdict_output_tokens[, verdict_confidence] columns, or --simulate-verifier). With
+    --prices, the prices of the table's models are written beside the output
+    (OUT.prices.json), where stats, train and compare find them. The table is streamed
+    (memory: one question at a time)."""
     from ccpo.evaluation.harness import sidecar_path
     from ccpo.traces.accept import parse_rule
     from ccpo.traces.importer import import_signals, open_table, with_text_signals
