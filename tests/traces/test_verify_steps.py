@@ -26,6 +26,7 @@ from ccpo.traces.prices import load_prices
 from ccpo.traces.routing import paid_steps, started_rounds
 from ccpo.traces.schema import Trace
 from ccpo.traces.signals import compared
+from ccpo.traces.steps import sub_ladder
 from ccpo.traces.verify import flip_draw
 from tests.helpers.cli import ccpo_ok
 
@@ -205,3 +206,9 @@ def test_a_verify_step_is_placed_after_the_step_it_checks(tmp_path: Path) -> Non
     d["rounds"][1]["guide"]["answer"] = "another reply"
     with pytest.raises(ValueError, match="returns it"):
         Trace.model_validate(d)
+    # a sub-ladder keeps a verify step with the step it verifies, unless that is now last
+    two = sub_ladder(traces, [CHEAP, STRONG])
+    assert [(r.verdict_mode, r.base.model) for r in two[0].rounds] == [
+        ("agree", CHEAP), ("verify", CHEAP), ("agree", STRONG)]  # fmt: skip
+    assert ladder_of(two).T == 3 and two[0].rounds[1].guide.model == VERIFIER
+    assert [r.verdict_mode for r in sub_ladder(traces, [CHEAP])[0].rounds] == ["agree"]
