@@ -209,7 +209,7 @@ def make_runner(
         kind != "base-guide" or not ladder.verdicts() <= {"agree", "verify"}
     ):
         raise CCPOError(
-            "the chat family runs agree rounds and verify steps only (each model answers the "
+            "the chat family runs agree rounds only, and verify steps (each model answers the "
             "conversation; the judge template and LLM-EXIT read a short answer): set verdict: "
             "agree in every round of the ladder"
         )
