@@ -1,16 +1,20 @@
 """A verify step run live over real HTTP (a scripted OpenAI-compatible server on 127.0.0.1):
 the verifier receives the whole conversation and the reply it judges, once per question, and
 is paid as its own call; the reply is not asked twice. A single answer trained on the
-collected traces answers a dry run exactly as its replay, and a deployed agent runs the
-verify step against the scripted server. Replies are SCRIPTED (:mod:`tests.helpers.chat`)."""
+collected traces answers a dry run exactly as its replay, a deployed agent runs the verify
+step against the scripted server, and a question started at the verify step (a routed start)
+asks the reply there, then the verifier. Replies are SCRIPTED (:mod:`tests.helpers.chat`)."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import re
 
+from ccpo.llm.client import LLMClient
 from ccpo.llm.collect import collect
 from ccpo.llm.config import build_config
+from ccpo.llm.protocol import make_runner, run_round
 from ccpo.runtime.agent import ConformalAgent
 from ccpo.testing.scripted_server import ScriptedServer
 from ccpo.traces.conversation import Conversation
@@ -85,6 +89,27 @@ def test_the_verifier_is_called_live_and_a_dry_run_equals_the_replay(tmp_path) -
                     break
         finally:
             agent.close()
+    # a question started at the verify step (a routed start) asks the reply there, then the
+    # verifier, and pays both
+    with ScriptedServer(rules=[(JUDGED, judge)], fallback=chat_reply) as srv:
+        here = {**values, "endpoints": {"*": {"url": srv.url}}}
+        runner = make_runner(build_config(None, here), LLMClient(), "base-guide", "test")
+
+        async def started_at_the_check():
+            try:
+                return await run_round(runner, Conversation(tuple(conversation(3))), 2, [],
+                                       None, start=2)  # fmt: skip
+            finally:
+                await runner.client.aclose()
+
+        ro = asyncio.run(started_at_the_check())
+        assert [r["model"] for r in srv.requests] == ["small-m", "judge-m"]
+    assert ro.reused == () and ro.models() == ["small-m", "judge-m"]
+    assert (
+        ro.guide.answer
+        == ro.base.answer
+        == chat_reply({"model": "small-m", "messages": conversation(3)})
+    )
     assert went_on  # some questions went past the first step
     for got, models in went_on:
         assert models[:2] == ["small-m", "judge-m"]  # the reply, then its verdict
