@@ -179,11 +179,9 @@ def traces_import(
         str | None,
         typer.Option(
             metavar="MODEL",
-            help="Add a verify step after each step but the last (one-model steps): MODEL "
-            "asked whether the reply is acceptable (Yes/No), priced as its own step, so a "
-            "policy learns when a verdict is cheaper than the next model. Its verdicts come "
-            "from the table's verdict, verdict_input_tokens, verdict_output_tokens "
-            "[, verdict_confidence] columns, or --simulate-verifier.",
+            help="A verify step after each step but the last: MODEL's Yes/No on the reply, "
+            "priced as its own step; verdicts from the table's verdict, verdict_input_tokens, "
+            "verdict_output_tokens[, verdict_confidence] columns, or --simulate-verifier.",
         ),
     ] = None,
     verify_after: Annotated[
@@ -197,10 +195,8 @@ def traces_import(
         float | None,
         typer.Option(
             metavar="ACCURACY",
-            help="With --verifier, for a table without verdict columns: SIMULATE each verdict "
-            "as the reply's label flipped with probability 1 − ACCURACY (a hash of question "
-            "id and model), the prompt's and reply's tokens in and 1 out at MODEL's price. "
-            "The traces record it (meta.simulated_verifier) and every report says so.",
+            help="SIMULATE the verdicts of a table without them: the reply's label flipped "
+            "with probability 1 − ACCURACY; the traces and every report say so.",
         ),
     ] = None,
 ) -> None:
@@ -212,11 +208,9 @@ def traces_import(
     can be served on the same models; an answer a later round repeats is charged once. Without
     'correct' (or with --reference) the labels are agreement with a reference model; a
     question whose reference answer is empty is dropped (counted). --verifier adds verify
-    steps (a verifier's Yes/No on a step's reply: verdict, verdict_input_tokens,
-    verdict_output_tokens[, verdict_confidence] columns, or --simulate-verifier). With
-    --prices, the prices of the table's models are written beside the output
-    (OUT.prices.json), where stats, train and compare find them. The table is streamed
-    (memory: one question at a time)."""
+    steps (docs/import.md). With --prices, the prices of the table's models are written
+    beside the output (OUT.prices.json), where stats, train and compare find them. The table
+    is streamed (memory: one question at a time)."""
     from ccpo.evaluation.harness import sidecar_path
     from ccpo.traces.accept import parse_rule
     from ccpo.traces.importer import import_signals, open_table, with_text_signals
@@ -260,11 +254,9 @@ def traces_import(
             for c in ("step", "model", "mean cost ¢"):
                 t.add_column(c)
             for i, lr in enumerate(ladder.rounds, start=1):
-                m = lr.base.model
-                if lr.verifies:
-                    t.add_row(str(i), f"{lr.guide.model} verifies {m}'s reply", "")
-                else:
-                    t.add_row(str(i), m, f"{100 * plan.cost_per_question[m]:.4f}")
+                m, v = lr.base.model, lr.verifies
+                t.add_row(str(i), f"{lr.guide.model} verifies {m}'s reply" if v else m,
+                          "" if v else f"{100 * plan.cost_per_question[m]:.4f}")  # fmt: skip
         else:
             for c in ("round", "base", "guide", "verdict"):
                 t.add_column(c)
@@ -280,14 +272,9 @@ def traces_import(
         if plan.verifier is not None:
             from ccpo.traces.verify import simulated_note, simulated_record
 
-            sim = imp.simulate
-            console.print(
-                f"verdicts: {'[yellow]' + simulated_note(simulated_record(plan.verifier, sim))}"
-                "[/yellow]"
-                if sim is not None
-                else "verdicts: the table's verdict columns (the verifier's own calls)",
-                highlight=False,
-            )
+            sim = None if imp.simulate is None else simulated_record(plan.verifier, imp.simulate)
+            said = simulated_note(sim) or "the table's verdict columns (the verifier's calls)"
+            console.print(f"verdicts: {said}", highlight=False)
         n = write_traces(out, (with_text_signals(tr, chosen) for tr in imp.traces()))
         dropped, unscored = imp.dropped, imp.unscored
     if unscored:
