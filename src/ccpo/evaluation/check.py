@@ -87,6 +87,7 @@ class CheckReport:
     latency_budget_s: float | None = None  # the policy's --latency-budget, if trained with one
     #: where the money goes at its own threshold (evaluation.money.MoneyFlow.to_json)
     money: dict[str, Any] | None = None
+    simulated: str = ""  # what the file's simulated verdicts are (traces.verify); '' real
 
     @property
     def verdict(self) -> str:
@@ -170,6 +171,7 @@ def check_policy(
         latency_s_per_question=None if math.isnan(latency) else latency,
         latency_budget_s=policy.provenance.get("latency_budget_s"),
         money=None if flow is None else flow.to_json(),
+        simulated=ep.simulated,
     )
 
 
@@ -222,6 +224,8 @@ def report_lines(r: CheckReport) -> list[str]:
         f"{r.rounds:.2f} rounds on average; {r.unsolvable:.1%} of questions unanswerable by "
         "any round (counted as covered)",
     ]
+    if r.simulated:
+        lines.append(f"note: {r.simulated}")
     if r.reference is not None and r.cost_ratio_to_reference is not None:
         lines.append(
             f"{r.policy} costs {r.cost_ratio_to_reference:.0%} of {r.reference} on this file "

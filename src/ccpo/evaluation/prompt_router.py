@@ -31,7 +31,8 @@ NAME = "prompt-router"
 
 def rung_arrays(ep: Episodes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(cost [N, R] USD, accepted [N, R] bool, latency [N, R] s or None) of calling each of
-    the R rungs alone. One-model steps: R = T, a rung is a round. Pairs: R = T + 1; a later
+    the R rungs alone. One-model steps: R = T, a rung is a round (a verify step's: its reply
+    and the verifier's call). Pairs: R = T + 1; a later
     round's base repeats the earlier guide, so round k ≥ 2 (1-based) pays only its guide;
     round 1's two calls split by the view started at round 2. Any other ladder (one guide for
     every round) is refused."""
@@ -43,6 +44,16 @@ def rung_arrays(ep: Episodes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None
     if ep.one_model:
         ok = ep.correct[:, :, BASE] | ~ep.solvable[:, None]
         return rc.copy(), ok, None if ep.round_latency is None else ep.round_latency.copy()
+    if ep.verify_rounds:  # a verify step called alone pays the reply it verifies too
+        ok = ep.correct[:, :, BASE] | ~ep.solvable[:, None]
+        views = ep.routes
+        cost = np.stack([views.cost[k, :, k] for k in range(T)], axis=1)
+        lat = (
+            None
+            if views.latency is None
+            else np.stack([views.latency[k, :, k] for k in range(T)], axis=1)
+        )
+        return cost, ok, lat
     cost = np.zeros((ep.n, T + 1))
     cost[:, 2:] = rc[:, 1:]
     cost[:, 1] = ep.routes.cost[1, :, 1] - rc[:, 1]
