@@ -209,6 +209,12 @@ def run_check(
     return report, warnings
 
 
+def _verdicts(money: dict[str, Any]) -> str:
+    """How much of the spend never returned bought verify steps' verdicts ('' without any)."""
+    usd = money.get("verdict_usd_per_question")
+    return "" if usd is None else f", ${usd:.6f} of it on verify steps' verdicts"
+
+
 def report_lines(r: CheckReport) -> list[str]:
     """The human-readable report (one fact a line). The threshold is named as the policy
     names it (κ̂ for sets, λ̂ for a single answer); a value is proposed only where one is
@@ -249,8 +255,9 @@ def report_lines(r: CheckReport) -> list[str]:
         usd = r.money["unreturned_usd_per_question"]
         lines.append(
             f"${usd:.6f} per question ({r.money['unreturned_share']:.1%} of its cost, "
-            f"${usd * r.questions:.4f} over the file) paid for replies never returned "
-            "(where the money goes, per rung: the table below)"
+            f"${usd * r.questions:.4f} over the file) paid for replies never returned"
+            + _verdicts(r.money)
+            + " (where the money goes, per rung: the table below)"
         )
     lines.append(f"verdict: {r.verdict}")
     if not r.holds:

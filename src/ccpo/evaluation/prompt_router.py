@@ -11,7 +11,9 @@ whose λ̂ is certified by Learn-then-Test: docs/theory.md, "Routing before the 
 
 Rungs of an ``agree`` ladder of pairs: rung 0 is round 1's base, rung k round k's guide; a
 question routed to rung k pays that one call (its latency: that call's, rounds 1's two calls'
-longer one for rungs 0 and 1). Of a ladder of one-model steps, rung k is round k + 1.
+longer one for rungs 0 and 1). Of a ladder of one-model steps, rung k is round k + 1; a
+question routed to a verify step's rung pays the reply it verifies, then the verifier, and
+returns that reply.
 Main names: :class:`PromptRouterRow`, :func:`rung_arrays`.
 """
 
@@ -82,6 +84,18 @@ def rung_steps(ep: Episodes, rung: np.ndarray, count: int) -> np.ndarray | None:
     return one_step(at[..., 0], at[..., 1], ep.horizon)
 
 
+def rung_calls(ep: Episodes, step: np.ndarray | None) -> np.ndarray | None:
+    """The steps run to call the rungs ``step`` [..., T, 2] marks (:func:`rung_steps`): those
+    steps, and a verify step's base with its verifier (the reply it verifies is asked
+    first: the base's rung, :attr:`~ccpo.traces.rungs.Rungs.of_step`)."""
+    if step is None or not ep.verify_rounds:
+        return step
+    out = np.array(step)
+    v = list(ep.verify_rounds)
+    out[..., v, BASE] |= out[..., v, GUIDE]
+    return out
+
+
 class PromptRouterRow(Row):
     """A prompt-only router: a threshold on per-model text classifiers fitted on training data;
     no guarantee."""
@@ -140,7 +154,7 @@ class PromptRouterRow(Row):
             length=ones,
             set_size=ones,
             latency=None if lat is None else lat[q, rung][test],
-            called=step,
+            called=rung_calls(ep, step),
             returned=step,
         )
 

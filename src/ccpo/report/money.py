@@ -2,7 +2,8 @@
 policy paid for its call and on which it returned its reply, and the spend on replies never
 returned (:mod:`ccpo.evaluation.money`, whose ``money`` JSON objects these read).
 
-- :func:`rung_table`: one policy (``ccpo check``), a row per rung and a row for all;
+- :func:`rung_table`: one policy (``ccpo check``), a row per rung and a row for all (a
+  verify step's rung marked as the verifier of the reply it verifies);
 - :func:`money_table`: many policies (``compare``, the report), a row per policy, a column
   per rung ("paid · returned") and the spend never returned per test split and as a share;
   :func:`print_money` draws it on the terminal (``compare``, ``evaluate``).
@@ -32,13 +33,23 @@ def _table(title: str, headers: list[str], cells: list[list[str]]) -> TableData:
     return TableData(title, headers, cells, blank, [list(r) for r in blank])
 
 
+def _rung(r: dict[str, Any]) -> str:
+    """A rung's model, marked when it is a verify step's verifier (its call buys a verdict)."""
+    return f"{r['model']} (verifier)" if r.get("verifies") else r["model"]
+
+
+def _verifies(r: dict[str, Any]) -> str:
+    return f", verifies {r['verifies']}" if r.get("verifies") else ""
+
+
 def rung_table(money: dict[str, Any], title: str = TITLE) -> TableData:
     """One policy's rungs: model and step, share of questions paid and returned, USD per
     question spent and spent on a reply not returned; a last row for all rungs."""
     headers = ["Rung", "Paid", "Returned", "$ per question", "Never returned ($ per q.)"]
     cells = [
-        [f"{i}. {r['model']} ({r['step']})", f"{r['paid']:.1%}", f"{r['returned']:.1%}",
-         f"{r['usd_per_question']:.6f}", f"{r['unreturned_usd_per_question']:.6f}"]
+        [f"{i}. {r['model']} ({r['step']}{_verifies(r)})", f"{r['paid']:.1%}",
+         f"{r['returned']:.1%}", f"{r['usd_per_question']:.6f}",
+         f"{r['unreturned_usd_per_question']:.6f}"]
         for i, r in enumerate(money["rungs"], start=1)
     ]  # fmt: skip
     cells.append(
@@ -58,7 +69,7 @@ def money_table(
     if not said:
         return _table(title, [], [])
     rungs = said[0].money["rungs"]  # type: ignore[index]
-    headers = ["Policy"] + [f"{i}. {r['model']}" for i, r in enumerate(rungs, start=1)]
+    headers = ["Policy"] + [f"{i}. {_rung(r)}" for i, r in enumerate(rungs, start=1)]
     unit = f"¢ per test split of {n_test} q." if n_test else "¢ per question"
     headers += [f"Never returned ({unit})", "Never returned / cost"]
     cells = []
