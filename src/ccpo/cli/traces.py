@@ -290,8 +290,9 @@ def traces_import(
             highlight=False,
         )
     console.print(f"[green]wrote[/green] {n} traces to {out}")
-    if prices:
-        _write_sidecar(out, price_table, plan.order())
+    if prices:  # the verifier's price too: its verdicts are priced calls of the traces
+        verifier_models = [] if plan.verifier is None else [plan.verifier]
+        _write_sidecar(out, price_table, [*plan.order(), *verifier_models])
 
 
 def _write_sidecar(out: Path, table, models) -> None:
