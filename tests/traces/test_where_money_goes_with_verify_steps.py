@@ -130,6 +130,6 @@ def test_reports_name_the_verifier():
 
     ep = ladder(3)
     f = money_flow(ep, single_rollout(ep, np.array([[0.0, 1.0, 1.0]] * 3), 0.5)).to_json()
-    assert rung_table(f).rows[1][0] == "2. m-v (round 2 guide, verifies m-a)"
+    assert rung_table(f).rows[1][0] == "2. m-v (round 2 verifies 1)"
     row = ResultRow("cstop-single", 1.0, 0.9, 2.0, 1.0, [1.0], [0.9], money=f)
     assert money_table([row], 3).headers[1:4] == ["1. m-a", "2. m-v (verifier)", "3. m-b"]
