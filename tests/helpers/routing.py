@@ -15,15 +15,15 @@ from tests.helpers.cli import ccpo_ok
 
 
 def imported_ladder(
-    folder: Path, n: int = 300, seed: int = 0, steps: str = "pair"
+    folder: Path, n: int = 300, seed: int = 0, steps: str = "pair", *extra: str
 ) -> tuple[Path, Path]:
     """(traces, prices) of the 4-model table imported without labels (agreement with big-m),
     as paired rounds (T = 3: what the routing tests were written for) or one model per step
-    (``steps="one"``, T = 4)."""
+    (``steps="one"``, T = 4); ``extra``: more ``traces import`` options (e.g. a verifier's)."""
     table, prices = write_ladder_table(folder, n=n, seed=seed, labels=False)
     traces = folder / "ladder.jsonl"
     ccpo_ok("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
-            "--prices", str(prices), "--out", str(traces), "--steps", steps)  # fmt: skip
+            "--prices", str(prices), "--out", str(traces), "--steps", steps, *extra)  # fmt: skip
     return traces, prices
 
 

@@ -323,3 +323,28 @@ def test_the_ladders_prices_travel_beside_the_judged_traces(tmp_path) -> None:
     assert all(carried.price(m) == given.price(m) for m in MODELS)
     res = run_ccpo("traces", "stats", str(out))  # no --prices: read beside the traces
     assert res.returncode == 0, res.stderr
+
+
+def test_a_verify_step_takes_the_label_of_the_reply_it_returns(tmp_path) -> None:
+    """The judge grades each model's reply once; a verify step (mid-m's verdict on small-m's
+    reply, simulated here) is labelled as the reply it returns, never as mid-m's."""
+    from ccpo.traces.prices import write_price_file
+
+    prices = write_price_file(tmp_path / "prices.json", {"small-m": (0.1, 0.4), "mid-m": (1, 4),
+                              "big-m": (10, 40), JUDGE: (1000.0, 1000.0)}, "test")  # fmt: skip
+    traces = tmp_path / "verified.jsonl"
+    res = run_ccpo("traces", "import", str(_table(tmp_path)), "--task", "chatlike", "--family",
+                   "exact", "--prices", str(prices), "--out", str(traces), "--verifier",
+                   "mid-m", "--verify-after", "small-m", "--simulate-verifier", "1")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out, cache = tmp_path / "judged.jsonl", tmp_path / "cache.sqlite"
+    with ScriptedServer(fallback=Judge(), logprobs_mode="reject") as srv:
+        res = _judge(traces, prices, srv, out, cache)
+        assert res.returncode == 0, res.stderr
+        assert srv.n_completions == 9 + 2  # as without the verify step: no reply twice
+    for tr in read_traces(out):
+        check = tr.rounds[1]
+        assert check.verdict_mode == "verify" and check.guide.model == "mid-m"
+        assert check.guide.correct == check.base.correct == tr.rounds[0].base.correct
+    q2 = read_traces(out)[1]  # small-m's reply judged BAD, mid-m's GOOD
+    assert [r.guide.correct for r in q2.rounds] == [False, False, True, True]

@@ -82,8 +82,9 @@ def evaluate(
         sizes=dict(zip(("train", "cal", "test"), sizes, strict=True)),
         against=ep.labels,
         prices=used,
+        **({"simulated": ep.simulated} if ep.simulated else {}),
     )
-    print_results(console, rows, traces.name, alpha, splits, sizes, ep.labels)
+    print_results(console, rows, traces.name, alpha, splits, sizes, ep.labels, ep.simulated)
     print_money(console, rows, sizes[2])
     console.print(f"wrote {', '.join(str(p) for p in files.values())}")
 

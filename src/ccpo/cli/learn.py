@@ -404,6 +404,8 @@ def _report(spec, got, ep, cal, alpha: float, out: Path) -> None:
         warn_degenerate(summary["calibration_full_set_rate"], pol.threshold, alpha, len(cal))
     _print_yardstick(y)
     _print_latency(summary)
+    if ep.simulated:
+        console.print(f"[yellow]note:[/yellow] {ep.simulated}", highlight=False)
     console.print(f"wrote policy folder {out}")
 
 

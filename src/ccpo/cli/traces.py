@@ -80,14 +80,22 @@ def traces_stats(
         + (" (mixed labels: one guarantee needs one)" if len(labels) > 1 else ""),
         highlight=False,
     )
+    if st.simulated:
+        from ccpo.traces.verify import simulated_note
+
+        console.print(f"[yellow]note:[/yellow] {simulated_note(st.simulated)}", highlight=False)
     acc = "acc" if labels == [GOLD] else ("accept" if rule_labels(labels[0]) else "agree")
     t = Table()
-    if lad is not None and all(r.one_model for r in lad.rounds):  # one model per step
-        for c in ("step", "model", acc, "tokens", "cost ¢"):
+    if lad is not None and all(r.one_model or r.verifies for r in lad.rounds):  # one per step
+        verify = any(r.verifies for r in lad.rounds)
+        for c in ("step", "model", acc, *(("yes",) if verify else ()), "tokens", "cost ¢"):
             t.add_column(c, justify="right")
         for r, lr in zip(st.table(), lad.rounds, strict=False):
-            t.add_row(str(r["round"]), lr.base.model, f"{r['base_acc']:.3f}",
-                      f"{r['base_tokens']:.0f}", f"{r['cost_cents']:.4f}")  # fmt: skip
+            name = f"{lr.guide.model} verifies" if lr.verifies else lr.base.model
+            yes = (f"{r['verdict_yes']:.3f}" if lr.verifies else "",) if verify else ()
+            tokens = r["guide_tokens"] if lr.verifies else r["base_tokens"]
+            t.add_row(str(r["round"]), name, f"{r['base_acc']:.3f}", *yes, f"{tokens:.0f}",
+                      f"{r['cost_cents']:.4f}")  # fmt: skip
         console.print(t)
         return
     for c in ("round", f"base {acc}", f"guide {acc}", "guide yes", "base tok", "guide tok",
@@ -167,6 +175,30 @@ def traces_import(
             "of earlier imports; the default with --guide).",
         ),
     ] = None,
+    verifier: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODEL",
+            help="A verify step after each step but the last: MODEL's Yes/No on the reply, "
+            "priced as its own step; verdicts from the table's verdict, verdict_input_tokens, "
+            "verdict_output_tokens[, verdict_confidence] columns, or --simulate-verifier.",
+        ),
+    ] = None,
+    verify_after: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODEL[,MODEL]",
+            help="With --verifier: verify only the replies of these steps' models.",
+        ),
+    ] = None,
+    simulate_verifier: Annotated[
+        float | None,
+        typer.Option(
+            metavar="ACCURACY",
+            help="SIMULATE the verdicts of a table without them: the reply's label flipped "
+            "with probability 1 − ACCURACY; the traces and every report say so.",
+        ),
+    ] = None,
 ) -> None:
     """Import per-question answers of several models (question_id, question, model, answer,
     input_tokens, output_tokens[, correct, logprob, confidence, gold, reasoning]) as a
@@ -175,9 +207,10 @@ def traces_import(
     traces record this ladder (verdict = agreement), so a policy trained on them
     can be served on the same models; an answer a later round repeats is charged once. Without
     'correct' (or with --reference) the labels are agreement with a reference model; a
-    question whose reference answer is empty is dropped (counted). With --prices, the prices
-    of the table's models are written beside the output (OUT.prices.json), where stats, train
-    and compare find them. The table is streamed (memory: one question at a time)."""
+    question whose reference answer is empty is dropped (counted). --verifier adds verify
+    steps (docs/import.md). With --prices, the prices of the table's models are written
+    beside the output (OUT.prices.json), where stats, train and compare find them. The table
+    is streamed (memory: one question at a time)."""
     from ccpo.traces.accept import parse_rule
     from ccpo.traces.importer import import_signals, open_table, with_text_signals
     from ccpo.traces.io import write_traces
@@ -189,7 +222,11 @@ def traces_import(
     rule = None if accept is None else parse_rule(accept)
     price_table = load_prices(*(prices or []))
     chosen = import_signals((signals or "").replace(",", " ").split())
-    with open_table(table, task, price_table, guide, family, reference, rule, steps) as imp:
+    after = [m.strip() for m in (verify_after or "").split(",") if m.strip()] or None
+    with open_table(
+        table, task, price_table, guide, family, reference, rule, steps, verifier, after,
+        simulate_verifier,
+    ) as imp:  # fmt: skip
         plan = imp.cascade
         costs = ", ".join(f"{m} {100 * plan.cost_per_question[m]:.4f}" for m in plan.order())
         console.print(
@@ -215,8 +252,10 @@ def traces_import(
         if plan.one_model:
             for c in ("step", "model", "mean cost ¢"):
                 t.add_column(c)
-            for i, m in enumerate(plan.bases, start=1):
-                t.add_row(str(i), m, f"{100 * plan.cost_per_question[m]:.4f}")
+            for i, lr in enumerate(ladder.rounds, start=1):
+                m, v = lr.base.model, lr.verifies
+                t.add_row(str(i), f"{lr.guide.model} verifies {m}'s reply" if v else m,
+                          "" if v else f"{100 * plan.cost_per_question[m]:.4f}")  # fmt: skip
         else:
             for c in ("round", "base", "guide", "verdict"):
                 t.add_column(c)
@@ -229,6 +268,12 @@ def traces_import(
         console.print(t)
         if chosen:
             console.print(f"signals: {', '.join(chosen)}", highlight=False)
+        if plan.verifier is not None:
+            from ccpo.traces.verify import simulated_note, simulated_record
+
+            sim = None if imp.simulate is None else simulated_record(plan.verifier, imp.simulate)
+            said = simulated_note(sim) or "the table's verdict columns (the verifier's calls)"
+            console.print(f"verdicts: {said}", highlight=False)
         n = write_traces(out, (with_text_signals(tr, chosen) for tr in imp.traces()))
         dropped, unscored = imp.dropped, imp.unscored
     if unscored:
@@ -245,8 +290,9 @@ def traces_import(
             highlight=False,
         )
     console.print(f"[green]wrote[/green] {n} traces to {out}")
-    if prices:
-        _write_sidecar(out, price_table, plan.order())
+    if prices:  # the verifier's price too: its verdicts are priced calls of the traces
+        verifier_models = [] if plan.verifier is None else [plan.verifier]
+        _write_sidecar(out, price_table, [*plan.order(), *verifier_models])
 
 
 def _write_sidecar(out: Path, table, models) -> None:

@@ -87,6 +87,7 @@ class CheckReport:
     latency_budget_s: float | None = None  # the policy's --latency-budget, if trained with one
     #: where the money goes at its own threshold (evaluation.money.MoneyFlow.to_json)
     money: dict[str, Any] | None = None
+    simulated: str = ""  # what the file's simulated verdicts are (traces.verify); '' real
 
     @property
     def verdict(self) -> str:
@@ -170,6 +171,7 @@ def check_policy(
         latency_s_per_question=None if math.isnan(latency) else latency,
         latency_budget_s=policy.provenance.get("latency_budget_s"),
         money=None if flow is None else flow.to_json(),
+        simulated=ep.simulated,
     )
 
 
@@ -207,6 +209,12 @@ def run_check(
     return report, warnings
 
 
+def _verdicts(money: dict[str, Any]) -> str:
+    """How much of the spend never returned bought verify steps' verdicts ('' without any)."""
+    usd = money.get("verdict_usd_per_question")
+    return "" if usd is None else f", ${usd:.6f} of it on verify steps' verdicts"
+
+
 def report_lines(r: CheckReport) -> list[str]:
     """The human-readable report (one fact a line). The threshold is named as the policy
     names it (κ̂ for sets, λ̂ for a single answer); a value is proposed only where one is
@@ -222,6 +230,8 @@ def report_lines(r: CheckReport) -> list[str]:
         f"{r.rounds:.2f} rounds on average; {r.unsolvable:.1%} of questions unanswerable by "
         "any round (counted as covered)",
     ]
+    if r.simulated:
+        lines.append(f"note: {r.simulated}")
     if r.reference is not None and r.cost_ratio_to_reference is not None:
         lines.append(
             f"{r.policy} costs {r.cost_ratio_to_reference:.0%} of {r.reference} on this file "
@@ -245,8 +255,9 @@ def report_lines(r: CheckReport) -> list[str]:
         usd = r.money["unreturned_usd_per_question"]
         lines.append(
             f"${usd:.6f} per question ({r.money['unreturned_share']:.1%} of its cost, "
-            f"${usd * r.questions:.4f} over the file) paid for replies never returned "
-            "(where the money goes, per rung: the table below)"
+            f"${usd * r.questions:.4f} over the file) paid for replies never returned"
+            + _verdicts(r.money)
+            + " (where the money goes, per rung: the table below)"
         )
     lines.append(f"verdict: {r.verdict}")
     if not r.holds:

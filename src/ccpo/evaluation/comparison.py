@@ -157,12 +157,13 @@ def run_compare(
         sizes=dict(zip(("train", "cal", "test"), sizes, strict=True)),
         against=ep.labels,
         prices=used,
+        **({"simulated": ep.simulated} if ep.simulated else {}),
     )
     logs = {variant_name(m, lam): p.log for (m, lam), p in cache.trained.items()}
     if logs:
         files["curves"] = training_curves(logs, alpha, out / "training_curves.png")
     seconds = time.perf_counter() - t0
-    print_results(console, rows, title, alpha, splits, sizes, ep.labels)
+    print_results(console, rows, title, alpha, splits, sizes, ep.labels, ep.simulated)
     print_money(console, rows, sizes[2])
     console.print(f"compare took {seconds:.1f} s; wrote {out}/results.json and plots")
     return CompareOutput(rows, files, seconds)

@@ -30,6 +30,7 @@ from ccpo.traces.labels import one_label, trace_labels
 from ccpo.traces.ladder import Ladder, ladder_of_trace
 from ccpo.traces.latency import question_latency
 from ccpo.traces.prices import PriceTable, load_prices
+from ccpo.traces.verify import SIMULATED_KEY, simulated_of
 
 PAPER_SIZES = (1000, 200, 200)
 
@@ -302,12 +303,15 @@ def trace_provenance(path: str | Path) -> dict[str, Any]:
     models, horizon T, whether the traces are synthetic, number of questions, the
     **ladder** the traces follow (:mod:`ccpo.traces.ladder`; null when the file mixes ladders),
     which deployment runs, and what ``correct`` is measured **against** (``"gold"`` or
-    ``"reference:<model>"``, :mod:`ccpo.traces.labels`; a file mixing them is refused)."""
+    ``"reference:<model>"``, :mod:`ccpo.traces.labels`; a file mixing them is refused); and
+    ``simulated_verifier`` when its verify steps' verdicts are simulated (:mod:`ccpo.traces.
+    verify`)."""
     tasks: set[str] = set()
     labels: set[str] = set()
     base: set[str] = set()
     guide: set[str] = set()
     horizon, n, synthetic = 0, 0, False
+    simulated: dict[str, Any] | None = None
     ladders: set[Ladder] = set()
     for tr in iter_traces(path):
         if len(ladders) < 2:
@@ -317,9 +321,11 @@ def trace_provenance(path: str | Path) -> dict[str, Any]:
         guide.update(r.guide.model for r in tr.rounds)
         horizon = tr.n_rounds
         synthetic |= bool(tr.meta.get("synthetic"))
+        simulated = simulated or simulated_of([tr])
         labels.add(trace_labels(tr))
         n += 1
     against = one_label(labels, str(path))
+    extra = {} if simulated is None else {SIMULATED_KEY: simulated}  # (absent: as before)
     return {
         "task": ",".join(sorted(tasks)),
         "traces": Path(path).name,
@@ -331,6 +337,7 @@ def trace_provenance(path: str | Path) -> dict[str, Any]:
         "questions": n,
         "ladder": next(iter(ladders)).to_dict() if len(ladders) == 1 else None,
         "against": against,
+        **extra,
     }
 
 

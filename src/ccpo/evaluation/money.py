@@ -9,7 +9,10 @@ every round's guide; one rung per round of one-model steps). From a replay's
 reply is returned does (for a set: the reply is a member of the returned set). Spend on a
 rung is its call's recorded cost where paid; spend *never returned* is the spend on paid
 rungs whose reply is not returned. ``total`` is the replay's own cost, so anything not paid
-for a reply (an LLM-as-policy's decisions) shows as ``other``.
+for a rung's call (an LLM-as-policy's decisions) shows as ``other``. A verify step's rung is
+its verifier's call: paid where the step is run and never returned (a verdict is not a reply
+handed back), so its spend counts as never returned; stopping there returns the verified
+reply's rung (:attr:`~ccpo.traces.rungs.Rungs.reply_of_step`).
 
 Main names: :class:`MoneyFlow`, :func:`money_flow`. Used by ``check``, ``compare`` and the
 report (docs/design.md, "How evaluation works").
@@ -39,6 +42,8 @@ class MoneyFlow:
     unreturned: np.ndarray  # [R] mean USD per question spent on it, its reply not returned
     total_usd: float  # the replay's mean cost per question
     questions: int  # question draws averaged (questions × evaluation splits)
+    #: [R] the model whose reply each rung verifies ('' a rung that answers); () none does
+    verifies: tuple[str, ...] = ()
 
     @property
     def unreturned_usd(self) -> float:
@@ -51,6 +56,13 @@ class MoneyFlow:
         return self.unreturned_usd / self.total_usd if self.total_usd > 0 else 0.0
 
     @property
+    def verdict_usd(self) -> float:
+        """Mean USD per question spent on verify steps' verdicts (part of the unreturned)."""
+        if not self.verifies:
+            return 0.0
+        return float(sum(u for u, v in zip(self.unreturned, self.verifies, strict=True) if v))
+
+    @property
     def other_usd(self) -> float:
         """Mean USD per question not paid for a rung's reply (policy-LLM decisions)."""
         return max(0.0, self.total_usd - float(self.spend.sum()))
@@ -59,9 +71,9 @@ class MoneyFlow:
         """The ``money`` object of ``check --json`` and of a ``results.json`` row."""
         rungs = zip(
             self.models, self.steps, self.paid, self.returned, self.spend, self.unreturned,
-            strict=True,
+            self.verifies or ("",) * len(self.models), strict=True,
         )  # fmt: skip
-        return {
+        out: dict[str, Any] = {
             "rungs": [
                 {
                     "model": m,
@@ -70,14 +82,18 @@ class MoneyFlow:
                     "returned": float(r),
                     "usd_per_question": float(s),
                     "unreturned_usd_per_question": float(u),
+                    **({"verifies": v} if v else {}),
                 }
-                for m, (t, role), p, r, s, u in rungs
+                for m, (t, role), p, r, s, u, v in rungs
             ],
             "usd_per_question": self.total_usd,
             "unreturned_usd_per_question": self.unreturned_usd,
             "unreturned_share": self.unreturned_share,
             "other_usd_per_question": self.other_usd,
         }
+        if self.verifies:  # (absent without verify steps: the object as before)
+            out["verdict_usd_per_question"] = self.verdict_usd
+        return out
 
 
 def money_flow(ep: Episodes, m: Metrics, idx: np.ndarray | None = None) -> MoneyFlow | None:
@@ -91,7 +107,7 @@ def money_flow(ep: Episodes, m: Metrics, idx: np.ndarray | None = None) -> Money
     R = rungs.count
     of_step = rungs.of_step[sel]
     paid = rung_masks(of_step, m.called, R).reshape(-1, R)
-    ret = rung_masks(of_step, m.returned, R).reshape(-1, R)
+    ret = rung_masks(rungs.replies[sel], m.returned, R).reshape(-1, R)
     spend = paid * rungs.cost[sel].reshape(-1, R)
     return MoneyFlow(
         models=rungs.models,
@@ -102,4 +118,5 @@ def money_flow(ep: Episodes, m: Metrics, idx: np.ndarray | None = None) -> Money
         unreturned=(spend * ~ret).mean(0),
         total_usd=float(np.mean(m.cost)),
         questions=int(paid.shape[0]),
+        verifies=rungs.verifies,
     )

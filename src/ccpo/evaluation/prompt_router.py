@@ -11,7 +11,9 @@ whose λ̂ is certified by Learn-then-Test: docs/theory.md, "Routing before the 
 
 Rungs of an ``agree`` ladder of pairs: rung 0 is round 1's base, rung k round k's guide; a
 question routed to rung k pays that one call (its latency: that call's, rounds 1's two calls'
-longer one for rungs 0 and 1). Of a ladder of one-model steps, rung k is round k + 1.
+longer one for rungs 0 and 1). Of a ladder of one-model steps, rung k is round k + 1; a
+question routed to a verify step's rung pays the reply it verifies, then the verifier, and
+returns that reply.
 Main names: :class:`PromptRouterRow`, :func:`rung_arrays`.
 """
 
@@ -31,7 +33,8 @@ NAME = "prompt-router"
 
 def rung_arrays(ep: Episodes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(cost [N, R] USD, accepted [N, R] bool, latency [N, R] s or None) of calling each of
-    the R rungs alone. One-model steps: R = T, a rung is a round. Pairs: R = T + 1; a later
+    the R rungs alone. One-model steps: R = T, a rung is a round (a verify step's: its reply
+    and the verifier's call). Pairs: R = T + 1; a later
     round's base repeats the earlier guide, so round k ≥ 2 (1-based) pays only its guide;
     round 1's two calls split by the view started at round 2. Any other ladder (one guide for
     every round) is refused."""
@@ -43,6 +46,16 @@ def rung_arrays(ep: Episodes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None
     if ep.one_model:
         ok = ep.correct[:, :, BASE] | ~ep.solvable[:, None]
         return rc.copy(), ok, None if ep.round_latency is None else ep.round_latency.copy()
+    if ep.verify_rounds:  # a verify step called alone pays the reply it verifies too
+        ok = ep.correct[:, :, BASE] | ~ep.solvable[:, None]
+        views = ep.routes
+        cost = np.stack([views.cost[k, :, k] for k in range(T)], axis=1)
+        lat = (
+            None
+            if views.latency is None
+            else np.stack([views.latency[k, :, k] for k in range(T)], axis=1)
+        )
+        return cost, ok, lat
     cost = np.zeros((ep.n, T + 1))
     cost[:, 2:] = rc[:, 1:]
     cost[:, 1] = ep.routes.cost[1, :, 1] - rc[:, 1]
@@ -69,6 +82,18 @@ def rung_steps(ep: Episodes, rung: np.ndarray, count: int) -> np.ndarray | None:
         return None
     at = np.array([(t - 1, ACTIONS.index(role)) for t, role in ep.rungs.steps])[rung]
     return one_step(at[..., 0], at[..., 1], ep.horizon)
+
+
+def rung_calls(ep: Episodes, step: np.ndarray | None) -> np.ndarray | None:
+    """The steps run to call the rungs ``step`` [..., T, 2] marks (:func:`rung_steps`): those
+    steps, and a verify step's base with its verifier (the reply it verifies is asked
+    first: the base's rung, :attr:`~ccpo.traces.rungs.Rungs.of_step`)."""
+    if step is None or not ep.verify_rounds:
+        return step
+    out = np.array(step)
+    v = list(ep.verify_rounds)
+    out[..., v, BASE] |= out[..., v, GUIDE]
+    return out
 
 
 class PromptRouterRow(Row):
@@ -129,7 +154,7 @@ class PromptRouterRow(Row):
             length=ones,
             set_size=ones,
             latency=None if lat is None else lat[q, rung][test],
-            called=step,
+            called=rung_calls(ep, step),
             returned=step,
         )
 

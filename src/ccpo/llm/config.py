@@ -172,19 +172,20 @@ class EndpointSettings(BaseModel):
 
 class LadderRoundSpec(BaseModel):
     """One round of a ``ladder:`` in a collect config: ``{base: MODEL, guide: MODEL, verdict:
-    judge|agree}`` (a step may be ``{model, prompt}``, and in the chat family ``{model,
+    judge|agree|verify}`` (a verify step's base is the one-model step before it, its guide
+    the verifier; a step may be ``{model, prompt}``, and in the chat family ``{model,
     system}``: a system prompt of its own, sent in front of the conversation)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     base: str | dict[str, str]
     guide: str | dict[str, str]
-    verdict: str = Field("judge", description="judge | agree")
+    verdict: str = Field("judge", description="judge | agree | verify")
 
     @field_validator("verdict")
     @classmethod
     def _verdict(cls, v: str) -> str:
         if v not in VERDICT_MODES:
-            raise ValueError("must be judge or agree")
+            raise ValueError("must be judge, agree or verify")
         return v
 
     def ladder_round(self, task: str, family: str | None = None) -> LadderRound:
@@ -213,7 +214,7 @@ class CollectConfig(EndpointSettings):
     )
     ladder: list[LadderRoundSpec] | None = Field(
         None,
-        description="one entry per round {base, guide, verdict: judge|agree} (default: the "
+        description="one entry per round {base, guide, verdict: judge|agree|verify} (default: the "
         "base/guide pair in every round, judged)",
     )
     signals: list[str] | None = Field(

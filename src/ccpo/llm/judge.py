@@ -39,6 +39,7 @@ from ccpo.traces.conversation import Conversation
 from ccpo.traces.labels import judged_labels
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import Trace
+from ccpo.traces.signals import is_verify
 
 PROMPT_VERSION = "ccpo-judge/1"
 MODES = ("rating", "pairwise", "both")
@@ -232,7 +233,7 @@ async def judge_trace(judge: Judge, trace: Trace, reference: str) -> Trace | Non
     s = judge.summary
     replies: dict[str, str] = {}
     for r in trace.rounds:
-        for step in (r.base, r.guide):
+        for step in (r.base,) if is_verify(r) else (r.base, r.guide):  # (not a verdict)
             if not step.reused:
                 replies.setdefault(step.model, step.answer)
     ref_reply = replies.get(reference, "")
@@ -252,8 +253,9 @@ async def judge_trace(judge: Judge, trace: Trace, reference: str) -> Trace | Non
     labelled = trace.model_copy(deep=True)
     for r in labelled.rounds:
         for step in (r.base, r.guide):
-            v = verdicts.get(step.model)
-            step.correct = step.model == reference or bool(v and v["accepted"])
+            m = r.base.model if is_verify(r) else step.model  # a verifier returns the reply
+            v = verdicts.get(m)
+            step.correct = m == reference or bool(v and v["accepted"])
             if v is not None:
                 step.judge = {k: x for k, x in v.items() if k != "accepted"}
     labelled.gold = [ref_reply]

@@ -9,8 +9,9 @@ Observation`` lines with ``search[entity]``, ``lookup[keyword]``, ``finish[answe
 
 Bump :data:`PROMPT_VERSION` whenever a template changes (it is written into trace metadata,
 and any change of text changes the cache keys anyway). The free-text verdict prompt of the
-``verdict`` signal (:func:`free_verdict_messages`, our own words) has its own version,
-:data:`FREE_VERDICT_VERSION`, recorded with every verdict it produced.
+``verdict`` signal and of a verify step (:func:`free_verdict_messages`,
+:func:`verify_messages`, our own words) has its own version, :data:`FREE_VERDICT_VERSION`,
+recorded with every verdict it produced.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ccpo.traces.answers import family_of
-from ccpo.traces.conversation import Conversation, as_conversation
+from ccpo.traces.conversation import Conversation, as_conversation, request_text
 
 PROMPT_VERSION = "ccpo-prompts/1"
 
@@ -197,6 +198,12 @@ def free_verdict_messages(question: str, reply: str) -> list[dict[str, str]]:
     return [
         {"role": "user", "content": FREE_VERDICT_TEMPLATE.format(question=question, reply=reply)}
     ]
+
+
+def verify_messages(question: str | Conversation, reply: str) -> list[dict[str, str]]:
+    """A verify step's prompt: the free-text verdict prompt on ``reply``, the request being the
+    question, or the whole conversation (:func:`ccpo.traces.conversation.request_text`)."""
+    return free_verdict_messages(request_text(question), reply)
 
 
 # ----------------------------------------------------------------------------- LLM-as-policy

@@ -48,7 +48,7 @@ from ccpo.llm.roles import (
     exit_decision,
     policy_decision,
 )
-from ccpo.llm.signals import SignalStats, round_signals
+from ccpo.llm.signals import SignalStats, round_signals, verify_reply
 from ccpo.llm.tasks.loaders import Question
 from ccpo.llm.tasks.scoring import score
 from ccpo.llm.tasks.search import BM25Search, SearchBackend, WikipediaSearch, load_corpus
@@ -205,11 +205,13 @@ def make_runner(
     the deployed agent, so both run rounds the same way."""
     if ladder is None:
         ladder = cfg.make_ladder() if kind == "base-guide" else cfg.exit_ladder()
-    if ladder.family == CHAT and (kind != "base-guide" or ladder.verdicts() != {"agree"}):
+    if ladder.family == CHAT and (
+        kind != "base-guide" or not ladder.verdicts() <= {"agree", "verify"}
+    ):
         raise CCPOError(
-            "the chat family runs agree rounds only (each model answers the conversation; "
-            "the judge template and LLM-EXIT read a short answer): set verdict: agree in "
-            "every round of the ladder"
+            "the chat family runs agree rounds only, and verify steps (each model answers the "
+            "conversation; the judge template and LLM-EXIT read a short answer): set verdict: "
+            "agree in every round of the ladder"
         )
     if ladder.family != CHAT and any(r.step(ro).system for r in ladder.rounds for ro in ROLES):
         raise CCPOError("a step's system: prompt is for the chat family only (its own prompts)")
@@ -502,7 +504,9 @@ async def run_round(
     lr = r.ladder.round(t)
     skipped = tuple(role for role in ROLES if role not in roles)
     if skipped and lr.verdict != "agree":
-        raise CCPOError(f"round {t} is a judge round: its {roles[0]} cannot be called alone")
+        raise CCPOError(f"round {t} is a {lr.verdict} round: its {roles[0]} cannot be called alone")
+    if lr.verifies:
+        return await _verify_round(r, question, t, earlier, backend, start)
     if lr.verdict == "judge":
         history = [e.past() for e in earlier]
         temp = r.cfg.temperature(t)
@@ -557,6 +561,31 @@ async def run_round(
     g.recorded = ga.recorded  # a replay endpoint's step (its recorded signals)
     ro = RoundOutput(t, b, g, lr, tuple(reused), skipped=skipped)
     return ro if skipped else await with_signals(r, question, ro)
+
+
+async def _verify_round(
+    r: Runner,
+    question: str | Conversation,
+    t: int,
+    earlier: list[RoundOutput],
+    backend: SearchBackend | None,
+    start: int,
+) -> RoundOutput:
+    """A verify step (docs/design.md, "Ladders", "The verify step"): its base is the reply of
+    the step before, copied (paid there; asked here when a routed question skipped that
+    step), then the verifier says Yes/No on it (:func:`ccpo.llm.signals.verify_reply`)."""
+    lr = r.ladder.round(t)
+    src = r.ladder.reused(t, "base", start)
+    reused: tuple[str, ...] = ()
+    if src is None:
+        b, _ = await _answer_alone(r, question, t, "base", backend)
+    else:
+        u, role = src
+        orig, value = _answer_of(earlier[u - start], role)
+        sig = transfer_signal(value, role, "base")
+        b, reused = BaseOutput(orig.answer, orig.reasoning, Calls(), (sig, sig)), ("base",)
+    g = await verify_reply(r.client, r.endpoints[lr.guide.model], question, b.answer, t)
+    return await with_signals(r, question, RoundOutput(t, b, g, lr, reused))
 
 
 async def run_base_guide(r: Runner, q: Question) -> Trace:

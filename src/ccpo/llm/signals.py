@@ -11,6 +11,9 @@ serve time alike (:func:`ccpo.llm.protocol.run_round` calls it):
 - ``verdict``: the round's guide model says Yes/No on the base's reply with the free-text
   verdict prompt (:func:`ccpo.llm.prompts.free_verdict_messages`), a paid call of the round.
 
+:func:`verify_reply` is a verify step's guide: the same verdict prompt on the reply of the
+step before, by the ladder's verifier (a step of its own, not a signal).
+
 A replay endpoint's recorded signals are taken as recorded (no call): a dry run equals the
 replay. Contract: docs/design.md, section "Signals".
 """
@@ -22,10 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccpo.llm.client import ChatRequest, Endpoint, LLMCallError, LLMClient
-from ccpo.llm.prompts import FREE_VERDICT_VERSION, free_verdict_messages
-from ccpo.llm.roles import Calls, parse_verdict, verdict_uncertainty
+from ccpo.llm.prompts import FREE_VERDICT_VERSION, free_verdict_messages, verify_messages
+from ccpo.llm.roles import Calls, GuideOutput, parse_verdict, verdict_uncertainty
+from ccpo.traces.conversation import Conversation
 from ccpo.traces.signals import text_signals
 from ccpo.traces.similarity import cosine
+from ccpo.traces.verify import VERDICT_MAX_TOKENS
 
 log = logging.getLogger("ccpo.signals")
 
@@ -67,28 +72,50 @@ async def embedding_similarity(
         return None, str(e)
 
 
+async def _verdict_call(
+    client: LLMClient, endpoint: Endpoint, messages: list[dict[str, str]], step: dict[str, str]
+) -> GuideOutput:
+    """A Yes/No verdict call: its verdict (``yes``/``no``/None) and ``1 − p(verdict token)``,
+    or a replay endpoint's recorded ones (taken as recorded)."""
+    req = ChatRequest(messages, temperature=0.0, max_tokens=VERDICT_MAX_TOKENS, step=step)
+    r = await client.chat(endpoint, req)
+    calls = Calls()
+    calls.add(r)
+    rec = r.recorded
+    if rec is not None and "verdict" in rec:  # a replay endpoint's recorded verdict
+        return GuideOutput(rec.get("verdict"), "", r.text, rec.get("uncertainty"), calls, rec)
+    said, _ = parse_verdict(r.text)
+    return GuideOutput(said, "", r.text, verdict_uncertainty(r.logprobs), calls)
+
+
 async def free_verdict(
     client: LLMClient, endpoint: Endpoint, question: str, reply: str, t: int
 ) -> dict[str, Any]:
     """The recorded verdict of ``endpoint``'s model on ``reply`` (:class:`SignalVerdict`'s
     fields): ``yes``/``no``/None, ``1 − p(verdict token)``, its usage, the prompt version."""
-    req = ChatRequest(
-        free_verdict_messages(question, reply),
-        temperature=0.0,
-        max_tokens=8,
-        step={"round": str(t), "role": "verdict"},
-    )
-    r = await client.chat(endpoint, req)
-    calls = Calls()
-    calls.add(r)
-    said, _ = parse_verdict(r.text)
+    messages = free_verdict_messages(question, reply)
+    g = await _verdict_call(client, endpoint, messages, {"round": str(t), "role": "verdict"})
     return {
         "model": endpoint.model,
-        "verdict": said,
-        "uncertainty": verdict_uncertainty(r.logprobs),
-        "usage": calls.usage(),
+        "verdict": g.verdict,
+        "uncertainty": g.uncertainty,
+        "usage": g.calls.usage(),
         "prompt": FREE_VERDICT_VERSION,
     }
+
+
+async def verify_reply(
+    client: LLMClient, endpoint: Endpoint, question: str | Conversation, reply: str, t: int
+) -> GuideOutput:
+    """A verify step's guide (round ``t``): ``endpoint``'s model asked with the free-text
+    verdict prompt whether ``reply`` is acceptable for ``question`` (the whole conversation:
+    :func:`ccpo.llm.prompts.verify_messages`); its answer is the reply, its verdict and
+    uncertainty the call's (docs/design.md, "Ladders", "The verify step")."""
+    g = await _verdict_call(
+        client, endpoint, verify_messages(question, reply), {"round": str(t), "role": "guide"}
+    )
+    g.answer = reply
+    return g
 
 
 def recorded_signals(*recorded: dict | None) -> dict[str, Any] | None:
@@ -116,6 +143,8 @@ async def round_signals(
     if replayed is not None:
         return replayed
     out: dict[str, Any] = text_signals(base.answer, guide.answer)
+    if ladder.round(t).verifies:  # its verdict is the round's own; no call compares the
+        return out  # reply with itself (the featurizer compares it with the one before)
     if "embedding" in ladder.signals:
         ep = endpoints[ladder.embedding_model]
         sim, why = await embedding_similarity(client, ep, base.answer, guide.answer, timeout, stats)

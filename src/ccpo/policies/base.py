@@ -26,6 +26,7 @@ import numpy as np
 
 from ccpo.traces.episodes import Episodes, Metrics, conformal_sets
 from ccpo.traces.labels import GOLD, claim, every_question_solvable
+from ccpo.traces.verify import SIMULATED_KEY, simulated_note
 
 AnswerKind = Literal["set", "single"]
 #: whether round t's base and guide gave an answer (asked only by policies that need it)
@@ -190,7 +191,8 @@ class Policy(ABC):
         """The guarantee in words, against what its provenance's ``against`` labels say: gold
         labels, a reference model, scores or a judge (:func:`ccpo.traces.labels.claim`).
         Against gold labels a question no round can answer counts as covered, so what is
-        controlled is P(wrong and answerable) ≤ α."""
+        controlled is P(wrong and answerable) ≤ α. Calibrated on simulated verdicts (its
+        provenance's ``simulated_verifier``), it says so."""
         target = round(1.0 - float(self.alpha), 12)
         against = self.provenance.get("against") or GOLD
         if against == GOLD:
@@ -206,6 +208,8 @@ class Policy(ABC):
                 "" if every_question_solvable(against) else " on questions some round can answer"
             )
             statement = f"{what} with probability ≥ {target:g}{scope}"
+        note = simulated_note(self.provenance.get(SIMULATED_KEY))
+        statement += f" ({note})" if note else ""
         if self.greedy:
             return "none: a point policy acts greedily (no calibrated κ); trained for " + statement
         return statement

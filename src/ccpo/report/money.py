@@ -2,7 +2,8 @@
 policy paid for its call and on which it returned its reply, and the spend on replies never
 returned (:mod:`ccpo.evaluation.money`, whose ``money`` JSON objects these read).
 
-- :func:`rung_table`: one policy (``ccpo check``), a row per rung and a row for all;
+- :func:`rung_table`: one policy (``ccpo check``), a row per rung and a row for all (a
+  verify step's rung says which rung's reply it gives a verdict on);
 - :func:`money_table`: many policies (``compare``, the report), a row per policy, a column
   per rung ("paid · returned") and the spend never returned per test split and as a share;
   :func:`print_money` draws it on the terminal (``compare``, ``evaluate``).
@@ -32,14 +33,33 @@ def _table(title: str, headers: list[str], cells: list[list[str]]) -> TableData:
     return TableData(title, headers, cells, blank, [list(r) for r in blank])
 
 
+def _rung(r: dict[str, Any]) -> str:
+    """A rung's model, marked when it is a verify step's verifier (its call buys a verdict)."""
+    return f"{r['model']} (verifier)" if r.get("verifies") else r["model"]
+
+
+def _rung_step(rungs: list[dict[str, Any]], i: int) -> str:
+    """Rung ``i``'s (0-based) step: "round 4 guide"; a verify step's verifier "round 2
+    verifies 1", with the number of the rung whose reply it verifies (the latest before it
+    of that model that answers)."""
+    r = rungs[i]
+    what = r.get("verifies")
+    if not what:
+        return r["step"]
+    on = [k for k in range(i) if rungs[k]["model"] == what and not rungs[k].get("verifies")]
+    where = r["step"].rsplit(" ", 1)[0]  # "round t"
+    return f"{where} verifies {on[-1] + 1}" if on else f"{where} verifies {what}"
+
+
 def rung_table(money: dict[str, Any], title: str = TITLE) -> TableData:
     """One policy's rungs: model and step, share of questions paid and returned, USD per
     question spent and spent on a reply not returned; a last row for all rungs."""
     headers = ["Rung", "Paid", "Returned", "$ per question", "Never returned ($ per q.)"]
     cells = [
-        [f"{i}. {r['model']} ({r['step']})", f"{r['paid']:.1%}", f"{r['returned']:.1%}",
-         f"{r['usd_per_question']:.6f}", f"{r['unreturned_usd_per_question']:.6f}"]
-        for i, r in enumerate(money["rungs"], start=1)
+        [f"{i + 1}. {r['model']} ({_rung_step(money['rungs'], i)})",
+         f"{r['paid']:.1%}", f"{r['returned']:.1%}", f"{r['usd_per_question']:.6f}",
+         f"{r['unreturned_usd_per_question']:.6f}"]
+        for i, r in enumerate(money["rungs"])
     ]  # fmt: skip
     cells.append(
         ["all rungs", "", "", f"{money['usd_per_question']:.6f}",
@@ -58,7 +78,7 @@ def money_table(
     if not said:
         return _table(title, [], [])
     rungs = said[0].money["rungs"]  # type: ignore[index]
-    headers = ["Policy"] + [f"{i}. {r['model']}" for i, r in enumerate(rungs, start=1)]
+    headers = ["Policy"] + [f"{i}. {_rung(r)}" for i, r in enumerate(rungs, start=1)]
     unit = f"¢ per test split of {n_test} q." if n_test else "¢ per question"
     headers += [f"Never returned ({unit})", "Never returned / cost"]
     cells = []

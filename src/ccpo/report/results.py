@@ -86,6 +86,8 @@ def _write_results(
     n_test = (meta.get("sizes") or {}).get("test")
     labels = meta.get("against", GOLD)
     md = Doc(out)
+    if meta.get("simulated"):
+        md.para(f"**Simulated:** {meta['simulated']}.")
     saving = saving_line(rows, alpha, labels)
     if saving:
         md.para(f"**Cheapest at the target:** {saving}")

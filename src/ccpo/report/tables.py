@@ -242,15 +242,19 @@ def print_results(
     splits: int,
     sizes: Sequence[int],
     labels: str = GOLD,
+    simulated: str = "",
 ) -> None:
     """The results on the terminal: the table (:func:`rich_table`) of ``splits`` evaluation
-    splits of train/cal/test ``sizes``, and the saving line under it."""
+    splits of train/cal/test ``sizes``, the saving line under it, and what is simulated
+    (``simulated``: :func:`ccpo.traces.verify.simulated_note`)."""
     sizes_text = "/".join(map(str, sizes))
     head = f"{title}: α = {alpha:g}, {splits} splits, train/cal/test = {sizes_text}"
     console.print(rich_table(rows, head, alpha, sizes[2], labels))
     saving = saving_line(rows, alpha, labels)
     if saving:
         console.print(f"cheapest at the target: {saving}", highlight=False)
+    if simulated:
+        console.print(f"[yellow]note:[/yellow] {simulated}", highlight=False)
 
 
 def rich_table(

@@ -69,6 +69,7 @@ from ccpo.traces.ladder import CHAT, Ladder
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.traces.routing import routed_rounds
 from ccpo.traces.schema import ACTIONS
+from ccpo.traces.verify import SIMULATED_KEY, simulated_note
 
 log = logging.getLogger("ccpo.route")
 
@@ -139,7 +140,9 @@ def deploy_provenance_notes(
         "guide_models": sorted({r.guide.model for r in ladder.rounds}),
         "synthetic": False,
     }
-    return check_provenance(policy.provenance, actual, where)
+    notes = check_provenance(policy.provenance, actual, where)
+    simulated = simulated_note(policy.provenance.get(SIMULATED_KEY))
+    return [*notes, f"{where}: trained on traces whose {simulated}"] if simulated else notes
 
 
 def _one_pair(ladder: Ladder) -> bool:

@@ -41,14 +41,23 @@ except ImportError as e:  # pragma: no cover - only without the extra
 
 from ccpo.runtime.rails import BodyLimit, error_response
 from ccpo.traces.answers import family_of
-from ccpo.traces.conversation import ConversationError, conversation_key, conversation_of
+from ccpo.traces.conversation import (
+    ConversationError,
+    conversation_key,
+    conversation_of,
+    request_text,
+)
 from ccpo.traces.io import iter_traces, loads_strict
 from ccpo.traces.ladder import ladder_of_trace
 from ccpo.traces.schema import Trace
 
 _CONVERSATION = "\x00conversation:"  # a recorded conversation's key: never in a prompt's text
 #: where ccpo's prompts put the question: (prefix, what ends it)
-_QUESTION_MARKS = (("Question: ", ("\nThought ", "\n\nBase answer:")), ("Q: ", ("\nA: ",)))
+_QUESTION_MARKS = (
+    ("Question: ", ("\nThought ", "\n\nBase answer:")),
+    ("Q: ", ("\nA: ",)),
+    ("Request:\n", ("\n\nReply:\n",)),  # the free-text verdict prompt (a verify step's)
+)
 
 
 class Miss(NamedTuple):
@@ -78,8 +87,10 @@ class Recorded:
 
 def _step_text(role: str, step: Any, verdict_mode: str, chat: bool = False) -> str:
     """A reply a reader can parse: the base's ``Answer: …``; a judging guide's raw reply (else
-    ``Yes`` / ``No [answer]``); an agreeing guide's ``Answer: …``; a chat step's reply as it
-    was recorded."""
+    ``Yes`` / ``No [answer]``); a verifier's ``Yes`` / ``No``; an agreeing guide's
+    ``Answer: …``; a chat step's reply as it was recorded."""
+    if role == "guide" and verdict_mode == "verify":
+        return {"yes": "Yes", "no": "No"}.get(step.verdict or "", "")
     if chat:
         return step.answer
     if role == "guide" and verdict_mode == "judge":
@@ -134,6 +145,9 @@ class ReplayIndex:
         n = 0
         self.duplicates = 0  # question texts met again (the first record answers them)
         self.conversations: set[str] = set()
+        #: a chat trace's whole conversation as one text (what a verify step's verifier is
+        #: shown: :func:`~ccpo.traces.conversation.request_text`) → its key
+        self.requests: dict[str, str] = {}
         #: (model, question text) → the recorded question embedding (``traces embed``)
         self.embeddings: dict[tuple[str, str], list[float]] = {}
         for tr in traces:
@@ -145,6 +159,7 @@ class ReplayIndex:
                 # a conversation is found by all of it, not by its last turn
                 q = _CONVERSATION + conversation_key(tr.messages)
                 self.conversations.add(q)
+                self.requests.setdefault(request_text(tr.messages).strip(), q)
             self.duplicates += q in self.by_question
             models = self.by_question.setdefault(q, {})
             for rec in recorded_steps(tr):
@@ -156,7 +171,11 @@ class ReplayIndex:
             raise CCPOError(f"{source}: holds no traces")
         self.n_questions = len(self.by_question)
         # longest first: a question that is part of another never wins over it
-        self._scan = sorted(set(self.by_question) - self.conversations, key=len, reverse=True)
+        self._scan = sorted(
+            (set(self.by_question) - self.conversations) | set(self.requests),
+            key=len,
+            reverse=True,
+        )
 
     @classmethod
     def from_file(cls, path: str | Path) -> ReplayIndex:
@@ -172,9 +191,10 @@ class ReplayIndex:
             rest = text[i + len(prefix) :]
             cut = min((j for j in (rest.find(e) for e in ends) if j >= 0), default=len(rest))
             cand = rest[:cut].strip()
-            if cand in self.by_question:
-                return cand
-        return next((q for q in self._scan if q in text), None)
+            if cand in self.by_question or cand in self.requests:
+                return self.requests.get(cand, cand)
+        found = next((q for q in self._scan if q in text), None)
+        return self.requests.get(found, found) if found is not None else None
 
     def find_conversation(self, messages: list[Any]) -> str | None:
         """The recorded conversation a request's messages are: all of them, or all but a first

@@ -9,7 +9,8 @@
   message and what cannot be passed on (a role, an image, audio, a tool call).
 - :func:`check_size`: the one check of a conversation's size against a server's limit.
 - :func:`prompt_text`, :func:`as_conversation`: a step's prompt (a question string or a
-  conversation) as display text, or as a conversation (a string is one user turn).
+  conversation) as display text, or as a conversation (a string is one user turn);
+  :func:`request_text`: all of it as one text (what a verifier reads the reply against).
 
 Contract: docs/design.md, sections "Conversations" and "Trace schema `ccpo.trace/v1`".
 """
@@ -156,3 +157,15 @@ def as_conversation(prompt: str | Conversation) -> Conversation:
 def prompt_text(prompt: str | Conversation) -> str:
     """The text a prompt shows: a question itself, a conversation's last user turn."""
     return prompt.text if isinstance(prompt, Conversation) else prompt
+
+
+def request_text(prompt: str | Conversation | Sequence[dict[str, Any]]) -> str:
+    """The whole request a reply answers, as one text: a question itself; a conversation of
+    one user turn, that turn; a longer one, each message as ``role: content``, blank lines
+    between (what a verify step's verifier is shown)."""
+    if isinstance(prompt, str):
+        return prompt
+    messages = prompt.messages if isinstance(prompt, Conversation) else tuple(prompt)
+    if len(messages) == 1 and messages[0]["role"] == "user":
+        return messages[0]["content"]
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)

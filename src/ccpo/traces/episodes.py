@@ -36,7 +36,8 @@ from ccpo.traces.prices import PriceTable
 from ccpo.traces.routing import RouteViews, route_views
 from ccpo.traces.rungs import Rungs, ladder_rungs
 from ccpo.traces.schema import ACTIONS, Trace
-from ccpo.traces.signals import is_solo
+from ccpo.traces.signals import is_solo, is_verify
+from ccpo.traces.verify import simulated_note, simulated_of
 
 BASE, GUIDE, NEXT = 0, 1, 2
 ACTION_INDEX = {a: i for i, a in enumerate(ACTIONS)}
@@ -76,6 +77,10 @@ class Episodes:
     #: every round is one model's call (traces.signals.is_solo): a round is a rung
     one_model: bool = False
     rungs: Rungs | None = None  # each distinct paid call and its cost (traces.rungs)
+    #: the 0-based rounds that are verify steps (traces.verify), the same in every trace
+    verify_rounds: tuple[int, ...] = ()
+    #: what reports say of simulated verdicts (traces.verify.simulated_note); '' when real
+    simulated: str = ""
 
     @property
     def n(self) -> int:
@@ -127,6 +132,8 @@ class Episodes:
             family=self.family,
             one_model=self.one_model,
             rungs=None if self.rungs is None else self.rungs.subset(idx),
+            verify_rounds=self.verify_rounds,
+            simulated=self.simulated,
         )
 
     @property
@@ -230,12 +237,23 @@ def build_episodes(traces: Sequence[Trace], prices: PriceTable) -> Episodes:
         family=family_of(task, traces[0].family),
         one_model=all(is_solo(r) for tr in traces for r in tr.rounds),
         rungs=ladder_rungs(traces, prices),
+        verify_rounds=_verify_rounds(traces),
+        simulated=simulated_note(simulated_of(traces)),
     )
 
 
+def _verify_rounds(traces: Sequence[Trace]) -> tuple[int, ...]:
+    """The 0-based rounds that are verify steps, the same in every trace (else refused)."""
+    found = {tuple(t for t, r in enumerate(tr.rounds) if is_verify(r)) for tr in traces}
+    if len(found) > 1:
+        raise CCPOError("the traces place their verify steps in different rounds: one ladder")
+    return found.pop()
+
+
 def _steps(tr: Trace) -> list[Any]:
-    """The base and guide steps of a trace in the order the ladder calls them."""
-    return [s for r in tr.rounds for s in (r.base, r.guide)]
+    """The base and guide steps of a trace that answer, in the order the ladder calls them (a
+    verify step's verifier gives a verdict, not an answer)."""
+    return [s for r in tr.rounds for s in ((r.base,) if is_verify(r) else (r.base, r.guide))]
 
 
 def strongest_model(traces: Sequence[Trace], prices: PriceTable) -> str:
@@ -287,7 +305,12 @@ def alone_step(traces: Sequence[Trace], model: str) -> tuple[int, str] | None:
     the base's answer: it cannot be called alone)."""
     found: set[tuple[int, str]] = set()
     for tr in traces:
-        last = [(r, ro) for r in tr.rounds for ro in ("base", "guide") if _alone(r, ro, model)]
+        last = [
+            (r, ro)
+            for r in tr.rounds
+            for ro in ("base", "guide")
+            if _alone(r, ro, model) and not (ro == "guide" and is_verify(r))
+        ]
         if not last or last[-1][0].verdict_mode != "agree":
             return None
         found.add((last[-1][0].round, last[-1][1]))

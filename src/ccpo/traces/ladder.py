@@ -4,7 +4,9 @@ the guide's verdict is made.
 - :class:`Ladder` (:class:`LadderRound`, :class:`Step`): the list of T rounds; round t names
   its base step and its guide step (a model and the prompt it runs with) and its verdict mode,
   ``judge`` (the paper's: the guide replies ``Yes`` or ``No [answer]`` to the base) or
-  ``agree`` (each answers alone; ``yes`` iff the answers are the same).
+  ``agree`` (each answers alone; ``yes`` iff the answers are the same) or ``verify`` (a
+  **verify step**: its base repeats the reply of the one-model step before it, its guide is
+  a verifier model asked Yes/No on that reply; :func:`verify_round`).
   :meth:`Ladder.reused` names the earlier step a repeated call copies (paid once).
 - :func:`ladder_of`, :func:`ladder_of_trace`: the ladder is data, read from a trace set and
   copied into every policy trained on it, with its ``signals`` (:mod:`ccpo.traces.signals`).
@@ -28,8 +30,10 @@ from ccpo.errors import CCPOError
 from ccpo.traces.answers import family_of
 from ccpo.traces.signals import normalize_signals
 
-VerdictMode = Literal["judge", "agree"]
-VERDICT_MODES: tuple[str, ...] = ("judge", "agree")
+VerdictMode = Literal["judge", "agree", "verify"]
+VERDICT_MODES: tuple[str, ...] = ("judge", "agree", "verify")
+#: the prompt of a verify step's verifier (the free-text verdict prompt, on the reply)
+VERIFY = "verify"
 Role = Literal["base", "guide"]
 
 MIN_PROBABILITY = 1e-6  # a probability of 0 becomes log-prob log(1e-6), not −∞
@@ -37,7 +41,7 @@ MIN_PROBABILITY = 1e-6  # a probability of 0 becomes log-prob log(1e-6), not −
 #: the prompts the deployed agent knows how to write; any other name (e.g. a log's mode,
 #: ``uala``) runs the family's own prompt (chain of thought; a ``chat`` family's conversation
 #: as it is) and only tells steps apart
-KNOWN_PROMPTS = ("cot", "react", "judge", "chat")
+KNOWN_PROMPTS = ("cot", "react", "judge", "chat", VERIFY)
 CHAT = "chat"  # the family whose question is a conversation, passed on unchanged
 
 
@@ -64,9 +68,12 @@ def transfer_signal(value: float | None, source: str, target: str) -> float | No
 
 
 def default_prompt(task: str, role: Role, verdict: str, family: str | None = None) -> str:
-    """The prompt a step without a ``prompt`` field ran with: ``chat`` (the conversation as it
-    is) in the ``chat`` family, ``judge`` for a judging guide, ReAct for a HotpotQA base in the
-    paper's protocol, chain of thought otherwise."""
+    """The prompt a step without a ``prompt`` field ran with: ``verify`` for a verify step's
+    verifier, ``chat`` (the conversation as it is) in the ``chat`` family, ``judge`` for a
+    judging guide, ReAct for a HotpotQA base in the paper's protocol, chain of thought
+    otherwise."""
+    if verdict == "verify" and role == "guide":
+        return VERIFY
     if family_of(task, family) == CHAT:
         return "chat"
     if verdict == "judge":
@@ -112,6 +119,38 @@ class LadderRound:
         reply, paid once; :func:`ccpo.traces.signals.is_solo` on a recorded round)."""
         return self.verdict == "agree" and self.base == self.guide
 
+    @property
+    def verifies(self) -> bool:
+        """A verify step: the verifier (guide) says Yes/No on the base's reply, the reply of
+        the one-model step before it (docs/design.md, "Ladders", "The verify step")."""
+        return self.verdict == "verify"
+
+
+def verify_round(step: Step, verifier: str) -> LadderRound:
+    """The verify step after the one-model step ``step``: its base repeats that call (the same
+    reply, paid once), its guide is ``verifier`` with the free-text verdict prompt."""
+    return LadderRound(step, Step(verifier, VERIFY), "verify")
+
+
+def check_verify_rounds(rounds: tuple[LadderRound, ...], where: str = "ladder") -> None:
+    """A :class:`CCPOError` unless every verify round follows the one-model step whose reply
+    it verifies (its base that step's model and prompt) and is not the last round (its reply
+    would be returned anyway: a verdict there buys nothing)."""
+    for t, r in enumerate(rounds, start=1):
+        if not r.verifies:
+            continue
+        prev = rounds[t - 2] if t >= 2 else None
+        if prev is None or not prev.one_model or prev.base != r.base:
+            raise CCPOError(
+                f"{where}: round {t} verifies {r.base.model}'s reply, but round {t - 1} is not "
+                f"a one-model step of {r.base.model} (a verify step follows the step it checks)"
+            )
+        if t == len(rounds):
+            raise CCPOError(
+                f"{where}: round {t}, the last, verifies {r.base.model}'s reply; a verify step "
+                "needs a step after it (the last reply is returned anyway)"
+            )
+
 
 @dataclass(frozen=True)
 class Ladder:
@@ -122,6 +161,9 @@ class Ladder:
     rounds: tuple[LadderRound, ...]
     signals: tuple[str, ...] = ()  # canonical order (ccpo.traces.signals.SIGNALS)
     embedding_model: str | None = None  # the ``embedding`` signal's model
+
+    def __post_init__(self) -> None:
+        check_verify_rounds(self.rounds)
 
     @property
     def T(self) -> int:
@@ -146,8 +188,12 @@ class Ladder:
     def reused(self, t: int, role: str, start: int = 1) -> tuple[int, str] | None:
         """The earlier step (round, role) whose call step (``t``, ``role``) repeats, or None
         (docs/design.md, "Ladders": only ``agree`` rounds repeat calls). ``start``: the first
-        round run (a routed question skips rounds before it: their calls were not made)."""
+        round run (a routed question skips rounds before it: their calls were not made). A
+        verify step's base repeats the step before it (its guide, the verifier, never
+        repeats)."""
         r = self.round(t)
+        if r.verifies:
+            return (t - 1, "base") if role == "base" and t - 1 >= start else None
         if r.verdict != "agree":
             return None
         me = r.step(role)
@@ -195,9 +241,10 @@ class Ladder:
             raise CCPOError(f"{where}: malformed ladder ({e})") from None
         for r in rounds:
             if r.verdict not in VERDICT_MODES:
-                raise CCPOError(f"{where}: verdict '{r.verdict}' is not judge or agree")
+                raise CCPOError(f"{where}: verdict '{r.verdict}' is not judge, agree or verify")
         if not rounds:
             raise CCPOError(f"{where}: a ladder needs at least one round")
+        check_verify_rounds(rounds, where)
         return cls(task, family, rounds, signals, embedding)
 
     @classmethod
@@ -213,7 +260,9 @@ class Ladder:
     def describe(self) -> str:
         """One line per round, for messages and ``--help`` output (and the signals)."""
         rounds = "; ".join(
-            f"round {t}: {r.base.model}"
+            f"round {t}: {r.guide.model} verifies {r.base.model}'s reply"
+            if r.verifies
+            else f"round {t}: {r.base.model}"
             + (" (one model)" if r.one_model else f" → {r.guide.model} ({r.verdict})")
             for t, r in enumerate(self.rounds, start=1)
         )

@@ -9,10 +9,11 @@ the replay's view of each trace, shared with the live agent so that both compute
   rounds 1..t with those blanks, live and replay alike;
 - :func:`paid_steps`, :func:`started_rounds`: which steps of rounds ≥ s are paid and at what
   usage (a step that repeats a call of a skipped round is called where first needed: an
-  ``agree`` ladder's base of round s is round s − 1's guide), and the rounds o_t is made of;
+  ``agree`` ladder's base of round s is round s − 1's guide; a verify step's base, the reply
+  it verifies, is the step before it), and the rounds o_t is made of;
 - :class:`RouteViews` (:func:`route_views`): observations [S, N, T, F], round costs and
   estimated round seconds [S, N, T] of every start, and the question texts; ``None`` unless
-  every round is an ``agree`` round.
+  every round is an ``agree`` round or a verify step.
 
 Derivation: docs/theory.md, "Routing before the first call".
 """
@@ -46,9 +47,10 @@ def routed_rounds(rounds: Sequence[Any], start: int) -> list[Any]:
 
 
 def routable(trace: Any) -> bool:
-    """Whether a trace's ladder can be routed: every round an ``agree`` round (a ``judge``
-    round's base reads the earlier rounds, which a skip would change)."""
-    return all(r.verdict == "agree" for r in ladder_of_trace(trace).rounds)
+    """Whether a trace's ladder can be routed: every round an ``agree`` round or a verify step
+    (a ``judge`` round's base reads the earlier rounds, which a skip would change; a verify
+    step started at calls the reply it verifies, then the verifier)."""
+    return all(r.verdict in ("agree", "verify") for r in ladder_of_trace(trace).rounds)
 
 
 def _paid_usage(trace: Any, ladder: Any, t: int, role: str, start: int) -> Any | None:
@@ -157,8 +159,10 @@ def route_views(traces: Sequence[Any], prices: PriceTable) -> RouteViews | None:
             obs[s, i] = rows
             for k, steps in enumerate(paid_steps(tr, s)):
                 cost[s, i, s + k] = sum(prices.usage_cost(m, u) for m, u in steps)
-                latency[s, i, s + k] = max(
-                    (call_seconds(u.output_tokens) for _, u in steps), default=0.0
-                )
+                calls = [call_seconds(u.output_tokens) for _, u in steps]
+                # a verify step's verifier reads the reply (one after the other); an agree
+                # round's calls go at once
+                after = tr.rounds[s + k].verdict_mode == "verify"
+                latency[s, i, s + k] = sum(calls) if after else max(calls, default=0.0)
     emb, model = question_embeddings(traces)
     return RouteViews(obs, cost, tuple(tr.question for tr in traces), latency, emb, model)

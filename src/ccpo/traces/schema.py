@@ -7,11 +7,12 @@ hostile or broken file could use to move results silently: numbers must be physi
 (finite floats, log-probs ≤ 0, the guide's uncertainty in [0, ``MAX_UNCERTAINTY``], at most
 ``MAX_TOKENS`` per call) and types strict (a boolean is ``true``/``false``, a count a JSON
 integer, a number a JSON number). ``logprob_*``, ``uncertainty`` and ``policy_llm`` may be null
-or absent. The optional ladder fields (``verdict_mode``, ``prompt``, ``reused``, ``system``,
-``family``) are read by :mod:`ccpo.traces.ladder`; files without them read as a ``judge``
-ladder. A ``chat`` trace carries its conversation in ``messages``. The optional signal fields
-(a trace's ``signals`` and ``embedding_model``, a round's ``signals``: :class:`RoundSignals`)
-are read by :mod:`ccpo.traces.signals`.
+or absent. The optional ladder fields (``verdict_mode``: ``judge``, ``agree`` or
+``verify``, ``prompt``, ``reused``, ``system``, ``family``) are read by
+:mod:`ccpo.traces.ladder`; files without them read as a ``judge`` ladder. A ``chat`` trace
+carries its conversation in ``messages``. The optional signal fields (a trace's ``signals``
+and ``embedding_model``, a round's ``signals``: :class:`RoundSignals`) are read by
+:mod:`ccpo.traces.signals`.
 
 Contract: docs/design.md, section "Trace schema `ccpo.trace/v1`".
 """
@@ -132,8 +133,20 @@ class Round(_Model):
     base: BaseStep
     guide: GuideStep
     policy_llm: dict[str, PolicyLLMDecision] | None = None
-    verdict_mode: Literal["judge", "agree"] | None = None
+    verdict_mode: Literal["judge", "agree", "verify"] | None = None
     signals: RoundSignals | None = None
+
+    @model_validator(mode="after")
+    def _verify_returns_its_reply(self) -> Round:
+        b, g = self.base, self.guide
+        if self.verdict_mode == "verify" and (
+            not b.reused or g.answer != b.answer or g.correct != b.correct
+        ):
+            raise ValueError(
+                "a verify round repeats the reply before it (base reused) and returns it: its "
+                "guide's answer and correct are its base's"
+            )
+        return self
 
     @model_validator(mode="after")
     def _verdict_by_guide(self) -> Round:
@@ -181,6 +194,25 @@ class Trace(_Model):
                 raise ValueError(
                     f"rounds must be numbered 1..T in order without gaps; "
                     f"position {i} holds round {r.round}"
+                )
+        return rounds
+
+    @field_validator("rounds")
+    @classmethod
+    def _verify_after_its_step(cls, rounds: list[Round]) -> list[Round]:
+        for i, r in enumerate(rounds):
+            if r.verdict_mode != "verify":
+                continue
+            p = rounds[i - 1] if i else None
+            if (
+                p is None
+                or p.verdict_mode != "agree"
+                or (p.base.model, p.base.prompt) != (r.base.model, r.base.prompt)
+                or (p.guide.model, p.guide.prompt) != (p.base.model, p.base.prompt)
+            ):
+                raise ValueError(
+                    f"round {r.round} verifies {r.base.model}'s reply, but the round before it "
+                    "is not that model's one-model step (a verify step follows the step it checks)"
                 )
         return rounds
 

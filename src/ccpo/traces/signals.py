@@ -15,7 +15,8 @@ gets exactly the v1 columns, so older policies see the same observations bit for
   base's call: one reply, paid once) is compared with the reply of the step before it, so its
   columns say how this reply relates to the last one paid for: "base" is the previous step's
   reply (blank at the first step run), "guide" this step's. A pair round compares its base
-  and guide replies, as before.
+  and guide replies, as before. A **verify step** (:func:`is_verify`: a verifier's verdict on
+  the reply of the step before it) sees that reply's columns: against the reply before it.
 
 Contract: docs/design.md, section "Signals"; the maths: :mod:`ccpo.traces.similarity`.
 """
@@ -91,6 +92,18 @@ def is_solo(r: Any) -> bool:
     )
 
 
+def is_verify(r: Any) -> bool:
+    """Whether round ``r`` is a verify step: its base repeats the reply of the one-model step
+    before it (``reused``, paid there) and its guide is a verifier's Yes/No on that reply
+    (docs/design.md, "Ladders", "The verify step")."""
+    return _get(r, "verdict_mode") == "verify"
+
+
+def _one_reply(r: Any) -> bool:
+    """A round whose base is its one reply (a one-model step or a verify step)."""
+    return is_solo(r) or is_verify(r)
+
+
 class _Blank:
     """The reply of no step (before the first step run): empty, without log-probs."""
 
@@ -104,14 +117,31 @@ def compared(rounds: Sequence[Any], i: int) -> tuple[Any, Any]:
     ``answer``, ``logprob_mean`` and ``uncertainty``: a pair round's base and guide; a
     one-model step's predecessor (the previous round's latest reply; blank at the first) and
     itself.
+    A verify step's are the columns of the reply it verifies (that step's predecessor and
+    the reply), so they never compare the reply with itself.
     Confidence of a one-model step's reply: its base's ``logprob_mean`` (exp is p)."""
     r = rounds[i]
+    if is_verify(r):
+        j = i - 1  # the verified step (a routed start skipped it: a blank round there)
+        if j >= 0 and is_solo(rounds[j]) and _same_call(rounds[j].base, r.base):
+            j -= 1
+        return _latest(rounds, j), _Reply(r.base)
     if not is_solo(r):
         return r.base, r.guide
-    if i == 0:
-        return _Blank(), _Reply(r.base)
-    prev = rounds[i - 1]  # its latest reply: a one-model step's, or a pair's guide
-    return _Reply(prev.base if is_solo(prev) else prev.guide), _Reply(r.base)
+    return _latest(rounds, i - 1), _Reply(r.base)
+
+
+def _same_call(a: Any, b: Any) -> bool:
+    return a.model == b.model and _get(a, "prompt") == _get(b, "prompt")
+
+
+def _latest(rounds: Sequence[Any], j: int) -> Any:
+    """The latest reply of round ``j`` (blank before the first): a one-model or verify step's
+    reply (its base), a pair's guide (a skipped round's: blank)."""
+    if j < 0:
+        return _Blank()
+    prev = rounds[j]
+    return _Reply(prev.base if _one_reply(prev) else prev.guide)
 
 
 class _Reply:

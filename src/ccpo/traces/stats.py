@@ -10,6 +10,7 @@ from ccpo.traces.labels import trace_labels
 from ccpo.traces.ladder import Ladder, ladder_of_trace
 from ccpo.traces.prices import PriceTable
 from ccpo.traces.schema import Trace
+from ccpo.traces.verify import simulated_of
 
 
 @dataclass
@@ -35,6 +36,7 @@ class TraceStats:
     per_round: list[RoundStats] = field(default_factory=list)
     ladders: dict[Ladder, int] = field(default_factory=dict)  # ladder → traces following it
     labels: set[str] = field(default_factory=set)  # "gold" / "reference:<model>" (traces.labels)
+    simulated: dict | None = None  # meta.simulated_verifier of the first trace with one
 
     def add(self, tr: Trace, prices: PriceTable) -> None:
         self.questions += 1
@@ -43,6 +45,7 @@ class TraceStats:
             self.ladders[lad] = self.ladders.get(lad, 0) + 1
         self.solvable += tr.solvable
         self.labels.add(trace_labels(tr))
+        self.simulated = self.simulated or simulated_of([tr])
         self.tasks.add(tr.task)
         self.models |= tr.models()
         self.rounds_hist[tr.n_rounds] = self.rounds_hist.get(tr.n_rounds, 0) + 1

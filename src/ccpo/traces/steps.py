@@ -4,7 +4,8 @@
 them, so that a two-model ladder (a team's cheap and strong model) can be studied on logs of
 more models without a new import: the kept steps' replies, usage and labels are the recorded
 ones, and their pure signals are recomputed against the step now before them
-(:func:`ccpo.traces.signals.compared`). Contract: docs/design.md, "Ladders".
+(:func:`ccpo.traces.signals.compared`). A verify step stays with the step it verifies, unless
+that step is now the last. Contract: docs/design.md, "Ladders".
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from ccpo.errors import CCPOError
 from ccpo.traces.importer.build import with_text_signals
 from ccpo.traces.schema import Trace
-from ccpo.traces.signals import is_solo
+from ccpo.traces.signals import is_solo, is_verify
 
 
 def sub_ladder(traces: Iterable[Trace], models: Sequence[str]) -> list[Trace]:
@@ -26,12 +27,12 @@ def sub_ladder(traces: Iterable[Trace], models: Sequence[str]) -> list[Trace]:
         raise CCPOError("a sub-ladder needs at least one model")
     out = []
     for tr in traces:
-        if not all(is_solo(r) for r in tr.rounds):
+        if not all(is_solo(r) or is_verify(r) for r in tr.rounds):
             raise CCPOError(
                 f"trace '{tr.id}': a sub-ladder needs one model per step (import with "
                 "`--steps one`, the default)"
             )
-        have = [r.base.model for r in tr.rounds]
+        have = [r.base.model for r in tr.rounds if is_solo(r)]
         missing = [m for m in want if m not in have]
         if missing:
             raise CCPOError(
@@ -39,6 +40,8 @@ def sub_ladder(traces: Iterable[Trace], models: Sequence[str]) -> list[Trace]:
                 f"({', '.join(have)})"
             )
         kept = [r for r in tr.rounds if r.base.model in want]
+        last = max(i for i, r in enumerate(kept) if is_solo(r))
+        kept = [r for i, r in enumerate(kept) if not (is_verify(r) and i > last)]
         rounds = [r.model_copy(update={"round": t}) for t, r in enumerate(kept, start=1)]
         short = tr.model_copy(update={"rounds": rounds})
         out.append(with_text_signals(short, tuple(tr.signals or ())))

@@ -5,8 +5,10 @@ normaliser (an ``agree`` ladder); a step that repeats an earlier step's model is
 ``reused`` with zero usage (paid once, where first asked); the signals come from the row's
 ``confidence`` or ``logprob``. The gold is the ``gold`` cells or the answers marked correct,
 unless the rows are labelled by agreement with a reference model (:func:`agreement_labels`;
-the contract is :mod:`ccpo.traces.labels`). :func:`with_text_signals` adds a ladder's pure
-signals (``traces import --signals``; :func:`import_signals`).
+the contract is :mod:`ccpo.traces.labels`). A verify step's verdict is the verified row's
+``verdict`` columns, or simulated on request (:mod:`ccpo.traces.verify`).
+:func:`with_text_signals` adds a ladder's pure signals (``traces import --signals``;
+:func:`import_signals`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ccpo.traces.schema import (
     Usage,
 )
 from ccpo.traces.signals import CALLED_SIGNALS, compared, normalize_signals, text_signals
+from ccpo.traces.verify import SIMULATED_KEY, simulated_record, simulated_usage, simulated_verdict
 
 NO_GOLD = "<no gold: no model answered correctly>"
 
@@ -48,15 +51,45 @@ def _usage(row: ImportRow) -> Usage:
     return Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens)
 
 
-def _steps(rows: dict[str, Located], ladder: Ladder) -> dict[tuple[int, str], dict[str, Any]]:
+def _verdict(row: Any, reply: dict[str, Any], verifier: str, simulate: float | None) -> dict:
+    """A verify step's guide: ``verifier``'s verdict on the ``reply`` step (its answer and
+    label), from the verified ``row``'s verdict columns, or simulated (``simulate``: the
+    verifier's accuracy; :func:`~ccpo.traces.verify.simulated_verdict`)."""
+    if simulate is not None:
+        said = simulated_verdict(row.question_id, row.model, reply["correct"], simulate)
+        n_in, n_out = simulated_usage(row.input_tokens, row.output_tokens)
+        u = None
+    else:
+        said, n_in, n_out = row.verdict, row.verdict_input_tokens, row.verdict_output_tokens
+        u = None if row.verdict_confidence is None else round(1.0 - row.verdict_confidence, 9)
+    return {
+        "model": verifier,
+        "answer": reply["answer"],
+        "correct": reply["correct"],
+        "usage": Usage(input_tokens=n_in, output_tokens=n_out),
+        "verdict": said,
+        "uncertainty": u,
+        **({"score": reply["score"]} if "score" in reply else {}),
+    }
+
+
+def _steps(
+    rows: dict[str, Located], ladder: Ladder, simulate: float | None = None
+) -> dict[tuple[int, str], dict[str, Any]]:
     """Every step of one question's ladder as schema fields: a model's row, or for a step that
     repeats an earlier call, that step's answer and signals (:func:`transfer_signal`) with
-    zero usage: paid once, where first asked."""
+    zero usage: paid once, where first asked; a verify step's verifier, its verdict
+    (:func:`_verdict`)."""
     steps: dict[tuple[int, str], dict[str, Any]] = {}
     for t, lr in enumerate(ladder.rounds, start=1):
         for role in ("base", "guide"):
             spec = lr.step(role)
             src = ladder.reused(t, role)
+            if lr.verifies and role == "guide":
+                reply = steps[(t, "base")]
+                step = _verdict(rows[lr.base.model].row, reply, spec.model, simulate)
+                steps[(t, role)] = {**step, "prompt": spec.prompt}
+                continue
             if src is not None:
                 orig = steps[src]
                 key = "logprob_mean" if src[1] == "base" else "uncertainty"
@@ -94,21 +127,18 @@ def _steps(rows: dict[str, Located], ladder: Ladder) -> dict[tuple[int, str], di
     return steps
 
 
-def _rounds(rows: dict[str, Located], ladder: Ladder) -> list[Round]:
-    """One question's rounds: verdict ``yes`` iff the guide's answer is the base's."""
-    steps = _steps(rows, ladder)
+def _rounds(rows: dict[str, Located], ladder: Ladder, simulate: float | None) -> list[Round]:
+    """One question's rounds: verdict ``yes`` iff the guide's answer is the base's (a verify
+    step's: its verifier's)."""
+    steps = _steps(rows, ladder, simulate)
     out = []
     for t in range(1, ladder.T + 1):
         b, g = steps[(t, "base")], steps[(t, "guide")]
-        agree = exact_match(g["answer"], [b["answer"]], ladder.task, ladder.family)
-        out.append(
-            Round(
-                round=t,
-                verdict_mode="agree",
-                base=BaseStep(**b),
-                guide=GuideStep(**g, verdict="yes" if agree else "no"),
-            )
-        )
+        mode = ladder.round(t).verdict
+        if mode != "verify":
+            agree = exact_match(g["answer"], [b["answer"]], ladder.task, ladder.family)
+            g = {**g, "verdict": "yes" if agree else "no"}
+        out.append(Round(round=t, verdict_mode=mode, base=BaseStep(**b), guide=GuideStep(**g)))
     return out
 
 
@@ -151,11 +181,19 @@ def score_labels(
     }
 
 
-def build_trace(rows: dict[str, Located], ladder: Ladder, source: str, labels: str = GOLD) -> Trace:
-    """One question's trace, its rounds as ``ladder`` plans them (an ``agree`` ladder).
-    ``labels``: ``"gold"`` (the rows' ``correct``), ``"reference:<model>"`` (rows already
-    labelled by :func:`agreement_labels`; the gold is the reference's answer) or
-    ``"scored:…"`` (rows labelled by :func:`score_labels`; the gold is the accepted answers)."""
+def build_trace(
+    rows: dict[str, Located],
+    ladder: Ladder,
+    source: str,
+    labels: str = GOLD,
+    simulate: float | None = None,
+) -> Trace:
+    """One question's trace, its rounds as ``ladder`` plans them (an ``agree`` ladder, with
+    its verify steps). ``labels``: ``"gold"`` (the rows' ``correct``), ``"reference:<model>"``
+    (rows already labelled by :func:`agreement_labels`; the gold is the reference's answer)
+    or ``"scored:…"`` (rows labelled by :func:`score_labels`; the gold is the accepted
+    answers). ``simulate``: the verify steps' verdicts are simulated at this accuracy (and
+    ``meta.simulated_verifier`` says so), else read from the rows' verdict columns."""
     norm = normalizer_for(ladder.task, ladder.family)
     first = next(iter(rows.values()))
     ref = reference_model(labels)
@@ -169,6 +207,9 @@ def build_trace(rows: dict[str, Located], ladder: Ladder, source: str, labels: s
         meta["labels"] = labels
     if ref is None and gold == [NO_GOLD]:
         meta["gold_unknown"] = True
+    verifiers = {r.guide.model for r in ladder.rounds if r.verifies}
+    if simulate is not None and verifiers:
+        meta[SIMULATED_KEY] = simulated_record(verifiers.pop(), simulate)
     task = ladder.task
     return Trace(
         schema=SCHEMA_VERSION,
@@ -178,7 +219,7 @@ def build_trace(rows: dict[str, Located], ladder: Ladder, source: str, labels: s
         question=first.row.question,
         messages=first.row.messages,
         gold=gold,
-        rounds=_rounds(rows, ladder),
+        rounds=_rounds(rows, ladder, simulate),
         meta=meta,
     )
 

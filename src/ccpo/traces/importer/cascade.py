@@ -4,17 +4,19 @@ the table, then by name, cheapest first; as **one-model steps** (``steps="one"``
 calls the t-th cheapest model alone, so the ladder can stop after any one call, its cheapest
 model's included) or paired into rounds (``steps="pair"``: each base with the next stronger
 model as its guide, or one named guide for every round); and its ``agree`` ladder
-(:meth:`Cascade.ladder`). Ordering by price rather than by cost on the file keeps a small
-model that writes long answers below a larger one of the same or a higher price.
+(:meth:`Cascade.ladder`), with a verify step (:func:`with_verifier`: a verifier's Yes/No on
+the reply) after the one-model steps ``--verifier`` / ``--verify-after`` name. Ordering by
+price rather than by cost on the file keeps a small model that writes long answers below a
+larger one of the same or a higher price.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ccpo.errors import CCPOError
 from ccpo.traces.answers import family_of
-from ccpo.traces.ladder import Ladder, LadderRound, Step, default_prompt
+from ccpo.traces.ladder import Ladder, LadderRound, Step, default_prompt, verify_round
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,9 @@ class Cascade:
     cost_per_question: dict[str, float]  # USD, mean over the table's questions
     #: USD per million tokens, input + output list prices (empty: order by cost alone)
     unit_price: dict[str, float] = field(default_factory=dict)
+    #: the verifier of the verify steps (None: none) and the models whose step it follows
+    verifier: str | None = None
+    verify_after: tuple[str, ...] = ()
 
     @property
     def rounds(self) -> int:
@@ -42,17 +47,16 @@ class Cascade:
         return _ordered(self.cost_per_question, self.unit_price)
 
     def ladder(self, task: str, family: str | None = None) -> Ladder:
-        """The ``agree`` ladder of the cascade: every model answers the question itself."""
+        """The ``agree`` ladder of the cascade: every model answers the question itself (a
+        verify step after the one-model steps of :attr:`verify_after`)."""
         fam = family_of(task, family)
         prompt = default_prompt(task, "base", "agree", fam)  # cot; a conversation: chat
-        return Ladder(
-            task,
-            fam,
-            tuple(
-                LadderRound(Step(b, prompt), Step(g, prompt), "agree")
-                for b, g in zip(self.bases, self.guides, strict=True)
-            ),
-        )
+        rounds: list[LadderRound] = []
+        for b, g in zip(self.bases, self.guides, strict=True):
+            rounds.append(LadderRound(Step(b, prompt), Step(g, prompt), "agree"))
+            if self.verifier is not None and b in self.verify_after:
+                rounds.append(verify_round(Step(b, prompt), self.verifier))
+        return Ladder(task, fam, tuple(rounds))
 
 
 def _ordered(cost: dict[str, float], unit_price: dict[str, float]) -> list[str]:
@@ -91,3 +95,33 @@ def plan_cascade(
         raise CCPOError(f"--guide '{guide}' is not a model of the table ({', '.join(models)})")
     bases = tuple(m for m in order if m != guide)
     return Cascade(bases, (guide,) * len(bases), cost, unit)
+
+
+def with_verifier(plan: Cascade, verifier: str | None, after: list[str] | None = None) -> Cascade:
+    """``plan`` with a verify step by ``verifier`` after the one-model step of each model of
+    ``after`` (default: every step but the last, whose reply is returned anyway). Refused:
+    paired rounds, a model that is not a step, the last step."""
+    if verifier is None:
+        if after:
+            raise CCPOError("--verify-after needs --verifier MODEL (the model that verifies)")
+        return plan
+    if not plan.one_model:
+        raise CCPOError(
+            "--verifier adds a verify step after one-model steps; it cannot follow paired "
+            "rounds (drop --steps pair / --guide)"
+        )
+    steps = list(plan.bases)
+    if len(steps) < 2:
+        raise CCPOError("--verifier: a ladder of one step has no step to verify before another")
+    chosen = list(dict.fromkeys(after)) if after else steps[:-1]
+    unknown = [m for m in chosen if m not in steps]
+    if unknown:
+        raise CCPOError(
+            f"--verify-after {', '.join(unknown)}: not a step of the ladder ({', '.join(steps)})"
+        )
+    if steps[-1] in chosen:
+        raise CCPOError(
+            f"--verify-after {steps[-1]}: the last step's reply is returned anyway; verify "
+            "the steps before it"
+        )
+    return replace(plan, verifier=verifier, verify_after=tuple(chosen))

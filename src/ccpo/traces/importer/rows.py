@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -43,7 +43,12 @@ REQUIRED_COLUMNS = (
     "input_tokens",
     "output_tokens",
 )
-OPTIONAL_COLUMNS = ("correct", "logprob", "confidence", "gold", "reasoning", "score", "messages")
+OPTIONAL_COLUMNS = (
+    "correct", "logprob", "confidence", "gold", "reasoning", "score", "messages",
+    *("verdict", "verdict_input_tokens", "verdict_output_tokens", "verdict_confidence"),
+)  # fmt: skip
+#: the columns of a verifier's verdict on the row's answer (``traces import --verifier``)
+VERDICT_COLUMNS = OPTIONAL_COLUMNS[-4:]
 _TRUE = {"true", "1", "yes", "y", "t"}
 _FALSE = {"false", "0", "no", "n", "f"}
 
@@ -69,6 +74,12 @@ class ImportRow(BaseModel):
     #: the conversation the answer replies to (OpenAI messages of text; its last user turn is
     #: the question): a JSON array in a JSONL table, its JSON text in a CSV cell
     messages: list[dict[str, Any]] | None = None
+    #: a verifier's verdict on this answer (``--verifier``): yes / no (None: none readable),
+    #: the verdict call's usage and its probability of the verdict it gave
+    verdict: Literal["yes", "no"] | None = None
+    verdict_input_tokens: int | None = Field(None, ge=0)
+    verdict_output_tokens: int | None = Field(None, ge=0)
+    verdict_confidence: float | None = Field(None, ge=0, le=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -111,7 +122,18 @@ class ImportRow(BaseModel):
             raise ValueError(f"expected true or false, found {v!r}")
         return v
 
-    @field_validator("logprob", "confidence", "score", mode="before")
+    @field_validator("verdict", mode="before")
+    @classmethod
+    def _verdict_word(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            s = v.strip().lower()
+            return None if not s else {"y": "yes", "n": "no"}.get(s, s)
+        return v
+
+    @field_validator(
+        "logprob", "confidence", "score", "verdict_input_tokens", "verdict_output_tokens",
+        "verdict_confidence", mode="before",
+    )  # fmt: skip
     @classmethod
     def _blank_number_is_none(cls, v: Any, info: ValidationInfo) -> Any:
         blank = isinstance(v, str) and not v.strip() and not _typed(info)

@@ -18,7 +18,8 @@ from ccpo.traces.importer.rows import ImportRow, Located, table_error
 
 _COLUMNS = (
     "answer", "correct", "input_tokens", "output_tokens", "logprob", "confidence", "gold",
-    "reasoning", "score",
+    "reasoning", "score", "verdict", "verdict_input_tokens", "verdict_output_tokens",
+    "verdict_confidence",
 )  # fmt: skip
 _SCHEMA = f"""
 CREATE TABLE questions (qid TEXT PRIMARY KEY, ord INTEGER NOT NULL, question TEXT NOT NULL,

@@ -15,8 +15,8 @@ from ccpo.errors import CCPOError
 from ccpo.traces.accept import AcceptRule
 from ccpo.traces.answers import family_of
 from ccpo.traces.importer.build import agreement_labels, build_trace, score_labels
-from ccpo.traces.importer.cascade import Cascade, plan_cascade
-from ccpo.traces.importer.rows import table_error, validated_rows
+from ccpo.traces.importer.cascade import Cascade, plan_cascade, with_verifier
+from ccpo.traces.importer.rows import VERDICT_COLUMNS, Located, table_error, validated_rows
 from ccpo.traces.importer.spill import Spill
 from ccpo.traces.labels import GOLD, reference_labels, reference_model, scored_labels
 from ccpo.traces.ladder import Ladder
@@ -43,6 +43,8 @@ class TableImport:
     rule: AcceptRule | None = None  # labels from the rows' scores (--accept)
     score_reference: str | None = None  # the model a relative rule compares with
     unscored: list[str] = field(default_factory=list)  # ids with a missing score
+    #: the verify steps' verdicts are simulated at this accuracy (None: the table's own)
+    simulate: float | None = None
 
     @property
     def reference(self) -> str | None:
@@ -72,7 +74,7 @@ class TableImport:
                     continue
                 rows = labelled
             n += 1
-            yield build_trace(rows, ladder, self.path.name, self.labels)
+            yield build_trace(rows, ladder, self.path.name, self.labels, self.simulate)
         if n == 0 and self.rule is not None:
             raise CCPOError(f"{self.path}: every question lacks a model's score: nothing to label")
         if n == 0:
@@ -101,11 +103,17 @@ def open_table(
     reference: str | None = None,
     accept: AcceptRule | None = None,
     steps: str | None = None,
+    verifier: str | None = None,
+    verify_after: list[str] | None = None,
+    simulate: float | None = None,
 ) -> TableImport:
     """Read and check ``path`` (streamed into a temporary file), plan its cascade and its
     labels (docs/import.md): the ``correct`` column, agreement with a reference model, or with
     ``accept`` the rows' ``score`` by that rule. ``steps``: ``"one"`` (a model per round) or
-    ``"pair"``; by default one-model steps, pairs with ``guide`` (:func:`default_steps`). Raises
+    ``"pair"``; by default one-model steps, pairs with ``guide`` (:func:`default_steps`).
+    ``verifier``: a verify step by this model after each step but the last (or after the
+    models of ``verify_after``), its verdicts the table's verdict columns, or with
+    ``simulate`` (an accuracy) simulated (:mod:`ccpo.traces.verify`). Raises
     :class:`~ccpo.errors.UnknownModelPriceError` for a model without a price and a one-line
     :class:`CCPOError` for any other problem."""
     try:
@@ -118,6 +126,7 @@ def open_table(
     spill = Spill(p)
     try:
         has_correct = has_gold = has_score = False
+        verdicts = _Verdicts()
         n = 0
         verbatim = family_of(task, family) == "chat"  # a reply is kept as written
         for loc, has_correct in validated_rows(p, verbatim):
@@ -132,6 +141,7 @@ def open_table(
                     "--reference MODEL)",
                 )
             has_gold |= loc.row.gold is not None
+            verdicts.add(loc)
             spill.add(loc)
         if n == 0:
             raise table_error(p, None, None, "holds no rows")
@@ -143,7 +153,12 @@ def open_table(
             for m in models
         }
         chosen = steps or default_steps(guide)
-        cascade = plan_cascade(cost, guide, unit, chosen)
+        cascade = with_verifier(plan_cascade(cost, guide, unit, chosen), verifier, verify_after)
+        if cascade.verifier is not None:
+            prices.check([cascade.verifier])
+            verdicts.check(p, cascade, simulate)
+        elif simulate is not None:
+            raise CCPOError("--simulate-verifier needs --verifier MODEL (the model it simulates)")
         if reference is not None and reference not in models:
             raise CCPOError(
                 f"--reference '{reference}' is not a model of the table ({', '.join(models)})"
@@ -154,6 +169,7 @@ def open_table(
                 return TableImport(
                     p, task, family, cascade, spill.questions, scored[0], reference is not None,
                     has_correct or has_gold, spill, rule=accept, score_reference=scored[1],
+                    simulate=simulate,
                 )  # fmt: skip
         labelled = has_correct and reference is None
         ref = None if labelled else (reference or cascade.order()[-1])
@@ -167,10 +183,54 @@ def open_table(
             reference is not None,
             ref is not None and (has_correct or has_gold),
             spill,
+            simulate=simulate,
         )
     except BaseException:
         spill.close()
         raise
+
+
+@dataclass
+class _Verdicts:
+    """What a table holds of a verifier's verdicts: whether any row has one, and per model
+    the first row without the verdict call's usage."""
+
+    seen: int | None = None  # the first row with a verdict column filled
+    missing: dict[str, int] = field(default_factory=dict)
+
+    def add(self, loc: Located) -> None:
+        r = loc.row
+        vals = [getattr(r, c) for c in VERDICT_COLUMNS]
+        if self.seen is None and any(v is not None for v in vals):
+            self.seen = loc.line
+        if r.verdict_input_tokens is None or r.verdict_output_tokens is None:
+            self.missing.setdefault(r.model, loc.line)
+
+    def check(self, p: Path, plan: Cascade, simulate: float | None) -> None:
+        """Refuse what would make a verdict up or leave one out: simulation of a table that
+        has verdicts, none and no simulation, a verified model's row without the usage."""
+        if simulate is not None:
+            if not 0.0 <= simulate <= 1.0:
+                raise CCPOError(f"--simulate-verifier {simulate:g}: an accuracy in [0, 1]")
+            if self.seen is not None:
+                raise table_error(
+                    p, self.seen, "verdict", "the table records verdicts; drop "
+                    "--simulate-verifier (they are used as recorded)",
+                )  # fmt: skip
+            return
+        if self.seen is None:
+            raise CCPOError(
+                f"{p}: --verifier {plan.verifier}: the table records no verdicts (columns "
+                f"{', '.join(VERDICT_COLUMNS)}); add them, or pass --simulate-verifier ACCURACY "
+                "to simulate them (the traces and every report then say so)"
+            )
+        for m in plan.verify_after:
+            if m in self.missing:
+                raise table_error(
+                    p, self.missing[m], "verdict_input_tokens", f"missing; the verify step "
+                    f"after {m} needs its verdict call's usage (verdict_input_tokens, "
+                    "verdict_output_tokens) on every row of that model",
+                )  # fmt: skip
 
 
 def default_steps(guide: str | None) -> str:
