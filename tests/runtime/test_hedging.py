@@ -17,7 +17,9 @@ from tests.helpers.serve import post
 @pytest.fixture(scope="module")
 def routed(tmp_path_factory):
     return trained_chat_policies(
-        tmp_path_factory.mktemp("chat"), routed=("--answer", "single", "--route")
+        # Learn-then-Test's λ̂ goes on to round 2 on part of the traffic: what a hedge needs
+        tmp_path_factory.mktemp("chat"),
+        routed=("--answer", "single", "--route", "--guarantee", "pac"),
     )
 
 
