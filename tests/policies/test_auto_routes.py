@@ -1,5 +1,6 @@
-"""``auto`` of one answer compares a router before any call, a cascade, the two together and
-calling the strongest model alone, on validation data from the training split only.
+"""``auto`` of one answer with ``--auto-route`` compares a router before any call, a cascade,
+the two together and calling the strongest model alone, on validation data from the training
+split only (without it, the default, the cascades and the reference alone).
 
 The ladder is written by the test (seeded, illustrative, not LLM output): two models, the
 strong one always right and 40× dearer per token. Half the prompts ask for a proof (the cheap
@@ -72,14 +73,19 @@ def held_out(pol, ep, rest: np.ndarray, splits: int = 30):
 
 def test_auto_picks_a_routed_candidate_when_the_prompt_tells(ladder) -> None:
     ep, train, rest = ladder
-    got = train_policy(parse_spec("auto", answer="single"), ep, train, ALPHA, 0)
+    routes = parse_spec("auto", answer="single", settings={"auto_route": True})
+    got = train_policy(routes, ep, train, ALPHA, 0)
     pol = got.policy
     figures = pol.info["auto"]["validation"]
     assert {"router", f"always-{STRONG}"} <= set(figures)
     assert any(k.endswith("+route") for k in figures)
     assert isinstance(pol, RoutedPolicy), pol.info["auto"]["picked"]
     cascade = train_policy(
-        parse_spec("auto", answer="single", settings={"auto_route": False}), ep, train, ALPHA, 0
+        parse_spec("auto", answer="single"),
+        ep,
+        train,
+        ALPHA,
+        0,  # the default: no routes
     ).policy
     assert not isinstance(cascade, RoutedPolicy)
     named = cascade.info["auto"]["validation"]
@@ -114,7 +120,7 @@ def test_train_prints_the_candidates_and_serves_the_pick(ladder, tmp_path: Path)
     traces = prompt_ladder(tmp_path, n=200)
     out = tmp_path / "policy"
     res = ccpo_ok("train", "--traces", str(traces), "--answer", "single", "--alpha", "0.2",
-                  "--out", str(out))  # fmt: skip
+                  "--auto-route", "--out", str(out))  # fmt: skip
     assert "router" in res.stdout and "+route" in res.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["auto"]["picked"] in summary["auto"]["validation"]

@@ -102,7 +102,8 @@ def test_cross_fit_records_each_candidates_latency_and_respects_the_budget(
     traces, _ = import_table(table, "qa", prices, family="mcq")
     ep = build_episodes(traces, prices)
     idx = np.arange(140)
-    free = fit_policy("auto", ep, idx, 0.2, 0, single=True).info["auto"]
+    routes = {"auto_route": True}
+    free = fit_policy("auto", ep, idx, 0.2, 0, single=True, settings=routes).info["auto"]
     lat = {k: v[LATENCY] for k, v in free["validation"].items()}
     routed = {k for k in lat if k.endswith("+route")}  # the cheapest cascade behind the router
     assert set(lat) == {"cstop", "cstop-lr", "depth-k", "always-big-m", "router", *routed}
@@ -110,7 +111,8 @@ def test_cross_fit_records_each_candidates_latency_and_respects_the_budget(
     assert lat["always-big-m"] == pytest.approx(float(ep.strongest_latency[idx].mean()))
     assert lat[free["picked"]] > min(lat.values()) and "latency_budget_s" not in free
     budget = (lat[free["picked"]] + min(lat.values())) / 2
-    held = fit_policy("auto", ep, idx, 0.2, 0, single=True, latency_budget=budget).info["auto"]
+    held = fit_policy("auto", ep, idx, 0.2, 0, single=True, latency_budget=budget,
+                      settings=routes).info["auto"]  # fmt: skip
     assert held["picked"] != free["picked"] and held["latency_budget_s"] == budget
     assert held["validation"][held["picked"]][LATENCY] <= budget
     assert held["validation"] == free["validation"]  # the same figures, another choice

@@ -61,12 +61,12 @@ def test_auto_keeps_the_reference_alone_where_nothing_is_cheaper(hard: Path, ans
 
 
 def test_a_routed_pick_is_never_dearer_than_the_reference_and_holds_alpha(hard: Path) -> None:
-    """With the routed candidates (the default), a router may start a share of the questions
+    """With the routed candidates (``--auto-route``), a router may start a share of the questions
     at a cheap rung, spending the miss budget α allows: its pick is certified, costs no more
     than the reference alone on the calibration questions, and holds α there."""
     out = hard.parent / "auto-routed"
     r = ccpo_ok("train", "--traces", str(hard), "--alpha", "0.1", "--answer", "single",
-                "--auto-ccpo-steps", "0", "--out", str(out))  # fmt: skip
+                "--auto-ccpo-steps", "0", "--auto-route", "--out", str(out))  # fmt: skip
     summary = json.loads((out / "summary.json").read_text())
     validation = summary["auto"]["validation"]
     assert "router" in validation and "always-big-m" in validation, _flat(r.stdout)

@@ -190,9 +190,10 @@ class StopConfig:
         "conformal risk control; needs far fewer calibration questions)",
     )
     auto_route: bool = knob(
-        True,
+        False,
         "auto, one answer: a router before any call, and the cheapest cascade behind it, are "
-        "candidates too where the ladder can be routed (agree ladders)",
+        "candidates too where the ladder can be routed (agree ladders); off by default: under "
+        "the marginal guarantee their validation favours them and they cost more on test",
     )
     eta0: float = knob(
         0.05,
