@@ -38,7 +38,7 @@ def imported(tmp_path_factory) -> dict[str, Path]:
     ccpo_ok("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
          "--prices", str(prices), "--out", str(traces))  # fmt: skip
     out = {"traces": traces, "prices": prices}
-    for method, extra in (("auto", ("--auto-ccpo-steps", "20")), ("ccpo", ("--steps", "300"))):
+    for method, extra in (("auto", ("--auto-ccpo-steps", "20")), ("ccpo", ("--steps", "100"))):
         out[method] = d / method
         ccpo_ok("train", "--traces", str(traces), "--method", method, "--alpha", "0.1",
              "--prices", str(prices), "--out", str(out[method]), *extra)  # fmt: skip
