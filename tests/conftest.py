@@ -62,5 +62,5 @@ def pg_cluster():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and {missing}: the PostgreSQL tests must run in CI")
         pytest.skip(missing)
-    with PostgresCluster(fsync=False) as pg:
+    with PostgresCluster(fsync=False, in_ram=True) as pg:
         yield pg
