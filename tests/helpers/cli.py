@@ -97,6 +97,7 @@ def ccpo_in(*args: str) -> subprocess.CompletedProcess[str]:
     os.environ["COLUMNS"] = "200"
     try:
         with (
+            _wide_consoles(200),
             contextlib.redirect_stdout(out),
             contextlib.redirect_stderr(err),
             warnings.catch_warnings(),
@@ -114,6 +115,30 @@ def ccpo_in(*args: str) -> subprocess.CompletedProcess[str]:
         else:
             os.environ["COLUMNS"] = before
     return subprocess.CompletedProcess(["ccpo", *args], code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _wide_consoles(width: int):
+    """The rich consoles the ``ccpo.cli`` modules made at import, ``width`` columns wide for a
+    while: a console made where ``COLUMNS`` was set (pytest-xdist sets it to the terminal's
+    width in its workers) keeps that width; one made later reads ``COLUMNS`` as it prints."""
+    from rich.console import Console
+
+    made = [
+        c
+        for name, mod in list(sys.modules.items())
+        if name.startswith("ccpo.cli") and mod is not None
+        for c in vars(mod).values()
+        if isinstance(c, Console)
+    ]
+    widths = [c._width for c in made]
+    for c in made:
+        c._width = width
+    try:
+        yield
+    finally:
+        for c, w in zip(made, widths, strict=True):
+            c._width = w
 
 
 def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
