@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import os
 
-import pytest
+# one thread each for OpenMP (scikit-learn's trees) and OpenBLAS, in this process and every
+# process it spawns, set before numpy or scikit-learn load: the suite runs one worker per core
+# (-n 2 on 2 cores), and their default of a thread per core each makes 4 spinning threads
+# share 2 cores, which slows a small fit several times over
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from ccpo.traces.episodes import build_episodes
-from ccpo.traces.io import write_traces
-from ccpo.traces.prices import load_prices
-from ccpo.traces.sim import SimConfig, generate
+import pytest  # noqa: E402 (after the thread settings)
+
+from ccpo.traces.episodes import build_episodes  # noqa: E402
+from ccpo.traces.io import write_traces  # noqa: E402
+from ccpo.traces.prices import load_prices  # noqa: E402
+from ccpo.traces.sim import SimConfig, generate  # noqa: E402
 
 # assertions in the shared helpers explain their failures as the tests' own do
 pytest.register_assert_rewrite("tests.helpers")
@@ -62,5 +69,5 @@ def pg_cluster():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and {missing}: the PostgreSQL tests must run in CI")
         pytest.skip(missing)
-    with PostgresCluster(fsync=False) as pg:
+    with PostgresCluster(fsync=False, in_ram=True) as pg:
         yield pg

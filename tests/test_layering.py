@@ -9,6 +9,7 @@ functions and under ``if TYPE_CHECKING:`` alike.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -70,8 +71,18 @@ def imported_modules(path: Path, root: Path = PACKAGE.parent) -> set[str]:
 
 
 def modules() -> dict[str, set[str]]:
+    """Each ``ccpo`` module → the ``ccpo`` modules it imports (a fresh copy of one parse of the
+    sources per test process)."""
+    return {name: set(deps) for name, deps in _parsed().items()}
+
+
+@functools.cache
+def _parsed() -> dict[str, frozenset[str]]:
     known = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {name: {m for m in imported_modules(path) if m in known} for name, path in known.items()}
+    return {
+        name: frozenset(m for m in imported_modules(path) if m in known)
+        for name, path in known.items()
+    }
 
 
 def within(name: str, prefixes: tuple[str, ...]) -> bool:

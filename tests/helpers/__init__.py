@@ -6,9 +6,9 @@ classes and constants they and the test modules share live here, one module per 
 - ``serve``: ``ccpo serve``'s app in a thread (``LiveServer``, ``make_service``), the deploy
   settings and prices it runs with, the store the running test uses (``state_at``), and
   HTTP calls to it (``Q``, ``post``, ``assert_json_error``).
-- ``cli``: the ``ccpo`` command as a subprocess (``ccpo``, ``run_ccpo``, ``ccpo_ok``), its
-  servers (``start_serve``, ``start_server``, ``stop_server``), usage-error checks and the
-  environment without an extra (``without``).
+- ``cli``: the ``ccpo`` command as a subprocess (``ccpo``, ``run_ccpo``) or in this process
+  (``ccpo_in``, ``ccpo_ok``), its servers (``start_serve``, ``start_server``,
+  ``stop_server``), usage-error checks and the environment without an extra (``without``).
 - ``policies``: tiny trained policies on synthetic traces.
 - ``collecting``: ``ccpo collect`` configs and checks of what it wrote.
 - ``importing``: small tables for ``ccpo traces import`` (illustrative, not LLM output).

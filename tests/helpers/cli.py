@@ -1,15 +1,19 @@
 """The ``ccpo`` command as a subprocess: one-shot commands and their usage errors, ``ccpo
 serve`` and the other server commands on a free port, and the environment of an install
-without an extra."""
+without an extra; and in this process (:func:`ccpo_in`, :func:`ccpo_ok`) where the test is
+about what a command does, not about the process it runs in."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import io
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from ccpo.testing import free_port, wait_for_http
@@ -79,14 +83,71 @@ def run_ccpo(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([CCPO, *args], capture_output=True, text=True, timeout=60)
 
 
-def ccpo_ok(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m ccpo`` with ``args``, which must succeed."""
-    res = subprocess.run(
-        [sys.executable, "-m", "ccpo", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def ccpo_in(*args: str) -> subprocess.CompletedProcess[str]:
+    """``ccpo`` with ``args`` run in this process through the console script's function
+    (:func:`ccpo.cli.main`): its exit code and what it printed, as a subprocess would give
+    them, on a wide terminal (nothing wraps), Python's warnings printed on stderr as a fresh
+    process prints them. It saves the start of a Python process (about a second of CPU a
+    command); the tests of the entry point itself, and of a fresh process (exit codes, usage
+    errors, imports, signals), run the console script."""
+    from ccpo.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "200"
+    try:
+        with (
+            _wide_consoles(200),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            warnings.catch_warnings(),
+        ):
+            warnings.resetwarnings()  # Python's defaults, not pytest's capture
+            warnings.simplefilter("default")
+            warnings.showwarning = _print_warning
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as e:  # a command that exits by itself
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        if before is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = before
+    return subprocess.CompletedProcess(["ccpo", *args], code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _wide_consoles(width: int):
+    """The rich consoles the ``ccpo.cli`` modules made at import, ``width`` columns wide for a
+    while: a console made where ``COLUMNS`` was set (pytest-xdist sets it to the terminal's
+    width in its workers) keeps that width; one made later reads ``COLUMNS`` as it prints."""
+    from rich.console import Console
+
+    made = [
+        c
+        for name, mod in list(sys.modules.items())
+        if name.startswith("ccpo.cli") and mod is not None
+        for c in vars(mod).values()
+        if isinstance(c, Console)
+    ]
+    widths = [c._width for c in made]
+    for c in made:
+        c._width = width
+    try:
+        yield
+    finally:
+        for c, w in zip(made, widths, strict=True):
+            c._width = w
+
+
+def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def ccpo_ok(*args: str) -> subprocess.CompletedProcess[str]:
+    """``ccpo`` with ``args`` in this process (:func:`ccpo_in`), which must succeed."""
+    res = ccpo_in(*args)
     assert res.returncode == 0, res.stderr[-2000:]
     return res
 

@@ -32,6 +32,7 @@ from ccpo.traces.answers import normalizer_for
 from ccpo.traces.episodes import build_episodes, conformal_rollout, single_rollout
 from ccpo.traces.io import read_traces, write_traces
 from ccpo.traces.labels import reference_labels
+from tests.helpers.cli import ccpo_ok
 
 MMLU = "src/ccpo/data/traces/mmlu-public.jsonl.gz"
 HOTPOT = "src/ccpo/data/traces/hotpotqa-public.jsonl.gz"
@@ -156,19 +157,15 @@ def test_train_single_refuses_through_the_cli(tmp_path):
 @pytest.fixture(scope="module")
 def trained_free(mmlu_free, tmp_path_factory):
     """The label-free set as a file (with its sidecar prices) and `ccpo train --answer
-    single` on it, through the real entry point."""
+    single` on it, through the console script's function (``ccpo.cli.main``)."""
     traces, _, model = mmlu_free
     d = tmp_path_factory.mktemp("free")
     path = d / "free.jsonl.gz"
     write_traces(path, traces)
     shutil.copy(MMLU.removesuffix(".jsonl.gz") + ".prices.json", d / "free.prices.json")
     out = d / "pol"
-    r = subprocess.run(
-        [sys.executable, "-m", "ccpo", "train", "--traces", str(path), "--alpha",
-         "0.1", "--answer", "single", "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    ccpo_ok("train", "--traces", str(path), "--alpha", "0.1", "--answer", "single",
+            "--out", str(out))  # fmt: skip
     return path, out, model
 
 
@@ -181,12 +178,8 @@ def test_train_single_records_answer_and_against(trained_free):
     # the folder is a row of `evaluate`, re-calibrated by LTT on each split, set size 1
     path = trained_free[0]
     ev = out.parent / "ev"
-    r = subprocess.run(
-        [sys.executable, "-m", "ccpo", "evaluate", "--traces", str(path),
-         "--policy", str(out), "--alpha", "0.1", "--splits", "5", "--out", str(ev)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    ccpo_ok("evaluate", "--traces", str(path), "--policy", str(out), "--alpha", "0.1",
+            "--splits", "5", "--out", str(ev))  # fmt: skip
     (row,) = json.loads((ev / "results.json").read_text())["rows"]
     assert row["policy"] == "pol" and row["set_size"] == 1.0
     assert row["extra"]["answer"] == "single" and row["extra"]["refused_share"] == 0.0

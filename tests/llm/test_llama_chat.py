@@ -85,9 +85,9 @@ def test_the_real_model_judges_chat_replies_and_a_rerun_pays_nothing(tmp_path) -
             "--cache", str(tmp_path / "cache.sqlite"), "--concurrency", "1", "--quiet"]  # fmt: skip
     gguf = find_smollm2_gguf()
     with LlamaServer(gguf, logits_all=False) as llama, RecordingProxy(llama.url) as proxy:
-        res = ccpo_ok(*argv, "--judge-url", proxy.url, timeout=900)
+        res = ccpo_ok(*argv, "--judge-url", proxy.url)
         asked = list(proxy.requests)
-        again = ccpo_ok(*argv, "--judge-url", proxy.url, "--force", timeout=900)
+        again = ccpo_ok(*argv, "--judge-url", proxy.url, "--force")
         assert len(proxy.requests) == len(asked)  # the rerun is served by the cache
     flat = " ".join(res.stdout.split())
     calls = re.search(r"on (\d+) judge calls, 0 served by the cache", flat)

@@ -1,6 +1,8 @@
-"""`ccpo check` through the real entry point: a policy trained on the easier half of mmlu-public's
-subjects (real bundled traces) holds on its own traffic and falls short beyond noise on the harder
-half; the coverage it reports is the replay's; input errors are exit 2."""
+"""`ccpo check`: a policy trained on the easier half of mmlu-public's subjects (real bundled
+traces) holds on its own traffic and falls short beyond noise on the harder half; the coverage
+it reports is the replay's; input errors are exit 2. Exit codes other than 0 are checked
+through the real entry point (a subprocess); the rest runs the console script's function in
+this process (``tests.helpers.cli.ccpo_in``)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from ccpo.api import ConformalPolicy
 from ccpo.testing.shift import subject_shift
+from tests.helpers.cli import ccpo_in, ccpo_ok
 
 
 def _ccpo(*args: str) -> subprocess.CompletedProcess:
@@ -26,17 +29,14 @@ def _ccpo(*args: str) -> subprocess.CompletedProcess:
 def shifted(tmp_path_factory):
     d = tmp_path_factory.mktemp("shift")
     easy, hard = subject_shift(d)
-    r = _ccpo("train", "--traces", str(easy), "--method", "cstop", "--alpha", "0.1",
-              "--out", str(d / "pol"))  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    ccpo_ok("train", "--traces", str(easy), "--method", "cstop", "--alpha", "0.1",
+            "--out", str(d / "pol"))  # fmt: skip
     return d / "pol", easy, hard
 
 
 def test_check_holds_on_its_own_traffic_and_reports_the_replay(shifted):
     pol, easy, _ = shifted
-    r = _ccpo("check", "--policy", str(pol), "--traces", str(easy), "--json")
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
+    got = json.loads(ccpo_ok("check", "--policy", str(pol), "--traces", str(easy), "--json").stdout)
     sets = ConformalPolicy.load(pol).predict_set(str(easy))  # the API's replay, its own κ̂
     assert got["coverage"] == pytest.approx(np.mean([s.covered for s in sets]), abs=1e-12)
     assert got["cost_usd_per_question"] == pytest.approx(np.mean([s.cost_usd for s in sets]))
@@ -48,7 +48,7 @@ def test_check_holds_on_its_own_traffic_and_reports_the_replay(shifted):
 
 def test_check_finds_the_shortfall_on_shifted_traffic(shifted):
     pol, _, hard = shifted
-    r = _ccpo("check", "--policy", str(pol), "--traces", str(hard), "--json")
+    r = ccpo_in("check", "--policy", str(pol), "--traces", str(hard), "--json")
     assert r.returncode == 1, r.stderr
     got = json.loads(r.stdout)
     assert got["holds"] is False and got["coverage_ci"][1] < 0.9
@@ -70,9 +70,8 @@ def test_check_input_errors_are_exit_2(shifted, sim_file, tmp_path):
     no_policy = _ccpo("check", "--policy", str(tmp_path), "--traces", str(easy))
     assert no_policy.returncode == 2
     point = tmp_path / "point"
-    r = _ccpo("train", "--traces", str(sim_file), "--method", "cpo", "--steps", "5",
-              "--out", str(point))  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    ccpo_ok("train", "--traces", str(sim_file), "--method", "cpo", "--steps", "5",
+            "--out", str(point))  # fmt: skip
     r = _ccpo("check", "--policy", str(point), "--traces", str(sim_file))
     assert r.returncode == 2 and "point policy" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
@@ -86,14 +85,12 @@ def test_check_scores_a_single_answer_policy_with_its_own_threshold(tmp_path):
 
     table, prices = write_ladder_table(tmp_path / "logs", n=400, seed=5, labels=False)
     traces = tmp_path / "logs.jsonl"
-    r = _ccpo("traces", "import", str(table), "--task", "qa", "--family", "mcq",
-              "--prices", str(prices), "--out", str(traces))  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    ccpo_ok("traces", "import", str(table), "--task", "qa", "--family", "mcq",
+            "--prices", str(prices), "--out", str(traces))  # fmt: skip
     pol = tmp_path / "one"
-    r = _ccpo("train", "--traces", str(traces), "--answer", "single", "--alpha", "0.1",
-              "--out", str(pol))  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    r = _ccpo("check", "--policy", str(pol), "--traces", str(traces), "--json")
+    ccpo_ok("train", "--traces", str(traces), "--answer", "single", "--alpha", "0.1",
+            "--out", str(pol))  # fmt: skip
+    r = ccpo_in("check", "--policy", str(pol), "--traces", str(traces), "--json")
     assert r.returncode in (0, 1), r.stderr
     got = json.loads(r.stdout)
     sets = ConformalPolicy.load(pol).predict_set(str(traces))

@@ -2,8 +2,9 @@
 (``auto`` and ``ccpo``), served by ``ccpo serve`` against ``ccpo replay-server`` on the same file,
 asked through the ``openai`` SDK and ``POST /v1/answer``. Every answer set, round count, model
 sequence and cost must equal the policy's replay on the same questions; the same for a policy
-trained on a bundled set. Everything runs through the real entry points as subprocesses over real
-HTTP on 127.0.0.1."""
+trained on a bundled set. The servers run through the real entry points as subprocesses over
+real HTTP on 127.0.0.1; the one-shot commands through the console script's function in this
+process (``tests.helpers.cli.ccpo_ok``), and those whose exit code is checked as subprocesses."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def imported(tmp_path_factory) -> dict[str, Path]:
     ccpo_ok("traces", "import", str(table), "--task", "medqa", "--family", "mcq",
          "--prices", str(prices), "--out", str(traces))  # fmt: skip
     out = {"traces": traces, "prices": prices}
-    for method, extra in (("auto", ("--auto-ccpo-steps", "20")), ("ccpo", ("--steps", "300"))):
+    for method, extra in (("auto", ("--auto-ccpo-steps", "20")), ("ccpo", ("--steps", "100"))):
         out[method] = d / method
         ccpo_ok("train", "--traces", str(traces), "--method", method, "--alpha", "0.1",
              "--prices", str(prices), "--out", str(out[method]), *extra)  # fmt: skip

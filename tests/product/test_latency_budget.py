@@ -2,7 +2,9 @@
 within it. ``auto`` keeps the cheapest candidate within the budget (sets and single answers),
 refuses when none is, a named method over it is refused without moving its threshold, and
 ``check`` reports the latency against the recorded budget. Tables are synthetic
-(:mod:`ccpo.testing.ladder_table`), not LLM output; everything goes through the entry point."""
+(:mod:`ccpo.testing.ladder_table`), not LLM output. Usage errors go through the real entry point
+(a subprocess); the commands that succeed run the console script's function in this process
+(``tests.helpers.cli.ccpo_in``)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from ccpo.testing.ladder_table import write_ladder_table
-from tests.helpers.cli import assert_usage_error, ccpo_ok
-from tests.helpers.cli import run_ccpo as ccpo
+from tests.helpers.cli import assert_usage_error, ccpo_in, ccpo_ok, run_ccpo
 from tests.helpers.routing import imported_ladder
 
 
@@ -37,9 +38,11 @@ def cstop_free(ladder: Path) -> Path:
     return out
 
 
-def _train(traces: Path, out: Path, *args: str):
-    return ccpo("train", "--traces", str(traces), "--alpha", "0.2", "--auto-ccpo-steps", "0",
-                "--out", str(out), *args)  # fmt: skip
+def _train(traces: Path, out: Path, *args: str, run=ccpo_in):
+    """``ccpo train`` at α = 0.2, auto without its CCPO candidate; in this process, or through
+    ``run`` (:func:`~tests.helpers.cli.run_ccpo`: the console script, for usage errors)."""
+    return run("train", "--traces", str(traces), "--alpha", "0.2", "--auto-ccpo-steps", "0",
+               "--out", str(out), *args)  # fmt: skip
 
 
 def _auto(out: Path) -> dict:
@@ -75,7 +78,7 @@ def test_auto_keeps_the_cheapest_candidate_within_the_budget(ladder: Path, answe
 
 def test_an_impossible_budget_is_refused_naming_the_least_latency(ladder: Path) -> None:
     out = ladder.parent / "impossible"
-    r = _train(ladder, out, "--answer", "single", "--latency-budget", "0.3")
+    r = _train(ladder, out, "--answer", "single", "--latency-budget", "0.3", run=run_ccpo)
     err = assert_usage_error(r, "no candidate meets --latency-budget 0.3 s",
                              "the least validation latency is", "(always-big-m)",
                              "use a larger --latency-budget")  # fmt: skip
@@ -91,7 +94,7 @@ def test_a_named_method_over_the_budget_is_refused_not_moved(
     latency = free["calibration_latency_s"]
     budget = round(latency * 0.8, 3)
     r = _train(ladder, out, "--answer", "single", "--method", "cstop",
-               "--latency-budget", str(budget))  # fmt: skip
+               "--latency-budget", str(budget), run=run_ccpo)  # fmt: skip
     assert_usage_error(r, f"cstop-single takes {latency:.2f} s per question",
                        "on the calibration questions", f"over --latency-budget {budget:g} s;",
                        "nothing written", "not moved to meet a budget")  # fmt: skip
@@ -105,7 +108,7 @@ def test_a_named_method_over_the_budget_is_refused_not_moved(
 
 @pytest.mark.parametrize("bad", ["0", "-1", "inf"])
 def test_a_budget_that_is_not_a_positive_number_is_a_usage_error(tmp_path, bad: str) -> None:
-    r = _train(tmp_path / "missing.jsonl", tmp_path / "pol", "--latency-budget", bad)
+    r = _train(tmp_path / "missing.jsonl", tmp_path / "pol", "--latency-budget", bad, run=run_ccpo)
     assert_usage_error(r, "--latency-budget must be a number of seconds > 0")
 
 
@@ -125,13 +128,13 @@ def test_check_reports_the_latency_against_the_recorded_budget(
     ok = _train(ladder, pol, "--answer", "single", "--method", "cstop", "--guarantee", "pac",
                 "--latency-budget", "1.6")  # fmt: skip
     assert ok.returncode == 0, ok.stderr
-    here = ccpo("check", "--policy", str(pol), "--traces", str(ladder))
+    here = ccpo_in("check", "--policy", str(pol), "--traces", str(ladder))
     line = [x for x in here.stdout.splitlines() if x.startswith("latency ")]
     assert len(line) == 1 and line[0].endswith("per question (budget 1.6 s): holds"), here.stdout
-    there = _flat(ccpo("check", "--policy", str(pol), "--traces", str(hard)).stdout)
+    there = _flat(ccpo_in("check", "--policy", str(pol), "--traces", str(hard)).stdout)
     got = re.search(r"latency (\S+) s per question \(budget 1.6 s\): exceeds", there)
     assert got and float(got.group(1)) > 1.6, there
-    before = ccpo("check", "--policy", str(cstop_free), "--traces", str(ladder))
+    before = ccpo_in("check", "--policy", str(cstop_free), "--traces", str(ladder))
     assert before.returncode == 0 and "budget" not in before.stdout
 
 

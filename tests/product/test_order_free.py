@@ -16,6 +16,7 @@ import pytest
 
 from ccpo.evaluation.harness import id_order, id_splits, load_episodes, split_sizes
 from ccpo.traces.io import read_traces
+from tests.helpers.cli import ccpo_ok
 
 BUNDLED = Path(__file__).parents[2] / "src/ccpo/data/traces/mmlu-public.jsonl.gz"
 
@@ -30,13 +31,16 @@ def _shuffled(src: Path, dst: Path, seed: int) -> Path:
     return dst
 
 
-def _train(traces: Path, out: Path, *extra: str) -> dict:
-    r = subprocess.run(
-        [sys.executable, "-m", "ccpo", "train", "--traces", str(traces),
-         "--alpha", "0.1", "--out", str(out), *extra],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+def _train(traces: Path, out: Path, *extra: str, spawn: bool = False) -> dict:
+    """``ccpo train`` at α = 0.1: in a fresh process (its own hash seed) when ``spawn``, else
+    in this one; policy.json."""
+    argv = ["train", "--traces", str(traces), "--alpha", "0.1", "--out", str(out), *extra]
+    if spawn:
+        r = subprocess.run([sys.executable, "-m", "ccpo", *argv], capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    else:
+        ccpo_ok(*argv)
     return json.loads((out / "policy.json").read_text())
 
 
@@ -57,8 +61,10 @@ def test_id_order_ignores_positions_and_depends_on_the_seed():
 
 
 def test_shuffled_file_trains_the_same_auto_policy_bit_for_bit(tmp_path):
-    """auto with every candidate, CCPO too (30 steps a fold here, to stay fast)."""
-    a = _train(BUNDLED, tmp_path / "a", "--auto-ccpo-steps", "30")
+    """auto with every candidate, CCPO too (30 steps a fold here, to stay fast). The file as
+    shipped is trained in a process of its own, the shuffled ones in this one: the policies
+    agree across processes too."""
+    a = _train(BUNDLED, tmp_path / "a", "--auto-ccpo-steps", "30", spawn=True)
     meta_b = []
     for s in (1, 2):
         f = _shuffled(BUNDLED, tmp_path / f"shuffled{s}.jsonl", s)
@@ -78,7 +84,7 @@ def test_shuffled_file_trains_the_same_auto_policy_bit_for_bit(tmp_path):
 
 
 def test_shuffled_file_trains_the_same_ccpo_policy_bit_for_bit(sim_file, tmp_path):
-    a = _train(sim_file, tmp_path / "a", "--method", "ccpo", "--steps", "30")
+    a = _train(sim_file, tmp_path / "a", "--method", "ccpo", "--steps", "30", spawn=True)
     f = tmp_path / "shuffled.jsonl"
     lines = sim_file.read_text().splitlines(keepends=True)
     random.Random(5).shuffle(lines)

@@ -1,7 +1,8 @@
-"""``ccpo train --route`` through the real entry point: a routed single-answer folder (router
-file with the Pareto sequence its calibration walked, τ̂ beside λ̂, loaded back as a routed
-policy that recalibrates as it was calibrated); one-line usage errors for a set policy and
-for a judge ladder, which cannot be routed."""
+"""``ccpo train --route``: a routed single-answer folder (router file with the Pareto sequence
+its calibration walked, τ̂ beside λ̂, loaded back as a routed policy that recalibrates as it
+was calibrated); one-line usage errors for a set policy and for a judge ladder, which cannot be
+routed, through the real entry point (a subprocess). The trainings that succeed run the console
+script's function in this process (``tests.helpers.cli.ccpo_ok``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ccpo.evaluation.harness import load_episodes
 from ccpo.policies.registry import load_policy
 from ccpo.policies.routing.pareto import PARETO_TAUS
 from ccpo.policies.routing.single import ROUTE_FILE, TAUS, RoutedPolicy
-from tests.helpers.cli import assert_usage_error
+from tests.helpers.cli import assert_usage_error, ccpo_ok
 from tests.helpers.routing import imported_ladder
 
 
@@ -28,9 +29,8 @@ def _ccpo(*args: str) -> subprocess.CompletedProcess[str]:
 def test_train_route_writes_a_routed_folder(tmp_path) -> None:
     traces, prices = imported_ladder(tmp_path, n=200)
     out = tmp_path / "policy"
-    r = _ccpo("train", "--traces", str(traces), "--answer", "single", "--route",
-              "--alpha", "0.2", "--prices", str(prices), "--out", str(out))  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    ccpo_ok("train", "--traces", str(traces), "--answer", "single", "--route",
+            "--alpha", "0.2", "--prices", str(prices), "--out", str(out))  # fmt: skip
     meta = json.loads((out / "policy.json").read_text())
     assert (out / ROUTE_FILE).is_file() and meta["route"]["tau"] in PARETO_TAUS
     summary = json.loads((out / "summary.json").read_text())
@@ -58,7 +58,7 @@ def test_route_refuses_unroutable_methods_and_judge_ladders(tmp_path) -> None:
               "--prices", str(prices))  # fmt: skip
     assert_usage_error(r, "--route-embeddings works with --route and single answers")
     sim = tmp_path / "sim.jsonl"
-    assert _ccpo("sim", "--n", "200", "--out", str(sim)).returncode == 0
+    ccpo_ok("sim", "--n", "200", "--out", str(sim))
     r = _ccpo("train", "--traces", str(sim), "--answer", "single", "--route", "--alpha", "0.3",
               "--out", str(tmp_path / "b"))  # fmt: skip
     assert_usage_error(r, "agree rounds")
@@ -70,9 +70,8 @@ def test_train_route_writes_a_routed_set_folder(tmp_path) -> None:
 
     traces, prices = imported_ladder(tmp_path, n=200)
     out = tmp_path / "sets"
-    r = _ccpo("train", "--traces", str(traces), "--answer", "set", "--route", "--method",
-              "cstop", "--alpha", "0.2", "--prices", str(prices), "--out", str(out))  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = ccpo_ok("train", "--traces", str(traces), "--answer", "set", "--route", "--method",
+                "cstop", "--alpha", "0.2", "--prices", str(prices), "--out", str(out))  # fmt: skip
     assert "fitted cstop+route" in " ".join(r.stdout.split())
     meta = json.loads((out / "policy.json").read_text())
     assert meta["answer"] == "set" and meta["route"]["tau"] in TAUS

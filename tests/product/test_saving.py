@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -21,6 +19,7 @@ from ccpo.report.tables import (
 )
 from ccpo.testing.relabel import relabel_against_strongest
 from ccpo.traces.io import read_traces, write_traces
+from tests.helpers.cli import ccpo_ok
 
 MMLU = "src/ccpo/data/traces/mmlu-public.jsonl.gz"
 
@@ -72,13 +71,9 @@ def test_evaluate_label_free_says_agreement(tmp_path):
     write_traces(path, traces)
     shutil.copy(MMLU.removesuffix(".jsonl.gz") + ".prices.json", tmp_path / "free.prices.json")
     out = tmp_path / "ev"
-    r = subprocess.run(
-        [sys.executable, "-m", "ccpo", "evaluate", "--traces", str(path),
-         "--policy", f"depth-k,always-{model},cstop-single,oracle", "--alpha", "0.1",
-         "--splits", "10", "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = ccpo_ok("evaluate", "--traces", str(path), "--policy",
+                f"depth-k,always-{model},cstop-single,oracle", "--alpha", "0.1",
+                "--splits", "10", "--out", str(out))  # fmt: skip
     res = json.loads((out / "results.json").read_text())
     assert res["against"] == f"reference:{model}"
     by = {x["policy"]: x for x in res["rows"]}

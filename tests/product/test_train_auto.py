@@ -1,12 +1,10 @@
-"""`ccpo train --method auto` (the default) and the stopping methods, through the real entry
-point: the choice and its figures are recorded, and the folder evaluates and loads in the API
-(SYNTHETIC data, ccpo.traces.sim)."""
+"""`ccpo train --method auto` (the default) and the stopping methods, through the console
+script's function (``ccpo.cli.main``): the choice and its figures are recorded, and the folder
+evaluates and loads in the API (SYNTHETIC data, ccpo.traces.sim)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,16 +12,13 @@ import pytest
 from ccpo.api import ConformalPolicy
 from ccpo.cli import main
 from ccpo.traces.io import read_traces
+from tests.helpers.cli import ccpo_ok
 
 
 def test_train_auto_records_the_choice_and_evaluates(sim_file, tmp_path, capsys):
     out = tmp_path / "auto"
-    r = subprocess.run(
-        [sys.executable, "-m", "ccpo", "train", "--traces", str(sim_file),
-         "--alpha", "0.2", "--auto-ccpo-steps", "100", "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = ccpo_ok("train", "--traces", str(sim_file), "--alpha", "0.2", "--auto-ccpo-steps", "100",
+                "--out", str(out))  # fmt: skip
     summary = json.loads((out / "summary.json").read_text())
     meta = json.loads((out / "policy.json").read_text())
     auto = summary["auto"]

@@ -1,10 +1,10 @@
-"""``ccpo check`` says where the money goes, through the real entry point: a single-answer
-policy trained on half of a small imported trace set (the synthetic 4-model table, 300
-questions, seed 3; a cascade of pairs) and checked on the other half prints, per rung, the
-share of questions paid and returned, the spend, and the spend on replies never returned;
-every number equals a recomputation from the trace file itself (each reached round's calls
-not stored as repeats, priced by their usage; the model of each returned step), and the
-report ``--json`` prints carries the same figures unrounded."""
+"""``ccpo check`` says where the money goes (run through the console script's function): a
+single-answer policy trained on half of a small imported trace set (the synthetic 4-model
+table, 300 questions, seed 3; a cascade of pairs) and checked on the other half prints, per
+rung, the share of questions paid and returned, the spend, and the spend on replies never
+returned; every number equals a recomputation from the trace file itself (each reached
+round's calls not stored as repeats, priced by their usage; the model of each returned step),
+and the report ``--json`` prints carries the same figures unrounded."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ccpo.policies.registry import load_policy
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.io import read_traces
 from ccpo.traces.prices import load_prices
-from tests.helpers.cli import ccpo
+from tests.helpers.cli import ccpo_ok
 from tests.helpers.routing import imported_ladder
 
 
@@ -32,9 +32,8 @@ def checked(tmp_path_factory):
     first, second = d / "first.jsonl", d / "second.jsonl"
     first.write_text("\n".join(lines[::2]) + "\n", encoding="utf-8")
     second.write_text("\n".join(lines[1::2]) + "\n", encoding="utf-8")
-    r = ccpo("train", "--traces", str(first), "--prices", str(prices), "--method", "cstop",
-              "--answer", "single", "--alpha", "0.2", "--out", str(d / "pol"))  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    ccpo_ok("train", "--traces", str(first), "--prices", str(prices), "--method", "cstop",
+            "--answer", "single", "--alpha", "0.2", "--out", str(d / "pol"))  # fmt: skip
     return d / "pol", second, prices
 
 
@@ -67,8 +66,7 @@ ROW = re.compile(r"│\d\. (\S+) \(round \d (?:base|guide)\)\s*│\s*([\d.]+)%�
 
 def test_check_prints_where_the_money_goes_and_it_adds_up(checked):
     pol, traces, prices = checked
-    r = ccpo("check", "--policy", str(pol), "--traces", str(traces), "--prices", str(prices))
-    assert r.returncode == 0, r.stderr
+    r = ccpo_ok("check", "--policy", str(pol), "--traces", str(traces), "--prices", str(prices))
     assert "Where the money goes" in r.stdout
     rows = {m.group(1): m.groups()[1:] for m in ROW.finditer(r.stdout)}
     want = recomputed(pol, traces, prices)
@@ -100,9 +98,8 @@ def test_result_rows_say_where_their_money_goes(sim_file, tmp_path):
     hold the table."""
     out = tmp_path / "eval"
     names = ["base", "cstop-single", "llm-policy:sim-guide", "oracle"]
-    r = ccpo("evaluate", "--traces", str(sim_file), "--alpha", "0.2", "--splits", "3",
-             "--out", str(out), *[a for n in names for a in ("--policy", n)])  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = ccpo_ok("evaluate", "--traces", str(sim_file), "--alpha", "0.2", "--splits", "3",
+                "--out", str(out), *[a for n in names for a in ("--policy", n)])  # fmt: skip
     doc = json.loads((out / "results.json").read_text())
     n_test = doc["sizes"]["test"]
     assert [row["policy"] for row in doc["rows"]] == names

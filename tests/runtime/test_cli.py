@@ -1,4 +1,6 @@
-"""``ccpo ask`` and ``ccpo serve`` as commands (subprocesses over real HTTP)."""
+"""``ccpo ask`` and ``ccpo serve`` as commands: serve a subprocess over real HTTP, ask through the
+console script's function in this process (``tests.helpers.cli.ccpo_ok``) unless the process
+matters (an install without the serve extra)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 
 from ccpo.cli import main
 from ccpo.testing import free_port
-from tests.helpers.cli import ENV, start_serve, write_deploy_config
+from tests.helpers.cli import ENV, ccpo_ok, start_serve, write_deploy_config
 from tests.helpers.serve import Q, state_at
 
 
@@ -22,12 +24,8 @@ def test_ask_json_matches_serve(world, any_policy_dir, prices_path, tmp_path):
     proc, url = start_serve(any_policy_dir, cfg, port, "--state", state)
     try:
         api = httpx.post(url + "/v1/answer", json={"question": Q}, timeout=30).json()
-        out = subprocess.run(
-            [sys.executable, "-m", "ccpo", "ask", Q, "--policy", str(any_policy_dir),
-             "--config", str(cfg), "--json"],
-            env=ENV, capture_output=True, text=True, timeout=60, check=True,
-        ).stdout  # fmt: skip
-        cli = json.loads(out)
+        out = ccpo_ok("ask", Q, "--policy", str(any_policy_dir), "--config", str(cfg), "--json")
+        cli = json.loads(out.stdout)
         for d in (api, cli):
             d.pop("id")
             d.pop("latency_ms")
@@ -106,10 +104,6 @@ def test_ask_takes_endpoints_on_the_command_line(form, world, policy_dir, prices
         else json.dumps({m: {"url": world.url} for m in ("base-m", "guide-m")})
     )
     asked = world.n_requests
-    r = subprocess.run(
-        [sys.executable, "-m", "ccpo", "ask", Q, "--policy", str(policy_dir),
-         "--config", str(cfg), "--endpoints", value, "--json"],
-        env=ENV, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = ccpo_ok("ask", Q, "--policy", str(policy_dir), "--config", str(cfg),
+                "--endpoints", value, "--json")  # fmt: skip
     assert json.loads(r.stdout)["answers"] and world.n_requests > asked

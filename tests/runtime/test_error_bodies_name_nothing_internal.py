@@ -27,7 +27,7 @@ def pg():
 
     if find_pg_bin() is None or importlib.util.find_spec("psycopg") is None:
         pytest.skip("no PostgreSQL or psycopg on this machine")
-    with PostgresCluster(fsync=False, user="statedbadmin") as cluster:
+    with PostgresCluster(fsync=False, user="statedbadmin", in_ram=True) as cluster:
         yield cluster
 
 

@@ -7,9 +7,6 @@ over HTTP gives the same κ, feedback by feedback)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 
 from ccpo.evaluation.harness import sidecar_prices
@@ -20,6 +17,7 @@ from ccpo.testing.shift import subject_shift
 from ccpo.traces.episodes import build_episodes, covering_scores
 from ccpo.traces.io import read_traces
 from ccpo.traces.prices import load_prices, prices_from_mapping
+from tests.helpers.cli import ccpo_ok
 
 
 def test_online_kappa_holds_coverage_over_the_second_half_of_a_shifted_stream(tmp_path):
@@ -29,11 +27,8 @@ def test_online_kappa_holds_coverage_over_the_second_half_of_a_shifted_stream(tm
     than 0.85 on every seed. Slack: 0.885 is 0.015 below 1 − α, 1.3 standard errors of a
     650-feedback window."""
     easy, hard = subject_shift(tmp_path)
-    subprocess.run(
-        [sys.executable, "-m", "ccpo", "train", "--traces", str(easy),
-         "--method", "cstop", "--alpha", "0.1", "--seed", "0", "--out", str(tmp_path / "p")],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    ccpo_ok("train", "--traces", str(easy), "--method", "cstop", "--alpha", "0.1", "--seed", "0",
+            "--out", str(tmp_path / "p"))  # fmt: skip
     pol = load_policy(tmp_path / "p")
     assert pol.calibration is not None and pol.calibration.kappa(0.1) == pol.kappa
     ep = build_episodes(

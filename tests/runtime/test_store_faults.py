@@ -47,7 +47,7 @@ def pg():
 
     if find_pg_bin() is None or importlib.util.find_spec("psycopg") is None:
         pytest.skip("no PostgreSQL or psycopg on this machine")
-    with PostgresCluster(fsync=False) as cluster:
+    with PostgresCluster(fsync=False, in_ram=True) as cluster:
         yield cluster
 
 

@@ -1,7 +1,8 @@
 """``ccpo traces import`` without labels (agreement with a reference model), its price file
 beside the output, line ends and streaming. Tables are small and written by the tests
-(illustrative, not LLM output); user-facing behaviour goes through the ``ccpo`` console
-script."""
+(illustrative, not LLM output). Errors and exit codes go through the ``ccpo`` console script (a
+subprocess); the commands that succeed run its function in this process
+(``tests.helpers.cli.ccpo_in``)."""
 
 from __future__ import annotations
 
@@ -16,15 +17,17 @@ from ccpo.traces.importer import import_table
 from ccpo.traces.io import read_traces
 from ccpo.traces.labels import labels_of
 from ccpo.traces.prices import load_prices
-from tests.helpers.cli import run_ccpo
+from tests.helpers.cli import ccpo_in, run_ccpo
 from tests.helpers.importing import HEADER, table_rows, write_csv
 
 NO_LABELS = [h for h in HEADER if h != "correct"]
 
 
-def _import(tmp_path: Path, table: Path, *extra: str, out: str = "o.jsonl"):
-    res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / out),
-               *extra)  # fmt: skip
+def _import(tmp_path: Path, table: Path, *extra: str, out: str = "o.jsonl", run=ccpo_in):
+    """``ccpo traces import`` of ``table`` at task mmlu, in this process or through ``run``
+    (:func:`~tests.helpers.cli.run_ccpo`: the console script, for errors)."""
+    res = run("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / out),
+              *extra)  # fmt: skip
     return res, tmp_path / out
 
 
@@ -48,7 +51,7 @@ def test_a_table_without_correct_is_labelled_by_the_most_expensive_model(tmp_pat
     assert last.guide.model == "gpt-4o" and last.guide.correct
     assert by_id["q3"].rounds[0].guide.correct is False
     assert all(t.solvable for t in traces)
-    stats = run_ccpo("traces", "stats", str(out))
+    stats = ccpo_in("traces", "stats", str(out))
     assert stats.returncode == 0 and "agreement with gpt-4o" in " ".join(stats.stdout.split())
 
 
@@ -74,7 +77,7 @@ def test_reference_replaces_labels_with_a_note_and_empty_reference_answers_are_d
     assert q3.gold == ["D"] and q3.rounds[0].guide.correct
     assert not q3.rounds[-1].guide.correct  # gpt-4o's "A. the answer" disagrees with D
     # an unknown reference is one line naming the flag and the models
-    res, _ = _import(tmp_path, table, "--reference", "gpt-9", out="x.jsonl")
+    res, _ = _import(tmp_path, table, "--reference", "gpt-9", out="x.jsonl", run=run_ccpo)
     assert res.returncode == 2 and "--reference 'gpt-9' is not a model of the table" in res.stderr
     # the library call gives the same traces as the command wrote
     same, _ = import_table(table, "mmlu", load_prices(), reference="gpt-4o-mini")
@@ -86,7 +89,7 @@ def test_every_reference_answer_empty_is_refused_and_nothing_is_written(tmp_path
     for r in rows:
         if r["model"] == "gpt-4o":
             r["answer"] = ""
-    res, out = _import(tmp_path, write_csv(tmp_path / "t.csv", rows, NO_LABELS))
+    res, out = _import(tmp_path, write_csv(tmp_path / "t.csv", rows, NO_LABELS), run=run_ccpo)
     assert res.returncode == 2 and "answered none of the 3 questions" in res.stderr
     assert not out.exists()
 
@@ -97,7 +100,7 @@ def test_gold_labels_keep_needing_correct_on_every_jsonl_row(tmp_path: Path) -> 
     del rows[4]["correct"]
     table = tmp_path / "t.jsonl"
     table.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    res, _ = _import(tmp_path, table)
+    res, _ = _import(tmp_path, table, run=run_ccpo)
     assert res.returncode == 2
     assert "t.jsonl: row 5, column 'correct': missing or empty" in " ".join(res.stderr.split())
     assert "--reference" in res.stderr
@@ -105,7 +108,7 @@ def test_gold_labels_keep_needing_correct_on_every_jsonl_row(tmp_path: Path) -> 
     rows = table_rows()
     rows[3]["correct"] = ""
     table = write_csv(tmp_path / "blank.csv", rows)
-    res, _ = _import(tmp_path, table, out="b.jsonl")
+    res, _ = _import(tmp_path, table, out="b.jsonl", run=run_ccpo)
     assert res.returncode == 2
     assert "blank.csv: row 5, column 'correct': missing or empty" in " ".join(res.stderr.split())
     res, out = _import(tmp_path, table, "--reference", "gpt-4o", out="r.jsonl")
@@ -116,8 +119,8 @@ def test_gold_labels_keep_needing_correct_on_every_jsonl_row(tmp_path: Path) -> 
 def test_prices_are_written_beside_the_output_for_stats_train_and_compare(tmp_path: Path) -> None:
     table, prices = write_ladder_table(tmp_path, n=60, seed=3)
     out = tmp_path / "lad.jsonl.gz"
-    res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(out),
-               "--prices", str(prices))  # fmt: skip
+    res = ccpo_in("traces", "import", str(table), "--task", "mmlu", "--out", str(out),
+                  "--prices", str(prices))  # fmt: skip
     assert res.returncode == 0, res.stderr
     side = tmp_path / "lad.prices.json"
     assert side.is_file()
@@ -125,9 +128,9 @@ def test_prices_are_written_beside_the_output_for_stats_train_and_compare(tmp_pa
     assert sorted(written) == ["big-m", "mid-m", "small-m", "tiny-m"]  # only the table's
     assert written["big-m"]["input_usd_per_mtok"] == 5.0
     # without --prices, these commands find the models' prices beside the traces
-    assert run_ccpo("traces", "stats", str(out)).returncode == 0
-    res = run_ccpo("train", "--traces", str(out), "--alpha", "0.2", "--method", "cstop",
-               "--out", str(tmp_path / "pol"))  # fmt: skip
+    assert ccpo_in("traces", "stats", str(out)).returncode == 0
+    res = ccpo_in("train", "--traces", str(out), "--alpha", "0.2", "--method", "cstop",
+                  "--out", str(tmp_path / "pol"))  # fmt: skip
     assert res.returncode == 0, res.stderr
     side.unlink()  # and without it they could not
     res = run_ccpo("traces", "stats", str(out))
@@ -149,7 +152,7 @@ def test_a_cr_only_table_reads_like_its_lf_twin(tmp_path: Path) -> None:
     mixed = tmp_path / "mixed.csv"
     data = lf.read_bytes().replace(b"\r\n", b"\n")
     mixed.write_bytes(data.replace(b"logprob\n", b"logprob\r", 1))
-    res, _ = _import(tmp_path, mixed, out="m.jsonl")
+    res, _ = _import(tmp_path, mixed, out="m.jsonl", run=run_ccpo)
     assert res.returncode == 2, res.stdout
     flat = " ".join(res.stderr.split())
     assert "mixed.csv: row" in flat and "bare CR" in flat and "row 0" not in flat, flat
@@ -200,11 +203,11 @@ def test_a_policy_trained_on_agreement_labels_records_against(tmp_path: Path) ->
         ("gold", (), "gold"),
     ):
         out = tmp_path / f"{name}.jsonl"
-        res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(out),
-                   "--prices", str(prices), *extra)  # fmt: skip
+        res = ccpo_in("traces", "import", str(table), "--task", "mmlu", "--out", str(out),
+                      "--prices", str(prices), *extra)  # fmt: skip
         assert res.returncode == 0, res.stderr
-        res = run_ccpo("train", "--traces", str(out), "--alpha", "0.2", "--method", "cstop",
-                   "--out", str(tmp_path / f"pol-{name}"))  # fmt: skip
+        res = ccpo_in("train", "--traces", str(out), "--alpha", "0.2", "--method", "cstop",
+                      "--out", str(tmp_path / f"pol-{name}"))  # fmt: skip
         assert res.returncode == 0, res.stderr
         meta = json.loads((tmp_path / f"pol-{name}" / "policy.json").read_text())
         assert meta["provenance"]["against"] == against

@@ -1,7 +1,9 @@
 """``ccpo traces import``: a table of several models' answers → a ccpo.trace/v1 cascade.
 
 The tables here are small and written by the tests (illustrative numbers, not LLM output).
-User-facing behaviour (output, errors, exit codes) goes through the real ``ccpo`` entry point.
+User-facing behaviour (output, errors, exit codes) goes through the real ``ccpo`` entry point, a
+subprocess where it fails; commands that succeed may run its function in this process
+(``tests.helpers.cli.ccpo_ok``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ccpo.evaluation.harness import load_episodes
 from ccpo.traces.importer import import_table
 from ccpo.traces.io import read_traces
 from ccpo.traces.prices import load_prices
-from tests.helpers.cli import CCPO, run_ccpo
+from tests.helpers.cli import CCPO, ccpo_ok, run_ccpo
 from tests.helpers.importing import HEADER, table_rows, write_csv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,10 +95,9 @@ def test_rounds_are_ordered_by_price_per_token_then_cost_per_question(
     _, plan = import_table(table, "mmlu", prices)
     assert plan.bases[0] == "gpt-4.1-nano" and plan.bases[-1] == "gpt-4o"
     assert plan.cost_per_question["gpt-4.1-nano"] > plan.cost_per_question["gpt-4o"]
-    # the same through the console script: round 1's base is the cheapest per token
+    # the same through the console script's function: round 1's base is the cheapest per token
     monkeypatch.setenv("COLUMNS", "200")
-    out = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / "o"))
-    assert out.returncode == 0, out.stderr
+    out = ccpo_ok("traces", "import", str(table), "--task", "mmlu", "--out", str(tmp_path / "o"))
     rows = [line for line in out.stdout.splitlines() if line.startswith("│ ")]
     assert [r.split("│")[2].strip() for r in rows] == [
         "gpt-4.1-nano", "gpt-4o-mini", "gpt-4.1-mini", "gpt-4o",
@@ -148,10 +149,8 @@ def test_unknown_model_needs_prices_and_prices_file_fixes_it(tmp_path: Path) -> 
         )
     )
     out = tmp_path / "o.jsonl"
-    res = run_ccpo(
-        "traces", "import", str(table), "--task", "mmlu", "--out", str(out), "--prices", str(pf)
-    )
-    assert res.returncode == 0, res.stderr
+    ccpo_ok("traces", "import", str(table), "--task", "mmlu", "--out", str(out),
+            "--prices", str(pf))  # fmt: skip
     assert read_traces(out)[0].rounds[0].base.model == "my-local-model"  # free: the first base
 
 
@@ -233,8 +232,8 @@ def test_output_is_not_overwritten_without_force(tmp_path: Path) -> None:
     res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(out))
     assert res.returncode == 2 and "--force" in res.stderr
     assert out.read_text() == "precious\n"
-    res = run_ccpo("traces", "import", str(table), "--task", "mmlu", "--out", str(out), "--force")
-    assert res.returncode == 0 and len(read_traces(out)) == 3
+    ccpo_ok("traces", "import", str(table), "--task", "mmlu", "--out", str(out), "--force")
+    assert len(read_traces(out)) == 3
 
 
 def test_readme_example_runs_as_written_and_feeds_the_harness(tmp_path: Path) -> None:

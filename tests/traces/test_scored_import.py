@@ -15,7 +15,7 @@ from ccpo.testing.ladder_table import write_ladder_table
 from ccpo.traces.accept import parse_rule
 from ccpo.traces.io import read_traces
 from ccpo.traces.labels import labels_of, rule_labels
-from tests.helpers.cli import assert_usage_error, run_ccpo
+from tests.helpers.cli import assert_usage_error, ccpo_in, run_ccpo
 from tests.helpers.importing import HEADER, labels_by_model, table_rows, write_csv
 
 SCORED = [h for h in HEADER if h != "correct"] + ["score"]
@@ -35,10 +35,12 @@ def _scored_table(tmp_path: Path, missing: tuple[str, str] | None = None) -> Pat
     return write_csv(tmp_path / "scored.csv", rows, SCORED)
 
 
-def _import(tmp_path: Path, table: Path, *extra: str):
+def _import(tmp_path: Path, table: Path, *extra: str, run=run_ccpo):
+    """``ccpo traces import`` of ``table`` through the console script, or through ``run``
+    (:func:`~tests.helpers.cli.ccpo_in`, in this process, for the imports that succeed)."""
     out = tmp_path / "o.jsonl"
-    res = run_ccpo("traces", "import", str(table), "--task", "qa", "--family", "exact",
-                   "--out", str(out), *extra)  # fmt: skip
+    res = run("traces", "import", str(table), "--task", "qa", "--family", "exact",
+              "--out", str(out), *extra)  # fmt: skip
     return res, out
 
 
@@ -69,7 +71,7 @@ def test_a_bad_rule_is_refused_through_the_cli_naming_the_grammar(tmp_path: Path
 
 
 def test_an_absolute_rule_labels_each_row_by_its_own_score(tmp_path: Path) -> None:
-    res, out = _import(tmp_path, _scored_table(tmp_path), "--accept", "score>=8")
+    res, out = _import(tmp_path, _scored_table(tmp_path), "--accept", "score>=8", run=ccpo_in)
     assert res.returncode == 0, res.stderr
     assert "labels: acceptance (scores ≥ 8) (--accept score>=8)" in " ".join(res.stdout.split())
     want = {q: {m: s >= 8 for m, s in by.items()} for q, by in SCORES.items()}
@@ -83,7 +85,8 @@ def test_an_absolute_rule_labels_each_row_by_its_own_score(tmp_path: Path) -> No
 
 
 def test_a_relative_rule_compares_with_the_reference_models_score(tmp_path: Path) -> None:
-    res, out = _import(tmp_path, _scored_table(tmp_path), "--accept", "score>=reference-1")
+    res, out = _import(tmp_path, _scored_table(tmp_path), "--accept", "score>=reference-1",
+                       run=ccpo_in)  # fmt: skip
     assert res.returncode == 0, res.stderr
     ref = {q: by["gpt-4o"] for q, by in SCORES.items()}
     want = {q: {m: s >= ref[q] - 1 for m, s in by.items()} for q, by in SCORES.items()}
@@ -92,7 +95,7 @@ def test_a_relative_rule_compares_with_the_reference_models_score(tmp_path: Path
     assert labels_of(read_traces(out)) == want_labels
     # another reference, named
     res, out = _import(tmp_path, _scored_table(tmp_path), "--accept", "score>reference",
-                       "--reference", "gpt-4.1-mini", "--force")  # fmt: skip
+                       "--reference", "gpt-4.1-mini", "--force", run=ccpo_in)  # fmt: skip
     assert res.returncode == 0, res.stderr
     ref = {q: by["gpt-4.1-mini"] for q, by in SCORES.items()}
     assert labels_by_model(out) == {
@@ -102,7 +105,7 @@ def test_a_relative_rule_compares_with_the_reference_models_score(tmp_path: Path
 
 def test_a_missing_score_leaves_its_question_out_and_says_so(tmp_path: Path) -> None:
     table = _scored_table(tmp_path, missing=("q2", "gpt-4o-mini"))
-    res, out = _import(tmp_path, table, "--accept", "score>=8")
+    res, out = _import(tmp_path, table, "--accept", "score>=8", run=ccpo_in)
     assert res.returncode == 0, res.stderr
     assert "left out 1 of 3 questions: a model's score is missing (never guessed): q2" in " ".join(
         res.stdout.split()
@@ -134,11 +137,11 @@ def test_a_policy_on_scored_traces_states_the_rule_in_its_guarantee(tmp_path: Pa
         w.writeheader()
         w.writerows(rows)
     out = tmp_path / "scored.jsonl"
-    res = run_ccpo("traces", "import", str(scored), "--task", "mmlu", "--out", str(out),
-                   "--prices", str(prices), "--accept", "score>=reference-1")  # fmt: skip
+    res = ccpo_in("traces", "import", str(scored), "--task", "mmlu", "--out", str(out),
+                  "--prices", str(prices), "--accept", "score>=reference-1")  # fmt: skip
     assert res.returncode == 0, res.stderr
-    res = run_ccpo("train", "--traces", str(out), "--alpha", "0.2", "--method", "depth-k",
-                   "--answer", "single", "--out", str(tmp_path / "pol"))  # fmt: skip
+    res = ccpo_in("train", "--traces", str(out), "--alpha", "0.2", "--method", "depth-k",
+                  "--answer", "single", "--out", str(tmp_path / "pol"))  # fmt: skip
     assert res.returncode == 0, res.stderr
     meta = json.loads((tmp_path / "pol" / "policy.json").read_text())
     assert meta["provenance"]["against"] == labels_of(read_traces(out))
@@ -154,7 +157,7 @@ def test_a_policy_on_scored_traces_states_the_rule_in_its_guarantee(tmp_path: Pa
      'judged:{"judge":"j","reference":"r","rule":"rating>=8"}'],
 )  # fmt: skip
 def test_a_trace_set_with_malformed_scored_or_judged_labels_is_refused(tmp_path, labels) -> None:
-    res, out = _import(tmp_path, _scored_table(tmp_path), "--accept", "score>=8")
+    res, out = _import(tmp_path, _scored_table(tmp_path), "--accept", "score>=8", run=ccpo_in)
     assert res.returncode == 0, res.stderr
     lines = out.read_text().splitlines()
     bad = json.loads(lines[0])

@@ -31,11 +31,29 @@ def find_pg_bin() -> Path | None:
     return None
 
 
+#: free space a RAM folder needs before a cluster goes there (a container's /dev/shm is often
+#: 64 MB; every database is a copy of its template, several MB)
+RAM_FREE_BYTES = 4 << 30
+
+
+def ram_folder() -> str | None:
+    """``/dev/shm`` where it is a writable folder in RAM with :data:`RAM_FREE_BYTES` free
+    (Linux), else None."""
+    shm = "/dev/shm"
+    try:
+        ok = os.path.isdir(shm) and os.access(shm, os.W_OK)
+        return shm if ok and shutil.disk_usage(shm).free >= RAM_FREE_BYTES else None
+    except OSError:
+        return None
+
+
 class PostgresCluster:
     """``with PostgresCluster() as pg: pg.new_database()`` → a ``postgresql://`` URL of an
-    empty database. ``fsync=False`` (tests): faster, loses data only if the machine crashes."""
+    empty database. ``fsync=False`` (tests): faster, loses data only if the machine crashes.
+    ``in_ram=True`` (tests): the data folder in :func:`ram_folder` where there is one, so that
+    creating a database and deleting the cluster touch no disk (on disk otherwise)."""
 
-    def __init__(self, fsync: bool = True, user: str = "ccpo") -> None:
+    def __init__(self, fsync: bool = True, user: str = "ccpo", in_ram: bool = False) -> None:
         bin_ = find_pg_bin()
         if bin_ is None:
             raise RuntimeError("no PostgreSQL found (pg_ctl, initdb): apt-get install postgresql")
@@ -43,7 +61,7 @@ class PostgresCluster:
         self.user = user
         self.fsync = fsync
         self.port = free_port()
-        self.root = Path(tempfile.mkdtemp(prefix="ccpo-pg-"))
+        self.root = Path(tempfile.mkdtemp(prefix="ccpo-pg-", dir=ram_folder() if in_ram else None))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
         self._as: list[str] = []
