@@ -137,7 +137,10 @@ class OTLPReceiver:
                 self.wfile.write(out)
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        # shutdown() waits for the loop's next poll: every 50 ms, not the default 0.5 s
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
