@@ -15,12 +15,16 @@ from tests.helpers.world import cot_reply, guide_reply
 
 #: how long a request waits for a partner before it gives up (a guard, not a measurement)
 WAIT = 5.0
+#: how long a judge round's request waits to show it came alone: a partner sent at once would
+#: arrive within milliseconds (every request of a question waits this long, so keep it short)
+ALONE = 2.0
 
 
 class Overlap:
     """Holds each request until another is open, and records whether one came."""
 
-    def __init__(self) -> None:
+    def __init__(self, wait: float = WAIT) -> None:
+        self.wait = wait
         self.lock = threading.Lock()
         self.open = 0
         self.overlapped = False  # two requests were open at once
@@ -33,7 +37,7 @@ class Overlap:
                 self.open += 1
                 self.overlapped |= self.open >= 2
                 self.partner.notify_all()
-                met = self.partner.wait_for(lambda: self.overlapped, timeout=WAIT)
+                met = self.partner.wait_for(lambda: self.overlapped, timeout=self.wait)
                 self.together.append(bool(met))
             try:
                 return inner(req)
@@ -68,7 +72,7 @@ def test_an_agree_rounds_base_and_guide_are_open_at_once(tmp_path, prices_file) 
 
 
 def test_a_judge_rounds_guide_waits_for_the_base(tmp_path, prices_file) -> None:
-    seen = Overlap()
+    seen = Overlap(wait=ALONE)
 
     def reply(req: dict) -> str:
         is_guide = prompt_text(req).startswith("Evaluate the answer.")
