@@ -1,7 +1,9 @@
 """What the command line says when something is off, through the real ``ccpo`` script (a
 subprocess): each error or warning names what is wrong and what fixes it (data too small to
 calibrate, models without a price, a policy and traces that do not match, a table given as
-traces, a mistyped key, flag or state URL, a busy port), and never a secret.
+traces, a mistyped key, flag or state URL, a busy port), and never a secret. What a test only
+sets up or runs to success (the policy trained, a fixed command) runs the script's function in
+this process (``tests.helpers.cli.ccpo_in``).
 
 The HTTP ones (``ccpo replay-server`` / ``ccpo serve`` refusing bad requests, upstream errors)
 are in ``tests/runtime/test_request_errors.py`` and ``tests/runtime/test_upstream_errors.py``.
@@ -17,7 +19,7 @@ import pytest
 
 from ccpo.traces.io import read_traces, write_traces
 from ccpo.traces.sim import SimConfig, generate
-from tests.helpers.cli import assert_usage_error, ccpo
+from tests.helpers.cli import assert_usage_error, ccpo, ccpo_in, ccpo_ok
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_CSV = ROOT / "docs" / "examples" / "import-example.csv"
@@ -34,8 +36,7 @@ def sim4(tmp_path_factory) -> Path:
 def policy4(sim4, tmp_path_factory) -> Path:
     """A CStop-LR policy (T = 4) trained by ``ccpo train`` on the synthetic set (about 2 s)."""
     out = tmp_path_factory.mktemp("pol") / "cstop"
-    r = ccpo("train", "--traces", str(sim4), "--method", "cstop-lr", "--out", str(out))
-    assert r.returncode == 0, r.stderr
+    ccpo_ok("train", "--traces", str(sim4), "--method", "cstop-lr", "--out", str(out))
     return out
 
 
@@ -85,7 +86,7 @@ def test_every_model_without_a_price_is_named_at_once(sim4, tmp_path):
     fix = {"as_of": "2026-11-25", "source": "test", "models": {
         m: {"input_usd_per_mtok": 0.0, "output_usd_per_mtok": 0.0} for m in names}}  # fmt: skip
     (tmp_path / "p.json").write_text(json.dumps(fix))
-    r = ccpo("traces", "stats", str(path), "--prices", str(tmp_path / "p.json"))
+    r = ccpo_in("traces", "stats", str(path), "--prices", str(tmp_path / "p.json"))
     assert r.returncode == 0, r.stderr  # one price file fixes them all
 
 
@@ -100,7 +101,7 @@ def test_dry_run_names_the_task_or_rounds_mismatch_first(policy4, sim4, tmp_path
     r = ccpo("dry-run", "--policy", str(policy4), "--traces", str(three))
     err = assert_usage_error(r, "horizon = 4", "horizon = 3")
     assert "ValueError" not in r.stderr
-    own = ccpo("dry-run", "--policy", str(policy4), "--traces", str(sim4), "--n", "5")
+    own = ccpo_in("dry-run", "--policy", str(policy4), "--traces", str(sim4), "--n", "5")
     assert own.returncode == 0, own.stderr
     assert "warning" not in own.stderr, own.stderr  # its own (synthetic) file: nothing to say
 
