@@ -29,6 +29,10 @@ from ccpo.testing.scripted_server import ScriptedServer
 from ccpo.traces.prices import load_prices
 
 FAST = RetryPolicy(max_retries=10, backoff_base=0.005, backoff_max=0.05, timeout=0.3)
+#: FAST without its short timeout, for the budget tests, whose server never fails: there a call
+#: that takes over 0.3 s on a loaded machine would be counted at its worst case and end the run
+#: early
+STEADY = RetryPolicy(max_retries=10, backoff_base=0.005, backoff_max=0.05, timeout=60.0)
 
 
 def _req(text: str = "hello", **kw) -> ChatRequest:
@@ -156,7 +160,7 @@ def test_budget_stops_new_paid_calls(tmp_path: Path) -> None:
     assert worst_case_tokens(_req("q000", max_tokens=4)) == (32, 4)
 
     async def go(url: str):
-        c = LLMClient(prices=prices, retry=FAST, max_cost=100.0)
+        c = LLMClient(prices=prices, retry=STEADY, max_cost=100.0)
         ep = Endpoint("m", url)
         spent = []
         with pytest.raises(BudgetExceeded, match="could cost up to"):
@@ -187,7 +191,7 @@ def test_admitted_questions_short_of_room_give_their_wallets_back_before_any_is_
     # for $19 more each (room $10) and the third for its $70: all wait, nothing in flight.
 
     async def go(url: str):
-        c = LLMClient(prices=prices, retry=FAST, max_cost=150.0, concurrency=8)
+        c = LLMClient(prices=prices, retry=STEADY, max_cost=150.0, concurrency=8)
         ep = Endpoint("m", url)
 
         async def question(i: int, calls: int) -> int:
@@ -218,7 +222,7 @@ def test_budget_holds_at_concurrency_64(tmp_path: Path) -> None:
     prices = _dollar_per_input_token(tmp_path)
 
     async def go(url: str):
-        c = LLMClient(prices=prices, retry=FAST, max_cost=300.0, concurrency=64)
+        c = LLMClient(prices=prices, retry=STEADY, max_cost=300.0, concurrency=64)
         ep = Endpoint("m", url)
         rs = await asyncio.gather(
             *(c.chat(ep, _req(f"q{i} " + "w " * 20, max_tokens=4)) for i in range(64)),
