@@ -127,8 +127,9 @@ def traces_import(
         str | None,
         typer.Option(
             help="Answer family of a task that is not built in: mcq (option letters), short "
-            "(SQuAD-style free text; the default), exact (equal after trimming) or chat "
-            "(replies to a conversation, compared verbatim; a messages column holds it)."
+            "(SQuAD-style free text; the default), exact (equal after trimming), number (the "
+            "last number in the answer, compared as a number: maths) or chat (replies to a "
+            "conversation, compared verbatim; a messages column holds it)."
         ),
     ] = None,
     guide: Annotated[
@@ -235,6 +236,14 @@ def traces_import(
         ref = imp.reference
         if imp.rule is not None:
             _print_scored(imp)
+        elif imp.from_gold:
+            from ccpo.traces.answers import family_of
+
+            console.print(
+                "labels: the table's gold answers (an answer is correct iff it equals the gold "
+                f"under the {family_of(task, family)} normaliser; no correct column)",
+                highlight=False,
+            )
         elif ref is not None:
             why = (
                 "named with --reference"
@@ -284,9 +293,13 @@ def traces_import(
         )
     if dropped:
         shown = ", ".join(dropped[:5]) + (" …" if len(dropped) > 5 else "")
+        why = (
+            "no row has a gold answer (nothing to label by)"
+            if imp.from_gold
+            else f"{ref}'s answer is empty (nothing to agree with)"
+        )
         console.print(
-            f"dropped {len(dropped)} of {imp.questions} questions: {ref}'s answer is empty "
-            f"(nothing to agree with): {shown}",
+            f"dropped {len(dropped)} of {imp.questions} questions: {why}: {shown}",
             highlight=False,
         )
     console.print(f"[green]wrote[/green] {n} traces to {out}")

@@ -209,8 +209,8 @@ class CollectConfig(EndpointSettings):
     task: str = Field(description="mmlu | hotpotqa | jsonl, or a name of yours with --data")
     family: str | None = Field(
         None,
-        description="answer family of a task that is not built in: mcq | short | exact | chat "
-        "(chat: the question is a conversation, replies compared verbatim)",
+        description="answer family of a task that is not built in: mcq | short | exact | number "
+        "| chat (chat: the question is a conversation, replies compared verbatim)",
     )
     ladder: list[LadderRoundSpec] | None = Field(
         None,

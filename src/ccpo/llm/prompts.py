@@ -49,6 +49,10 @@ COT_INSTRUCTION = {
         "Answer the question below. Think step by step, then write the final answer on the "
         "last line as 'Answer: <answer>', exactly as it should be returned."
     ),
+    "number": (
+        "Solve the problem below. Think step by step, then write the final answer on the last "
+        "line as 'Answer: <number>' (the number alone, no units)."
+    ),
     "default": (
         "Answer the question below. Think step by step, then write the final answer on the "
         "last line as 'Answer: <short answer>' (a few words, no explanation)."
@@ -57,12 +61,12 @@ COT_INSTRUCTION = {
 
 
 def cot_instruction(task: str, family: str | None = None) -> str:
-    """The CoT instruction of a task: MMLU's own, else its family's (mcq, exact), else the
-    short-answer one."""
+    """The CoT instruction of a task: MMLU's own, else its family's (mcq, exact, number),
+    else the short-answer one."""
     if task == "mmlu":
         return COT_INSTRUCTION["mmlu"]
     fam = family_of(task, family)
-    return COT_INSTRUCTION[fam if fam in ("mcq", "exact") else "default"]
+    return COT_INSTRUCTION[fam if fam in ("mcq", "exact", "number") else "default"]
 
 
 HISTORY_HEADER_NO_REVIEW = (

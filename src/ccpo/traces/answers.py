@@ -9,7 +9,10 @@ a family that fixes the prompt and the answer normaliser:
   punctuation and articles, fold white space);
 - ``exact``: string equality after trimming white space (:func:`normalize_exact`);
 - ``chat``: a conversation's free-text reply, compared verbatim (:func:`normalize_verbatim`:
-  exact string equality, nothing trimmed), so that two replies agree only when identical.
+  exact string equality, nothing trimmed), so that two replies agree only when identical;
+- ``number``: a numeric answer, e.g. a maths word problem's (:func:`normalize_number`: the last
+  number in the text, thousands separators dropped, in canonical decimal form), so that
+  ``"The answer is $1,200.00."`` and ``"1200"`` agree.
 
 The built-in names have fixed families (``mmlu`` → mcq, ``hotpotqa`` and ``jsonl`` → short,
 ``chat`` → chat); a name starting with ``mmlu`` is mcq, and any other name without a family is
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import re
 import string
+from decimal import Decimal, InvalidOperation
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
@@ -54,12 +58,35 @@ def normalize_exact(text: str) -> str:
     return text.strip()
 
 
+#: a number: an optional minus sign not glued to a word ("5-6" is 5 and 6), then digits with
+#: optional thousands separators and decimals, or a bare decimal (".5")
+_NUMBER = re.compile(
+    r"(?:(?<![\w.])-)?(?:(?<![\d.,])(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|(?<![\d,])\.\d+)"
+)
+
+
+def normalize_number(text: str) -> str:
+    """The ``number`` family's normaliser: the last number in ``text`` in canonical decimal
+    form (``"$1,200.50"`` → ``"1200.5"``, ``"18.00"`` → ``"18"``, ``"-0"`` → ``"0"``); ``""``
+    when the text holds no number (never equal to an answer)."""
+    found = _NUMBER.findall(text)
+    if not found:
+        return ""
+    try:
+        d = Decimal(found[-1].replace(",", "")).normalize()
+    except InvalidOperation:  # pragma: no cover - the pattern only matches numbers
+        return ""
+    if d == 0:
+        return "0"
+    return format(d, "f")
+
+
 def normalize_verbatim(text: str) -> str:
     """The ``chat`` family's "normaliser": the reply itself (exact string equality)."""
     return text
 
 
-FAMILIES: tuple[str, ...] = ("mcq", "short", "exact", "chat")
+FAMILIES: tuple[str, ...] = ("mcq", "short", "exact", "chat", "number")
 BUILTIN_TASKS: dict[str, str] = {
     "mmlu": "mcq",
     "hotpotqa": "short",
@@ -71,6 +98,7 @@ _NORMALIZERS = {
     "short": normalize_answer,
     "exact": normalize_exact,
     "chat": normalize_verbatim,
+    "number": normalize_number,
 }
 
 

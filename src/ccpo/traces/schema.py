@@ -173,7 +173,7 @@ class Trace(_Model):
     schema_: Literal["ccpo.trace/v1"] = Field(alias="schema")
     id: str = Field(min_length=1)
     task: str
-    family: Literal["mcq", "short", "exact", "chat"] | None = None
+    family: Literal["mcq", "short", "exact", "chat", "number"] | None = None
     question: str
     #: the conversation of a ``chat`` trace (its ``question`` is the last user turn); None: none
     messages: list[dict[str, Any]] | None = None

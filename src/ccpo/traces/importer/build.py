@@ -164,6 +164,26 @@ def agreement_labels(
     }
 
 
+def gold_labels(
+    rows: dict[str, Located], task: str, family: str | None = None
+) -> dict[str, Located] | None:
+    """The rows of one question labelled by its ``gold`` cells (correct iff the answer equals
+    one of them under the task family's normaliser); None when no row of the question has a
+    gold (nothing to label by)."""
+    golds = [loc.row.gold for loc in rows.values() if loc.row.gold]
+    if not golds:
+        return None
+    return {
+        m: Located(
+            loc.row.model_copy(
+                update={"correct": exact_match(loc.row.answer, golds, task, family)}
+            ),
+            loc.line,
+        )
+        for m, loc in rows.items()
+    }
+
+
 def score_labels(
     rows: dict[str, Located], rule: AcceptRule, reference: str | None = None
 ) -> dict[str, Located] | None:

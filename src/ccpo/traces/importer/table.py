@@ -14,7 +14,12 @@ from typing import Any
 from ccpo.errors import CCPOError
 from ccpo.traces.accept import AcceptRule
 from ccpo.traces.answers import family_of
-from ccpo.traces.importer.build import agreement_labels, build_trace, score_labels
+from ccpo.traces.importer.build import (
+    agreement_labels,
+    build_trace,
+    gold_labels,
+    score_labels,
+)
 from ccpo.traces.importer.cascade import Cascade, plan_cascade, with_verifier
 from ccpo.traces.importer.rows import VERDICT_COLUMNS, Located, table_error, validated_rows
 from ccpo.traces.importer.spill import Spill
@@ -45,6 +50,8 @@ class TableImport:
     unscored: list[str] = field(default_factory=list)  # ids with a missing score
     #: the verify steps' verdicts are simulated at this accuracy (None: the table's own)
     simulate: float | None = None
+    #: labelled by the ``gold`` cells (a table with gold answers and no ``correct`` column)
+    from_gold: bool = False
 
     @property
     def reference(self) -> str | None:
@@ -67,6 +74,12 @@ class TableImport:
                     self.unscored.append(next(iter(rows.values())).row.question_id)
                     continue
                 rows = scored
+            elif self.from_gold:
+                labelled = gold_labels(rows, ladder.task, ladder.family)
+                if labelled is None:
+                    self.dropped.append(next(iter(rows.values())).row.question_id)
+                    continue
+                rows = labelled
             elif ref is not None:
                 labelled = agreement_labels(rows, ref, ladder.task, ladder.family)
                 if labelled is None:
@@ -77,6 +90,8 @@ class TableImport:
             yield build_trace(rows, ladder, self.path.name, self.labels, self.simulate)
         if n == 0 and self.rule is not None:
             raise CCPOError(f"{self.path}: every question lacks a model's score: nothing to label")
+        if n == 0 and self.from_gold:
+            raise CCPOError(f"{self.path}: no question has a gold answer: nothing to label by")
         if n == 0:
             raise CCPOError(
                 f"{self.path}: the reference model '{ref}' answered none of the "
@@ -108,9 +123,11 @@ def open_table(
     simulate: float | None = None,
 ) -> TableImport:
     """Read and check ``path`` (streamed into a temporary file), plan its cascade and its
-    labels (docs/import.md): the ``correct`` column, agreement with a reference model, or with
-    ``accept`` the rows' ``score`` by that rule. ``steps``: ``"one"`` (a model per round) or
-    ``"pair"``; by default one-model steps, pairs with ``guide`` (:func:`default_steps`).
+    labels (docs/import.md): the ``correct`` column, else the ``gold`` cells (under the task
+    family's normaliser), else agreement with a reference model, or with ``accept`` the rows'
+    ``score`` by that rule; ``reference`` replaces ``correct`` and ``gold``. ``steps``:
+    ``"one"`` (a model per round) or ``"pair"``; by default one-model steps, pairs with
+    ``guide`` (:func:`default_steps`).
     ``verifier``: a verify step by this model after each step but the last (or after the
     models of ``verify_after``), its verdicts the table's verdict columns, or with
     ``simulate`` (an accuracy) simulated (:mod:`ccpo.traces.verify`). Raises
@@ -172,7 +189,8 @@ def open_table(
                     simulate=simulate,
                 )  # fmt: skip
         labelled = has_correct and reference is None
-        ref = None if labelled else (reference or cascade.order()[-1])
+        from_gold = not has_correct and has_gold and reference is None
+        ref = None if labelled or from_gold else (reference or cascade.order()[-1])
         return TableImport(
             p,
             task,
@@ -184,6 +202,7 @@ def open_table(
             ref is not None and (has_correct or has_gold),
             spill,
             simulate=simulate,
+            from_gold=from_gold,
         )
     except BaseException:
         spill.close()
