@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -71,9 +72,15 @@ def ladder(logs_dir: Path, hotpot: Path, pair: str, work: Path) -> Path:
 
 
 def run_one(train: Path, check: Path, alpha: float, seed: int, method: str, out: Path) -> dict:
-    """``ccpo train --answer single`` on ``train``, ``ccpo check --json`` on ``check``."""
-    lf.cli("train", "--traces", train, "--out", out, "--answer", "single", "--alpha", alpha,
-           "--seed", seed, "--method", method, "--force")  # fmt: skip
+    """``ccpo train --answer single`` on ``train``, ``ccpo check --json`` on ``check``; a
+    training that refuses (nothing certifiable at α) is ``{"refused": why}``."""
+    cmd = [sys.executable, "-m", "ccpo", "train", "--traces", train, "--out", out, "--answer",
+           "single", "--alpha", alpha, "--seed", seed, "--method", method, "--force"]  # fmt: skip
+    p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
+    if p.returncode == 2 and "cannot be certified" in p.stderr:
+        return {"refused": " ".join(p.stderr.split())}
+    if p.returncode:
+        raise SystemExit(f"{' '.join(map(str, cmd))}: exit {p.returncode}\n{p.stderr[-3000:]}")
     rep = json.loads(lf.cli("check", "--policy", out, "--traces", check, "--json", ok=(0, 1)))
     ref = rep["reference"].removeprefix("always-")
     paid = [r["paid"] for r in rep["money"]["rungs"] if r["model"] == ref][-1]
@@ -127,11 +134,18 @@ def main() -> None:
         results.setdefault(f"{pair}, α = {alpha:g}", {}).setdefault(method, []).append(r)
     for key, rows in results.items():
         first = next(iter(rows.values()))
-        print(f"\n{key}: {len(first)} seeds, {first[0]['questions']} questions checked per seed")
+        print(f"\n{key}: {len(first)} seeds, half the questions checked per seed")
         print("| method | acceptance | lowest seed | accuracy (all) | cost ÷ always-strong "
               "| strong paid | rounds | oracle ÷ always | kept |\n"
               "|---|---|---|---|---|---|---|---|---|")  # fmt: skip
-        for method, runs in rows.items():
+        for method, every in rows.items():
+            refused = [r["refused"] for r in every if "refused" in r]
+            runs = [r for r in every if "refused" not in r]
+            if refused:
+                print(f"| {method} | refused on {len(refused)} of {len(every)} seeds: "
+                      f"{refused[0][:160]} |")  # fmt: skip
+            if not runs:
+                continue
             t = {k: [r[k] for r in runs] for k in runs[0]}
             print(f"| {method} | {mean_sd(t['acceptance'])} | {min(t['acceptance']):.3f} | "
                   f"{statistics.fmean(t['accuracy_all']):.3f} | {mean_sd(t['rel_always'])} | "

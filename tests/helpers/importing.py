@@ -4,6 +4,8 @@ written by the tests, not LLM output)."""
 from __future__ import annotations
 
 import csv
+import json
+import random
 from pathlib import Path
 
 from ccpo.traces.importer import REQUIRED_COLUMNS
@@ -58,3 +60,37 @@ def labels_by_model(path: Path) -> dict[str, dict[str, bool]]:
             for s in (r.base, r.guide):
                 got.setdefault(tr.id, {})[s.model] = s.correct
     return got
+
+
+def math_table(path: Path, n: int = 240, seed: int = 0, strong: float = 0.95) -> tuple[Path, dict]:
+    """A two-model maths table (JSONL; ``gold`` numbers, no ``correct``): a cheap model right
+    on about 70% of the questions, more often when its confidence is high, and a strong one
+    right on ``strong`` of them; answers in the forms models write them. Returns the table
+    and, per question, which of (cheap, strong) is right by construction."""
+    rng = random.Random(seed)
+    rows, truth = [], {}
+    forms = ("The answer is {}.", "Answer: {}", "{}", "So the total is ${}.")
+    for i in range(n):
+        gold = rng.randint(2, 5000)
+        conf = rng.random()
+        right = (rng.random() < 0.35 + 0.6 * conf, rng.random() < strong)
+        truth[f"m{i}"] = right
+        for model, ok, tokens in (("gpt-4o-mini", right[0], 150), ("gpt-4o", right[1], 250)):
+            value = gold if ok else gold + rng.randint(1, 40)
+            shown = f"{value:,}" if value >= 1000 and rng.random() < 0.5 else str(value)
+            row = {
+                "question_id": f"m{i}",
+                "question": f"Problem {i}: how many apples are left?",
+                "model": model,
+                "answer": rng.choice(forms).format(shown),
+                "input_tokens": 120,
+                "output_tokens": tokens,
+                "confidence": round(conf, 3) if model == "gpt-4o-mini" else None,
+            }
+            if i or model == "gpt-4o":  # question m0's gold is on one row only: still labelled
+                row["gold"] = str(gold) if rng.random() < 0.5 else f"{gold}.0"
+            rows.append(row)
+    rows.append({**rows[-1], "question_id": "nogold", "gold": None, "model": "gpt-4o"})
+    rows.append({**rows[-1], "model": "gpt-4o-mini"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path, truth

@@ -6,7 +6,6 @@ tests (illustrative, not LLM output)."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from ccpo.traces.answers import exact_match, normalize_number
 from ccpo.traces.io import read_traces
 from tests.helpers.cli import ccpo_ok, run_ccpo
+from tests.helpers.importing import math_table
 
 
 @pytest.mark.parametrize(
@@ -40,40 +40,6 @@ def test_number_answers_match_as_numbers_and_no_number_matches_nothing() -> None
     assert exact_match("So she pays $1,200.", ["1200.0"], "gsm", "number")
     assert not exact_match("So she pays $1,201.", ["1200"], "gsm", "number")
     assert not exact_match("I cannot tell.", [""], "gsm", "number")  # "" never equals
-
-
-def math_table(path: Path, n: int = 240, seed: int = 0) -> tuple[Path, dict]:
-    """A two-model maths table (JSONL; ``gold`` numbers, no ``correct``): a cheap model right
-    on about 70% of the questions, more often when its confidence is high, and a strong one
-    right on 95%; answers in the forms models write them. Returns the table and, per
-    question, which of (cheap, strong) is right by construction."""
-    rng = random.Random(seed)
-    rows, truth = [], {}
-    forms = ("The answer is {}.", "Answer: {}", "{}", "So the total is ${}.")
-    for i in range(n):
-        gold = rng.randint(2, 5000)
-        conf = rng.random()
-        right = (rng.random() < 0.35 + 0.6 * conf, rng.random() < 0.95)
-        truth[f"m{i}"] = right
-        for model, ok, tokens in (("gpt-4o-mini", right[0], 150), ("gpt-4o", right[1], 250)):
-            value = gold if ok else gold + rng.randint(1, 40)
-            shown = f"{value:,}" if value >= 1000 and rng.random() < 0.5 else str(value)
-            row = {
-                "question_id": f"m{i}",
-                "question": f"Problem {i}: how many apples are left?",
-                "model": model,
-                "answer": rng.choice(forms).format(shown),
-                "input_tokens": 120,
-                "output_tokens": tokens,
-                "confidence": round(conf, 3) if model == "gpt-4o-mini" else None,
-            }
-            if i or model == "gpt-4o":  # question m0's gold is on one row only: still labelled
-                row["gold"] = str(gold) if rng.random() < 0.5 else f"{gold}.0"
-            rows.append(row)
-    rows.append({**rows[-1], "question_id": "nogold", "gold": None, "model": "gpt-4o"})
-    rows.append({**rows[-1], "model": "gpt-4o-mini"})
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path, truth
 
 
 def test_a_gold_column_labels_the_table_and_a_question_without_gold_is_dropped(

@@ -277,6 +277,7 @@ def evaluate_policies(
     check_alpha(alpha)
     rows = []
     for pol in policies:
+        pol.calibration_size = int(splits.cal.shape[-1])  # what a single answer calibrates on
         pol.fit(ep, splits.train, alpha, seed)
         m = with_latency(ep, pol.evaluate(ep, splits, alpha, seed), splits.test)
         extra = getattr(pol, "result_extra", lambda: {})()

@@ -191,7 +191,8 @@ class SpecRow(PolicyRow):
             trained = self.cache.get(training_key(self.spec), ep, train_idx, alpha)
             self.policy = replace(trained, variant=self.name)  # type: ignore[type-var]
         else:
-            self.policy = train_policy(self.spec, ep, train_idx, alpha, seed).policy
+            spec = replace(self.spec, calibration_size=self.calibration_size)
+            self.policy = train_policy(spec, ep, train_idx, alpha, seed).policy
 
     def result_extra(self) -> dict[str, Any]:
         return policy_extra(self, self.spec.single, self.spec.delta)

@@ -46,6 +46,8 @@ class Row(ABC):
 
     name: str
     kind: str = "point"
+    #: the calibration questions of each split (set by the harness before :meth:`fit`)
+    calibration_size: int | None = None
 
     def fit(self, ep: Episodes, train_idx: np.ndarray, alpha: float, seed: int) -> None:  # noqa: B027
         """Train on the training split (no-op for fixed rules)."""

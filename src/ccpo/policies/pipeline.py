@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -91,6 +91,8 @@ def train_policy(
     OverBudget`) a calibrated policy over ``spec.latency_budget``. ``prices``: the price file
     it records; ``provenance``: what it was trained on; ``progress``: RL training steps."""
     t0 = time.perf_counter()
+    if cal is not None:
+        spec = replace(spec, calibration_size=int(np.asarray(cal).size))
     pol = TECHNIQUES[spec.method].fit(spec, ep, np.asarray(train_idx), alpha, seed, progress)
     notes = []
     if spec.route:

@@ -9,7 +9,9 @@ model answering the question itself), never the rungs below it.
   construction and the guarantee holds at any α.
 - Gold labels (``always-<strongest>``): its accuracy is what it is. Calibration tests
   P(wrong and answerable) ≤ α by the exact binomial test at δ (Learn-then-Test with the one
-  hypothesis; docs/theory.md, "Learn-then-Test (single answer)") and refuses when it fails.
+  hypothesis; docs/theory.md, "Learn-then-Test (single answer)"), or, for a single answer
+  under the marginal guarantee (``config.guarantee``, as its peers), by (k + 1)/(n + 1) ≤ α
+  (:mod:`ccpo.policies.risk_control` with one threshold), and refuses when it fails.
 
 Main names: :class:`ReferencePolicy`, :func:`reference_validator`. Contract: docs/design.md,
 "The policy interface".
@@ -28,6 +30,7 @@ from ccpo.errors import CCPOError
 from ccpo.learning.config import StopConfig
 from ccpo.policies.base import Answered, AnswerKind, Calibration, Policy, RoundDecision
 from ccpo.policies.folder import read_side_files, shared_fields, write_folder
+from ccpo.policies.risk_control import MARGINAL, PAC, allowed_misses
 from ccpo.policies.single import DELTA, Unreachable, binomial_pvalues, reachable_alpha
 from ccpo.traces.episodes import Episodes, Metrics, step_mask
 from ccpo.traces.featurize import FEATURE_SPEC
@@ -50,9 +53,18 @@ def _misses(ep: Episodes, idx: np.ndarray | None = None) -> np.ndarray:
     return ~sel(ep.strongest_correct) & sel(ep.solvable)
 
 
-def certified(k: int, n: int, alpha: float, delta: float) -> bool:
-    """k misses in n pass the binomial test of P(miss) ≤ α at level δ."""
-    return n > 0 and float(binomial_pvalues(k, n, alpha)) <= delta
+def certified(k: int, n: int, alpha: float, delta: float | None, like: int | None = None) -> bool:
+    """k misses in n pass the binomial test of P(miss) ≤ α at level δ, or with ``delta``
+    None the marginal test (k + 1)/(n + 1) ≤ α; with ``like``, at the miss rate that test
+    allows on ``like`` questions (``auto``'s validation: :func:`~ccpo.policies.risk_control.
+    passes_like`)."""
+    if n < 1:
+        return False
+    if like is not None:
+        return k <= n * allowed_misses(like, alpha, delta) / like + 1e-9
+    if delta is None:
+        return (k + 1) / (n + 1) <= alpha + 1e-12
+    return float(binomial_pvalues(k, n, alpha)) <= delta
 
 
 def callable_alone(ep: Episodes) -> bool:
@@ -133,6 +145,17 @@ class ReferencePolicy(Policy):
     def is_calibrated(self) -> bool:
         return self.misses is not None
 
+    @property
+    def marginal(self) -> bool:
+        """A single answer under the marginal guarantee (``config.guarantee``): calibrated by
+        (k + 1)/(n + 1) ≤ α, as the single-answer policies it stands beside."""
+        return self.kind == "single" and self.config.guarantee == MARGINAL
+
+    @property
+    def level(self) -> float | None:
+        """What the calibration tests at: δ, or None for the marginal guarantee."""
+        return None if self.marginal else self.delta
+
     def _by_reference(self) -> bool:
         return reference_model(self.provenance.get("against") or self.labels) == self.model
 
@@ -144,10 +167,14 @@ class ReferencePolicy(Policy):
                 f"construction (target ≥ {round(1.0 - self.alpha, 12):g})"
             )
         k, n = self.misses or (0, 0)
+        how = (
+            "on average over the calibration draw"
+            if self.marginal
+            else f"with probability ≥ {1 - self.delta:g} over the calibration questions"
+        )
         return (
             f"the answer is {m}'s, {m} called alone: P(wrong on a question some round can "
-            f"answer) ≤ {self.alpha:g} with probability ≥ {1 - self.delta:g} over the "
-            f"calibration questions ({k} such misses in {n})"
+            f"answer) ≤ {self.alpha:g} {how} ({k} such misses in {n})"
         )
 
     # ------------------------------------------------------------------ replay
@@ -165,7 +192,7 @@ class ReferencePolicy(Policy):
     def _test(self, ep: Episodes, idx: np.ndarray, alpha: float) -> tuple[int, int, bool]:
         """(misses, n, certified) on the questions ``idx``; reference labels always pass."""
         k, n = int(_misses(ep, idx).sum()), int(np.asarray(idx).size)
-        ok = ep.labels != GOLD or certified(k, n, alpha, self.delta)
+        ok = ep.labels != GOLD or certified(k, n, alpha, self.level)
         return k, n, ok
 
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
@@ -175,10 +202,14 @@ class ReferencePolicy(Policy):
         idx = np.arange(ep.n) if cal is None else np.asarray(cal)
         k, n, ok = self._test(ep, idx, self.alpha)
         if not ok:
+            reach = (
+                f"{(k + 1) / (n + 1):.3f} (marginal)"
+                if self.marginal
+                else f"{reachable_alpha(k, n, self.delta):.3f} at δ = {self.delta:g}"
+            )
             raise Unreachable(
                 f"{self.variant}: {k} wrong answers on {n} calibration questions certify only "
-                f"α ≥ {reachable_alpha(k, n, self.delta):.3f} at δ = {self.delta:g}; use a "
-                "larger --alpha"
+                f"α ≥ {reach}; use a larger --alpha"
             )
         self.misses = (k, n)
         return Calibration(1.0, k, n, 1)
@@ -250,7 +281,8 @@ class ReferencePolicy(Policy):
             model=meta["model"],
             step=tuple(meta["step"]),  # type: ignore[arg-type]
             horizon=int(meta["horizon"]),
-            config=StopConfig(**meta["config"]),
+            # folders made before the marginal guarantee were certified at δ
+            config=StopConfig(**{"guarantee": PAC, **meta["config"]}),
             kind=meta.get("answer", "single"),
             delta=float(meta.get("delta", DELTA)),
             misses=None if misses is None else (int(misses[0]), int(misses[1])),
@@ -274,16 +306,18 @@ class ReferencePolicy(Policy):
 
 
 def reference_validator(
-    alpha: float, delta: float = DELTA
+    alpha: float, delta: float | None = DELTA, like: int | None = None
 ) -> Callable[[Episodes], tuple[float, float]]:
     """``auto``'s figures of the candidate on the training questions ``sub``: (mean cost USD,
-    coverage), cost +inf when gold labels do not certify α there (not eligible)."""
+    coverage), cost +inf when gold labels do not certify α there (not eligible); ``like``:
+    tested at the miss rate the test allows on that many calibration questions, as its
+    peers are validated."""
 
     def validate(sub: Episodes) -> tuple[float, float]:
         assert sub.strongest_cost is not None
         k = int(_misses(sub).sum())
         cov = 1.0 - k / max(sub.n, 1)
-        if sub.labels == GOLD and not certified(k, sub.n, alpha, delta):
+        if sub.labels == GOLD and not certified(k, sub.n, alpha, delta, like):
             return float("inf"), cov
         return float(sub.strongest_cost.mean()), cov
 

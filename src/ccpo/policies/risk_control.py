@@ -43,7 +43,20 @@ Marginal control needs far fewer questions than the 1 − δ version: at n = 56,
 allows 10 monotonised misses, Learn-then-Test at δ = 0.1 allows 6
 (docs/theory.md, "Marginal single answers: conformal risk control").
 
-Main names: :func:`passes`, :func:`marginal_bound`, :data:`MARGINAL`, :data:`PAC`.
+**Validating as the calibration will (``like = n_cal``; no guarantee of its own).** ``auto``
+scores each candidate on training questions by calibrating on halves of a few dozen of them
+and measuring on the others. A test run on a half of n_h questions is far stricter than the
+same test on the n_cal calibration questions ``train`` will use (at α = 0.2 the marginal test
+allows 6 misses in 35, 31 in 162), so a candidate that calibration would certify can look
+refused, and ``auto`` falls back to a dearer one. With ``like``, a half emulates the
+calibration instead: θ_j passes when Σ_i L̃_i(j) ≤ n_h · k*(n_cal) / n_cal, with k*(n) the
+most misses the test passes on n questions (:func:`allowed_misses`). This only chooses among
+candidates on training questions; the winner is calibrated on the calibration split by the
+test above, so its guarantee is untouched (docs/theory.md, "auto: cross-fitting keeps the
+guarantee").
+
+Main names: :func:`passes`, :func:`marginal_bound`, :func:`allowed_misses`,
+:data:`MARGINAL`, :data:`PAC`.
 """
 
 from __future__ import annotations
@@ -76,10 +89,43 @@ def passes(losses: np.ndarray, alpha: float, delta: float | None) -> np.ndarray:
     return binom.cdf(losses.sum(-1), losses.shape[-1], alpha) <= delta
 
 
-def last_passing(losses: np.ndarray, alpha: float, delta: float | None) -> int:
+def allowed_misses(n: int, alpha: float, delta: float | None) -> int:
+    """k*(n): the most misses of ``n`` calibration questions at which a rule still passes
+    (−1 when even k = 0 does not): the largest k with (k + 1)/(n + 1) ≤ α (marginal,
+    ``delta`` None), or with P(Binomial(n, α) ≤ k) ≤ δ. A certified rule misses on at most
+    k/n of the calibration questions: the rest of α is what few questions cost
+    (docs/theory.md, "Learn-then-Test (single answer)", "How many calibration questions")."""
+    if n < 1:
+        return -1
+    if delta is None:
+        return int(np.floor(alpha * (n + 1) - 1 + 1e-9))
+    from scipy.stats import binom
+
+    k = int(binom.ppf(delta, n, alpha))  # the least k with P(X ≤ k) ≥ δ
+    while k >= 0 and binom.cdf(k, n, alpha) > delta:
+        k -= 1
+    return k
+
+
+def passes_like(losses: np.ndarray, alpha: float, delta: float | None, like: int) -> np.ndarray:
+    """[M] bool: which indices pass on these questions at the miss rate the test allows on
+    ``like`` calibration questions (module docstring): Σ L̃ ≤ n · k*(like) / like, L̃ the
+    running maximum under the marginal test, the losses themselves under Learn-then-Test."""
+    losses = np.asarray(losses, dtype=np.float64)
+    if delta is None:
+        losses = np.maximum.accumulate(losses, axis=0)
+    k = allowed_misses(like, alpha, delta)
+    return losses.sum(-1) <= losses.shape[-1] * k / like + 1e-9
+
+
+def last_passing(
+    losses: np.ndarray, alpha: float, delta: float | None, like: int | None = None
+) -> int:
     """The index kept by the walk: the last one before the first failure; −1 when the first
-    (θ_0) fails."""
-    fails = np.flatnonzero(~passes(losses, alpha, delta))
+    (θ_0) fails. ``like``: the test emulates ``like`` calibration questions
+    (:func:`passes_like`)."""
+    ok = passes(losses, alpha, delta) if like is None else passes_like(losses, alpha, delta, like)
+    fails = np.flatnonzero(~ok)
     return int((fails[0] if fails.size else len(losses)) - 1)
 
 

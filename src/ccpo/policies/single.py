@@ -38,7 +38,13 @@ from ccpo.policies.classifier import (
 )
 from ccpo.policies.cstop import STOPPING_METHODS
 from ccpo.policies.folder import load_classifier, save_classifier, shared_fields
-from ccpo.policies.risk_control import MARGINAL, PAC, last_passing, marginal_questions
+from ccpo.policies.risk_control import (
+    MARGINAL,
+    PAC,
+    allowed_misses,
+    last_passing,
+    marginal_questions,
+)
 from ccpo.policies.rules import depth_scores
 from ccpo.traces.episodes import (
     NEXT,
@@ -97,21 +103,6 @@ def reachable_alpha(k: int, n: int, delta: float) -> float:
     return 1.0 if k >= n else float(beta.ppf(1.0 - delta, k + 1, n - k))
 
 
-def allowed_misses(n: int, alpha: float, delta: float = DELTA) -> int:
-    """The most calibration misses k of n at which a rule still passes the binomial test at
-    level δ (P(Binomial(n, α) ≤ k) ≤ δ); −1 when even k = 0 does not. A certified rule misses
-    on at most k/n of the calibration questions: the rest of α is what few questions cost
-    (docs/theory.md, "Learn-then-Test (single answer)", "How many calibration questions")."""
-    from scipy.stats import binom
-
-    if n < 1:
-        return -1
-    k = int(binom.ppf(delta, n, alpha))  # the least k with P(X ≤ k) ≥ δ
-    while k >= 0 and binom.cdf(k, n, alpha) > delta:
-        k -= 1
-    return k
-
-
 def questions_for(alpha: float, delta: float = DELTA, share: float = 0.0) -> int:
     """The least number of calibration questions n at which a rule missing on ``share`` · α of
     them can be certified (:func:`allowed_misses` ≥ ⌈share · α · n⌉, and ≥ 0): ``share = 0``
@@ -141,13 +132,16 @@ def ltt_threshold(
     delta: float | None = DELTA,
     grid: int = GRID,
     *also: np.ndarray,
+    like: int | None = None,
 ) -> Calibration:
     """λ̂ by fixed-sequence testing on the calibration questions ``ep`` with stopping scores
     ``scores`` [n, T] (module docstring); ``delta`` None: by conformal risk control, a
     marginal guarantee (:mod:`ccpo.policies.risk_control`). With ``also`` (more score arrays
     of the same questions), a question's loss is its worst under any of them, so λ̂ holds
-    whichever one each question meets (a router's fallback: docs/theory.md). Raises
-    :class:`Unreachable` when λ_0 is not certified."""
+    whichever one each question meets (a router's fallback: docs/theory.md). ``like``: the
+    test emulates that many calibration questions (``auto``'s validation:
+    :func:`~ccpo.policies.risk_control.passes_like`). Raises :class:`Unreachable` when λ_0 is
+    not certified."""
     n = ep.n
     if n < 1:
         raise CCPOError("cannot calibrate a single-answer policy on zero questions")
@@ -156,7 +150,7 @@ def ltt_threshold(
     for other in also:
         loss = loss | single_losses(ep, other, lams)
     k = loss.sum(-1)  # [M]
-    last = last_passing(loss, alpha, delta)
+    last = last_passing(loss, alpha, delta, like)
     if last < 0:
         raise unreachable(alpha, delta, int(k[0]), n, ep.horizon)
     return Calibration(float(lams[last]), int(k[last]), n, int(last + 1))
@@ -350,41 +344,59 @@ def fit_single(
 
 
 def calibrate_splits(
-    ep: Episodes, scores: np.ndarray, alpha: float, delta: float | None, cal: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    ep: Episodes, scores: np.ndarray, alpha: float, delta: float | None, cal: np.ndarray,
+    like: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """λ̂ of every calibration split ``cal`` [K, n] (question indices of ``ep``) and whether
     it was refused ([K] bool; a refused split gets :data:`RUN_ALL`, the most conservative
-    rule, so that the harness can still score what such a policy would do)."""
+    rule, so that the harness can still score what such a policy would do). ``like``: each
+    split emulates that many calibration questions (:func:`ltt_threshold`)."""
     lams = np.full(len(cal), RUN_ALL)
     refused = np.zeros(len(cal), dtype=bool)
     for k, c in enumerate(cal):
         try:
-            lams[k] = ltt_threshold(ep.subset(c), scores[c], alpha, delta).threshold
+            lams[k] = ltt_threshold(ep.subset(c), scores[c], alpha, delta, like=like).threshold
         except Unreachable:
             refused[k] = True
     return lams, refused
 
 
+def _refused(ep: Episodes, scores: np.ndarray, alpha: float, delta: float | None, like: int):
+    """Whether the emulated test (``like``) refuses on all of ``ep``'s questions."""
+    try:
+        ltt_threshold(ep, scores, alpha, delta, like=like)
+    except Unreachable:
+        return True
+    return False
+
+
 def validation_cost(
-    ep: Episodes, scores: np.ndarray, alpha: float, delta: float | None, splits: int = 20, seed=0
-) -> tuple[float, float]:
+    ep: Episodes, scores: np.ndarray, alpha: float, delta: float | None, splits: int = 20, seed=0,
+    like: int | None = None,
+) -> tuple[float, float]:  # fmt: skip
     """(cost USD per question, coverage) of the calibrated rule on ``ep`` as the harness
     measures it: λ̂ by LTT on random halves, scored on the others; (inf, nan) when some half
-    cannot be calibrated. Used by ``auto`` on out-of-fold scores of training questions."""
-    cost, coverage, _ = validation_figures(ep, scores, alpha, delta, splits, seed)
+    cannot be calibrated. Used by ``auto`` on out-of-fold scores of training questions.
+    ``like``: the halves emulate that many calibration questions (``train``'s calibration
+    split: :func:`~ccpo.policies.risk_control.passes_like`)."""
+    cost, coverage, _ = validation_figures(ep, scores, alpha, delta, splits, seed, like)
     return cost, coverage
 
 
 def validation_figures(
-    ep: Episodes, scores: np.ndarray, alpha: float, delta: float | None, splits: int = 20, seed=0
-) -> tuple[float, float, float]:
+    ep: Episodes, scores: np.ndarray, alpha: float, delta: float | None, splits: int = 20, seed=0,
+    like: int | None = None,
+) -> tuple[float, float, float]:  # fmt: skip
     """:func:`validation_cost` and the estimated seconds per question of the same replay
-    (:mod:`ccpo.traces.latency`); (inf, nan, nan) when some half cannot be calibrated."""
+    (:mod:`ccpo.traces.latency`); (inf, nan, nan) when some half cannot be calibrated. With
+    ``like`` a half that cannot is scored running every round (λ_0, what its calibration
+    keeps at best), and the candidate is out (inf) only when all of ``ep`` cannot: a few dozen
+    questions' halves refuse by chance where ``like`` calibration questions would not."""
     rng = np.random.default_rng([seed, 0x5146])
     perms = np.stack([rng.permutation(ep.n) for _ in range(splits)])
     cal, test = perms[:, : ep.n // 2], perms[:, ep.n // 2 :]
-    lams, refused = calibrate_splits(ep, scores, alpha, delta, cal)
-    if refused.any():
+    lams, refused = calibrate_splits(ep, scores, alpha, delta, cal, like)
+    if refused.any() and (like is None or _refused(ep, scores, alpha, delta, like)):
         return float("inf"), float("nan"), float("nan")
     m = single_rollout(ep, scores, lams, test)
     latency = mean_latency(ep.round_latency, test, m)

@@ -158,6 +158,9 @@ class PolicySpec:
     train_config: TrainConfig | None = None
     latency_budget: float | None = None
     candidates: tuple[str, ...] = ()
+    #: the calibration questions the policy will meet (set by ``train_policy``); ``auto`` of
+    #: one answer validates its candidates as that many would test them
+    calibration_size: int | None = None
 
     @property
     def technique(self) -> MethodSpec:

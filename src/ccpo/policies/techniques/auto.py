@@ -127,11 +127,12 @@ def _fit_single(
     fitters = {name: single_fitter(name, spec.settings, spec.delta) for name in candidates}
 
     level = None if cfg.guarantee == MARGINAL else spec.delta
+    like = spec.calibration_size  # validated as train's calibration split will test
 
     def validate(sub: Episodes, scores: np.ndarray) -> tuple[float, float, float]:
-        return validation_figures(sub, scores, alpha, level, seed=seed)
+        return validation_figures(sub, scores, alpha, level, seed=seed, like=like)
 
-    direct = reference_candidate(ep, alpha, cfg.auto_reference)
+    direct = reference_candidate(ep, alpha, cfg.auto_reference, level, like)
     sel = cross_fit(ep, train_idx, alpha, fitters, validate, seed, folds, 0xA071, direct,
                     spec.latency_budget)  # fmt: skip
     routed: dict[str, RoutedPolicy] = {}

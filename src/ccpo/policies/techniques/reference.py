@@ -35,12 +35,16 @@ def fit(
     return ReferencePolicy.fit(ep, spec.answer, cfg, spec.delta)
 
 
-def reference_candidate(ep: Episodes, alpha: float, on: bool = True) -> dict[str, Direct]:
+def reference_candidate(
+    ep: Episodes, alpha: float, on: bool = True, delta: float | None = DELTA,
+    like: int | None = None,
+) -> dict[str, Direct]:  # fmt: skip
     """``auto``'s ``always-<reference>`` candidate, where these traces can call that model
-    alone; none when ``on`` is false."""
+    alone; none when ``on`` is false. ``delta`` None: tested as the marginal guarantee
+    calibrates it; ``like``: at the miss rate allowed on that many calibration questions."""
     if not (on and callable_alone(ep)):
         return {}
-    figures = reference_validator(alpha, DELTA)
+    figures = reference_validator(alpha, delta, like)
 
     def with_latency(sub: Episodes) -> tuple[float, ...]:
         known = sub.strongest_latency is not None and sub.n > 0
