@@ -77,7 +77,7 @@ def run_one(train: Path, check: Path, alpha: float, seed: int, method: str, out:
     cmd = [sys.executable, "-m", "ccpo", "train", "--traces", train, "--out", out, "--answer",
            "single", "--alpha", alpha, "--seed", seed, "--method", method, "--force"]  # fmt: skip
     p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
-    if p.returncode == 2 and "cannot be certified" in p.stderr:
+    if p.returncode == 2 and ("cannot be certified" in p.stderr or "certify only" in p.stderr):
         return {"refused": " ".join(p.stderr.split())}
     if p.returncode:
         raise SystemExit(f"{' '.join(map(str, cmd))}: exit {p.returncode}\n{p.stderr[-3000:]}")
