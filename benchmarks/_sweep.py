@@ -59,3 +59,17 @@ def write_results(out, results, suffix: str = "") -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nwrote {out}{suffix}")
+
+
+def run_grouped(jobs, run, workers: int = 1) -> dict[str, dict[str, list]]:
+    """Run ``run(*args)`` for every ``((group, row), args)`` of ``jobs``, ``workers`` at once
+    (threads: each run is a subprocess), and return ``{group: {row: [results, in job
+    order]}}``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        done = list(pool.map(lambda j: run(*j[1]), jobs))
+    results: dict[str, dict[str, list]] = {}
+    for ((group, row), _), r in zip(jobs, done, strict=True):
+        results.setdefault(group, {}).setdefault(row, []).append(r)
+    return results

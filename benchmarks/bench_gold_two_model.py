@@ -31,12 +31,11 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from itertools import product
 from pathlib import Path
 
 import bench_label_free_steps as lf
-from _sweep import mean_sd, write_results
+from _sweep import mean_sd, run_grouped, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = (
@@ -125,13 +124,10 @@ def main() -> None:
             train, check = lf.halves(path, seed, dest)
             for alpha, method in product(alphas, args.methods.split(",")):
                 pol = dest / f"policy-{alpha:g}-{method}"
-                jobs.append(((pair, alpha, method), (train, check, alpha, seed, method, pol)))
+                key = (f"{pair}, α = {alpha:g}", method)
+                jobs.append((key, (train, check, alpha, seed, method, pol)))
     print(f"{len(jobs)} train/check runs", flush=True)
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        done = list(pool.map(lambda j: run_one(*j[1]), jobs))
-    results: dict[str, dict] = {}
-    for (pair, alpha, method), r in zip((j[0] for j in jobs), done, strict=True):
-        results.setdefault(f"{pair}, α = {alpha:g}", {}).setdefault(method, []).append(r)
+    results = run_grouped(jobs, run_one, args.jobs)
     for key, rows in results.items():
         first = next(iter(rows.values()))
         print(f"\n{key}: {len(first)} seeds, half the questions checked per seed")

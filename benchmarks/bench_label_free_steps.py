@@ -50,12 +50,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from itertools import product
 from pathlib import Path
 
-from _sweep import mean_sd, write_results
+from _sweep import mean_sd, run_grouped, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -392,15 +391,11 @@ def main() -> None:
                     flag = " --route" if route else ""
                     pol = dest / f"policy-{alpha:g}-{method}{flag.replace(' --', '-')}"
                     jobs.append(
-                        ((name, alpha, f"{layout} | {method}{flag}"),
+                        ((f"{name}, α = {alpha:g}", f"{layout} | {method}{flag}"),
                          (train, check, alpha, seed, method, route, pol))
                     )  # fmt: skip
     print(f"{len(jobs)} train/check runs ({time.perf_counter() - t0:.0f} s to build)", flush=True)
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        done = list(pool.map(lambda j: run_one(*j[1]), jobs))
-    results: dict[str, dict] = {}
-    for (name, alpha, row), r in zip((j[0] for j in jobs), done, strict=True):
-        results.setdefault(f"{name}, α = {alpha:g}", {}).setdefault(row, []).append(r)
+    results = run_grouped(jobs, run_one, args.jobs)
     for key, rows in results.items():
         name, alpha = key.split(", α = ")
         print_tables(name, float(alpha), rows)
