@@ -20,7 +20,6 @@ budgets: docs/deploy.md, "Budgets" (under "`ccpo serve`").
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import time
@@ -58,18 +57,22 @@ from ccpo.llm.protocol import (
 from ccpo.llm.tasks.loaders import Question, parse_context
 from ccpo.llm.wire import ReplySink, reply_sink
 from ccpo.policies.base import Policy
-from ccpo.policies.provenance import check_provenance
 from ccpo.policies.registry import load_policy
 from ccpo.runtime.answer_set import AnswerSet, Guarantee, RoundLog, guarantee_of, one_answer
 from ccpo.runtime.config import DeployConfig, as_deploy_config
 from ccpo.runtime.decision import RoundDecision, decide, policy_horizon
+from ccpo.runtime.deployment import (
+    PolicyProvenanceWarning,
+    deploy_provenance_notes,
+    deployment_ladder,
+)
+from ccpo.runtime.pieces import Held, Timed
 from ccpo.traces.answers import normalizer_for
 from ccpo.traces.conversation import Conversation, prompt_text
-from ccpo.traces.ladder import CHAT, Ladder
+from ccpo.traces.ladder import CHAT
 from ccpo.traces.prices import PriceTable, load_prices, prices_from_mapping
 from ccpo.traces.routing import routed_rounds
 from ccpo.traces.schema import ACTIONS
-from ccpo.traces.verify import SIMULATED_KEY, simulated_note
 
 log = logging.getLogger("ccpo.route")
 
@@ -87,103 +90,6 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- the agent
-class _Held:
-    """The pieces of a reply sent ahead (hedged), kept until its round takes it (:meth:`take`),
-    then passed on to ``to`` as they come (None: not streamed)."""
-
-    def __init__(self, to: Any) -> None:
-        self.to, self.pieces, self.taken = to, [], False
-
-    def put(self, piece: str) -> None:
-        if self.taken and self.to is not None:
-            self.to(piece)
-        else:
-            self.pieces.append(piece)
-
-    def take(self) -> None:
-        self.taken = True
-        if self.to is not None:
-            for p in self.pieces:
-                self.to(p)
-        self.pieces.clear()
-
-
-class _Timed:
-    """A streamed reply's pieces passed on to ``to``, the moment the first one with content
-    passed noted (``at``): the time to first token a client of the stream sees."""
-
-    def __init__(self, to: Any) -> None:
-        self.to, self.at = to, None
-
-    def put(self, piece: str) -> None:
-        if self.at is None and piece:
-            self.at = time.perf_counter()
-        self.to(piece)
-
-
-class PolicyProvenanceWarning(UserWarning):
-    """The policy was trained with other models than it is deployed with, or on synthetic
-    traces (``warnings.simplefilter("error", PolicyProvenanceWarning)`` makes it refuse)."""
-
-
-def deploy_provenance_notes(
-    policy: Policy, task: str, horizon: int, ladder: Ladder, where: str
-) -> list[str]:
-    """The policy's recorded provenance against a live deployment of ``ladder`` (live
-    endpoints: never synthetic): :class:`CCPOError` for another task or horizon, one note per
-    other model or for a policy trained on synthetic traces (see
-    :func:`ccpo.policies.provenance.check_provenance`)."""
-    actual = {
-        "task": task,
-        "horizon": horizon,
-        "base_models": sorted({r.base.model for r in ladder.rounds}),
-        "guide_models": sorted({r.guide.model for r in ladder.rounds}),
-        "synthetic": False,
-    }
-    notes = check_provenance(policy.provenance, actual, where)
-    simulated = simulated_note(policy.provenance.get(SIMULATED_KEY))
-    return [*notes, f"{where}: trained on traces whose {simulated}"] if simulated else notes
-
-
-def _one_pair(ladder: Ladder) -> bool:
-    first = ladder.rounds[0]
-    return all(r == first and r.verdict == "judge" for r in ladder.rounds)
-
-
-def deployment_ladder(policy: Policy, config: DeployConfig, horizon: int, where: str) -> Ladder:
-    """The ladder a deployment runs: the policy's own (recorded by ``ccpo train``), or, for a
-    policy trained on the paper's one-pair protocol or one without a recorded ladder, the
-    config's ``base_model`` / ``guide_model`` pair in every round. The task is the policy's;
-    ``task:`` in the config, where given, must agree (:func:`deploy_provenance_notes`)."""
-    prov = policy.provenance
-    recorded = prov.get("ladder")
-    ladder = Ladder.from_dict(recorded, where) if recorded else None
-    task = prov.get("task") or config.task
-    if not task:
-        raise CCPOError(
-            f"{where}: the policy records no task; set task: in the config (or --task), the "
-            "task it was trained on (it picks the prompts and the answer normaliser)"
-        )
-    if ladder is not None and horizon != ladder.T:
-        raise CCPOError(f"{where}: its ladder has {ladder.T} rounds, the policy T = {horizon}")
-    if ladder is None or (_one_pair(ladder) and (config.base_model or config.guide_model)):
-        first = ladder.rounds[0] if ladder is not None else None
-        base = config.base_model or (first.base.model if first else None)
-        guide = config.guide_model or (first.guide.model if first else None)
-        if not base:
-            raise CCPOError("no base model: set base_model in the config (or --base-model)")
-        if not guide:
-            raise CCPOError("no guide model: set guide_model in the config (or --guide-model)")
-        family = ladder.family if ladder is not None and ladder.task == task else None
-        pair = Ladder.one_pair(task, base, guide, horizon, family)
-        if ladder is None:
-            return pair
-        return dataclasses.replace(  # the policy's signals stay with the configured pair
-            pair, signals=ladder.signals, embedding_model=ladder.embedding_model
-        )
-    return ladder
-
-
 class ConformalAgent:
     """A trained policy answering live questions with a base and a guide LLM.
 
@@ -451,7 +357,7 @@ class ConformalAgent:
         q = Question(qid, self.task, prompt_text(question), [], parse_context(context, "context"))
         backend = runner.backend_for(q)
         sink = self._streamed_step()
-        timed = None if sink is None else _Timed(sink.put)
+        timed = None if sink is None else Timed(sink.put)
         token = reply_sink.set(None if timed is None else ReplySink(timed.put, sink.step))
         try:
             return await self._rounds(runner, env, question, q, qid, backend, k, budget, t0, timed)
@@ -482,7 +388,7 @@ class ConformalAgent:
         k: float | None,
         budget: float | None,
         t0: float,
-        timed: _Timed | None = None,
+        timed: Timed | None = None,
     ) -> AnswerSet:
         """The rounds of :meth:`_rollout`: from the round the policy starts at, each with the
         steps it calls (:meth:`~ccpo.policies.base.Policy.round_roles`), until it stops.
@@ -607,7 +513,7 @@ class ConformalAgent:
             return {}
         step = {"round": str(t), "role": "guide"}
         sink = reply_sink.get()
-        held = _Held(sink.put if sink is not None and sink.step == step else None)
+        held = Held(sink.put if sink is not None and sink.step == step else None)
         token = reply_sink.set(None if held.to is None else ReplySink(held.put, step))
         try:  # (the task runs in a copy of this context)
             call = asyncio.ensure_future(ask_step(runner, question, t, "guide", backend))
