@@ -35,7 +35,8 @@ layout, three bounds ÷ always-the-reference on the same halves (:func:`floors`)
 
     python benchmarks/bench_label_free_steps.py [--logs DIR] [--seeds 5]
         [--alpha 0.1 --alpha 0.2] [--ladders hotpotqa-5,mmlu-modes,mmlu-public,hotpotqa-public]
-        [--methods auto,cstop] [--prices FILE] [--jobs 1] [--work runs/label_free_steps]
+        [--methods auto,cstop] [--prices FILE] [--jobs 1] [--guarantee marginal|pac]
+        [--work runs/label_free_steps]
         [--out runs/bench_label_free_steps.json]
 """
 
@@ -300,11 +301,15 @@ def floors(path: Path, alpha: float) -> dict[str, float]:
 
 
 def run_one(
-    train: Path, check: Path, alpha: float, seed: int, method: str, route: bool, out: Path
-) -> dict:
-    """``ccpo train --answer single`` on ``train``, ``ccpo check --json`` on ``check``."""
+    train: Path, check: Path, alpha: float, seed: int, method: str, route: bool, out: Path,
+    guarantee: str | None = None,
+) -> dict:  # fmt: skip
+    """``ccpo train --answer single`` on ``train``, ``ccpo check --json`` on ``check``;
+    ``guarantee``: train's ``--guarantee`` (None: its default)."""
+    extra = ["--guarantee", guarantee] if guarantee else []
     cli("train", "--traces", train, "--out", out, "--answer", "single", "--alpha", alpha,
-        "--seed", seed, "--method", method, *(["--route"] if route else []), "--force")  # fmt: skip
+        "--seed", seed, "--method", method, *(["--route"] if route else []), *extra,
+        "--force")  # fmt: skip
     rep = json.loads(cli("check", "--policy", out, "--traces", check, "--json", ok=(0, 1)))
     ref = rep["reference"].removeprefix("always-")
     # the reference's own call: its last rung (a pair ladder's guides may all be that model)
@@ -373,6 +378,8 @@ def main() -> None:
                     help="price file(s) over PRICES (re-price the models)")  # fmt: skip
     ap.add_argument("--methods", default="auto,cstop", help="train --method values [%(default)s]")
     ap.add_argument("--jobs", type=int, default=1, help="train/check runs at once [1]")
+    ap.add_argument("--guarantee", choices=("marginal", "pac"),
+                    help="train's --guarantee [its default]")  # fmt: skip
     ap.add_argument("--work", type=Path, default=Path("runs/label_free_steps"))
     ap.add_argument("--out", type=Path, default=Path("runs/bench_label_free_steps.json"))
     args = ap.parse_args()
@@ -392,7 +399,7 @@ def main() -> None:
                     pol = dest / f"policy-{alpha:g}-{method}{flag.replace(' --', '-')}"
                     jobs.append(
                         ((f"{name}, α = {alpha:g}", f"{layout} | {method}{flag}"),
-                         (train, check, alpha, seed, method, route, pol))
+                         (train, check, alpha, seed, method, route, pol, args.guarantee))
                     )  # fmt: skip
     print(f"{len(jobs)} train/check runs ({time.perf_counter() - t0:.0f} s to build)", flush=True)
     results = run_grouped(jobs, run_one, args.jobs)
