@@ -1,5 +1,5 @@
 """``auto`` of one answer validates its candidates as ``train``'s calibration split will test
-them (``like``: :func:`ccpo.policies.risk_control.passes_like`): on gold labels a strong
+them (``like``: :func:`ccpo.policies.risk_control.passes`): on gold labels a strong
 model's own misses make a few dozen questions' halves refuse by chance, which used to rule
 every learned candidate out and ship ``always-<strongest>``. Tables are written by the tests
 (illustrative, not LLM output)."""
@@ -14,7 +14,7 @@ import pytest
 
 from ccpo.evaluation.harness import prices_for
 from ccpo.policies.reference import certified
-from ccpo.policies.risk_control import allowed_misses, passes_like
+from ccpo.policies.risk_control import allowed_misses, passes
 from ccpo.policies.single import RUN_ALL, validation_figures
 from ccpo.traces.episodes import build_episodes
 from ccpo.traces.io import read_traces
@@ -37,13 +37,13 @@ def test_a_half_emulates_the_calibration_rate() -> None:
     # Learn-then-Test on 40 allows 4 misses; on 200 calibration questions 32 of 200 (16%),
     # i.e. 6.4 of 40
     assert allowed_misses(40, 0.2, 0.1) == 4 and allowed_misses(200, 0.2, 0.1) == 32
-    got = passes_like(losses, 0.2, 0.1, 200)
+    got = passes(losses, 0.2, 0.1, 200)
     assert got.tolist() == [j <= 6 for j in range(12)]
     # the marginal test's losses are monotonised: a miss at θ_1 counts at every later θ
     wobbly = np.zeros((3, 40), dtype=bool)
     wobbly[1, :8] = True  # 8 misses at θ_1 only
-    assert passes_like(wobbly, 0.2, 0.1, 200).tolist() == [True, False, True]
-    assert passes_like(wobbly, 0.2, None, 200).tolist() == [True, False, False]
+    assert passes(wobbly, 0.2, 0.1, 200).tolist() == [True, False, True]
+    assert passes(wobbly, 0.2, None, 200).tolist() == [True, False, False]
     # the reference's one rule: the same emulated rate
     assert certified(6, 40, 0.2, 0.1, like=200) and not certified(7, 40, 0.2, 0.1, like=200)
     assert not certified(5, 40, 0.2, 0.1)  # the binomial test on 40 itself: 4 at most

@@ -30,8 +30,8 @@ from ccpo.errors import CCPOError
 from ccpo.learning.config import StopConfig
 from ccpo.policies.base import Answered, AnswerKind, Calibration, Policy, RoundDecision
 from ccpo.policies.folder import read_side_files, shared_fields, write_folder
-from ccpo.policies.risk_control import MARGINAL, PAC, allowed_misses
-from ccpo.policies.single import DELTA, Unreachable, binomial_pvalues, reachable_alpha
+from ccpo.policies.risk_control import MARGINAL, PAC, certified
+from ccpo.policies.single import DELTA, Unreachable, reachable_alpha
 from ccpo.traces.episodes import Episodes, Metrics, step_mask
 from ccpo.traces.featurize import FEATURE_SPEC
 from ccpo.traces.labels import GOLD, reference_model
@@ -51,20 +51,6 @@ def _misses(ep: Episodes, idx: np.ndarray | None = None) -> np.ndarray:
     assert ep.strongest_correct is not None
     sel = (lambda a: a) if idx is None else (lambda a: a[idx])
     return ~sel(ep.strongest_correct) & sel(ep.solvable)
-
-
-def certified(k: int, n: int, alpha: float, delta: float | None, like: int | None = None) -> bool:
-    """k misses in n pass the binomial test of P(miss) ≤ α at level δ, or with ``delta``
-    None the marginal test (k + 1)/(n + 1) ≤ α; with ``like``, at the miss rate that test
-    allows on ``like`` questions (``auto``'s validation: :func:`~ccpo.policies.risk_control.
-    passes_like`)."""
-    if n < 1:
-        return False
-    if like is not None:
-        return k <= n * allowed_misses(like, alpha, delta) / like + 1e-9
-    if delta is None:
-        return (k + 1) / (n + 1) <= alpha + 1e-12
-    return float(binomial_pvalues(k, n, alpha)) <= delta
 
 
 def callable_alone(ep: Episodes) -> bool:

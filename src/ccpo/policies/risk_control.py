@@ -55,8 +55,12 @@ candidates on training questions; the winner is calibrated on the calibration sp
 test above, so its guarantee is untouched (docs/theory.md, "auto: cross-fitting keeps the
 guarantee").
 
+Both tests come down to one rule: θ_j passes when its (monotonised, for the marginal test)
+misses number at most k*(n), the most the test allows on n questions (:func:`allowed_misses`):
+the binomial p-value is non-decreasing in k, and (k + 1)/(n + 1) ≤ α iff k ≤ ⌊α(n + 1)⌋ − 1.
+
 Main names: :func:`passes`, :func:`marginal_bound`, :func:`allowed_misses`,
-:data:`MARGINAL`, :data:`PAC`.
+:func:`certified`, :func:`test_level`, :data:`MARGINAL`, :data:`PAC`.
 """
 
 from __future__ import annotations
@@ -78,17 +82,6 @@ def marginal_bound(losses: np.ndarray) -> np.ndarray:
     return (loss.sum(-1) + 1.0) / (n + 1.0)
 
 
-def passes(losses: np.ndarray, alpha: float, delta: float | None) -> np.ndarray:
-    """[M] bool: which indices of a sequence pass the test (module docstring): the binomial
-    test at ``delta``, or, with ``delta`` None, the marginal bound at α. ``losses`` [M, n]."""
-    losses = np.asarray(losses)
-    if delta is None:
-        return marginal_bound(losses) <= alpha + 1e-12
-    from scipy.stats import binom
-
-    return binom.cdf(losses.sum(-1), losses.shape[-1], alpha) <= delta
-
-
 def allowed_misses(n: int, alpha: float, delta: float | None) -> int:
     """k*(n): the most misses of ``n`` calibration questions at which a rule still passes
     (−1 when even k = 0 does not): the largest k with (k + 1)/(n + 1) ≤ α (marginal,
@@ -107,25 +100,41 @@ def allowed_misses(n: int, alpha: float, delta: float | None) -> int:
     return k
 
 
-def passes_like(losses: np.ndarray, alpha: float, delta: float | None, like: int) -> np.ndarray:
-    """[M] bool: which indices pass on these questions at the miss rate the test allows on
-    ``like`` calibration questions (module docstring): Σ L̃ ≤ n · k*(like) / like, L̃ the
-    running maximum under the marginal test, the losses themselves under Learn-then-Test."""
+def test_level(guarantee: str, delta: float) -> float | None:
+    """What a single answer's calibration tests at under ``guarantee``: δ, or None for the
+    marginal test."""
+    return None if guarantee == MARGINAL else delta
+
+
+def certified(k: int, n: int, alpha: float, delta: float | None, like: int | None = None) -> bool:
+    """k misses of n pass the test of one rule (k ≤ k*(n): the binomial test at δ, or with
+    ``delta`` None (k + 1)/(n + 1) ≤ α); with ``like``, at the miss rate the test allows on
+    ``like`` questions (k ≤ n · k*(like) / like: module docstring)."""
+    m = n if like is None else like
+    return n > 0 and k <= n * allowed_misses(m, alpha, delta) / m + 1e-9
+
+
+def passes(
+    losses: np.ndarray, alpha: float, delta: float | None, like: int | None = None
+) -> np.ndarray:
+    """[M] bool: which indices of a sequence pass the test (module docstring): the binomial
+    test at ``delta``, or, with ``delta`` None, the marginal test on the running maximum L̃.
+    ``losses`` [M, n]. ``like``: at the miss rate the test allows on ``like`` calibration
+    questions (``auto``'s validation)."""
     losses = np.asarray(losses, dtype=np.float64)
     if delta is None:
         losses = np.maximum.accumulate(losses, axis=0)
-    k = allowed_misses(like, alpha, delta)
-    return losses.sum(-1) <= losses.shape[-1] * k / like + 1e-9
+    n = losses.shape[-1]
+    m = n if like is None else like
+    return losses.sum(-1) <= n * allowed_misses(m, alpha, delta) / m + 1e-9
 
 
 def last_passing(
     losses: np.ndarray, alpha: float, delta: float | None, like: int | None = None
 ) -> int:
     """The index kept by the walk: the last one before the first failure; −1 when the first
-    (θ_0) fails. ``like``: the test emulates ``like`` calibration questions
-    (:func:`passes_like`)."""
-    ok = passes(losses, alpha, delta) if like is None else passes_like(losses, alpha, delta, like)
-    fails = np.flatnonzero(~ok)
+    (θ_0) fails. ``like``: the test emulates ``like`` calibration questions (:func:`passes`)."""
+    fails = np.flatnonzero(~passes(losses, alpha, delta, like))
     return int((fails[0] if fails.size else len(losses)) - 1)
 
 

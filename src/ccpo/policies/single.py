@@ -44,6 +44,7 @@ from ccpo.policies.risk_control import (
     allowed_misses,
     last_passing,
     marginal_questions,
+    test_level,
 )
 from ccpo.policies.rules import depth_scores
 from ccpo.traces.episodes import (
@@ -140,7 +141,7 @@ def ltt_threshold(
     of the same questions), a question's loss is its worst under any of them, so λ̂ holds
     whichever one each question meets (a router's fallback: docs/theory.md). ``like``: the
     test emulates that many calibration questions (``auto``'s validation:
-    :func:`~ccpo.policies.risk_control.passes_like`). Raises :class:`Unreachable` when λ_0 is
+    :func:`~ccpo.policies.risk_control.passes`). Raises :class:`Unreachable` when λ_0 is
     not certified."""
     n = ep.n
     if n < 1:
@@ -249,7 +250,7 @@ class SingleAnswerPolicy(Policy):
     @property
     def level(self) -> float | None:
         """What the calibration tests at: δ, or None for the marginal guarantee."""
-        return None if self.marginal else self.delta
+        return test_level(self.config.guarantee, self.delta)
 
     def calibrate(self, ep: Episodes, cal: np.ndarray | None = None) -> Calibration:
         """λ̂ by Learn-then-Test (or conformal risk control: :attr:`marginal`) on the
@@ -378,7 +379,7 @@ def validation_cost(
     measures it: λ̂ by LTT on random halves, scored on the others; (inf, nan) when some half
     cannot be calibrated. Used by ``auto`` on out-of-fold scores of training questions.
     ``like``: the halves emulate that many calibration questions (``train``'s calibration
-    split: :func:`~ccpo.policies.risk_control.passes_like`)."""
+    split: :func:`~ccpo.policies.risk_control.passes`)."""
     cost, coverage, _ = validation_figures(ep, scores, alpha, delta, splits, seed, like)
     return cost, coverage
 

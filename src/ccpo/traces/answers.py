@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import string
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
@@ -72,10 +72,7 @@ def normalize_number(text: str) -> str:
     found = _NUMBER.findall(text)
     if not found:
         return ""
-    try:
-        d = Decimal(found[-1].replace(",", "")).normalize()
-    except InvalidOperation:  # pragma: no cover - the pattern only matches numbers
-        return ""
+    d = Decimal(found[-1].replace(",", "")).normalize()  # the pattern matches numbers only
     if d == 0:
         return "0"
     return format(d, "f")

@@ -15,7 +15,7 @@ from ccpo.policies.auto import Direct, Fitter, Selection, as_figures, cross_fit
 from ccpo.policies.base import Policy
 from ccpo.policies.budget import COST, pick
 from ccpo.policies.reference import ReferencePolicy
-from ccpo.policies.risk_control import MARGINAL
+from ccpo.policies.risk_control import test_level
 from ccpo.policies.routing.single import RoutedPolicy, routed_fit, routed_validation
 from ccpo.policies.single import GRID, SINGLE_METHODS, validation_figures
 from ccpo.policies.spec import PolicySpec
@@ -126,7 +126,7 @@ def _fit_single(
     candidates = tuple(c for c in (spec.candidates or SINGLE_METHODS) if c not in ROUTED)
     fitters = {name: single_fitter(name, spec.settings, spec.delta) for name in candidates}
 
-    level = None if cfg.guarantee == MARGINAL else spec.delta
+    level = test_level(cfg.guarantee, spec.delta)
     like = spec.calibration_size  # validated as train's calibration split will test
 
     def validate(sub: Episodes, scores: np.ndarray) -> tuple[float, float, float]:

@@ -142,6 +142,14 @@ def _rounds(rows: dict[str, Located], ladder: Ladder, simulate: float | None) ->
     return out
 
 
+def _labelled(rows: dict[str, Located], correct) -> dict[str, Located]:
+    """The rows of one question, each with ``correct(model, located)`` as its label."""
+    return {
+        m: Located(loc.row.model_copy(update={"correct": correct(m, loc)}), loc.line)
+        for m, loc in rows.items()
+    }
+
+
 def agreement_labels(
     rows: dict[str, Located], reference: str, task: str, family: str | None = None
 ) -> dict[str, Located] | None:
@@ -151,17 +159,9 @@ def agreement_labels(
     ref = rows[reference].row.answer
     if not normalizer_for(task, family)(ref):
         return None
-    return {
-        m: Located(
-            loc.row.model_copy(
-                update={
-                    "correct": m == reference or exact_match(loc.row.answer, [ref], task, family)
-                }
-            ),
-            loc.line,
-        )
-        for m, loc in rows.items()
-    }
+    return _labelled(
+        rows, lambda m, loc: m == reference or exact_match(loc.row.answer, [ref], task, family)
+    )
 
 
 def gold_labels(
@@ -173,15 +173,7 @@ def gold_labels(
     golds = [loc.row.gold for loc in rows.values() if loc.row.gold]
     if not golds:
         return None
-    return {
-        m: Located(
-            loc.row.model_copy(
-                update={"correct": exact_match(loc.row.answer, golds, task, family)}
-            ),
-            loc.line,
-        )
-        for m, loc in rows.items()
-    }
+    return _labelled(rows, lambda m, loc: exact_match(loc.row.answer, golds, task, family))
 
 
 def score_labels(
@@ -193,12 +185,7 @@ def score_labels(
     if any(loc.row.score is None for loc in rows.values()):
         return None
     ref = rows[reference].row.score if rule.relative and reference is not None else None
-    return {
-        m: Located(
-            loc.row.model_copy(update={"correct": rule.accepts(loc.row.score, ref)}), loc.line
-        )
-        for m, loc in rows.items()
-    }
+    return _labelled(rows, lambda m, loc: rule.accepts(loc.row.score, ref))
 
 
 def build_trace(
